@@ -1,0 +1,130 @@
+"""Builds the MCPServer: tools from tools/, resources, prompts, per-connection state, notifications."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from mcp.server import MCPServer, NotificationOptions
+from mcp.server.lowlevel.server import Server
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from pydantic import Field
+
+import prompts
+import tools
+
+from . import __version__, resources
+from .middleware import readable_tool_errors
+from .services import Services
+from .services.errors import NotFoundError
+
+
+def compact_schema(schema: Any) -> Any:
+    """Trim what a model does not need from an input schema: titles, and `anyOf [X, null]` for optionals.
+
+    Only the advertised schema changes: arguments are still validated by the tool's pydantic
+    model, so an explicit null is still accepted.
+    """
+    if isinstance(schema, list):
+        return [compact_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: compact_schema(v) for k, v in schema.items() if k != "title"}
+    variants = out.get("anyOf")
+    if isinstance(variants, list) and "default" in out and out["default"] is None:
+        non_null = [v for v in variants if v != {"type": "null"}]
+        if len(non_null) == 1:
+            del out["anyOf"], out["default"]
+            out = {**non_null[0], **out}
+    return out
+
+
+def _register_tools(mcp: MCPServer) -> None:
+    for spec in tools.TOOLS:
+        mcp.add_tool(spec.fn, annotations=spec.annotations)
+    for registered in mcp._tool_manager.list_tools():
+        registered.parameters = compact_schema(registered.parameters)
+
+
+def _register_prompts(mcp: MCPServer, services: Services) -> None:
+    def dumps(value: Any) -> str:
+        return json.dumps(value, default=lambda m: m.model_dump(mode="json"), indent=1)
+
+    def found(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except NotFoundError as error:
+            raise ResourceNotFoundError(str(error)) from None
+
+    @mcp.prompt(description="How to run the queue: dispatcher mandate, self-contained task descriptions")
+    def dispatcher() -> str:
+        return prompts.load("dispatcher")
+
+    @mcp.prompt(description="Think out loud about a project and keep conclusions in its notes")
+    def notes_mode(project_id: Annotated[str, Field(description="project id")] = "the active project") -> str:
+        return prompts.load("notes_mode").format(project_id=project_id)
+
+    @mcp.prompt(description="Turn a plan into self-contained, dependency-ordered tasks")
+    def plan_to_tasks(plan: Annotated[str, Field(description="the plan text")],
+                      project_id: str = "the active project") -> str:
+        return prompts.load("plan_to_tasks").format(plan=plan, project_id=project_id)
+
+    @mcp.prompt(description="Review a task's work and recommend approve, redo or follow-ups")
+    def review_task(task_id: Annotated[str, Field(description="task id")]) -> str:
+        task = found(services.tasks.get, task_id)
+        _, result = services.tasks.results(task_id)
+        return prompts.load("review_task").format(task_id=task_id, task=dumps(task), result=dumps(result))
+
+    @mcp.prompt(description="Summarise a project's state: in flight, blocked, next steps")
+    def project_overview(project_id: Annotated[str, Field(description="project id")]) -> str:
+        project = found(services.projects.get, project_id)
+        open_tasks, _, _ = services.tasks.list(project_id, None, False, 100, 0)
+        return prompts.load("project_overview").format(
+            project_id=project_id, project=dumps(project), tasks=dumps(open_tasks),
+            chains=dumps(services.tasks.stuck_chains(project_id)))
+
+    @mcp.prompt(description="An agent's profile and recent work")
+    def agent_context(agent_id: Annotated[str, Field(description="agent id")]) -> str:
+        agent = found(services.agents.get, agent_id)
+        recent = services.store.all(
+            "SELECT r.task_id, t.title, r.status, r.summary, r.created_at FROM task_results r "
+            "LEFT JOIN tasks t ON t.id = r.task_id WHERE r.agent_id = ? ORDER BY r.id DESC LIMIT 10", (agent_id,))
+        return prompts.load("agent_context").format(agent_id=agent_id, agent=dumps(agent), recent=dumps(recent),
+                                                    agent_type=agent.agent_type)
+
+    @mcp.prompt(description="Summarise a conversation keeping ids, names, decisions and open questions")
+    def summarize_conversation(transcript: Annotated[str, Field(description="the conversation")]) -> str:
+        return prompts.load("summarize_conversation").format(transcript=transcript)
+
+
+def build_server(services: Services) -> MCPServer:
+    """One MCPServer per process; every connection gets its own `ClientState` from the lifespan."""
+    bus = InMemorySubscriptionBus()
+    notifier = resources.Notifier(bus)
+    services.store.on_commit(notifier.on_commit)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[tools.ClientState]:
+        # Runs once per stdio/socket connection (and once for all HTTP sessions).
+        yield tools.ClientState(services=services, after_call=notifier.flush)
+
+    mcp = MCPServer(
+        "agentqueue", title="AgentQueue", version=__version__, instructions=prompts.load("instructions"),
+        lifespan=lifespan, subscriptions=bus, warn_on_duplicate_tools=False,
+        middleware=[readable_tool_errors],
+    )
+    mcp.notifier = notifier  # type: ignore[attr-defined]  # the daemon flushes engine changes through it
+    _register_tools(mcp)
+    resources.register(mcp, services, notifier)
+    _register_prompts(mcp, services)
+
+    # Handshake-era clients only learn of list changes if listChanged is advertised (reference §2).
+    lowlevel = mcp._lowlevel_server
+    options = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+    lowlevel.create_initialization_options = (  # type: ignore[method-assign]
+        lambda notification_options=None, *a, **k: Server.create_initialization_options(
+            lowlevel, notification_options or options, *a, **k))
+    return mcp

@@ -1,0 +1,139 @@
+"""agentqueue:// resources, and telling subscribers when they change (both protocol eras).
+
+A committed change marks the URIs its events touch; `Notifier.flush()` (after every tool call, and
+on a short timer in the daemon for the engine's changes) publishes them once each: on the
+`subscriptions/listen` bus for 2026 clients and as `notifications/resources/updated` to 2025 clients
+that sent `resources/subscribe`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import weakref
+from typing import Any
+
+import mcp.types as types
+from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+
+from .services import Services
+from .services.errors import NotFoundError
+
+log = logging.getLogger("agentqueue.resources")
+
+STATUS = "agentqueue://status"
+PROJECTS = "agentqueue://projects"
+EVENTS = "agentqueue://events/recent"
+APPROVALS = "agentqueue://approvals"
+
+
+def uris_for(event: dict[str, Any]) -> set[str]:
+    """The resources an event changes."""
+    uris = {STATUS, EVENTS}
+    if event.get("project_id"):
+        pid = event["project_id"]
+        uris |= {PROJECTS, f"agentqueue://projects/{pid}", f"agentqueue://projects/{pid}/tasks"}
+    if event.get("task_id"):
+        uris.add(f"agentqueue://tasks/{event['task_id']}")
+    payload = event.get("payload") or {}
+    if "AWAITING_APPROVAL" in (payload.get("from"), payload.get("to")) or event["event_type"] == "task.deleted":
+        uris.add(APPROVALS)
+    return uris
+
+
+class Notifier:
+    def __init__(self, bus: InMemorySubscriptionBus) -> None:
+        self.bus = bus
+        self._dirty: set[str] = set()
+        self._lock = threading.Lock()
+        self._legacy: dict[str, weakref.WeakSet[Any]] = {}
+
+    def on_commit(self, events: list[dict[str, Any]]) -> None:
+        """Store listener: runs right after a commit, on whatever thread made it."""
+        touched = set().union(*(uris_for(e) for e in events)) if events else set()
+        if touched:
+            with self._lock:
+                self._dirty |= touched
+
+    def subscribe(self, uri: str, connection: Any) -> None:
+        self._legacy.setdefault(uri, weakref.WeakSet()).add(connection)
+
+    def unsubscribe(self, uri: str, connection: Any) -> None:
+        self._legacy.get(uri, weakref.WeakSet()).discard(connection)
+
+    async def flush(self) -> None:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+        for uri in sorted(dirty):
+            await self.bus.publish(ResourceUpdated(uri=uri))
+            for connection in list(self._legacy.get(uri, ())):
+                try:
+                    await connection.send_resource_updated(uri)
+                except Exception:  # a client that went away must not break the others
+                    log.debug("dropping legacy subscriber of %s", uri, exc_info=True)
+                    self.unsubscribe(uri, connection)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=lambda m: m.model_dump(mode="json"), indent=1)
+
+
+def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
+    """The resources of CONTRACT §5 that exist so far, plus the legacy subscribe handlers."""
+
+    def found(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except NotFoundError as error:
+            raise ResourceNotFoundError(str(error)) from None
+
+    @mcp.resource(STATUS, mime_type="application/json", description="Queue status: tasks, agents, warnings")
+    def status() -> str:
+        return _json(services.system.status())
+
+    @mcp.resource(PROJECTS, mime_type="application/json", description="All projects")
+    def projects() -> str:
+        return _json(services.projects.list(limit=500)[0])
+
+    @mcp.resource("agentqueue://projects/{project_id}", mime_type="application/json",
+                  description="One project with its channels")
+    def project(project_id: str) -> str:
+        data = found(services.projects.get, project_id).model_dump(mode="json")
+        data["channels"] = [c.model_dump() for c in services.channels.for_project(project_id)]
+        return _json(data)
+
+    @mcp.resource("agentqueue://projects/{project_id}/tasks", mime_type="application/json",
+                  description="A project's tasks, completed included")
+    def project_tasks(project_id: str) -> str:
+        tasks, total, _ = found(services.tasks.list, project_id, None, True, 500, 0)
+        return _json({"project_id": project_id, "tasks": tasks, "total": total})
+
+    @mcp.resource("agentqueue://tasks/{task_id}", mime_type="application/json", description="One task")
+    def task(task_id: str) -> str:
+        return _json(found(services.tasks.get, task_id))
+
+    @mcp.resource(EVENTS, mime_type="application/json", description="The 50 most recent events")
+    def events() -> str:
+        return _json(services.events.recent(50))
+
+    @mcp.resource(APPROVALS, mime_type="application/json", description="Tasks awaiting approval")
+    def approvals() -> str:
+        tasks, total, _ = services.tasks.list(None, "AWAITING_APPROVAL", True, 500, 0)
+        return _json({"tasks": tasks, "total": total})
+
+    # 2025-era clients subscribe per URI; MCPServer leaves these methods unserved (reference §2).
+    lowlevel = mcp._lowlevel_server
+
+    async def on_subscribe(ctx: ServerRequestContext, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        notifier.subscribe(str(params.uri), ctx.session._connection)
+        return types.EmptyResult()
+
+    async def on_unsubscribe(ctx: ServerRequestContext, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        notifier.unsubscribe(str(params.uri), ctx.session._connection)
+        return types.EmptyResult()
+
+    lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
+    lowlevel.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, on_unsubscribe)

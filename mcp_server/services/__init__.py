@@ -1,0 +1,35 @@
+"""Domain services: plain typed Python over the store; no MCP imports below this line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import paths
+from ..store.db import Store
+from .agents import Agents
+from .channels import Channels
+from .events import Events
+from .projects import Projects
+from .system import System
+from .tasks import Tasks
+from .usage import Usage
+
+
+class Services:
+    """Everything one AGENTQUEUE_HOME holds, wired once per process and shared by all sessions."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        paths.logs_dir(home).mkdir(exist_ok=True)
+        self.store = Store(paths.db_path(home))
+        self.projects = Projects(self.store, paths.workspaces_dir(home))
+        self.tasks = Tasks(self.store, self.projects)
+        self.agents = Agents(self.store)
+        self.channels = Channels(self.store, self.projects)
+        self.events = Events(self.store)
+        self.usage = Usage(self.store)
+        self.system = System(self.store, self.agents)
+
+    def close(self) -> None:
+        self.store.close()

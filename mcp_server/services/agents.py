@@ -1,0 +1,107 @@
+"""Agents: registered workers (a CLI kind, an optional model, capabilities, a permanent repo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+from ..store.db import Store, now_iso
+from ..store.models import Agent
+from .errors import ConflictError, InvalidInputError, NotFoundError
+from .ids import slugify
+
+AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
+# The CLI each agent type runs, and the env var that overrides where it is (CONTRACT §1).
+CLI_BINARIES = {"claude-code": ("claude", "AGENTQUEUE_CLAUDE_BIN"), "codex": ("codex", "AGENTQUEUE_CODEX_BIN"),
+                "gemini": ("gemini", "AGENTQUEUE_GEMINI_BIN")}
+
+
+def find_cli(agent_type: str) -> str | None:
+    """The executable for an agent type: its AGENTQUEUE_*_BIN override, else `PATH`."""
+    name, env = CLI_BINARIES[agent_type]
+    override = os.environ.get(env)
+    if override:
+        return override if os.access(override, os.X_OK) else shutil.which(override)
+    return shutil.which(name)
+
+
+class Agents:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _model(self, row: dict[str, Any]) -> Agent:
+        return Agent(**{**row, "capabilities": json.loads(row["capabilities"] or "[]")})
+
+    def get(self, agent_id: str) -> Agent:
+        row = self.store.one("SELECT * FROM agents WHERE id = ?", (agent_id,))
+        if row is None:
+            raise NotFoundError(f"Agent '{agent_id}' not found. list_agents shows agent ids.")
+        return self._model(row)
+
+    def list(self, limit: int = 50, offset: int = 0) -> tuple[list[Agent], int]:
+        total = int(self.store.scalar("SELECT count(*) FROM agents"))
+        rows = self.store.all("SELECT * FROM agents ORDER BY created_at, id LIMIT ? OFFSET ?", (limit, offset))
+        return [self._model(r) for r in rows], total
+
+    def create(
+        self,
+        name: str,
+        agent_type: str = "claude-code",
+        repo_id: str | None = None,
+        model: str | None = None,
+        capabilities: list[str] | None = None,
+        command: str | None = None,
+    ) -> Agent:
+        if not name.strip():
+            raise InvalidInputError("Agent name is empty. Give a name such as 'claude-1'.")
+        agent_id = slugify(name, what="agent name")
+        if agent_type not in AGENT_TYPES:
+            raise InvalidInputError(f"Unknown agent_type {agent_type!r}. Use one of: {', '.join(AGENT_TYPES)}.")
+        if agent_type == "command" and not (command and command.strip()):
+            raise InvalidInputError(
+                "agent_type 'command' needs `command`: the executable to run (the prompt arrives on stdin)."
+            )
+        if agent_type != "command" and command:
+            raise InvalidInputError(f"`command` is only for agent_type 'command'; a {agent_type} agent runs its CLI.")
+        if repo_id is not None and self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)) is None:
+            raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids.")
+        caps = [c.strip() for c in capabilities or [] if c.strip()]
+        if self.store.scalar("SELECT 1 FROM agents WHERE id = ?", (agent_id,)):
+            raise ConflictError(f"An agent with id '{agent_id}' already exists. Choose another name.")
+        stamp = now_iso()
+        with self.store.transaction() as db:
+            db["agents"].insert({
+                "id": agent_id, "name": name.strip(), "agent_type": agent_type, "state": "IDLE",
+                "repo_id": repo_id, "model": model, "capabilities": json.dumps(caps),
+                "command": command.strip() if command else None, "created_at": stamp, "updated_at": stamp,
+            })
+            self.store.add_event("agent.created", agent_id=agent_id,
+                                 payload={"name": name.strip(), "agent_type": agent_type})
+        return self.get(agent_id)
+
+    def bootstrap_default(self) -> str | None:
+        """First start of a home with no agents: register a claude-code agent if `claude` is found.
+
+        Runs once per home (a setting remembers it), so deleting that agent later sticks.
+        """
+        if self.store.get_setting("agents_bootstrapped"):
+            return None
+        message = None
+        if not self.store.scalar("SELECT count(*) FROM agents"):
+            cli = find_cli("claude-code")
+            if cli:
+                self.create("claude", "claude-code")
+                message = f"Registered agent 'claude' (claude-code, {cli}) because none existed."
+            else:
+                message = ("No agents registered and no `claude` CLI found; create_agent registers one "
+                           "(claude-code, codex, gemini or command).")
+        with self.store.transaction():
+            self.store.set_setting("agents_bootstrapped", "1")
+        return message
+
+    def can_run(self, agent: Agent, task_agent_type: str | None, task_repo_id: str | None) -> bool:
+        if task_agent_type and agent.agent_type != task_agent_type:
+            return False
+        return not (agent.repo_id and task_repo_id and agent.repo_id != task_repo_id)

@@ -1,0 +1,44 @@
+"""Ids: kebab-case slugs for named things, adjective-noun words for tasks."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+
+from .errors import InvalidInputError
+
+_ADJECTIVES = (
+    "amber agile bold brave brisk calm clever cosmic crisp daring deft eager early fair fast "
+    "fierce gentle glad golden grand happy hardy humble jolly keen kind lively loyal lucky "
+    "mellow merry mighty misty noble proud quick quiet rapid ready rosy rustic sharp shiny "
+    "silent silver sleek smart snowy solid steady stout sunny swift tidy vivid warm wild wise witty young zesty"
+).split()
+_NOUNS = (
+    "badger bear beaver bison cedar comet condor crane dolphin eagle falcon ferret finch fox "
+    "gecko heron ibis jaguar koala lark lemur lion lynx maple marten meadow moose newt oak "
+    "orca otter owl panda pine puffin quail raven river robin salmon seal sparrow spruce "
+    "stork swan tiger trout tulip viper walrus willow wolf wren yak zebra"
+).split()
+
+
+def slugify(name: str, *, what: str = "name") -> str:
+    """`My Project!` -> `my-project`; refuses names with no letters or digits."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.strip().lower()).strip("-")
+    if not slug:
+        raise InvalidInputError(
+            f"The {what} {name!r} has no letters or digits to make an id from. Give a {what} like 'My Project'."
+        )
+    return slug[:64].rstrip("-")
+
+
+def new_task_id(exists: Callable[[str], bool], rng: random.Random | None = None) -> str:
+    """A fresh `adjective-noun` id; after 20 collisions a two-digit suffix is added."""
+    rng = rng or random.Random()
+    for attempt in range(200):
+        candidate = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
+        if attempt >= 20:
+            candidate += f"-{rng.randint(10, 99)}"
+        if not exists(candidate):
+            return candidate
+    raise RuntimeError("could not find a free task id after 200 attempts")

@@ -1,0 +1,69 @@
+"""The orchestrator switch (persisted) and the one-glance status of the whole queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store.db import Store
+from .agents import Agents
+from .projects import RUNNING_STATUSES
+from .tasks import STATUS_NAMES
+
+ORCHESTRATOR_KEY = "orchestrator_state"
+
+
+class System:
+    def __init__(self, store: Store, agents: Agents) -> None:
+        self.store = store
+        self.agents = agents
+
+    def orchestrator_state(self) -> str:
+        return self.store.get_setting(ORCHESTRATOR_KEY, "running") or "running"
+
+    def running_tasks(self) -> int:
+        return int(self.store.scalar(f"SELECT count(*) FROM tasks WHERE status IN {RUNNING_STATUSES}"))
+
+    def set_orchestrator(self, state: str) -> str:
+        """'paused' stops new task runs and llm hook actions; running agents finish."""
+        if state != self.orchestrator_state():
+            with self.store.transaction():
+                self.store.set_setting(ORCHESTRATOR_KEY, state)
+                self.store.add_event(f"orchestrator.{'paused' if state == 'paused' else 'resumed'}")
+        return state
+
+    def warnings(self) -> list[str]:
+        warnings = []
+        ready = self.store.all("SELECT id, agent_type, repo_id FROM tasks WHERE status = 'READY'")
+        agents, _ = self.agents.list(limit=500)
+        orphans = [t for t in ready if not any(self.agents.can_run(a, t["agent_type"], t["repo_id"]) for a in agents)]
+        if orphans:
+            example = orphans[0]
+            need = f" (e.g. '{example['id']}' needs agent_type {example['agent_type']})" if example["agent_type"] else ""
+            warnings.append(
+                f"{len(orphans)} READY task(s) have no agent that can run them{need}. "
+                "create_agent registers one (claude-code, codex, gemini or command)."
+            )
+        if ready and self.orchestrator_state() == "paused":
+            warnings.append(f"The orchestrator is paused with {len(ready)} READY task(s); "
+                            "orchestrator_control action=resume starts them.")
+        return warnings
+
+    def status(self) -> dict[str, Any]:
+        by_status = {r["status"]: r["n"] for r in self.store.all(
+            "SELECT status, count(*) AS n FROM tasks GROUP BY status")}
+        in_progress = self.store.all(
+            "SELECT id, title, project_id, assigned_agent FROM tasks WHERE status IN "
+            f"{RUNNING_STATUSES} ORDER BY updated_at LIMIT 50")
+        ready = self.store.all("SELECT id, title, project_id FROM tasks WHERE status = 'READY' "
+                               "ORDER BY priority, created_at LIMIT 50")
+        agents, _ = self.agents.list(limit=500)
+        return {
+            "projects": int(self.store.scalar("SELECT count(*) FROM projects")),
+            "agents": [{"id": a.id, "name": a.name, "agent_type": a.agent_type, "state": a.state,
+                        "current_task": a.current_task} for a in agents],
+            "tasks": {"total": sum(by_status.values()),
+                      "by_status": {s: by_status.get(s, 0) for s in STATUS_NAMES if by_status.get(s)},
+                      "in_progress": in_progress, "ready": ready},
+            "orchestrator": {"state": self.orchestrator_state(), "running_tasks": self.running_tasks()},
+            "warnings": self.warnings(),
+        }

@@ -1,0 +1,52 @@
+"""The task state machine (CONTRACT §3): which status may follow which, and why."""
+
+from __future__ import annotations
+
+from .errors import ConflictError
+
+S = str  # status names, as stored
+
+# from-status -> {to-status: the event that moves it}; everything else is refused.
+TRANSITIONS: dict[S, dict[S, str]] = {
+    "DEFINED": {"READY": "deps_met", "BLOCKED": "stop"},
+    "READY": {"ASSIGNED": "assigned", "DEFINED": "deps_added", "BLOCKED": "stop"},
+    "ASSIGNED": {"IN_PROGRESS": "agent_started", "READY": "recovered", "BLOCKED": "stop"},
+    "IN_PROGRESS": {
+        "VERIFYING": "agent_completed", "FAILED": "agent_failed", "PAUSED": "rate_limited",
+        "WAITING_INPUT": "agent_question", "BLOCKED": "stop", "READY": "recovered",
+    },
+    "WAITING_INPUT": {"IN_PROGRESS": "human_replied", "PAUSED": "input_timeout", "BLOCKED": "stop"},
+    "PAUSED": {"READY": "resume", "DEFINED": "deps_added", "BLOCKED": "stop"},
+    "VERIFYING": {
+        "COMPLETED": "verified", "FAILED": "verify_failed", "AWAITING_APPROVAL": "needs_approval",
+        "BLOCKED": "stop",
+    },
+    "AWAITING_APPROVAL": {"COMPLETED": "approved", "BLOCKED": "pr_closed"},
+    "FAILED": {"READY": "retry", "BLOCKED": "max_retries", "COMPLETED": "skipped"},
+    "BLOCKED": {"COMPLETED": "skipped"},
+    "COMPLETED": {},
+}
+for _status in TRANSITIONS:
+    # restart_task: anything not running goes back to the queue (READY, or DEFINED if deps are unmet).
+    if _status not in ("IN_PROGRESS", "ASSIGNED"):
+        TRANSITIONS[_status].setdefault("READY", "restart")
+        TRANSITIONS[_status].setdefault("DEFINED", "restart")
+    TRANSITIONS[_status].pop(_status, None)
+
+TERMINAL = frozenset({"COMPLETED", "BLOCKED"})
+STOPPABLE = frozenset(s for s, targets in TRANSITIONS.items() if targets.get("BLOCKED") == "stop")
+
+
+def can_transition(current: S, new: S) -> bool:
+    return new in TRANSITIONS.get(current, {})
+
+
+def check_transition(task_id: str, current: S, new: S) -> None:
+    """Raise a ConflictError that names the allowed moves when `current -> new` is not one."""
+    if can_transition(current, new):
+        return
+    allowed = ", ".join(sorted(TRANSITIONS.get(current, {}))) or "none"
+    raise ConflictError(
+        f"Task '{task_id}' cannot go from {current} to {new} (allowed from {current}: {allowed}). "
+        "set_task_status overrides the state machine if you are sure."
+    )

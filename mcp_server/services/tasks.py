@@ -1,0 +1,421 @@
+"""Tasks: the state machine enforced, dependencies as a DAG, promotion, chain health, results."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..store.db import Store, now_iso
+from ..store.models import Task, TaskRef, TaskResult, TaskStatus, TaskSummary, Tokens
+from .errors import ConflictError, InvalidInputError, NotFoundError
+from .failures import describe_failure
+from .ids import new_task_id
+from .projects import RUNNING_STATUSES, Projects
+from .task_states import STOPPABLE, check_transition
+
+STATUS_NAMES = [s.value for s in TaskStatus]
+AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
+
+# The event recorded when a task enters a status (CONTRACT §4 event types).
+STATUS_EVENTS = {
+    "DEFINED": "task.waiting", "READY": "task.ready", "ASSIGNED": "task.assigned",
+    "IN_PROGRESS": "task.started", "WAITING_INPUT": "task.waiting_input", "PAUSED": "task.paused",
+    "VERIFYING": "task.verifying", "AWAITING_APPROVAL": "task.awaiting_approval",
+    "COMPLETED": "task.completed", "FAILED": "task.failed", "BLOCKED": "task.blocked",
+}
+
+
+def parse_statuses(status: str | list[str] | None) -> list[str] | None:
+    """Accept one status, a comma list, or a list; refuse unknown names with the valid ones."""
+    if status is None:
+        return None
+    items = status.split(",") if isinstance(status, str) else list(status)
+    names = [s.strip().upper() for s in items if s.strip()]
+    bad = [s for s in names if s not in STATUS_NAMES]
+    if bad:
+        raise InvalidInputError(f"Unknown status {', '.join(bad)}. Valid statuses: {', '.join(STATUS_NAMES)}.")
+    return names or None
+
+
+class Tasks:
+    def __init__(self, store: Store, projects: Projects) -> None:
+        self.store = store
+        self.projects = projects
+        # Set by the engine: kills a task's agent process; returns whether one was running.
+        self.stop_hook: Callable[[str], bool] | None = None
+
+    # -- reads --------------------------------------------------------------------------------
+    def _row(self, task_id: str) -> dict[str, Any]:
+        row = self.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        if row is None:
+            raise NotFoundError(f"Task '{task_id}' not found. list_tasks shows task ids.")
+        return row
+
+    def _deps(self, task_id: str) -> list[str]:
+        return [r["depends_on"] for r in self.store.all(
+            "SELECT depends_on FROM task_dependencies WHERE task_id = ? ORDER BY depends_on", (task_id,))]
+
+    def _dependents(self, task_id: str) -> list[str]:
+        return [r["task_id"] for r in self.store.all(
+            "SELECT task_id FROM task_dependencies WHERE depends_on = ? ORDER BY task_id", (task_id,))]
+
+    def get(self, task_id: str) -> Task:
+        row = self._row(task_id)
+        return Task(**{**row, "requires_approval": bool(row["requires_approval"])},
+                    depends_on=self._deps(task_id), dependents=self._dependents(task_id))
+
+    def exists(self, task_id: str) -> bool:
+        return self.store.scalar("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is not None
+
+    def list(
+        self,
+        project_id: str | None = None,
+        status: str | list[str] | None = None,
+        include_completed: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[TaskSummary], int, int]:
+        """(page, total matching, completed tasks hidden by the default filter)."""
+        statuses = parse_statuses(status)
+        clauses, params = [], []
+        if project_id is not None:
+            self.projects._row(project_id)
+            clauses.append("project_id = ?")
+            params.append(project_id)
+        hidden = 0
+        if statuses:
+            clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+            params.extend(statuses)
+        elif not include_completed:
+            base = " AND ".join(clauses) or "1"
+            hidden = int(self.store.scalar(f"SELECT count(*) FROM tasks WHERE {base} AND status = 'COMPLETED'", params))
+            clauses.append("status != 'COMPLETED'")
+        where = " AND ".join(clauses) or "1"
+        total = int(self.store.scalar(f"SELECT count(*) FROM tasks WHERE {where}", params))
+        rows = self.store.all(
+            f"SELECT id, project_id, title, status, priority, assigned_agent FROM tasks WHERE {where} "
+            "ORDER BY priority, created_at, id LIMIT ? OFFSET ?", (*params, limit, offset))
+        deps: dict[str, list[str]] = {r["id"]: [] for r in rows}
+        if rows:
+            marks = ",".join("?" * len(rows))
+            for d in self.store.all(
+                f"SELECT task_id, depends_on FROM task_dependencies WHERE task_id IN ({marks}) ORDER BY depends_on",
+                [r["id"] for r in rows],
+            ):
+                deps[d["task_id"]].append(d["depends_on"])
+        return [TaskSummary(**r, depends_on=deps[r["id"]]) for r in rows], total, hidden
+
+    # -- dependency graph ---------------------------------------------------------------------
+    def _check_deps(self, task_id: str | None, depends_on: Iterable[str]) -> list[str]:
+        """Validate a dependency list: known ids, no self-edge, no cycle (the cycle is named)."""
+        deps = list(dict.fromkeys(d.strip() for d in depends_on))
+        if any(not d for d in deps):
+            raise InvalidInputError("depends_on contains an empty task id. Give task ids such as 'swift-falcon'.")
+        missing = [d for d in deps if not self.exists(d)]
+        if missing:
+            raise NotFoundError(
+                f"depends_on names unknown task(s): {', '.join(missing)}. list_tasks shows task ids."
+            )
+        if task_id is None:
+            return deps
+        if task_id in deps:
+            raise InvalidInputError(f"Task '{task_id}' cannot depend on itself. Remove it from depends_on.")
+        for dep in deps:
+            path = self._path_to(dep, task_id)
+            if path:
+                cycle = " -> ".join([task_id, *path])
+                raise ConflictError(
+                    f"Dependency cycle: {cycle}. Remove '{dep}' from depends_on, or drop one of those edges first."
+                )
+        return deps
+
+    def _path_to(self, start: str, target: str) -> list[str] | None:
+        """A depends_on path start -> ... -> target, if one exists (BFS, shortest)."""
+        parents: dict[str, str | None] = {start: None}
+        queue = deque([start])
+        while queue:
+            node = queue.popleft()
+            if node == target:
+                path = [node]
+                while parents[path[-1]] is not None:
+                    path.append(parents[path[-1]])  # type: ignore[arg-type]
+                return list(reversed(path))
+            for nxt in self._deps(node):
+                if nxt not in parents:
+                    parents[nxt] = node
+                    queue.append(nxt)
+        return None
+
+    def _deps_met(self, task_id: str) -> bool:
+        return not self.store.scalar(
+            "SELECT 1 FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on "
+            "WHERE d.task_id = ? AND t.status != 'COMPLETED' LIMIT 1", (task_id,))
+
+    # -- the one place statuses change ----------------------------------------------------------
+    def _move(self, row: dict[str, Any], new: str, reason: str, fields: dict[str, Any] | None = None,
+              *, override: bool = False) -> list[TaskRef]:
+        """Set a task's status inside a transaction; returns dependents promoted to READY."""
+        old = row["status"]
+        if not override:
+            check_transition(row["id"], old, new)
+        self.store.db["tasks"].update(row["id"], {**(fields or {}), "status": new, "updated_at": now_iso()})
+        payload = {"from": old, "to": new, "reason": reason, "title": row["title"]}
+        self.store.add_event(STATUS_EVENTS[new], project_id=row["project_id"], task_id=row["id"],
+                             agent_id=row.get("assigned_agent"), payload=payload)
+        return self._promote_dependents(row["id"]) if new == "COMPLETED" else []
+
+    def _promote_dependents(self, task_id: str) -> list[TaskRef]:
+        promoted = []
+        for dep_id in self._dependents(task_id):
+            dep = self._row(dep_id)
+            if dep["status"] == "DEFINED" and self._deps_met(dep_id):
+                self._move(dep, "READY", "deps_met")
+                promoted.append(TaskRef(id=dep_id, title=dep["title"], status="READY"))
+        return promoted
+
+    def _entry_status(self, task_id: str) -> str:
+        return "READY" if self._deps_met(task_id) else "DEFINED"
+
+    # -- writes -------------------------------------------------------------------------------
+    def create(
+        self,
+        project_id: str,
+        title: str,
+        description: str,
+        priority: int = 100,
+        repo_id: str | None = None,
+        requires_approval: bool = False,
+        depends_on: list[str] | None = None,
+        max_retries: int = 3,
+        agent_type: str | None = None,
+    ) -> Task:
+        self.projects._row(project_id)
+        if not title.strip():
+            raise InvalidInputError("Task title is empty. Give a short title such as 'Add login page'.")
+        if not description.strip():
+            raise InvalidInputError(
+                "Task description is empty. Describe the work so an agent can do it without this conversation."
+            )
+        if max_retries < 0:
+            raise InvalidInputError(f"max_retries must be 0 or more (got {max_retries}).")
+        if agent_type is not None and agent_type not in AGENT_TYPES:
+            raise InvalidInputError(f"Unknown agent_type {agent_type!r}. Use one of: {', '.join(AGENT_TYPES)}.")
+        if repo_id is not None:
+            repo = self.store.one("SELECT project_id FROM repos WHERE id = ?", (repo_id,))
+            if repo is None:
+                raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids; add_repo registers one.")
+            if repo["project_id"] != project_id:
+                raise InvalidInputError(
+                    f"Repo '{repo_id}' belongs to project '{repo['project_id']}', not '{project_id}'."
+                )
+        deps = self._check_deps(None, depends_on or [])
+        stamp = now_iso()
+        with self.store.transaction() as db:
+            task_id = new_task_id(self.exists)
+            db["tasks"].insert({
+                "id": task_id, "project_id": project_id, "title": title.strip(),
+                "description": description.strip(), "status": "DEFINED", "priority": priority,
+                "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
+                "requires_approval": int(requires_approval), "agent_type": agent_type,
+                "created_at": stamp, "updated_at": stamp,
+            })
+            for dep in deps:
+                db["task_dependencies"].insert({"task_id": task_id, "depends_on": dep})
+            status = self._entry_status(task_id)
+            db["tasks"].update(task_id, {"status": status})
+            self.store.add_event("task.created", project_id=project_id, task_id=task_id,
+                                 payload={"title": title.strip(), "status": status, "depends_on": deps})
+        return self.get(task_id)
+
+    def edit(
+        self,
+        task_id: str,
+        title: str | None = None,
+        description: str | None = None,
+        priority: int | None = None,
+        depends_on: list[str] | None = None,
+        requires_approval: bool | None = None,
+    ) -> Task:
+        row = self._row(task_id)
+        changes: dict[str, Any] = {}
+        if title is not None:
+            if not title.strip():
+                raise InvalidInputError("title is empty. Give a new title, or leave it out to keep the current one.")
+            changes["title"] = title.strip()
+        if description is not None:
+            if not description.strip():
+                raise InvalidInputError("description is empty. Give a new description, or leave it out.")
+            changes["description"] = description.strip()
+        if priority is not None:
+            changes["priority"] = priority
+        if requires_approval is not None:
+            changes["requires_approval"] = int(requires_approval)
+        deps = self._check_deps(task_id, depends_on) if depends_on is not None else None
+        if not changes and deps is None:
+            raise InvalidInputError(
+                "Nothing to change. Give at least one of title, description, priority, depends_on, requires_approval."
+            )
+        with self.store.transaction() as db:
+            if changes:
+                db["tasks"].update(task_id, {**changes, "updated_at": now_iso()})
+            if deps is not None:
+                db.execute("DELETE FROM task_dependencies WHERE task_id = ?", (task_id,))
+                for dep in deps:
+                    db["task_dependencies"].insert({"task_id": task_id, "depends_on": dep})
+                fields = [*changes, "depends_on"]
+            else:
+                fields = list(changes)
+            self.store.add_event("task.updated", project_id=row["project_id"], task_id=task_id,
+                                 payload={"fields": sorted(fields)})
+            if deps is not None and row["status"] in ("DEFINED", "READY"):
+                wanted = self._entry_status(task_id)
+                if wanted != row["status"]:
+                    self._move(self._row(task_id), wanted, "deps_met" if wanted == "READY" else "deps_added")
+        return self.get(task_id)
+
+    def stop(self, task_id: str) -> tuple[str, bool]:
+        """Block a task and kill its agent if one runs; returns (previous status, killed)."""
+        row = self._row(task_id)
+        if row["status"] not in STOPPABLE:
+            raise ConflictError(
+                f"Task '{task_id}' is {row['status']}; only {', '.join(sorted(STOPPABLE))} tasks can be stopped."
+            )
+        killed = self.stop_hook(task_id) if self.stop_hook else False
+        with self.store.transaction():
+            self._move(self._row(task_id), "BLOCKED", "stopped", {"assigned_agent": None})
+            if row["assigned_agent"]:
+                self.store.db.execute("UPDATE agents SET current_task = NULL, state = 'IDLE' WHERE id = ?",
+                                      (row["assigned_agent"],))
+        return row["status"], killed
+
+    def restart(self, task_id: str) -> tuple[str, str]:
+        row = self._row(task_id)
+        if row["status"] in RUNNING_STATUSES:
+            raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then restart_task.")
+        new = self._entry_status(task_id)
+        with self.store.transaction():
+            if row["status"] == new:
+                self.store.db["tasks"].update(task_id, {"retry_count": 0, "resume_after": None,
+                                                        "updated_at": now_iso()})
+            else:
+                self._move(row, new, "restart", {"retry_count": 0, "assigned_agent": None, "resume_after": None})
+            self.store.add_event("task.restarted", project_id=row["project_id"], task_id=task_id,
+                                 payload={"from": row["status"], "to": new})
+        return row["status"], new
+
+    def delete(self, task_id: str) -> list[TaskRef]:
+        """Delete a task; dependents lose the edge and are promoted if that was their last blocker."""
+        row = self._row(task_id)
+        if row["status"] in RUNNING_STATUSES:
+            raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then delete_task.")
+        dependents = self._dependents(task_id)
+        promoted = []
+        with self.store.transaction() as db:
+            db.execute("DELETE FROM task_dependencies WHERE task_id = ? OR depends_on = ?", (task_id, task_id))
+            db.execute("DELETE FROM task_results WHERE task_id = ?", (task_id,))
+            db.execute("UPDATE agents SET current_task = NULL WHERE current_task = ?", (task_id,))
+            db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+            self.store.add_event("task.deleted", project_id=row["project_id"], task_id=task_id,
+                                 payload={"title": row["title"]})
+            for dep_id in dependents:
+                dep = self._row(dep_id)
+                if dep["status"] == "DEFINED" and self._deps_met(dep_id):
+                    self._move(dep, "READY", "deps_met")
+                    promoted.append(TaskRef(id=dep_id, title=dep["title"], status="READY"))
+        return promoted
+
+    def approve(self, task_id: str) -> Task:
+        row = self._row(task_id)
+        if row["status"] != "AWAITING_APPROVAL":
+            raise ConflictError(
+                f"Task '{task_id}' is {row['status']}, not AWAITING_APPROVAL; there is nothing to approve."
+            )
+        with self.store.transaction():
+            self._move(row, "COMPLETED", "approved")
+        return self.get(task_id)
+
+    def skip(self, task_id: str) -> list[TaskRef]:
+        row = self._row(task_id)
+        if row["status"] not in ("BLOCKED", "FAILED"):
+            raise ConflictError(
+                f"Task '{task_id}' is {row['status']}; only BLOCKED or FAILED tasks can be skipped."
+            )
+        with self.store.transaction():
+            return self._move(row, "COMPLETED", "skipped")
+
+    def set_status(self, task_id: str, status: str) -> tuple[str, str]:
+        """The override: any status, recorded as `task.status_overridden`."""
+        new = (parse_statuses(status) or [""])[0]
+        if not new or "," in status:
+            raise InvalidInputError(f"Give exactly one status. Valid statuses: {', '.join(STATUS_NAMES)}.")
+        row = self._row(task_id)
+        with self.store.transaction():
+            if row["status"] != new:
+                self._move(row, new, "set_task_status", override=True)
+            self.store.add_event("task.status_overridden", project_id=row["project_id"], task_id=task_id,
+                                 payload={"from": row["status"], "to": new})
+        return row["status"], new
+
+    # -- chain health -------------------------------------------------------------------------
+    def stuck_downstream(self, task_id: str) -> list[TaskRef]:
+        """DEFINED tasks that wait, directly or through other DEFINED tasks, on this one."""
+        seen: set[str] = set()
+        stuck: list[TaskRef] = []
+        queue = deque([task_id])
+        while queue:
+            for dep_id in self._dependents(queue.popleft()):
+                if dep_id in seen:
+                    continue
+                seen.add(dep_id)
+                dep = self._row(dep_id)
+                if dep["status"] == "DEFINED":
+                    stuck.append(TaskRef(id=dep_id, title=dep["title"], status="DEFINED"))
+                    queue.append(dep_id)
+        return stuck
+
+    def stuck_chains(self, project_id: str | None) -> list[dict[str, Any]]:
+        where, params = ("AND project_id = ?", (project_id,)) if project_id else ("", ())
+        chains = []
+        for row in self.store.all(
+            f"SELECT id, title, status FROM tasks WHERE status IN ('BLOCKED', 'FAILED') {where} "
+            "ORDER BY priority, created_at", params):
+            stuck = self.stuck_downstream(row["id"])
+            if stuck:
+                chains.append({"blocked_task": TaskRef(**row), "stuck_downstream": stuck, "stuck_count": len(stuck)})
+        return chains
+
+    # -- results ------------------------------------------------------------------------------
+    def results(self, task_id: str) -> tuple[int, TaskResult | None]:
+        self._row(task_id)
+        attempts = int(self.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task_id,)))
+        row = self.store.one("SELECT * FROM task_results WHERE task_id = ? ORDER BY attempt DESC, id DESC LIMIT 1",
+                             (task_id,))
+        if row is None:
+            return attempts, None
+        tokens = Tokens(**{k: row[k] or 0 for k in ("input", "output", "cache_read", "cache_write", "total")})
+        return attempts, TaskResult(
+            status=row["status"], summary=row["summary"], files_changed=json.loads(row["files_changed"] or "[]"),
+            error_type=row["error_type"], error_message=row["error_message"], tokens=tokens,
+            cost_usd=row["cost_usd"] or 0.0, duration_s=row["duration_s"], agent_id=row["agent_id"],
+            attempt=row["attempt"], created_at=row["created_at"],
+        )
+
+    def agent_error(self, task_id: str) -> dict[str, Any]:
+        row = self._row(task_id)
+        _, result = self.results(task_id)
+        info: dict[str, Any] = {
+            "task_id": task_id, "status": row["status"],
+            "retries": f"{row['retry_count']} / {row['max_retries']}",
+        }
+        if result is None:
+            return {**info, "error_type": None, "error_message": None, "suggested_fix": None,
+                    "agent_summary": None, "message": "No result recorded yet: no agent has run this task."}
+        if result.status == "completed" and not result.error_message:
+            return {**info, "error_type": None, "error_message": None, "suggested_fix": None,
+                    "agent_summary": result.summary,
+                    "message": "The last run succeeded; there is no error to report."}
+        label, fix = describe_failure(result.error_type, result.error_message)
+        return {**info, "error_type": label, "error_message": (result.error_message or "")[:2000],
+                "suggested_fix": fix.replace("{id}", task_id), "agent_summary": (result.summary or "")[:1000] or None}

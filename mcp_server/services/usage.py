@@ -1,0 +1,75 @@
+"""The token ledger: what each run cost, summed by project, task or agent."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..store.db import Store
+from .errors import InvalidInputError
+
+_SUMS = ("sum(input) AS input, sum(output) AS output, sum(cache_read) AS cache_read, "
+         "sum(cache_write) AS cache_write, sum(total) AS total, sum(cost_usd) AS cost_usd")
+_KEYS = ("input", "output", "cache_read", "cache_write", "total", "cost_usd")
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: (row.get(k) or 0) for k in _KEYS}
+    out["cost_usd"] = round(float(out["cost_usd"]), 6)
+    return out
+
+
+def since_iso(hours: float) -> str:
+    stamp = datetime.now(timezone.utc) - timedelta(hours=hours)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Usage:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def record(self, *, project_id: str | None, task_id: str | None = None, agent_id: str | None = None,
+               hook_id: str | None = None, tokens: dict[str, int], cost_usd: float, timestamp: str) -> None:
+        """Append one run's usage; call inside `transaction()`."""
+        self.store.db["token_ledger"].insert({
+            "project_id": project_id, "task_id": task_id, "agent_id": agent_id, "hook_id": hook_id,
+            **{k: int(tokens.get(k, 0)) for k in ("input", "output", "cache_read", "cache_write", "total")},
+            "cost_usd": float(cost_usd), "timestamp": timestamp,
+        })
+
+    def summary(self, project_id: str | None = None, task_id: str | None = None,
+                since_hours: float | None = None) -> dict[str, Any]:
+        """Totals plus a breakdown: by agent for a task, by task for a project, else by project."""
+        if since_hours is not None and since_hours <= 0:
+            raise InvalidInputError(f"since_hours must be greater than 0 (got {since_hours}).")
+        clauses, params = [], []
+        if task_id is not None:
+            clauses.append("task_id = ?")
+            params.append(task_id)
+            group = ("agent_id",)
+        elif project_id is not None:
+            clauses.append("project_id = ?")
+            params.append(project_id)
+            group = ("task_id", "agent_id")
+        else:
+            group = ("project_id",)
+        if project_id is not None and task_id is not None:
+            clauses.append("project_id = ?")
+            params.append(project_id)
+        if since_hours is not None:
+            clauses.append("timestamp >= ?")
+            params.append(since_iso(since_hours))
+        where = " AND ".join(clauses) or "1"
+        total = self.store.one(f"SELECT {_SUMS} FROM token_ledger WHERE {where}", params) or {}
+        cols = ", ".join(group)
+        rows = self.store.all(
+            f"SELECT {cols}, count(*) AS runs, {_SUMS} FROM token_ledger WHERE {where} "
+            f"GROUP BY {cols} ORDER BY sum(total) DESC", params)
+        breakdown = [{**{c: r[c] for c in group}, "runs": r["runs"], **_clean(r)} for r in rows]
+        return {"total": _clean(total), "breakdown": breakdown}
+
+    def window_totals(self, hours: float = 24) -> dict[str, int]:
+        """Tokens per project over the rolling window (the scheduler's fair-share input)."""
+        rows = self.store.all("SELECT project_id, sum(total) AS total FROM token_ledger WHERE timestamp >= ? "
+                              "GROUP BY project_id", (since_iso(hours),))
+        return {r["project_id"]: int(r["total"] or 0) for r in rows}

@@ -1,0 +1,1 @@
+"""Persistence: the SQLite store (`db`) and the models it holds (`models`)."""

@@ -1,0 +1,251 @@
+"""The SQLite store: one file under AGENTQUEUE_HOME, WAL, foreign keys, forward migrations.
+
+Every state change goes through `Store.transaction()`, which holds a process-wide lock and one
+SQLite transaction, so a crash or an error leaves either all of a change or none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+
+def now_iso() -> str:
+    """ISO-8601 UTC with milliseconds, sortable as text."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _m1_core(db: sqlite_utils.Database) -> None:
+    """Version 1: the core tables."""
+    db["projects"].create(
+        {
+            "id": str, "name": str, "status": str, "credit_weight": float,
+            "max_concurrent_agents": int, "budget_limit": int, "workspace": str,
+            "created_at": str, "updated_at": str,
+        },
+        pk="id", not_null={"name", "status", "workspace"},
+    )
+    db["project_channels"].create(
+        {"channel_id": str, "project_id": str, "channel_name": str, "is_control": int, "created_at": str},
+        pk="channel_id", foreign_keys=[("project_id", "projects", "id")],
+    )
+    db["repos"].create(
+        {
+            "id": str, "project_id": str, "source_type": str, "url": str, "source_path": str,
+            "default_branch": str, "checkout_path": str, "created_at": str,
+        },
+        pk="id", foreign_keys=[("project_id", "projects", "id")],
+    )
+    db["agents"].create(
+        {
+            "id": str, "name": str, "agent_type": str, "state": str, "current_task": str,
+            "repo_id": str, "model": str, "capabilities": str, "command": str, "pid": int,
+            "created_at": str, "updated_at": str,
+        },
+        pk="id",
+    )
+    db["tasks"].create(
+        {
+            "id": str, "project_id": str, "title": str, "description": str, "status": str,
+            "priority": int, "repo_id": str, "branch": str, "assigned_agent": str,
+            "retry_count": int, "max_retries": int, "requires_approval": int, "agent_type": str,
+            "pr_url": str, "resume_after": str, "created_at": str, "updated_at": str,
+        },
+        pk="id", foreign_keys=[("project_id", "projects", "id")],
+        not_null={"project_id", "title", "status"},
+    )
+    db["task_dependencies"].create(
+        {"task_id": str, "depends_on": str},
+        pk=("task_id", "depends_on"),
+        foreign_keys=[("task_id", "tasks", "id"), ("depends_on", "tasks", "id")],
+    )
+    db["events"].create(
+        {
+            "id": int, "event_type": str, "project_id": str, "task_id": str, "agent_id": str,
+            "payload": str, "timestamp": str,
+        },
+        pk="id",
+    )
+    db["token_ledger"].create(
+        {
+            "id": int, "project_id": str, "task_id": str, "agent_id": str, "hook_id": str,
+            "input": int, "output": int, "cache_read": int, "cache_write": int, "total": int,
+            "cost_usd": float, "timestamp": str,
+        },
+        pk="id",
+    )
+    db["task_results"].create(
+        {
+            "id": int, "task_id": str, "attempt": int, "agent_id": str, "status": str,
+            "summary": str, "files_changed": str, "error_type": str, "error_message": str,
+            "input": int, "output": int, "cache_read": int, "cache_write": int, "total": int,
+            "cost_usd": float, "duration_s": float, "created_at": str,
+        },
+        pk="id", foreign_keys=[("task_id", "tasks", "id")],
+    )
+    db["hooks"].create(
+        {
+            "id": str, "project_id": str, "name": str, "enabled": int, "trigger": str,
+            "action": str, "prompt_template": str, "task_template": str, "context_steps": str,
+            "cooldown_seconds": int, "llm_config": str, "last_fired_at": str,
+            "created_at": str, "updated_at": str,
+        },
+        pk="id", foreign_keys=[("project_id", "projects", "id")],
+    )
+    db["hook_runs"].create(
+        {
+            "id": str, "hook_id": str, "project_id": str, "trigger_reason": str, "status": str,
+            "skipped_reason": str, "event_data": str, "context_results": str, "prompt_sent": str,
+            "llm_response": str, "tokens_used": int, "started_at": str, "completed_at": str,
+        },
+        pk="id", foreign_keys=[("hook_id", "hooks", "id")],
+    )
+    db["settings"].create({"key": str, "value": str}, pk="key")
+
+
+def _m2_lease_and_indexes(db: sqlite_utils.Database) -> None:
+    """Version 2: the daemon lease row and the indexes the hot queries use."""
+    db["daemon_lease"].create(
+        {"id": int, "pid": int, "hostname": str, "started_at": str, "heartbeat_at": str}, pk="id"
+    )
+    db["tasks"].create_index(["project_id", "status"], if_not_exists=True)
+    db["tasks"].create_index(["status", "priority", "created_at"], if_not_exists=True)
+    db["task_dependencies"].create_index(["depends_on"], if_not_exists=True)
+    db["events"].create_index(["project_id", "id"], if_not_exists=True)
+    db["events"].create_index(["task_id", "id"], if_not_exists=True)
+    db["token_ledger"].create_index(["project_id", "timestamp"], if_not_exists=True)
+    db["task_results"].create_index(["task_id", "attempt"], if_not_exists=True)
+
+
+# Append only: a migration that shipped is never edited, so old databases upgrade predictably.
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m1_core, _m2_lease_and_indexes]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNewError(RuntimeError):
+    """The database was written by a newer AgentQueue than this one."""
+
+
+class Store:
+    """One SQLite connection shared by the process, serialised by a re-entrant lock."""
+
+    def __init__(self, path: Path, *, migrate_to: int = SCHEMA_VERSION) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self.db = sqlite_utils.Database(conn)
+        self.lock = threading.RLock()
+        self._listeners: list[Callable[[list[dict[str, Any]]], None]] = []
+        self._pending_events: list[dict[str, Any]] | None = None
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        self._migrate(migrate_to)
+
+    # -- schema -------------------------------------------------------------------------------
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self, target: int) -> None:
+        current = self.schema_version
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNewError(
+                f"{self.path} has schema version {current}, newer than this AgentQueue "
+                f"understands ({SCHEMA_VERSION}). Upgrade AgentQueue (pip install -U agentqueue)."
+            )
+        with self.lock:
+            for version in range(current + 1, target + 1):
+                with self.db.atomic():
+                    MIGRATIONS[version - 1](self.db)
+                    self.db.execute(f"PRAGMA user_version={version}")
+
+    # -- transactions and events --------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """One atomic unit of change; events recorded inside are announced only after commit."""
+        with self.lock:
+            outermost = self._pending_events is None
+            if outermost:
+                self._pending_events = []
+            try:
+                with self.db.atomic():
+                    yield self.db
+            except BaseException:
+                if outermost:
+                    self._pending_events = None
+                raise
+            if outermost:
+                events, self._pending_events = self._pending_events, None
+                for listener in list(self._listeners):
+                    listener(events)
+
+    def add_event(
+        self,
+        event_type: str,
+        *,
+        project_id: str | None = None,
+        task_id: str | None = None,
+        agent_id: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Record an event; must be called inside `transaction()` so it commits with its change."""
+        if self._pending_events is None:
+            raise RuntimeError("add_event outside a transaction")
+        row = {
+            "event_type": event_type, "project_id": project_id, "task_id": task_id,
+            "agent_id": agent_id, "payload": json.dumps(payload or {}), "timestamp": now_iso(),
+        }
+        cursor = self.db.execute(
+            "INSERT INTO events (event_type, project_id, task_id, agent_id, payload, timestamp) "
+            "VALUES (:event_type, :project_id, :task_id, :agent_id, :payload, :timestamp)",
+            row,
+        )
+        event = {**row, "id": cursor.lastrowid, "payload": payload or {}}
+        self._pending_events.append(event)
+        return event
+
+    def on_commit(self, listener: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Call `listener(events)` after every committed transaction (events may be empty)."""
+        self._listeners.append(listener)
+
+    # -- reads --------------------------------------------------------------------------------
+    def one(self, sql: str, params: dict[str, Any] | tuple[Any, ...] = ()) -> dict[str, Any] | None:
+        with self.lock:
+            rows = list(self.db.query(sql, params))
+        return rows[0] if rows else None
+
+    def all(self, sql: str, params: dict[str, Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.db.query(sql, params))
+
+    def scalar(self, sql: str, params: dict[str, Any] | tuple[Any, ...] = ()) -> Any:
+        with self.lock:
+            row = self.db.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+    # -- settings -----------------------------------------------------------------------------
+    def get_setting(self, key: str, default: str | None = None) -> str | None:
+        value = self.scalar("SELECT value FROM settings WHERE key = ?", (key,))
+        return default if value is None else value
+
+    def set_setting(self, key: str, value: str) -> None:
+        """Upsert a setting; call inside `transaction()`."""
+        self.db.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()

@@ -1,0 +1,131 @@
+"""Pydantic models of what the store holds; services return them and tools send them as-is."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class TaskStatus(str, Enum):
+    DEFINED = "DEFINED"
+    READY = "READY"
+    ASSIGNED = "ASSIGNED"
+    IN_PROGRESS = "IN_PROGRESS"
+    WAITING_INPUT = "WAITING_INPUT"
+    PAUSED = "PAUSED"
+    VERIFYING = "VERIFYING"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    BLOCKED = "BLOCKED"
+
+
+TaskStatusName = Literal[
+    "DEFINED", "READY", "ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "PAUSED", "VERIFYING",
+    "AWAITING_APPROVAL", "COMPLETED", "FAILED", "BLOCKED",
+]
+AgentType = Literal["claude-code", "codex", "gemini", "command"]
+ProjectStatus = Literal["ACTIVE", "PAUSED"]
+
+
+class Project(BaseModel):
+    id: str
+    name: str
+    status: ProjectStatus
+    credit_weight: float
+    max_concurrent_agents: int
+    budget_limit: int | None = Field(None, description="token cap over the rolling 24 h window")
+    workspace: str
+    task_counts: dict[str, int] = Field(default_factory=dict)
+    created_at: str
+    updated_at: str
+
+
+class Channel(BaseModel):
+    channel_id: str
+    channel_name: str | None = None
+
+
+class TaskSummary(BaseModel):
+    id: str
+    project_id: str
+    title: str
+    status: TaskStatusName
+    priority: int
+    assigned_agent: str | None = None
+    depends_on: list[str] = Field(default_factory=list)
+
+
+class Task(BaseModel):
+    id: str
+    project_id: str
+    title: str
+    description: str
+    status: TaskStatusName
+    priority: int
+    repo_id: str | None = None
+    branch: str | None = None
+    assigned_agent: str | None = None
+    agent_type: str | None = None
+    depends_on: list[str] = Field(default_factory=list)
+    dependents: list[str] = Field(default_factory=list)
+    retry_count: int
+    max_retries: int
+    requires_approval: bool
+    pr_url: str | None = None
+    resume_after: str | None = None
+    created_at: str
+    updated_at: str
+
+
+class TaskRef(BaseModel):
+    id: str
+    title: str
+    status: TaskStatusName | None = None
+
+
+class Agent(BaseModel):
+    id: str
+    name: str
+    agent_type: AgentType
+    state: str
+    current_task: str | None = None
+    repo_id: str | None = None
+    model: str | None = None
+    capabilities: list[str] = Field(default_factory=list)
+    command: str | None = None
+    created_at: str
+
+
+class Event(BaseModel):
+    id: int
+    event_type: str
+    project_id: str | None = None
+    task_id: str | None = None
+    agent_id: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+    timestamp: str
+
+
+class Tokens(BaseModel):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total: int = 0
+
+
+class TaskResult(BaseModel):
+    status: str
+    summary: str | None = None
+    files_changed: list[str] = Field(default_factory=list)
+    error_type: str | None = None
+    error_message: str | None = None
+    tokens: Tokens = Field(default_factory=Tokens)
+    cost_usd: float = 0.0
+    duration_s: float | None = None
+    agent_id: str | None = None
+    attempt: int
+    created_at: str

@@ -1,0 +1,98 @@
+"""Project tools: create, list, edit, pause/resume, delete, and the connection's active project."""
+
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+
+from mcp_server.store.models import Project
+
+from .registry import Limit, Offset, client_state, services, tool
+
+
+class ProjectList(BaseModel):
+    projects: list[Project]
+    total: int
+
+
+class ProjectDeleted(BaseModel):
+    deleted: str
+    name: str
+    channels_to_archive: list[str] = Field(default_factory=list)
+
+
+class ActiveProject(BaseModel):
+    active_project: str | None
+    name: str | None = None
+    warning: str | None = None
+
+
+@tool(read_only=True)
+async def list_projects(ctx: Context, status: Literal["ACTIVE", "PAUSED"] | None = None,
+                        limit: Limit = 50, offset: Offset = 0) -> ProjectList:
+    """List projects with their settings and task counts."""
+    projects, total = services(ctx).projects.list(status, limit, offset)
+    return ProjectList(projects=projects, total=total)
+
+
+@tool()
+async def create_project(
+    ctx: Context,
+    name: str,
+    credit_weight: Annotated[float, Field(gt=0, description="fair-share weight")] = 1.0,
+    max_concurrent_agents: Annotated[int, Field(ge=1)] = 2,
+    budget_limit: Annotated[int | None, Field(ge=0, description="tokens per 24 h")] = None,
+    workspace: Annotated[str | None, Field(description="absolute dir; default under AGENTQUEUE_HOME")] = None,
+    auto_create_channels: bool = False,
+) -> Project:
+    """Create a project (a queue with its own workspace). Its id is the slug of the name."""
+    return services(ctx).projects.create(name, credit_weight, max_concurrent_agents, budget_limit, workspace,
+                                         auto_create_channels)
+
+
+@tool(idempotent=True)
+async def pause_project(ctx: Context, project_id: str) -> Project:
+    """Pause a project: none of its tasks start until resumed."""
+    return services(ctx).projects.set_status(project_id, "PAUSED")
+
+
+@tool(idempotent=True)
+async def resume_project(ctx: Context, project_id: str) -> Project:
+    """Resume a paused project."""
+    return services(ctx).projects.set_status(project_id, "ACTIVE")
+
+
+@tool()
+async def edit_project(
+    ctx: Context,
+    project_id: str,
+    name: str | None = None,
+    credit_weight: Annotated[float | None, Field(gt=0)] = None,
+    max_concurrent_agents: Annotated[int | None, Field(ge=1)] = None,
+    budget_limit: Annotated[int | None, Field(ge=0, description="0 removes it")] = None,
+) -> Project:
+    """Change a project's name, weight, concurrency or token budget."""
+    return services(ctx).projects.edit(project_id, name, credit_weight, max_concurrent_agents, budget_limit)
+
+
+@tool(destructive=True)
+async def delete_project(ctx: Context, project_id: str, archive_channels: bool = False) -> ProjectDeleted:
+    """Delete a project and its tasks, repos' records, hooks and channels (files stay on disk)."""
+    name, channels = services(ctx).projects.delete(project_id)
+    state = client_state(ctx)
+    if state.active_project == project_id:
+        state.active_project = None
+    return ProjectDeleted(deleted=project_id, name=name, channels_to_archive=channels if archive_channels else [])
+
+
+@tool(idempotent=True)
+async def set_active_project(ctx: Context, project_id: str | None = None) -> ActiveProject:
+    """Set this connection's default project for tools whose project_id is omitted; omit to clear."""
+    state = client_state(ctx)
+    name = state.services.projects.get(project_id).name if project_id else None
+    warning = None
+    if not state.persistent:
+        warning = "This HTTP client has no session id, so nothing is remembered: pass project_id to each tool."
+    else:
+        state.active_project = project_id
+    return ActiveProject(active_project=project_id, name=name, warning=warning)

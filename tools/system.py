@@ -1,0 +1,93 @@
+"""System tools: the queue at a glance, the event log, the token ledger, the orchestrator switch."""
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+
+from mcp_server.store.models import Event
+
+from .registry import ProjectId, project_filter, services, tool
+
+
+class TaskOverview(BaseModel):
+    total: int
+    by_status: dict[str, int]
+    in_progress: list[dict[str, Any]]
+    ready: list[dict[str, Any]]
+
+
+class Status(BaseModel):
+    projects: int
+    agents: list[dict[str, Any]]
+    tasks: TaskOverview
+    orchestrator: dict[str, Any]
+    warnings: list[str]
+
+
+class EventList(BaseModel):
+    events: list[Event]
+
+
+class UsageTotals(BaseModel):
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    total: int
+    cost_usd: float
+
+
+class TokenUsage(BaseModel):
+    total: UsageTotals
+    breakdown: list[dict[str, Any]]
+
+
+class OrchestratorState(BaseModel):
+    state: Literal["running", "paused"]
+    running_tasks: int
+
+
+@tool(read_only=True)
+async def get_status(ctx: Context) -> Status:
+    """The whole queue at a glance: task counts, running and ready tasks, agents, warnings."""
+    return Status(**services(ctx).system.status())
+
+
+@tool(read_only=True)
+async def get_recent_events(
+    ctx: Context,
+    limit: Annotated[int, Field(ge=1, le=500)] = 10,
+    project_id: ProjectId = None,
+    task_id: str | None = None,
+    event_type: Annotated[str | None, Field(description="e.g. task.completed or task.*")] = None,
+) -> EventList:
+    """Recent events, newest first."""
+    return EventList(events=services(ctx).events.recent(limit, project_filter(ctx, project_id), task_id,
+                                                        event_type))
+
+
+@tool(read_only=True)
+async def get_token_usage(
+    ctx: Context,
+    project_id: ProjectId = None,
+    task_id: str | None = None,
+    since_hours: Annotated[float | None, Field(gt=0)] = None,
+) -> TokenUsage:
+    """Tokens and cost: total, broken down by project, task or agent."""
+    svc = services(ctx)
+    scope = project_filter(ctx, project_id) if not task_id else project_id
+    if scope:
+        svc.projects.get(scope)
+    if task_id:
+        svc.tasks.get(task_id)
+    return TokenUsage(**svc.usage.summary(scope, task_id, since_hours))
+
+
+@tool()
+async def orchestrator_control(ctx: Context, action: Literal["pause", "resume", "status"]) -> OrchestratorState:
+    """Pause or resume starting new task runs (running agents finish), or read the state."""
+    system = services(ctx).system
+    state = system.orchestrator_state() if action == "status" else system.set_orchestrator(
+        "paused" if action == "pause" else "running")
+    return OrchestratorState(state=state, running_tasks=system.running_tasks())

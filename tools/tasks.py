@@ -1,0 +1,221 @@
+"""Task tools: create and edit tasks, move them through the state machine, read their results."""
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+
+from mcp_server.services.errors import ConflictError
+from mcp_server.store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
+
+from .registry import Limit, Offset, ProjectId, TaskId, project_filter, project_for, services, tool
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskSummary]
+    total: int
+    hidden_completed: int
+
+
+class TaskStatusChange(BaseModel):
+    task_id: str
+    status: TaskStatusName
+    previous_status: TaskStatusName | None = None
+    killed: bool | None = Field(None, description="an agent process was running and was killed")
+
+
+class TaskDeleted(BaseModel):
+    deleted: str
+    unblocked: list[TaskRef] = Field(default_factory=list)
+
+
+class TaskSkipped(BaseModel):
+    skipped: str
+    unblocked: list[TaskRef]
+
+
+class TaskResultInfo(BaseModel):
+    task_id: str
+    attempts: int
+    result: TaskResult | None
+    message: str | None = None
+
+
+class TaskDiff(BaseModel):
+    task_id: str
+    branch: str | None
+    base: str | None
+    diff: str
+    files_changed: list[str]
+
+
+class StuckChain(BaseModel):
+    blocked_task: TaskRef
+    stuck_downstream: list[TaskRef]
+    stuck_count: int
+
+
+class ChainHealth(BaseModel):
+    task_id: str | None = None
+    status: TaskStatusName | None = None
+    stuck_downstream: list[TaskRef] | None = None
+    stuck_count: int | None = None
+    project_id: str | None = None
+    stuck_chains: list[StuckChain] | None = None
+    total_stuck_chains: int | None = None
+    message: str | None = None
+
+
+class StatusOverride(BaseModel):
+    task_id: str
+    old_status: TaskStatusName
+    new_status: TaskStatusName
+
+
+class AgentError(BaseModel):
+    task_id: str
+    status: TaskStatusName
+    retries: str
+    error_type: str | None
+    error_message: str | None
+    suggested_fix: str | None
+    agent_summary: str | None
+    message: str | None = None
+
+
+@tool(read_only=True)
+async def list_tasks(
+    ctx: Context,
+    project_id: ProjectId = None,
+    status: Annotated[str | list[str] | None, Field(description="one status or a list")] = None,
+    include_completed: bool = False,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> TaskList:
+    """List tasks by priority (no project and no active project: all projects). COMPLETED hidden unless asked."""
+    tasks, total, hidden = services(ctx).tasks.list(project_filter(ctx, project_id), status, include_completed,
+                                                    limit, offset)
+    return TaskList(tasks=tasks, total=total, hidden_completed=hidden)
+
+
+@tool()
+async def create_task(
+    ctx: Context,
+    title: str,
+    description: Annotated[str, Field(description="self-contained: the agent sees only this")],
+    project_id: ProjectId = None,
+    priority: Annotated[int, Field(description="lower runs first")] = 100,
+    repo_id: str | None = None,
+    requires_approval: bool = False,
+    depends_on: Annotated[list[str], Field(description="task ids")] = [],  # noqa: B006 (pydantic copies it)
+    max_retries: Annotated[int, Field(ge=0)] = 3,
+    agent_type: AgentType | None = None,
+) -> Task:
+    """Queue a task for an agent. READY when its dependencies are COMPLETED, else DEFINED."""
+    return services(ctx).tasks.create(project_for(ctx, project_id), title, description, priority, repo_id,
+                                      requires_approval, depends_on, max_retries, agent_type)
+
+
+@tool(read_only=True)
+async def get_task(ctx: Context, task_id: TaskId) -> Task:
+    """A task with its dependencies, dependents, branch and PR."""
+    return services(ctx).tasks.get(task_id)
+
+
+@tool()
+async def edit_task(
+    ctx: Context,
+    task_id: TaskId,
+    title: str | None = None,
+    description: str | None = None,
+    priority: int | None = None,
+    depends_on: Annotated[list[str] | None, Field(description="replaces the list")] = None,
+    requires_approval: bool | None = None,
+) -> Task:
+    """Change a task's text, priority, approval or dependencies (cycles refused)."""
+    return services(ctx).tasks.edit(task_id, title, description, priority, depends_on, requires_approval)
+
+
+@tool(destructive=True)
+async def stop_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
+    """Stop a task: kill its agent if running and mark it BLOCKED."""
+    previous, killed = services(ctx).tasks.stop(task_id)
+    return TaskStatusChange(task_id=task_id, status="BLOCKED", previous_status=previous, killed=killed)
+
+
+@tool()
+async def restart_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
+    """Put a task back in the queue with its retries reset (not while it runs)."""
+    previous, status = services(ctx).tasks.restart(task_id)
+    return TaskStatusChange(task_id=task_id, previous_status=previous, status=status)
+
+
+@tool(destructive=True)
+async def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
+    """Delete a task and its results (stop_task it first if running)."""
+    unblocked = services(ctx).tasks.delete(task_id)
+    return TaskDeleted(deleted=task_id, unblocked=unblocked)
+
+
+@tool()
+async def approve_task(ctx: Context, task_id: TaskId) -> Task:
+    """Approve a task AWAITING_APPROVAL: it completes and its dependents may start."""
+    return services(ctx).tasks.approve(task_id)
+
+
+@tool()
+async def skip_task(ctx: Context, task_id: TaskId) -> TaskSkipped:
+    """Mark a BLOCKED or FAILED task COMPLETED so its dependents can run."""
+    return TaskSkipped(skipped=task_id, unblocked=services(ctx).tasks.skip(task_id))
+
+
+@tool(read_only=True)
+async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
+    """The latest agent run's result: summary, files, tokens, cost, error."""
+    attempts, result = services(ctx).tasks.results(task_id)
+    message = None if result else "No result recorded yet: no agent has run this task."
+    return TaskResultInfo(task_id=task_id, attempts=attempts, result=result, message=message)
+
+
+@tool(read_only=True)
+async def get_task_diff(ctx: Context, task_id: TaskId) -> TaskDiff:
+    """The diff of a task's branch against its base."""
+    task = services(ctx).tasks.get(task_id)
+    if not task.branch:
+        raise ConflictError(
+            f"Task '{task_id}' has no branch yet ({task.status}): a branch exists once an agent has "
+            "started on it in a repo. get_task_result shows what a run produced."
+        )
+    raise ConflictError(f"Task '{task_id}' is on branch '{task.branch}', but its repo is not registered.")
+
+
+@tool(read_only=True)
+async def get_chain_health(ctx: Context, task_id: str | None = None, project_id: ProjectId = None) -> ChainHealth:
+    """What a BLOCKED task holds up; or every stuck chain of a project (or of all)."""
+    tasks = services(ctx).tasks
+    if task_id:
+        task = tasks.get(task_id)
+        if task.status not in ("BLOCKED", "FAILED"):
+            return ChainHealth(task_id=task_id, status=task.status, stuck_downstream=[], stuck_count=0,
+                               message=f"Task is {task.status}, not blocked: no stuck chain.")
+        stuck = tasks.stuck_downstream(task_id)
+        return ChainHealth(task_id=task_id, status=task.status, stuck_downstream=stuck, stuck_count=len(stuck))
+    scope = project_filter(ctx, project_id)
+    if scope:
+        services(ctx).projects.get(scope)
+    chains: list[dict[str, Any]] = tasks.stuck_chains(scope)
+    return ChainHealth(project_id=scope, stuck_chains=[StuckChain(**c) for c in chains],
+                       total_stuck_chains=len(chains))
+
+
+@tool()
+async def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName) -> StatusOverride:
+    """Force a status, bypassing the state machine (recorded as an event). Use sparingly."""
+    old, new = services(ctx).tasks.set_status(task_id, status)
+    return StatusOverride(task_id=task_id, old_status=old, new_status=new)
+
+
+@tool(read_only=True)
+async def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
+    """Why a task's last run failed, with a suggested fix."""
+    return AgentError(**services(ctx).tasks.agent_error(task_id))
