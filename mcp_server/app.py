@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 from mcp.server import MCPServer, NotificationOptions
 from mcp.server.lowlevel.server import Server
-from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from pydantic import Field
 
@@ -54,10 +55,12 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
         return json.dumps(value, default=lambda m: m.model_dump(mode="json"), indent=1)
 
     def found(fn: Any, *args: Any) -> Any:
+        # A prompt's own exceptions reach the client only as "Error rendering prompt X" (legacy) or
+        # "Internal server error" (2026); an MCPError passes through with its message.
         try:
             return fn(*args)
         except NotFoundError as error:
-            raise ResourceNotFoundError(str(error)) from None
+            raise MCPError(code=INVALID_PARAMS, message=str(error)) from None
 
     @mcp.prompt(description="How to run the queue: dispatcher mandate, self-contained task descriptions")
     def dispatcher() -> str:

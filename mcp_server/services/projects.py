@@ -106,7 +106,13 @@ class Projects:
                 })
             self.store.add_event("project.created", project_id=project_id, payload={"name": name.strip()})
             # Last inside the transaction: if the directory can't be made, nothing is recorded.
-            path.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise InvalidInputError(
+                    f"workspace {str(path)!r} cannot be created ({error.strerror or error}). "
+                    "Give a directory you can write to, or omit workspace for the default."
+                ) from None
         return self.get(project_id)
 
     def edit(

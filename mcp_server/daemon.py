@@ -1,0 +1,344 @@
+"""`agentqueue serve`: the one daemon of an AGENTQUEUE_HOME.
+
+It holds the home's lock, serves every plugin connection on a Unix socket as its own MCP session
+(exactly as the SDK serves stdio, so both protocol eras and notifications work), serves Streamable
+HTTP on loopback behind a bearer token, and stops cleanly on SIGTERM or `agentqueue stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hmac
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import uvicorn
+from anyio.abc import SocketStream
+from mcp.server import MCPServer
+from mcp.server.stdio import stdio_server
+
+from . import __version__, logs, paths
+from .app import build_server
+from .services import Services
+from .store.db import now_iso
+
+log = logging.getLogger("agentqueue.daemon")
+
+DEFAULT_PORT = 8765
+
+
+class AlreadyRunningError(RuntimeError):
+    """Another daemon holds this home's lock."""
+
+
+# -- the lock and the daemon record ----------------------------------------------------------------
+@contextlib.contextmanager
+def home_lock(home: Path) -> Iterator[None]:
+    """Exclusive lock on `<home>/daemon.lock` for the daemon's lifetime (released by the OS on crash)."""
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.lock_path(home), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if error.errno in (errno.EAGAIN, errno.EACCES):
+            info = read_daemon_info(home)
+            pid = f" (pid {info['pid']})" if info else ""
+            raise AlreadyRunningError(
+                f"An AgentQueue daemon is already running for {home}{pid}. "
+                "Use it (agentqueue mcp connects to it), or stop it first with `agentqueue stop`."
+            ) from None
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def lock_is_held(home: Path) -> bool:
+    lock = paths.lock_path(home)
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def read_daemon_info(home: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(paths.daemon_info_path(home).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_or_create_token(home: Path) -> str:
+    """AGENTQUEUE_TOKEN, else `<home>/token` (created 0600 on first use)."""
+    env = os.environ.get("AGENTQUEUE_TOKEN")
+    if env:
+        return env.strip()
+    path = paths.token_path(home)
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+# -- MCP over the Unix socket ------------------------------------------------------------------------
+class _SocketLines:
+    """The file-like pair `stdio_server` wants (async line iteration, write, flush) over a socket.
+
+    Lines have no length limit: a tool result or an agent's output can be megabytes.
+    """
+
+    def __init__(self, stream: SocketStream) -> None:
+        self.stream = stream
+        self._buffer = bytearray()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buffer[: newline + 1])
+                del self._buffer[: newline + 1]
+                if line.strip():
+                    yield line.decode("utf-8", errors="replace")
+                continue
+            try:
+                chunk = await self.stream.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                if self._buffer.strip():
+                    yield self._buffer.decode("utf-8", errors="replace")
+                return
+            self._buffer += chunk
+
+    async def write(self, text: str) -> None:
+        await self.stream.send(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        return None
+
+
+async def serve_connection(mcp: MCPServer, stream: SocketStream) -> None:
+    """One plugin connection = one MCP session, with its own lifespan (and so its own active project)."""
+    pipe = _SocketLines(stream)
+    lowlevel = mcp._lowlevel_server
+    try:
+        async with stream, stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
+        log.debug("plugin connection dropped")
+    except Exception:
+        log.exception("plugin connection failed")
+
+
+# -- MCP over HTTP ---------------------------------------------------------------------------------
+class _QuietUvicorn(uvicorn.Server):
+    """Uvicorn that leaves signals to the daemon, which owns shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def http_app(mcp: MCPServer, token: str, host: str) -> Any:
+    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health`."""
+    inner = mcp.streamable_http_app(host=host)
+    expected = f"Bearer {token}".encode()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path = scope.get("path", "")
+            if path == "/health":
+                body = json.dumps({"status": "ok", "version": __version__, "pid": os.getpid()}).encode()
+                await _respond(send, 200, body)
+                return
+            supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(supplied, expected):
+                body = json.dumps({"error": "unauthorized",
+                                   "message": "Send `Authorization: Bearer <token>`; the token is in "
+                                              "AGENTQUEUE_TOKEN or $AGENTQUEUE_HOME/token."}).encode()
+                await _respond(send, 401, body, [(b"www-authenticate", b"Bearer")])
+                return
+        await inner(scope, receive, send)
+
+    return app
+
+
+async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket | None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        log.warning("HTTP disabled: cannot listen on %s:%s (%s). Plugins still connect over the socket; "
+                    "pass --port to choose another port.", host, port, error.strerror)
+        return None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+# -- the daemon ------------------------------------------------------------------------------------
+class Daemon:
+    def __init__(self, home: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, http: bool = True) -> None:
+        self.home = home
+        self.host = host
+        self.port = port
+        self.http = http
+        self.stopping = anyio.Event()
+
+    async def run(self) -> None:
+        with home_lock(self.home):
+            services = Services(self.home)
+            try:
+                await self._run(services)
+            finally:
+                paths.daemon_info_path(self.home).unlink(missing_ok=True)
+                with services.store.transaction() as db:
+                    db.execute("DELETE FROM daemon_lease WHERE pid = ?", (os.getpid(),))
+                services.close()
+                log.info("daemon stopped")
+
+    async def _run(self, services: Services) -> None:
+        message = services.agents.bootstrap_default()
+        if message:
+            log.info(message)
+        mcp = build_server(services)
+        sock_path = paths.socket_path(self.home)
+        sock_path.unlink(missing_ok=True)  # we hold the lock, so any socket file left is stale
+        listener = await anyio.create_unix_listener(sock_path)
+        os.chmod(sock_path, 0o600)
+        http_sock = _bind_tcp(self.host, self.port) if self.http else None
+        http_url = None
+        server = None
+        if http_sock is not None:
+            token = load_or_create_token(self.home)
+            config = uvicorn.Config(http_app(mcp, token, self.host), log_config=None, lifespan="on",
+                                    timeout_graceful_shutdown=3)
+            server = _QuietUvicorn(config)
+            port = http_sock.getsockname()[1]
+            http_url = f"http://{self.host}:{port}/mcp"
+        with services.store.transaction() as db:
+            db.execute("INSERT INTO daemon_lease (id, pid, hostname, started_at, heartbeat_at) VALUES (1, ?, ?, ?, ?) "
+                       "ON CONFLICT(id) DO UPDATE SET pid = excluded.pid, hostname = excluded.hostname, "
+                       "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
+                       (os.getpid(), socket.gethostname(), now_iso(), now_iso()))
+        info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
+                "started_at": now_iso()}
+        paths.daemon_info_path(self.home).write_text(json.dumps(info))
+        log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
+                 f" and {http_url}" if http_url else "")
+
+        async def accept() -> None:
+            async with listener:
+                async with anyio.create_task_group() as connections:
+                    while True:
+                        stream = await listener.accept()
+                        connections.start_soon(serve_connection, mcp, stream)
+
+        http_done = anyio.Event()
+
+        async def run_http() -> None:
+            try:
+                await server.serve([http_sock])
+            finally:
+                http_done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(accept)
+            if server is not None:
+                tg.start_soon(run_http)
+            tg.start_soon(self._housekeeping, services, mcp)
+            tg.start_soon(self._watch_signals)
+            await self.stopping.wait()
+            log.info("daemon stopping")
+            if server is not None:
+                server.should_exit = True
+                with anyio.move_on_after(5):
+                    await http_done.wait()
+            tg.cancel_scope.cancel()
+        sock_path.unlink(missing_ok=True)
+
+    async def _housekeeping(self, services: Services, mcp: MCPServer) -> None:
+        """Publish changes made outside tool calls, and keep the lease fresh."""
+        beat = 0.0
+        while True:
+            await mcp.notifier.flush()  # type: ignore[attr-defined]
+            if time.monotonic() - beat > 10:
+                beat = time.monotonic()
+                with services.store.transaction() as db:
+                    db.execute("UPDATE daemon_lease SET heartbeat_at = ? WHERE pid = ?", (now_iso(), os.getpid()))
+            await anyio.sleep(0.25)
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                self.stopping.set()
+                return
+
+
+def serve(home: Path, host: str, port: int, http: bool) -> int:
+    """Entry point of `agentqueue serve`; returns the exit code."""
+    logs.configure(home, "agentqueue")
+    try:
+        anyio.run(Daemon(home, host, port, http).run)
+    except AlreadyRunningError as error:
+        print(str(error), file=sys.stderr)
+        return 1
+    return 0
+
+
+def stop(home: Path, timeout: float = 20.0) -> tuple[bool, str]:
+    """SIGTERM the home's daemon and wait for its lock to be released."""
+    info = read_daemon_info(home)
+    if not lock_is_held(home):
+        return False, f"No AgentQueue daemon is running for {home}."
+    if not info:
+        return False, f"A daemon holds {paths.lock_path(home)} but wrote no daemon.json; stop it by its pid."
+    try:
+        os.kill(info["pid"], signal.SIGTERM)
+    except ProcessLookupError:
+        return False, f"The daemon (pid {info['pid']}) is gone."
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not lock_is_held(home):
+            return True, f"Stopped the AgentQueue daemon (pid {info['pid']})."
+        time.sleep(0.1)
+    return False, f"The daemon (pid {info['pid']}) did not stop within {timeout:.0f} s."
