@@ -56,3 +56,19 @@ def db_snapshot(services: Services) -> str:
         return "\n".join(conn.iterdump())
     finally:
         conn.close()
+
+
+async def ok(client: Client, tool: str, **args) -> dict:
+    """Call a tool that must succeed; returns its structured result."""
+    result = await client.call_tool(tool, args)
+    text = result.content[0].text if result.content else ""
+    assert not result.is_error, f"{tool}({args}) failed: {text}"
+    assert isinstance(result.structured_content, dict), f"{tool} returned no structured content"
+    return result.structured_content
+
+
+async def fail(client: Client, tool: str, **args) -> str:
+    """Call a tool that must be refused with a tool error; returns the error text."""
+    result = await client.call_tool(tool, args)
+    assert result.is_error, f"{tool}({args}) unexpectedly succeeded: {result.structured_content}"
+    return result.content[0].text

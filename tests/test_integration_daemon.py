@@ -1,0 +1,170 @@
+"""The real process model: `agentqueue mcp` plugins piping to one `agentqueue serve` daemon.
+
+Spawns real processes on a temporary AGENTQUEUE_HOME and talks to them with the official client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from mcp_server import daemon, paths
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+@pytest.fixture
+def live_home(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "home"
+    yield root
+    daemon.stop(root, timeout=15)
+
+
+def plugin_env(home: Path) -> dict[str, str]:
+    return {**os.environ, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_PORT": "0"}
+
+
+def plugin_params(home: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "mcp_server", "mcp"], env=plugin_env(home))
+
+
+def daemon_pid(home: Path) -> int:
+    info = daemon.read_daemon_info(home)
+    assert info is not None, "the daemon wrote no daemon.json"
+    return int(info["pid"])
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def call(client: Client, tool: str, args: dict) -> dict:
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+async def test_two_connections_share_data_but_not_active_project(live_home: Path) -> None:
+    async with Client(plugin_params(live_home), mode="legacy") as first:
+        await call(first, "create_project", {"name": "Alpha"})
+        await call(first, "set_active_project", {"project_id": "alpha"})
+        async with Client(plugin_params(live_home)) as second:  # 2026-07-28 era on the same daemon
+            await call(second, "create_project", {"name": "Beta"})
+            await call(second, "set_active_project", {"project_id": "beta"})
+            in_alpha = await call(first, "create_task", {"title": "A", "description": "task for alpha"})
+            in_beta = await call(second, "create_task", {"title": "B", "description": "task for beta"})
+            assert in_alpha["project_id"] == "alpha"
+            assert in_beta["project_id"] == "beta"
+            # Both connections see everything the daemon holds.
+            for client in (first, second):
+                projects = await call(client, "list_projects", {})
+                assert {p["id"] for p in projects["projects"]} == {"alpha", "beta"}
+                task = await call(client, "get_task", {"task_id": in_beta["id"]})
+                assert task["title"] == "B"
+    # Exactly one daemon served both plugins.
+    assert daemon.lock_is_held(live_home)
+    assert alive(daemon_pid(live_home))
+
+
+async def test_killing_the_plugin_leaves_daemon_and_data(live_home: Path) -> None:
+    async with Client(plugin_params(live_home), mode="legacy") as client:
+        await call(client, "create_project", {"name": "Keep Me"})
+        created = await call(client, "create_task", {"title": "survive", "description": "d",
+                                                     "project_id": "keep-me"})
+    pid = daemon_pid(live_home)
+    plugin = subprocess.Popen([sys.executable, "-m", "mcp_server", "mcp"], env=plugin_env(live_home),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    plugin.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
+        + b"\n")
+    plugin.stdin.flush()
+    answer = json.loads(plugin.stdout.readline())
+    assert answer["result"]["serverInfo"]["name"] == "agentqueue"
+    plugin.send_signal(signal.SIGKILL)  # mid-session, no goodbye
+    plugin.wait(timeout=10)
+    await anyio.sleep(0.3)
+    assert alive(pid)
+    async with Client(plugin_params(live_home)) as client:
+        task = await call(client, "get_task", {"task_id": created["id"]})
+        assert task["title"] == "survive"
+    assert daemon_pid(live_home) == pid
+
+
+def test_second_daemon_refuses_with_a_clear_message(live_home: Path) -> None:
+    first = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=plugin_env(live_home),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not paths.daemon_info_path(live_home).exists():
+        assert time.monotonic() < deadline, "daemon did not start"
+        assert first.poll() is None, "daemon exited"
+        time.sleep(0.05)
+    second = subprocess.run([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=plugin_env(live_home),
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1
+    assert "already running" in second.stderr and "agentqueue stop" in second.stderr
+    stop = subprocess.run([sys.executable, "-m", "mcp_server", "stop"], env=plugin_env(live_home),
+                          capture_output=True, text=True, timeout=60)
+    assert stop.returncode == 0, stop.stdout
+    assert first.wait(timeout=15) == 0
+    assert not daemon.lock_is_held(live_home)
+    assert not paths.socket_path(live_home).exists()
+    assert not paths.daemon_info_path(live_home).exists()
+
+
+async def test_http_requires_the_token_and_serves_both_eras(live_home: Path) -> None:
+    async with Client(plugin_params(live_home)) as client:  # starts the daemon
+        await call(client, "create_project", {"name": "Web"})
+    info = daemon.read_daemon_info(live_home)
+    url = info["http_url"]
+    token = paths.token_path(live_home).read_text().strip()
+    assert oct(paths.token_path(live_home).stat().st_mode & 0o777) == "0o600"
+    async with httpx2.AsyncClient() as http:
+        health = await http.get(url.removesuffix("/mcp") + "/health")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        denied = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert denied.status_code == 401
+        wrong = await http.post(url, json={}, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        rebinding = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                                    headers={"Authorization": f"Bearer {token}", "Host": "evil.example:80",
+                                             "Content-Type": "application/json",
+                                             "Accept": "application/json, text/event-stream"})
+        assert rebinding.status_code in (400, 403, 421)
+    for mode in ("legacy", "auto"):
+        transport = streamable_http_client(url, http_client=httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}))
+        async with Client(transport, mode=mode) as client:
+            projects = await call(client, "list_projects", {})
+            assert [p["id"] for p in projects["projects"]] == ["web"]
+
+
+async def test_sigterm_stops_the_daemon_cleanly(live_home: Path) -> None:
+    async with Client(plugin_params(live_home)) as client:
+        await call(client, "create_project", {"name": "Stop"})
+    pid = daemon_pid(live_home)
+    os.kill(pid, signal.SIGTERM)
+    with anyio.fail_after(15):
+        while alive(pid) and daemon.lock_is_held(live_home):
+            await anyio.sleep(0.05)
+    assert not paths.socket_path(live_home).exists()
+    # The next plugin starts a fresh daemon that has the data.
+    async with Client(plugin_params(live_home)) as client:
+        projects = await call(client, "list_projects", {})
+        assert [p["id"] for p in projects["projects"]] == ["stop"]
+    assert daemon_pid(live_home) != pid
