@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 from mcp.server import MCPServer, NotificationOptions
 from mcp.server.lowlevel.server import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
-from mcp.server.subscriptions import InMemorySubscriptionBus
 from pydantic import Field
 
 import prompts

@@ -1,0 +1,291 @@
+"""Bad input for every tool: refused as a tool error that says what was wrong, and nothing written.
+
+One table row per bad call. For each: `is_error` is true; the text names the problem (every needle
+appears in it), says more than "Error executing tool X", is no internal error; and the database is
+byte-for-byte what it was before the call.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_server.services import Services
+
+from .conftest import db_snapshot, fail, ok
+from .test_mcp_system import EXPECTED_TOOLS
+
+pytestmark = pytest.mark.anyio
+
+Case = tuple[str, dict[str, Any], list[str]]  # (label, arguments, needles the error text must contain)
+
+MISSING_PROJECT = ("missing project_id", {}, ["project_id", "required"])
+UNKNOWN_PROJECT = ("unknown project", {"project_id": "nope"}, ["'nope' not found", "list_projects"])
+MISSING_TASK = ("missing task_id", {}, ["task_id", "required"])
+UNKNOWN_TASK = ("unknown task", {"task_id": "ghost-task"}, ["'ghost-task' not found", "list_tasks"])
+ILL_TYPED_TASK = ("task_id not a string", {"task_id": 5}, ["task_id", "string"])
+
+CASES: dict[str, list[Case]] = {
+    # -- projects --
+    "list_projects": [
+        ("unknown status", {"status": "ARCHIVED"}, ["status", "ACTIVE"]),
+        ("limit 0", {"limit": 0}, ["limit"]),
+        ("limit over 500", {"limit": 501}, ["limit", "500"]),
+        ("negative offset", {"offset": -1}, ["offset"]),
+    ],
+    "create_project": [
+        ("missing name", {}, ["name", "required"]),
+        ("blank name", {"name": "  "}, ["name", "empty"]),
+        ("name without letters", {"name": "!!!"}, ["'!!!'", "no letters or digits"]),
+        ("name not a string", {"name": 42}, ["name", "string"]),
+        ("credit_weight 0", {"name": "New", "credit_weight": 0}, ["credit_weight", "greater than 0"]),
+        ("credit_weight not a number", {"name": "New", "credit_weight": "heavy"}, ["credit_weight"]),
+        ("max_concurrent_agents 0", {"name": "New", "max_concurrent_agents": 0}, ["max_concurrent_agents"]),
+        ("negative budget", {"name": "New", "budget_limit": -1}, ["budget_limit"]),
+        ("duplicate", {"name": "ALPHA"}, ["'alpha' already exists"]),
+        ("relative workspace", {"name": "New", "workspace": "rel/dir"}, ["workspace", "absolute"]),
+        ("workspace is a file", {"name": "New", "workspace": "$file"}, ["workspace", "not a directory"]),
+        ("workspace under a file", {"name": "New", "workspace": "$file/sub"}, ["workspace", "cannot be created"]),
+        ("channel already taken", {"name": "Gamma", "auto_create_channels": True}, ["#gamma", "another project"]),
+    ],
+    "pause_project": [MISSING_PROJECT, UNKNOWN_PROJECT, ("project_id not a string", {"project_id": 7}, ["project_id"])],
+    "resume_project": [MISSING_PROJECT, UNKNOWN_PROJECT],
+    "edit_project": [
+        MISSING_PROJECT,
+        ("unknown project", {"project_id": "nope", "name": "X"}, ["'nope' not found"]),
+        ("nothing to change", {"project_id": "alpha"}, ["Nothing to change", "credit_weight"]),
+        ("blank name", {"project_id": "alpha", "name": ""}, ["name", "empty"]),
+        ("credit_weight 0", {"project_id": "alpha", "credit_weight": 0}, ["credit_weight"]),
+        ("max_concurrent_agents 0", {"project_id": "alpha", "max_concurrent_agents": 0}, ["max_concurrent_agents"]),
+        ("negative budget", {"project_id": "alpha", "budget_limit": -5}, ["budget_limit"]),
+    ],
+    "delete_project": [
+        MISSING_PROJECT, UNKNOWN_PROJECT,
+        ("task running", {"project_id": "alpha"}, ["$running", "stop_task"]),
+        ("archive_channels not a bool", {"project_id": "alpha", "archive_channels": "maybe"}, ["archive_channels"]),
+    ],
+    "set_active_project": [
+        ("unknown project", {"project_id": "nope"}, ["'nope' not found"]),
+        ("project_id not a string", {"project_id": 3}, ["project_id"]),
+    ],
+    # -- channels --
+    "set_project_channel": [
+        ("missing channel_id", {"project_id": "alpha"}, ["channel_id", "required"]),
+        ("missing project_id", {"channel_id": "C1"}, ["project_id", "required"]),
+        ("blank channel_id", {"project_id": "alpha", "channel_id": "  "}, ["channel_id", "empty"]),
+        ("unknown project", {"project_id": "nope", "channel_id": "C1"}, ["'nope' not found"]),
+    ],
+    "set_control_interface": [
+        ("missing channel_name", {"project_id": "alpha"}, ["channel_name", "required"]),
+        ("empty channel_name", {"project_id": "alpha", "channel_name": ""}, ["channel_name", "empty"]),
+        ("only a '#'", {"project_id": "alpha", "channel_name": "#"}, ["channel_name", "#ops"]),
+        ("unknown project", {"project_id": "nope", "channel_name": "#ops"}, ["'nope' not found"]),
+    ],
+    "get_project_channels": [MISSING_PROJECT, UNKNOWN_PROJECT],
+    "get_project_for_channel": [
+        ("missing channel_id", {}, ["channel_id", "required"]),
+        ("empty channel_id", {"channel_id": ""}, ["channel_id", "empty"]),
+        ("channel_id not a string", {"channel_id": ["C1"]}, ["channel_id"]),
+    ],
+    # -- tasks --
+    "list_tasks": [
+        ("unknown status", {"status": "BOGUS"}, ["BOGUS", "Valid statuses"]),
+        ("unknown status in a list", {"status": ["READY", "NOPE"]}, ["NOPE"]),
+        ("unknown status in a comma list", {"status": "READY,DONE"}, ["DONE"]),
+        ("status not text", {"status": 5}, ["status"]),
+        ("unknown project", {"project_id": "nope"}, ["'nope' not found"]),
+        ("limit 0", {"limit": 0}, ["limit"]),
+        ("negative offset", {"offset": -1}, ["offset"]),
+        ("include_completed not a bool", {"include_completed": "maybe"}, ["include_completed"]),
+    ],
+    "create_task": [
+        ("missing title", {"project_id": "alpha", "description": "d"}, ["title", "required"]),
+        ("missing description", {"project_id": "alpha", "title": "t"}, ["description", "required"]),
+        ("blank title", {"project_id": "alpha", "title": " ", "description": "d"}, ["title", "empty"]),
+        ("blank description", {"project_id": "alpha", "title": "t", "description": "\n"}, ["description", "empty"]),
+        ("priority not a number", {"project_id": "alpha", "title": "t", "description": "d", "priority": "high"},
+         ["priority", "integer"]),
+        ("no project at all", {"title": "t", "description": "d"}, ["project_id", "set_active_project"]),
+        ("unknown project", {"project_id": "nope", "title": "t", "description": "d"}, ["'nope' not found"]),
+        ("unknown repo", {"project_id": "alpha", "title": "t", "description": "d", "repo_id": "nope-repo"},
+         ["'nope-repo' not found", "list_repos"]),
+        ("unknown dependency", {"project_id": "alpha", "title": "t", "description": "d",
+                                "depends_on": ["$ready", "ghost-task"]}, ["ghost-task"]),
+        ("empty dependency id", {"project_id": "alpha", "title": "t", "description": "d", "depends_on": [""]},
+         ["depends_on", "empty"]),
+        ("depends_on not a list", {"project_id": "alpha", "title": "t", "description": "d", "depends_on": "$ready"},
+         ["depends_on", "list"]),
+        ("negative max_retries", {"project_id": "alpha", "title": "t", "description": "d", "max_retries": -1},
+         ["max_retries"]),
+        ("unknown agent_type", {"project_id": "alpha", "title": "t", "description": "d", "agent_type": "robot"},
+         ["agent_type", "claude-code"]),
+        ("requires_approval not a bool", {"project_id": "alpha", "title": "t", "description": "d",
+                                          "requires_approval": "sometimes"}, ["requires_approval"]),
+    ],
+    "get_task": [MISSING_TASK, UNKNOWN_TASK, ILL_TYPED_TASK],
+    "edit_task": [
+        MISSING_TASK,
+        ("unknown task", {"task_id": "ghost-task", "priority": 1}, ["'ghost-task' not found"]),
+        ("nothing to change", {"task_id": "$ready"}, ["Nothing to change"]),
+        ("blank title", {"task_id": "$ready", "title": ""}, ["title", "empty"]),
+        ("blank description", {"task_id": "$ready", "description": " "}, ["description", "empty"]),
+        ("priority not a number", {"task_id": "$ready", "priority": "x"}, ["priority"]),
+        ("self dependency", {"task_id": "$ready", "depends_on": ["$ready"]}, ["$ready", "itself"]),
+        ("cycle", {"task_id": "$ready", "depends_on": ["$waiting"]}, ["cycle", "$ready -> $waiting -> $ready"]),
+        ("unknown dependency", {"task_id": "$waiting", "depends_on": ["ghost-task"]}, ["ghost-task"]),
+    ],
+    "stop_task": [
+        MISSING_TASK, UNKNOWN_TASK,
+        ("completed task", {"task_id": "$done"}, ["$done", "COMPLETED", "can be stopped"]),
+    ],
+    "restart_task": [
+        MISSING_TASK, UNKNOWN_TASK,
+        ("running task", {"task_id": "$running"}, ["$running", "IN_PROGRESS", "stop_task"]),
+    ],
+    "delete_task": [
+        MISSING_TASK, UNKNOWN_TASK,
+        ("running task", {"task_id": "$running"}, ["$running", "IN_PROGRESS", "stop_task"]),
+    ],
+    "approve_task": [
+        MISSING_TASK, UNKNOWN_TASK,
+        ("ready task", {"task_id": "$ready"}, ["$ready", "READY", "AWAITING_APPROVAL"]),
+    ],
+    "skip_task": [
+        MISSING_TASK, UNKNOWN_TASK,
+        ("ready task", {"task_id": "$ready"}, ["$ready", "READY", "BLOCKED or FAILED"]),
+    ],
+    "get_task_result": [MISSING_TASK, UNKNOWN_TASK, ILL_TYPED_TASK],
+    "get_task_diff": [
+        MISSING_TASK, UNKNOWN_TASK,
+        ("no branch yet", {"task_id": "$ready"}, ["$ready", "no branch"]),
+    ],
+    "get_chain_health": [
+        UNKNOWN_TASK,
+        ("unknown project", {"project_id": "nope"}, ["'nope' not found"]),
+        ILL_TYPED_TASK,
+    ],
+    "set_task_status": [
+        ("missing status", {"task_id": "$ready"}, ["status", "required"]),
+        ("missing task_id", {"status": "READY"}, ["task_id", "required"]),
+        ("unknown status", {"task_id": "$ready", "status": "DONE"}, ["status", "COMPLETED"]),
+        ("unknown task", {"task_id": "ghost-task", "status": "READY"}, ["'ghost-task' not found"]),
+    ],
+    "get_agent_error": [MISSING_TASK, UNKNOWN_TASK],
+    # -- agents --
+    "list_agents": [
+        ("limit 0", {"limit": 0}, ["limit"]),
+        ("limit not a number", {"limit": "all"}, ["limit"]),
+        ("negative offset", {"offset": -1}, ["offset"]),
+    ],
+    "create_agent": [
+        ("missing name", {}, ["name", "required"]),
+        ("blank name", {"name": " "}, ["name", "empty"]),
+        ("name without letters", {"name": "???"}, ["'???'"]),
+        ("unknown agent_type", {"name": "bot", "agent_type": "robot"}, ["agent_type", "codex"]),
+        ("command type without command", {"name": "bot", "agent_type": "command"}, ["command", "needs"]),
+        ("command on a CLI agent", {"name": "bot", "command": "./x"}, ["command", "only for agent_type"]),
+        ("unknown repo", {"name": "bot", "repo_id": "nope-repo"}, ["'nope-repo' not found"]),
+        ("duplicate", {"name": "Worker"}, ["'worker' already exists"]),
+        ("capabilities not a list", {"name": "bot", "capabilities": "python"}, ["capabilities", "list"]),
+    ],
+    # -- system --
+    "get_recent_events": [
+        ("limit 0", {"limit": 0}, ["limit"]),
+        ("limit over 500", {"limit": 501}, ["limit"]),
+        ("limit not a number", {"limit": "ten"}, ["limit"]),
+        ("task_id not a string", {"task_id": 5}, ["task_id"]),
+    ],
+    "get_token_usage": [
+        UNKNOWN_PROJECT,
+        ("unknown task", {"task_id": "ghost-task"}, ["'ghost-task' not found"]),
+        ("since_hours 0", {"since_hours": 0}, ["since_hours", "greater than 0"]),
+        ("negative since_hours", {"since_hours": -3}, ["since_hours"]),
+        ("since_hours not a number", {"since_hours": "yesterday"}, ["since_hours"]),
+    ],
+    "orchestrator_control": [
+        ("missing action", {}, ["action", "required"]),
+        ("unknown action", {"action": "stop"}, ["action", "pause"]),
+        ("action not a string", {"action": 1}, ["action"]),
+    ],
+}
+NO_PARAMETERS = {"get_status"}  # nothing a caller can get wrong
+
+
+@pytest.fixture
+def world(services: Services, home: Path) -> dict[str, str]:
+    """Project 'alpha' (channels C-ALPHA and #gamma), tasks ready / waiting (on ready) / running / done,
+    agent 'worker', and a plain file; returns the ids the table's `$names` stand for."""
+    services.projects.create("Alpha")
+    services.channels.link("alpha", "C-ALPHA", "#alpha")
+    services.channels.link("alpha", "#gamma", "#gamma")
+    ready = services.tasks.create("alpha", "ready", "d").id
+    waiting = services.tasks.create("alpha", "waiting", "d", depends_on=[ready]).id
+    running = services.tasks.create("alpha", "running", "d").id
+    services.tasks.set_status(running, "IN_PROGRESS")
+    done = services.tasks.create("alpha", "done", "d").id
+    services.tasks.set_status(done, "COMPLETED")
+    services.agents.create("Worker")
+    a_file = home / "a-file"
+    a_file.write_text("not a directory")
+    return {"ready": ready, "waiting": waiting, "running": running, "done": done, "file": str(a_file)}
+
+
+def resolve(value: Any, ids: dict[str, str]) -> Any:
+    """Replace `$name` placeholders with the seeded ids."""
+    if isinstance(value, str):
+        return re.sub(r"\$(\w+)", lambda m: ids.get(m[1], m[0]), value)
+    if isinstance(value, list):
+        return [resolve(v, ids) for v in value]
+    if isinstance(value, dict):
+        return {k: resolve(v, ids) for k, v in value.items()}
+    return value
+
+
+def problems_with(tool: str, text: str, needles: list[str]) -> list[str]:
+    problems = []
+    detail = re.sub(rf"^Error executing tool {tool}:?", "", text).strip()
+    if len(detail) < 10:
+        problems.append(f"a bare error with no explanation: {text!r}")
+    if "internal error" in text.lower():
+        problems.append(f"an internal error: {text!r}")
+    missing = [n for n in needles if n.lower() not in text.lower()]
+    if missing:
+        problems.append(f"text does not mention {missing}: {text!r}")
+    return problems
+
+
+def test_the_table_covers_every_tool():
+    assert set(CASES) | NO_PARAMETERS == EXPECTED_TOOLS
+    assert all(len(cases) >= 2 for cases in CASES.values())
+
+
+@pytest.mark.parametrize("tool", sorted(CASES))
+async def test_bad_input_is_refused_cleanly(client, services, world, tool):
+    problems = []
+    for label, args, needles in CASES[tool]:
+        args, needles = resolve(args, world), resolve(needles, world)
+        before = db_snapshot(services)
+        result = await client.call_tool(tool, args)
+        text = " ".join(getattr(block, "text", "") for block in result.content)
+        if not result.is_error:
+            problems.append(f"{label}: accepted ({result.structured_content})")
+        else:
+            problems += [f"{label}: {p}" for p in problems_with(tool, text, needles)]
+        if db_snapshot(services) != before:
+            problems.append(f"{label}: the database changed")
+    assert not problems, f"{tool}:\n" + "\n".join(problems)
+
+
+async def test_tools_without_parameters_have_nothing_to_get_wrong(client):
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    for name in NO_PARAMETERS:
+        assert not tools[name].input_schema.get("properties"), name
+
+
+async def test_a_refused_set_active_project_keeps_the_previous_one(client, world):
+    await ok(client, "set_active_project", project_id="alpha")
+    await fail(client, "set_active_project", project_id="nope")
+    assert (await ok(client, "create_task", title="t", description="d"))["project_id"] == "alpha"
