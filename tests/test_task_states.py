@@ -57,4 +57,5 @@ def test_running_tasks_cannot_be_restarted_and_everything_else_can() -> None:
 def test_terminal_states_leave_only_by_admin_action() -> None:
     for status in TERMINAL:
         assert set(TRANSITIONS[status].values()) <= {"restart", "skipped"}
-    assert "IN_PROGRESS" in STOPPABLE and "COMPLETED" not in STOPPABLE and "AWAITING_APPROVAL" not in STOPPABLE
+    assert {"IN_PROGRESS", "FAILED", "READY"} <= STOPPABLE
+    assert not {"COMPLETED", "BLOCKED", "AWAITING_APPROVAL"} & STOPPABLE

@@ -34,7 +34,8 @@ for _status in TRANSITIONS:
     TRANSITIONS[_status].pop(_status, None)
 
 TERMINAL = frozenset({"COMPLETED", "BLOCKED"})
-STOPPABLE = frozenset(s for s, targets in TRANSITIONS.items() if targets.get("BLOCKED") == "stop")
+# stop_task holds a task as BLOCKED from any state where work is queued, running or about to retry.
+STOPPABLE = frozenset(s for s, targets in TRANSITIONS.items() if targets.get("BLOCKED") in ("stop", "max_retries"))
 
 
 def can_transition(current: S, new: S) -> bool:
