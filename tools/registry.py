@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -83,17 +84,17 @@ TOOLS: list[ToolSpec] = []
 
 
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False) -> Callable:
-    """Register an async tool; ServiceErrors become tool errors with their message, nothing else leaks."""
+    """Register a tool (async, or sync to run in a worker thread); ServiceErrors become tool errors."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-                return result
+                if inspect.iscoroutinefunction(fn):
+                    return await fn(*args, **kwargs)
+                # Sync tools do slow work (git, subprocesses, disk walks): off the event loop.
+                return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
             except ServiceError as error:
                 raise ToolError(str(error)) from None
             except ToolError:

@@ -5,7 +5,6 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.services.errors import ConflictError
 from mcp_server.store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import Limit, Offset, ProjectId, TaskId, project_filter, project_for, services, tool
@@ -178,15 +177,10 @@ async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
 
 
 @tool(read_only=True)
-async def get_task_diff(ctx: Context, task_id: TaskId) -> TaskDiff:
+def get_task_diff(ctx: Context, task_id: TaskId) -> TaskDiff:
     """The diff of a task's branch against its base."""
-    task = services(ctx).tasks.get(task_id)
-    if not task.branch:
-        raise ConflictError(
-            f"Task '{task_id}' has no branch yet ({task.status}): a branch exists once an agent has "
-            "started on it in a repo. get_task_result shows what a run produced."
-        )
-    raise ConflictError(f"Task '{task_id}' is on branch '{task.branch}', but its repo is not registered.")
+    svc = services(ctx)
+    return TaskDiff(**svc.vcs.task_diff(svc.tasks.get(task_id)))
 
 
 @tool(read_only=True)

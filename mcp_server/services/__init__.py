@@ -9,10 +9,13 @@ from ..store.db import Store
 from .agents import Agents
 from .channels import Channels
 from .events import Events
+from .files import Files
 from .projects import Projects
+from .repos import Repos
 from .system import System
 from .tasks import Tasks
 from .usage import Usage
+from .vcs import Vcs
 
 
 class Services:
@@ -30,6 +33,9 @@ class Services:
         self.events = Events(self.store)
         self.usage = Usage(self.store)
         self.system = System(self.store, self.agents)
+        self.repos = Repos(self.store, self.projects)
+        self.vcs = Vcs(self.store, self.repos)
+        self.files = Files(self.store)
 
     def close(self) -> None:
         self.store.close()

@@ -129,3 +129,14 @@ class TaskResult(BaseModel):
     agent_id: str | None = None
     attempt: int
     created_at: str
+
+
+class Repo(BaseModel):
+    id: str
+    project_id: str
+    source_type: Literal["clone", "link", "init"]
+    url: str | None = None
+    source_path: str | None = None
+    default_branch: str
+    checkout_path: str
+    created_at: str

@@ -1,0 +1,275 @@
+"""The one place git happens: safe, typed operations on a checkout, on GitPython.
+
+Every ref or branch a caller names is checked (no leading `-`, a valid ref format) and verified to
+exist before use, so no argument can become an option (CVE-2025-68145 and friends). Operations
+that could lose work (merge, switching branches) refuse over uncommitted changes, and a conflicted
+merge is always aborted, so a repo is never left mid-merge.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from .errors import ConflictError, InvalidInputError, NotFoundError, ServiceError
+
+# Used only when neither the repo nor the user's git config has an identity.
+FALLBACK_IDENTITY = ("AgentQueue", "agentqueue@localhost")
+DIFF_LIMIT = 200_000
+
+
+class GitError(ServiceError):
+    """A git command failed; the message carries git's own words."""
+
+
+@dataclass
+class MergeOutcome:
+    merged: bool
+    into: str
+    sha: str | None = None
+    conflicts: list[str] = field(default_factory=list)
+    message: str | None = None
+
+
+def check_ref_name(name: str | None, what: str = "branch") -> str:
+    """Refuse refs that could be read as options or are not valid git ref names."""
+    if name is None or not name.strip():
+        raise InvalidInputError(f"The {what} name is empty. Give a {what} name such as 'feature/login'.")
+    name = name.strip()
+    if name.startswith("-"):
+        raise InvalidInputError(f"Refusing {what} {name!r}: names starting with '-' could be read as git options.")
+    if (re.search(r"[\x00-\x20\x7f~^:?*\[\\]", name) or ".." in name or "@{" in name or name.endswith(".lock")
+            or name.endswith("/") or name.endswith(".") or "//" in name or name.startswith("/") or name == "@"):
+        raise InvalidInputError(f"{name!r} is not a valid git {what} name (no spaces, '..', '~', '^', ':', '?', "
+                                "'*', '[', '\\\\', '@{', or a trailing '/', '.' or '.lock').")
+    return name
+
+
+class Checkout:
+    """A git working tree at `path`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise NotFoundError(f"{self.path} does not exist on disk. Re-create it or add the repo again.")
+        try:
+            self.repo = git.Repo(self.path)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            try:
+                top = git.Repo(self.path, search_parent_directories=True).working_tree_dir
+            except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+                raise InvalidInputError(f"{self.path} is not a git repository.") from None
+            raise InvalidInputError(f"{self.path} is inside the repository {top}; use its root.") from None
+
+    # -- running git ---------------------------------------------------------------------------
+    def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+        try:
+            return self.repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=True)
+        except git.GitCommandError as error:
+            stderr = (error.stderr or "").strip().removeprefix("stderr:").strip(" '\n")
+            raise GitError(f"git {args[0]} failed in {self.path}: {stderr or error}") from None
+
+    def _identity_env(self) -> dict[str, str]:
+        """Author/committer env only when git has no identity configured (never overrides the user's)."""
+        reader = self.repo.config_reader()
+        if reader.has_option("user", "email") and reader.has_option("user", "name"):
+            return {}
+        name, email = FALLBACK_IDENTITY
+        return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
+                "GIT_COMMITTER_EMAIL": email}
+
+    # -- reading -------------------------------------------------------------------------------
+    def current_branch(self) -> str | None:
+        """None on a detached HEAD."""
+        try:
+            return self.run("symbolic-ref", "--quiet", "--short", "HEAD")
+        except GitError:
+            return None
+
+    def head_sha(self) -> str | None:
+        try:
+            return self.run("rev-parse", "--verify", "--quiet", "HEAD")
+        except GitError:
+            return None
+
+    def ref_exists(self, ref: str) -> bool:
+        try:
+            self.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+            return True
+        except GitError:
+            return False
+
+    def verify_ref(self, ref: str, what: str = "branch") -> str:
+        ref = check_ref_name(ref, what)
+        if not self.ref_exists(ref):
+            raise NotFoundError(f"No {what} '{ref}' in {self.path}. git_log or get_git_status shows branches.")
+        return ref
+
+    def branch_exists(self, branch: str) -> bool:
+        return self.ref_exists(f"refs/heads/{branch}")
+
+    def changes(self) -> list[dict[str, str]]:
+        """Uncommitted changes as [{path, status}] (porcelain codes: M, A, D, R, ??, UU…)."""
+        out = self.run("status", "--porcelain=v1", "--untracked-files=all")
+        return [{"path": line[3:], "status": line[:2].strip() or "?"} for line in out.splitlines() if line]
+
+    def is_clean(self) -> bool:
+        return not self.changes()
+
+    def log(self, count: int = 10, ref: str = "HEAD") -> list[dict[str, str]]:
+        if self.head_sha() is None:
+            return []
+        sep = "\x1f"
+        out = self.run("log", f"-n{int(count)}", f"--format=%H{sep}%an{sep}%aI{sep}%s", "--end-of-options", ref)
+        commits = []
+        for line in out.splitlines():
+            sha, author, date, message = line.split(sep, 3)
+            commits.append({"sha": sha, "author": author, "date": date, "message": message})
+        return commits
+
+    def remote_url(self, name: str = "origin") -> str | None:
+        try:
+            return self.run("remote", "get-url", "--", name)
+        except GitError:
+            return None
+
+    def remote_default_branch(self) -> str | None:
+        try:
+            return self.run("symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD").split("/", 1)[1]
+        except (GitError, IndexError):
+            return None
+
+    def merge_base(self, base: str, ref: str = "HEAD") -> str:
+        return self.run("merge-base", "--end-of-options", base, ref)
+
+    def diff(self, base: str | None = None, ref: str | None = None) -> tuple[str, bool]:
+        """(diff text, truncated). base only: working tree vs merge-base; base+ref: ref vs merge-base."""
+        if base is None:
+            text = self.run("diff", "HEAD") if self.head_sha() else ""
+        elif ref is None:
+            text = self.run("diff", self.merge_base(base), "--")
+        else:
+            text = self.run("diff", f"{self.merge_base(base, ref)}..{ref}", "--")
+        if len(text) > DIFF_LIMIT:
+            return text[:DIFF_LIMIT] + f"\n[diff truncated: {len(text) - DIFF_LIMIT} more characters]", True
+        return text, False
+
+    def changed_files(self, base: str, ref: str | None = None) -> list[dict[str, str]]:
+        """Files that differ from the merge-base with `base` (working tree and untracked, unless `ref`)."""
+        start = self.merge_base(base, ref or "HEAD")
+        target = [f"{start}..{ref}"] if ref else [start]
+        out = self.run("diff", "--name-status", *target, "--")
+        files = {}
+        for line in out.splitlines():
+            parts = line.split("\t")
+            files[parts[-1]] = parts[0][0]
+        if not ref:
+            for path in self.run("ls-files", "--others", "--exclude-standard").splitlines():
+                files.setdefault(path, "?")
+        return [{"path": p, "status": s} for p, s in sorted(files.items())]
+
+    # -- writing -------------------------------------------------------------------------------
+    def commit_all(self, message: str) -> tuple[bool, str | None]:
+        """Stage everything under the repo root and commit; (False, HEAD) when there is nothing to commit."""
+        if not message or not message.strip():
+            raise InvalidInputError("The commit message is empty. Say what the change does.")
+        self.run("add", "-A", "--", ".")
+        if not self.run("diff", "--cached", "--name-only"):
+            return False, self.head_sha()
+        self.run("commit", "-q", "-m", message.strip(), env=self._identity_env())
+        return True, self.head_sha()
+
+    def require_clean(self, action: str) -> None:
+        changes = self.changes()
+        if changes:
+            listed = ", ".join(c["path"] for c in changes[:5]) + (" …" if len(changes) > 5 else "")
+            raise ConflictError(
+                f"Refusing to {action} in {self.path}: it has uncommitted changes ({listed}). "
+                "Commit them (commit_changes) or stash them first, so nothing is lost."
+            )
+
+    def create_branch(self, branch: str, base: str | None = None) -> str:
+        branch = check_ref_name(branch)
+        if self.branch_exists(branch):
+            raise ConflictError(f"Branch '{branch}' already exists in {self.path}; checkout_branch switches to it.")
+        if base is not None:
+            base = self.verify_ref(base, "base branch")
+            self.require_clean(f"branch from '{base}'")
+            self.run("switch", "-q", "-c", branch, base)
+        else:
+            self.run("switch", "-q", "-c", branch)  # from HEAD: uncommitted work comes along, nothing lost
+        return branch
+
+    def checkout(self, branch: str) -> str:
+        branch = self.verify_ref(branch)
+        if not self.branch_exists(branch):
+            raise NotFoundError(f"'{branch}' is not a local branch in {self.path}; create_branch makes one.")
+        if self.current_branch() != branch:
+            self.require_clean(f"switch to '{branch}'")
+            self.run("switch", "-q", branch)
+        return branch
+
+    def merge(self, branch: str, into: str) -> MergeOutcome:
+        """Merge `branch` into `into`; on conflict abort and report the files. Returns to the original branch."""
+        branch = self.verify_ref(branch)
+        into = self.verify_ref(into, "target branch")
+        if not self.branch_exists(into):
+            raise NotFoundError(f"'{into}' is not a local branch in {self.path}.")
+        self.require_clean(f"merge '{branch}' into '{into}'")
+        original = self.current_branch()
+        if original != into:
+            self.run("switch", "-q", into)
+        try:
+            try:
+                self.repo.git.execute(["git", "merge", "--no-edit", "--no-ff", "--end-of-options", branch],
+                                      env=self._identity_env())
+            except git.GitCommandError as error:
+                conflicts = self.run("diff", "--name-only", "--diff-filter=U").splitlines()
+                if self._merging():
+                    self.run("merge", "--abort")
+                if conflicts:
+                    return MergeOutcome(merged=False, into=into, conflicts=conflicts,
+                                        message=f"'{branch}' conflicts with '{into}'; the merge was aborted and "
+                                                f"'{into}' is unchanged.")
+                raise GitError(f"git merge failed in {self.path}: {(error.stderr or '').strip()}") from None
+            return MergeOutcome(merged=True, into=into, sha=self.head_sha())
+        finally:
+            if original and original != into and self.current_branch() != original:
+                self.run("switch", "-q", original)
+
+    def _merging(self) -> bool:
+        return (Path(self.repo.git_dir) / "MERGE_HEAD").exists()
+
+    def push(self, branch: str, remote: str = "origin") -> str:
+        branch = self.verify_ref(branch)
+        if self.remote_url(remote) is None:
+            raise InvalidInputError(f"{self.path} has no '{remote}' remote to push to. Add one with "
+                                    "`git remote add origin <url>` in the repo.")
+        self.run("push", "--porcelain", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}")
+        return branch
+
+
+def clone(url: str, dest: Path) -> Checkout:
+    if url.startswith("-"):
+        raise InvalidInputError(f"Refusing url {url!r}: it starts with '-' and could be read as a git option.")
+    if dest.exists() and any(dest.iterdir()):
+        raise ConflictError(f"{dest} already exists and is not empty; choose another name for the repo.")
+    try:
+        git.Repo.clone_from(url, dest, multi_options=["--quiet"])
+    except git.GitCommandError as error:
+        raise GitError(f"git clone of {url} failed: {(error.stderr or '').strip()}") from None
+    return Checkout(dest)
+
+
+def init(dest: Path, default_branch: str) -> Checkout:
+    check_ref_name(default_branch, "default branch")
+    if dest.exists() and any(dest.iterdir()):
+        raise ConflictError(f"{dest} already exists and is not empty; use source=link for an existing checkout.")
+    dest.mkdir(parents=True, exist_ok=True)
+    git.Repo.init(dest, initial_branch=default_branch)
+    checkout = Checkout(dest)
+    checkout.run("commit", "-q", "--allow-empty", "-m", "Initial commit", env=checkout._identity_env())
+    return checkout

@@ -1,0 +1,125 @@
+"""Repositories registered with projects: cloned into the workspace, linked in place, or created new."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..store.db import Store, now_iso
+from ..store.models import Repo
+from . import gitops
+from .errors import ConflictError, InvalidInputError, NotFoundError
+from .ids import slugify
+from .projects import RUNNING_STATUSES, Projects
+
+SOURCES = ("clone", "link", "init")
+
+
+def _default_name(source: str, url: str | None, path: str | None, project_id: str) -> str:
+    if source == "clone" and url:
+        return Path(url.rstrip("/")).name.removesuffix(".git") or f"{project_id}-repo"
+    if path:
+        return Path(path.rstrip("/")).name or f"{project_id}-repo"
+    return f"{project_id}-repo"
+
+
+class Repos:
+    def __init__(self, store: Store, projects: Projects) -> None:
+        self.store = store
+        self.projects = projects
+
+    # -- reads --------------------------------------------------------------------------------
+    def get(self, repo_id: str) -> Repo:
+        row = self.store.one("SELECT * FROM repos WHERE id = ?", (repo_id,))
+        if row is None:
+            raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids; add_repo registers one.")
+        return Repo(**row)
+
+    def list(self, project_id: str | None = None) -> list[Repo]:
+        if project_id is not None:
+            self.projects._row(project_id)
+            rows = self.store.all("SELECT * FROM repos WHERE project_id = ? ORDER BY created_at, id", (project_id,))
+        else:
+            rows = self.store.all("SELECT * FROM repos ORDER BY project_id, created_at, id")
+        return [Repo(**r) for r in rows]
+
+    def for_project(self, project_id: str, repo_id: str | None = None) -> Repo:
+        """The repo a project-scoped git tool acts on: the one named, else the project's first."""
+        self.projects._row(project_id)
+        if repo_id:
+            repo = self.get(repo_id)
+            if repo.project_id != project_id:
+                raise InvalidInputError(f"Repo '{repo_id}' belongs to project '{repo.project_id}', not '{project_id}'.")
+            return repo
+        repos = self.list(project_id)
+        if not repos:
+            raise NotFoundError(f"Project '{project_id}' has no repos. add_repo registers one (clone, link or init).")
+        return repos[0]
+
+    def checkout(self, repo: Repo) -> gitops.Checkout:
+        if not Path(repo.checkout_path).exists():
+            raise NotFoundError(f"Repo '{repo.id}' is missing on disk ({repo.checkout_path}). Restore it, or "
+                                "register it again with add_repo.")
+        return gitops.Checkout(repo.checkout_path)
+
+    def running_tasks(self, repo_id: str) -> list[str]:
+        return [r["id"] for r in self.store.all(
+            f"SELECT id FROM tasks WHERE repo_id = ? AND status IN {RUNNING_STATUSES}", (repo_id,))]
+
+    # -- add ----------------------------------------------------------------------------------
+    def add(self, project_id: str, source: str, url: str | None = None, path: str | None = None,
+            name: str | None = None, default_branch: str | None = None) -> Repo:
+        project = self.projects.get(project_id)
+        if source not in SOURCES:
+            raise InvalidInputError(f"Unknown source {source!r}. Use clone (url), link (path) or init.")
+        if source == "clone" and not (url and url.strip()):
+            raise InvalidInputError("source=clone needs `url`: a git URL or the path of a local repository.")
+        if source == "link" and not (path and path.strip()):
+            raise InvalidInputError("source=link needs `path`: the absolute path of an existing checkout.")
+        if name is not None and not name.strip():
+            raise InvalidInputError("name is empty. Give a repo name, or leave it out to derive one.")
+        if default_branch is not None:
+            gitops.check_ref_name(default_branch, "default branch")
+        repo_id = slugify(name or _default_name(source, url, path, project_id), what="repo name")
+        if self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)):
+            raise ConflictError(f"A repo with id '{repo_id}' already exists. Pass another `name`.")
+        if path is not None and not Path(path).expanduser().is_absolute():
+            raise InvalidInputError(f"path must be absolute (got {path!r}).")
+        target = Path(path).expanduser() if path else Path(project.workspace) / "repos" / repo_id
+        created = False
+        if source == "clone":
+            if target.exists() and any(target.iterdir()):
+                raise ConflictError(f"{target} already exists and is not empty; pass another `name`.")
+            checkout = gitops.clone(url.strip(), target)
+            created = True
+        elif source == "link":
+            checkout = self._linkable(target)
+        else:
+            checkout = gitops.init(target, default_branch or "main")
+            created = True
+        try:
+            branch = default_branch or checkout.remote_default_branch() or checkout.current_branch() or "main"
+            if source != "init" and not checkout.branch_exists(branch):
+                raise NotFoundError(f"The repo has no branch '{branch}'; pass default_branch with one it has.")
+            row: dict[str, Any] = {
+                "id": repo_id, "project_id": project_id, "source_type": source,
+                "url": url.strip() if url else checkout.remote_url(),
+                "source_path": str(target) if source == "link" else None,
+                "default_branch": branch, "checkout_path": str(target), "created_at": now_iso(),
+            }
+            with self.store.transaction() as db:
+                db["repos"].insert(row)
+                self.store.add_event("repo.added", project_id=project_id,
+                                     payload={"repo_id": repo_id, "source_type": source, "path": str(target)})
+        except BaseException:
+            if created:  # never leave a half-registered clone behind
+                shutil.rmtree(target, ignore_errors=True)
+            raise
+        return self.get(repo_id)
+
+    def _linkable(self, target: Path) -> gitops.Checkout:
+        if not target.is_dir():
+            raise NotFoundError(f"{target} does not exist or is not a directory. source=link registers an "
+                                "existing checkout; use source=init to create a repo.")
+        return gitops.Checkout(target)

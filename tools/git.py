@@ -1,0 +1,181 @@
+"""Git tools: by repo id, and by project (the project's first repo unless repo_id is given)."""
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+
+from .registry import ProjectId, project_for, services, tool
+
+RepoId = Annotated[str | None, Field(description="default: the project's first repo")]
+
+
+class Committed(BaseModel):
+    repo_id: str
+    committed: bool
+    sha: str | None
+
+
+class Pushed(BaseModel):
+    repo_id: str
+    pushed: bool
+    branch: str
+
+
+class BranchResult(BaseModel):
+    repo_id: str
+    branch: str
+    warning: str | None = None
+
+
+class Merged(BaseModel):
+    repo_id: str
+    merged: bool
+    into: str
+    sha: str | None = None
+    conflicts: list[str]
+    message: str | None = None
+
+
+class PullRequest(BaseModel):
+    repo_id: str
+    pr_url: str
+
+
+class ChangedFiles(BaseModel):
+    repo_id: str
+    base: str
+    files: list[dict[str, str]]
+    count: int
+
+
+class RepoReports(BaseModel):
+    project_id: str
+    repos: list[dict[str, Any]]
+
+
+def _merged(repo_id: str, outcome: Any) -> Merged:
+    return Merged(repo_id=repo_id, merged=outcome.merged, into=outcome.into, sha=outcome.sha,
+                  conflicts=outcome.conflicts, message=outcome.message)
+
+
+# -- by repo id ------------------------------------------------------------------------------------
+@tool()
+def git_commit(ctx: Context, repo_id: str, message: str) -> Committed:
+    """Stage all changes in a repo and commit (committed=false when there is nothing to commit)."""
+    svc = services(ctx)
+    committed, sha = svc.vcs.commit(svc.repos.get(repo_id), message)
+    return Committed(repo_id=repo_id, committed=committed, sha=sha)
+
+
+@tool()
+def git_push(ctx: Context, repo_id: str, branch: Annotated[str | None, Field(description="default: current")] = None
+             ) -> Pushed:
+    """Push a branch to origin."""
+    svc = services(ctx)
+    return Pushed(repo_id=repo_id, pushed=True, branch=svc.vcs.push(svc.repos.get(repo_id), branch))
+
+
+@tool()
+def git_create_branch(ctx: Context, repo_id: str, branch_name: str,
+                      base: Annotated[str | None, Field(description="default: HEAD")] = None) -> BranchResult:
+    """Create a branch and check it out."""
+    svc = services(ctx)
+    branch, warning = svc.vcs.create_branch(svc.repos.get(repo_id), branch_name, base)
+    return BranchResult(repo_id=repo_id, branch=branch, warning=warning)
+
+
+@tool()
+def git_merge(ctx: Context, repo_id: str, branch_name: str,
+              into: Annotated[str | None, Field(description="default: the repo's default branch")] = None) -> Merged:
+    """Merge a branch; on conflict the merge is aborted and the files listed (merged=false)."""
+    svc = services(ctx)
+    return _merged(repo_id, svc.vcs.merge(svc.repos.get(repo_id), branch_name, into))
+
+
+@tool()
+def git_create_pr(ctx: Context, repo_id: str, title: str, body: str | None = None, branch: str | None = None,
+                  base: str | None = None) -> PullRequest:
+    """Push a branch and open a GitHub pull request with the gh CLI."""
+    svc = services(ctx)
+    return PullRequest(repo_id=repo_id, pr_url=svc.vcs.create_pr(svc.repos.get(repo_id), title, body, branch, base))
+
+
+@tool(read_only=True)
+def git_changed_files(ctx: Context, repo_id: str, base_branch: str | None = None) -> ChangedFiles:
+    """Files changed since the branch left base_branch (default branch), uncommitted included."""
+    svc = services(ctx)
+    repo = svc.repos.get(repo_id)
+    files = svc.vcs.changed_files(repo, base_branch)
+    return ChangedFiles(repo_id=repo_id, base=base_branch or repo.default_branch, files=files, count=len(files))
+
+
+# -- by project ------------------------------------------------------------------------------------
+@tool(read_only=True)
+def get_git_status(ctx: Context, project_id: ProjectId = None) -> RepoReports:
+    """Branch, uncommitted changes and recent commits of every repo of a project."""
+    project = project_for(ctx, project_id)
+    return RepoReports(project_id=project, repos=services(ctx).vcs.status(project))
+
+
+@tool(read_only=True)
+def git_log(ctx: Context, project_id: ProjectId = None, repo_id: str | None = None,
+            count: Annotated[int, Field(ge=1, le=500)] = 10) -> RepoReports:
+    """Recent commits of every repo of a project, or of one repo."""
+    project = project_for(ctx, project_id)
+    return RepoReports(project_id=project, repos=services(ctx).vcs.log(project, repo_id, count))
+
+
+@tool(read_only=True)
+def git_diff(ctx: Context, project_id: ProjectId = None, repo_id: str | None = None,
+             base_branch: Annotated[str | None, Field(description="default: uncommitted changes")] = None
+             ) -> RepoReports:
+    """Diff of every repo of a project (or one): uncommitted, or everything since base_branch."""
+    project = project_for(ctx, project_id)
+    return RepoReports(project_id=project, repos=services(ctx).vcs.diff(project, repo_id, base_branch))
+
+
+@tool()
+def create_branch(ctx: Context, branch_name: str, project_id: ProjectId = None, repo_id: RepoId = None
+                  ) -> BranchResult:
+    """Create a branch in a project's repo and check it out."""
+    svc = services(ctx)
+    repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
+    branch, warning = svc.vcs.create_branch(repo, branch_name)
+    return BranchResult(repo_id=repo.id, branch=branch, warning=warning)
+
+
+@tool()
+def checkout_branch(ctx: Context, branch_name: str, project_id: ProjectId = None, repo_id: RepoId = None
+                    ) -> BranchResult:
+    """Switch a project's repo to a branch (refused over uncommitted changes)."""
+    svc = services(ctx)
+    repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
+    branch, warning = svc.vcs.checkout_branch(repo, branch_name)
+    return BranchResult(repo_id=repo.id, branch=branch, warning=warning)
+
+
+@tool()
+def commit_changes(ctx: Context, message: str, project_id: ProjectId = None, repo_id: RepoId = None) -> Committed:
+    """Stage all changes in a project's repo and commit."""
+    svc = services(ctx)
+    repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
+    committed, sha = svc.vcs.commit(repo, message)
+    return Committed(repo_id=repo.id, committed=committed, sha=sha)
+
+
+@tool()
+def push_branch(ctx: Context, project_id: ProjectId = None, repo_id: RepoId = None,
+                branch_name: str | None = None) -> Pushed:
+    """Push a project repo's branch (default: current) to origin."""
+    svc = services(ctx)
+    repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
+    return Pushed(repo_id=repo.id, pushed=True, branch=svc.vcs.push(repo, branch_name))
+
+
+@tool()
+def merge_branch(ctx: Context, branch_name: str, project_id: ProjectId = None, repo_id: RepoId = None) -> Merged:
+    """Merge a branch into the repo's default branch; conflicts abort the merge."""
+    svc = services(ctx)
+    repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
+    return _merged(repo.id, svc.vcs.merge(repo, branch_name))
