@@ -1,0 +1,1 @@
+"""The engine: scheduler, workspaces, agent adapters, watchdog, orchestrator loop (no MCP imports)."""

@@ -1,0 +1,17 @@
+"""Agent adapters: for each agent type, how to start a run and how to read its output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import claude_code, codex, command, gemini
+from .base import AgentConfig, Parser, RunSpec
+
+BUILDERS: dict[str, Callable[[AgentConfig, str, str, dict[str, Any] | None], RunSpec]] = {
+    "claude-code": claude_code.build, "codex": codex.build, "gemini": gemini.build, "command": command.build,
+}
+PARSERS: dict[str, Callable[[], Parser]] = {
+    "claude-code": claude_code.ClaudeCodeParser, "codex": codex.CodexParser, "gemini": gemini.GeminiParser,
+    "command": command.CommandParser,
+}

@@ -1,0 +1,94 @@
+"""What every agent adapter produces: one normalized event stream and one final result."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+EventKind = Literal["text", "tool_call", "tool_result", "system", "error"]
+
+TOKEN_KEYS = ("input", "output", "cache_read", "cache_write", "total")
+
+
+@dataclass
+class AgentEvent:
+    kind: EventKind
+    text: str = ""
+    tool: str | None = None
+    args: Any = None
+
+
+@dataclass
+class RunSpec:
+    """How to start one run: argv, the bytes for stdin (None = closed), extra environment."""
+
+    argv: list[str]
+    stdin: bytes | None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """status: completed | failed. error_type (when failed) is a key of services.failures.FAILURE_KINDS."""
+
+    status: Literal["completed", "failed"]
+    summary: str = ""
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
+    cost_usd: float = 0.0
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+@dataclass
+class AgentConfig:
+    """The parts of a registered agent an adapter needs."""
+
+    agent_type: str
+    binary: str | None = None
+    model: str | None = None
+    command: str | None = None
+    max_turns: int = 50
+
+
+def tokens(input_: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0,
+           total: int | None = None) -> dict[str, int]:
+    values = {"input": max(int(input_ or 0), 0), "output": max(int(output or 0), 0),
+              "cache_read": max(int(cache_read or 0), 0), "cache_write": max(int(cache_write or 0), 0)}
+    values["total"] = int(total) if total is not None else sum(values.values())
+    return values
+
+
+def classify_message(text: str) -> str | None:
+    """Best-effort failure kind from an error text (for CLIs that give no structured code)."""
+    lowered = text.lower()
+    if any(k in lowered for k in ("401", "403", "unauthorized", "authentication", "not logged in", "api key")):
+        return "auth"
+    if any(k in lowered for k in ("insufficient_quota", "quota", "billing", "credit balance")):
+        return "quota"
+    if any(k in lowered for k in ("429", "rate limit", "rate_limit", "too many requests", "overloaded", "529")):
+        return "rate_limit"
+    if "prompt is too long" in lowered or "context length" in lowered or "context window" in lowered:
+        return "prompt_too_long"
+    if "max turns" in lowered or "maximum number of turns" in lowered or "turn limit" in lowered:
+        return "max_turns"
+    return None
+
+
+class Parser(Protocol):
+    """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit."""
+
+    def feed(self, line: str) -> list[AgentEvent]: ...
+
+    def finish(self, exit_code: int | None) -> RunResult: ...
+
+
+def load_json(line: str) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

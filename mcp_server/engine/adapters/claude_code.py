@@ -1,0 +1,114 @@
+"""Claude Code (`claude -p --output-format stream-json --verbose`), prompt on stdin.
+
+API failures arrive as `subtype:"success"` with `is_error:true`: they are classified from
+`api_error_status`, the assistant `error` code and `terminal_reason`. Tokens come from
+`result.modelUsage` and cost from `result.total_cost_usd` (never summed from assistant events).
+A run with no `result` event died.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
+
+_ERROR_CODES = {
+    "authentication_failed": "auth", "oauth_org_not_allowed": "auth", "account_on_hold": "auth",
+    "verification_required": "auth", "cloud_credential_error": "auth", "billing_error": "quota",
+    "rate_limit": "rate_limit", "overloaded": "rate_limit", "server_error": "rate_limit",
+}
+
+
+def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    argv = [config.binary or "claude", "-p", "--output-format", "stream-json", "--verbose",
+            "--strict-mcp-config", "--mcp-config", json.dumps(mcp_config or {"mcpServers": {}}),
+            "--permission-mode", "acceptEdits",
+            "--allowedTools", "Bash Edit Write Read Glob Grep MultiEdit NotebookEdit TodoWrite",
+            "--max-turns", str(config.max_turns)]
+    if config.model:
+        argv += ["--model", config.model]
+    if context:
+        argv += ["--append-system-prompt", context]
+    return RunSpec(argv=argv, stdin=prompt.encode())
+
+
+class ClaudeCodeParser:
+    def __init__(self) -> None:
+        self.result: dict[str, Any] | None = None
+        self.error_code: str | None = None
+        self.texts: list[str] = []
+
+    def feed(self, line: str) -> list[AgentEvent]:
+        event = load_json(line)
+        if event is None:
+            return [AgentEvent("text", line.rstrip())] if line.strip() else []
+        kind = event.get("type")
+        if kind == "assistant":
+            message = event.get("message") or {}
+            if event.get("error"):
+                self.error_code = event["error"]
+            out = []
+            for block in message.get("content") or []:
+                if block.get("type") == "text" and block.get("text"):
+                    self.texts.append(block["text"])
+                    out.append(AgentEvent("text", block["text"]))
+                elif block.get("type") == "tool_use":
+                    out.append(AgentEvent("tool_call", tool=block.get("name"), args=block.get("input")))
+            return out
+        if kind == "user":
+            content = (event.get("message") or {}).get("content")
+            if isinstance(content, list):
+                return [AgentEvent("tool_result", text=json.dumps(c.get("content"))[:2000])
+                        for c in content if isinstance(c, dict) and c.get("type") == "tool_result"]
+            return []
+        if kind == "system":
+            subtype = event.get("subtype")
+            if subtype == "api_retry":
+                return [AgentEvent("system", f"API retry {event.get('attempt')}/{event.get('max_retries')} "
+                                             f"({event.get('error_status')} {event.get('error')})")]
+            return [AgentEvent("system", str(subtype))]
+        if kind == "result":
+            self.result = event
+            return [AgentEvent("system", f"result: {event.get('subtype')} is_error={event.get('is_error')}")]
+        return []
+
+    def _tokens(self) -> dict[str, int]:
+        assert self.result is not None
+        models = self.result.get("modelUsage") or {}
+        if models:
+            sums = {k: sum(int(m.get(k) or 0) for m in models.values())
+                    for k in ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")}
+            return tokens(sums["inputTokens"], sums["outputTokens"], sums["cacheReadInputTokens"],
+                          sums["cacheCreationInputTokens"])
+        usage = self.result.get("usage") or {}
+        return tokens(usage.get("input_tokens"), usage.get("output_tokens"), usage.get("cache_read_input_tokens"),
+                      usage.get("cache_creation_input_tokens"))
+
+    def finish(self, exit_code: int | None) -> RunResult:
+        if self.result is None:
+            return RunResult("failed", summary="\n".join(self.texts)[-2000:], error_type="crashed",
+                             error_message=f"claude exited ({exit_code}) without a result event.")
+        res = self.result
+        summary = res.get("result") or "\n".join(self.texts)[-2000:]
+        common = {"summary": summary or "", "tokens": self._tokens(), "cost_usd": float(res.get("total_cost_usd") or 0)}
+        if not res.get("is_error"):
+            return RunResult("completed", **common)
+        message = res.get("result") or "; ".join(res.get("errors") or []) or str(res.get("subtype"))
+        return RunResult("failed", error_type=self._classify(res, message), error_message=message, **common)
+
+    def _classify(self, res: dict[str, Any], message: str) -> str:
+        status = res.get("api_error_status")
+        if res.get("subtype") == "error_max_turns" or res.get("terminal_reason") == "max_turns":
+            return "max_turns"
+        if res.get("subtype") == "error_max_budget_usd":
+            return "quota"
+        if res.get("terminal_reason") == "prompt_too_long":
+            return "prompt_too_long"
+        if status in (401, 403):
+            return "auth"
+        if status in (429, 529, 503):
+            return "rate_limit"
+        if self.error_code in _ERROR_CODES:
+            return _ERROR_CODES[self.error_code]
+        return classify_message(message) or "crashed"

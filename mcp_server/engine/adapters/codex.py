@@ -1,0 +1,69 @@
+"""OpenAI Codex (`codex exec --json`), prompt as an argument, stdin closed (a pipe would be appended)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
+
+
+def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    argv = [config.binary or "codex", "exec", "--json", "--skip-git-repo-check", "-s", "workspace-write"]
+    if config.model:
+        argv += ["-m", config.model]
+    full = f"{context}\n\n{prompt}" if context else prompt
+    return RunSpec(argv=[*argv, "--", full], stdin=None)
+
+
+class CodexParser:
+    def __init__(self) -> None:
+        self.usage = dict.fromkeys(("input", "output", "cache_read", "cache_write", "total"), 0)
+        self.messages: list[str] = []
+        self.failure: str | None = None
+        self.turns = 0
+
+    def feed(self, line: str) -> list[AgentEvent]:
+        event = load_json(line)
+        if event is None:
+            return [AgentEvent("text", line.rstrip())] if line.strip() else []
+        kind = event.get("type")
+        item = event.get("item") or {}
+        if kind == "item.started" and item.get("type") == "command_execution":
+            return [AgentEvent("tool_call", tool="shell", args={"command": item.get("command")})]
+        if kind == "item.started" and item.get("type") == "mcp_tool_call":
+            return [AgentEvent("tool_call", tool=f"{item.get('server')}.{item.get('tool')}", args=item.get("arguments"))]
+        if kind == "item.completed":
+            if item.get("type") == "agent_message":
+                self.messages.append(item.get("text") or "")
+                return [AgentEvent("text", item.get("text") or "")]
+            if item.get("type") in ("command_execution", "mcp_tool_call"):
+                return [AgentEvent("tool_result", text=str(item.get("aggregated_output") or item.get("result"))[:2000])]
+            if item.get("type") == "file_change":
+                return [AgentEvent("tool_result", text=f"file_change {item.get('changes')}"[:2000])]
+            if item.get("type") == "error":
+                return [AgentEvent("system", item.get("message") or "")]
+            return []
+        if kind == "turn.completed":
+            usage = event.get("usage") or {}
+            cached = int(usage.get("cached_input_tokens") or 0)
+            # OpenAI counts cached tokens inside input_tokens; ours are uncached input.
+            turn = tokens(int(usage.get("input_tokens") or 0) - cached, usage.get("output_tokens"), cached,
+                          usage.get("cache_write_input_tokens"))
+            for key, value in turn.items():
+                self.usage[key] += value
+            self.turns += 1
+            return [AgentEvent("system", "turn completed")]
+        if kind == "turn.failed":
+            self.failure = (event.get("error") or {}).get("message") or "turn failed"
+            return [AgentEvent("error", self.failure)]
+        if kind == "error":
+            return [AgentEvent("system", event.get("message") or "")]
+        return []
+
+    def finish(self, exit_code: int | None) -> RunResult:
+        summary = "\n".join(self.messages)[-2000:]
+        if self.failure or exit_code != 0 or not self.turns:
+            message = self.failure or f"codex exited with {exit_code} before completing a turn."
+            kind = classify_message(message) or "crashed"
+            return RunResult("failed", summary=summary, tokens=self.usage, error_type=kind, error_message=message)
+        return RunResult("completed", summary=summary, tokens=self.usage)

@@ -1,0 +1,31 @@
+"""Any executable: the prompt on stdin, its output as text, its exit code decides."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from .base import AgentConfig, AgentEvent, RunResult, RunSpec
+
+
+def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    full = f"{context}\n\n{prompt}" if context else prompt
+    return RunSpec(argv=shlex.split(config.command or ""), stdin=full.encode())
+
+
+class CommandParser:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def feed(self, line: str) -> list[AgentEvent]:
+        text = line.rstrip("\n")
+        self.lines.append(text)
+        del self.lines[:-200]
+        return [AgentEvent("text", text)]
+
+    def finish(self, exit_code: int | None) -> RunResult:
+        summary = "\n".join(self.lines[-20:])
+        if exit_code == 0:
+            return RunResult("completed", summary=summary)
+        return RunResult("failed", summary=summary, error_type="crashed",
+                         error_message=f"command exited with status {exit_code}")

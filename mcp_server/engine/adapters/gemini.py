@@ -1,0 +1,52 @@
+"""Gemini CLI (`gemini -p … -o stream-json --approval-mode auto_edit --skip-trust`), prompt as an argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
+
+
+def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    full = f"{context}\n\n{prompt}" if context else prompt
+    argv = [config.binary or "gemini", "-o", "stream-json", "--approval-mode", "auto_edit", "--skip-trust"]
+    if config.model:
+        argv += ["-m", config.model]
+    return RunSpec(argv=[*argv, "-p", full], stdin=None)
+
+
+class GeminiParser:
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.result: dict[str, Any] | None = None
+
+    def feed(self, line: str) -> list[AgentEvent]:
+        event = load_json(line)
+        if event is None:
+            return [AgentEvent("text", line.rstrip())] if line.strip() else []
+        kind = event.get("type")
+        if kind == "message" and event.get("role") == "assistant":
+            self.text.append(event.get("content") or "")
+            return [AgentEvent("text", event.get("content") or "")]
+        if kind == "tool_use":
+            return [AgentEvent("tool_call", tool=event.get("tool_name"), args=event.get("parameters"))]
+        if kind == "tool_result":
+            return [AgentEvent("tool_result", text=str(event.get("output"))[:2000])]
+        if kind == "result":
+            self.result = event
+            return [AgentEvent("system", f"result: {event.get('status')}")]
+        return []
+
+    def finish(self, exit_code: int | None) -> RunResult:
+        summary = "".join(self.text)[-2000:]
+        if self.result is None:
+            return RunResult("failed", summary=summary, error_type="crashed",
+                             error_message=f"gemini exited ({exit_code}) without a result event.")
+        stats = self.result.get("stats") or {}
+        usage = tokens(stats.get("input"), stats.get("output_tokens"), stats.get("cached"), 0,
+                       stats.get("total_tokens"))
+        if self.result.get("status") != "success":
+            message = (self.result.get("error") or {}).get("message") or "gemini reported an error"
+            return RunResult("failed", summary=summary, tokens=usage, error_type=classify_message(message) or "crashed",
+                             error_message=message)
+        return RunResult("completed", summary=summary, tokens=usage)
