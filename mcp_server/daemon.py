@@ -31,6 +31,7 @@ from mcp.server.stdio import stdio_server
 
 from . import __version__, logs, paths
 from .app import build_server
+from .engine.orchestrator import Engine
 from .services import Services
 from .store.db import now_iso
 
@@ -240,6 +241,7 @@ class Daemon:
         if message:
             log.info(message)
         mcp = build_server(services)
+        engine = Engine(services, self.home, flush=mcp.notifier.flush)  # type: ignore[attr-defined]
         sock_path = paths.socket_path(self.home)
         sock_path.unlink(missing_ok=True)  # we hold the lock, so any socket file left is stale
         listener = await anyio.create_unix_listener(sock_path)
@@ -286,8 +288,10 @@ class Daemon:
                 tg.start_soon(run_http)
             tg.start_soon(self._housekeeping, services, mcp)
             tg.start_soon(self._watch_signals)
+            tg.start_soon(engine.run)
             await self.stopping.wait()
             log.info("daemon stopping")
+            await engine.shutdown()
             if server is not None:
                 server.should_exit = True
                 with anyio.move_on_after(5):

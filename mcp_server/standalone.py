@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import anyio
 
 from . import logs
 from .app import build_server
+from .daemon import AlreadyRunningError, home_lock
+from .engine.orchestrator import Engine
 from .services import Services
 
 log = logging.getLogger("agentqueue.standalone")
@@ -21,7 +24,19 @@ async def _serve(home: Path) -> None:
         if message:
             log.info(message)
         mcp = build_server(services)
-        await mcp.run_stdio_async()
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(home_lock(home))
+            except AlreadyRunningError:
+                log.warning("A daemon runs for %s: this standalone server serves MCP without its own engine.", home)
+                await mcp.run_stdio_async()
+                return
+            engine = Engine(services, home, flush=mcp.notifier.flush)  # type: ignore[attr-defined]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(engine.run)
+                await mcp.run_stdio_async()  # returns at stdin EOF: the client is gone
+                await engine.shutdown()
+                tg.cancel_scope.cancel()
     finally:
         services.close()
 

@@ -157,7 +157,7 @@ async def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
 
 
 @tool()
-async def approve_task(ctx: Context, task_id: TaskId) -> Task:
+def approve_task(ctx: Context, task_id: TaskId) -> Task:
     """Approve a task AWAITING_APPROVAL: it completes and its dependents may start."""
     return services(ctx).tasks.approve(task_id)
 

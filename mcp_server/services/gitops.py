@@ -74,9 +74,13 @@ class Checkout:
 
     def _identity_env(self) -> dict[str, str]:
         """Author/committer env only when git has no identity configured (never overrides the user's)."""
-        reader = self.repo.config_reader()
-        if reader.has_option("user", "email") and reader.has_option("user", "name"):
+        # Ask git itself: it honours GIT_CONFIG_GLOBAL, includes and GIT_AUTHOR_* env, GitPython's reader does not.
+        try:
+            self.run("var", "GIT_AUTHOR_IDENT")
+            self.run("var", "GIT_COMMITTER_IDENT")
             return {}
+        except GitError:
+            pass
         name, email = FALLBACK_IDENTITY
         return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
                 "GIT_COMMITTER_EMAIL": email}
@@ -252,11 +256,17 @@ class Checkout:
         return branch
 
 
+def _require_free(dest: Path, hint: str) -> None:
+    if dest.exists() and not dest.is_dir():
+        raise ConflictError(f"{dest} already exists and is not a directory; {hint}.")
+    if dest.exists() and any(dest.iterdir()):
+        raise ConflictError(f"{dest} already exists and is not empty; {hint}.")
+
+
 def clone(url: str, dest: Path) -> Checkout:
     if url.startswith("-"):
         raise InvalidInputError(f"Refusing url {url!r}: it starts with '-' and could be read as a git option.")
-    if dest.exists() and any(dest.iterdir()):
-        raise ConflictError(f"{dest} already exists and is not empty; choose another name for the repo.")
+    _require_free(dest, "choose another name for the repo")
     try:
         git.Repo.clone_from(url, dest, multi_options=["--quiet"])
     except git.GitCommandError as error:
@@ -266,8 +276,7 @@ def clone(url: str, dest: Path) -> Checkout:
 
 def init(dest: Path, default_branch: str) -> Checkout:
     check_ref_name(default_branch, "default branch")
-    if dest.exists() and any(dest.iterdir()):
-        raise ConflictError(f"{dest} already exists and is not empty; use source=link for an existing checkout.")
+    _require_free(dest, "use source=link for an existing checkout")
     dest.mkdir(parents=True, exist_ok=True)
     git.Repo.init(dest, initial_branch=default_branch)
     checkout = Checkout(dest)

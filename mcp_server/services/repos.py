@@ -89,8 +89,8 @@ class Repos:
         target = Path(path).expanduser() if path else Path(project.workspace) / "repos" / repo_id
         created = False
         if source == "clone":
-            if target.exists() and any(target.iterdir()):
-                raise ConflictError(f"{target} already exists and is not empty; pass another `name`.")
+            if target.exists() and (not target.is_dir() or any(target.iterdir())):
+                raise ConflictError(f"{target} already exists and is not an empty directory; pass another `name`.")
             checkout = gitops.clone(url.strip(), target)
             created = True
         elif source == "link":
@@ -100,6 +100,9 @@ class Repos:
             created = True
         try:
             branch = default_branch or checkout.remote_default_branch() or checkout.current_branch() or "main"
+            if source == "clone" and not checkout.branch_exists(branch) and \
+                    checkout.ref_exists(f"refs/remotes/origin/{branch}"):
+                checkout.run("switch", "-q", "--track", "-c", branch, f"origin/{branch}")  # like clone -b
             if source != "init" and not checkout.branch_exists(branch):
                 raise NotFoundError(f"The repo has no branch '{branch}'; pass default_branch with one it has.")
             row: dict[str, Any] = {

@@ -45,6 +45,8 @@ class Tasks:
         self.projects = projects
         # Set by the engine: kills a task's agent process; returns whether one was running.
         self.stop_hook: Callable[[str], bool] | None = None
+        # Set by the engine: merges an approved task's kept branch (raises ServiceError on conflict).
+        self.approve_hook: Callable[[Task], None] | None = None
 
     # -- reads --------------------------------------------------------------------------------
     def _row(self, task_id: str) -> dict[str, Any]:
@@ -332,6 +334,8 @@ class Tasks:
             raise ConflictError(
                 f"Task '{task_id}' is {row['status']}, not AWAITING_APPROVAL; there is nothing to approve."
             )
+        if self.approve_hook is not None:
+            self.approve_hook(self.get(task_id))
         with self.store.transaction():
             self._move(row, "COMPLETED", "approved")
         return self.get(task_id)

@@ -1,0 +1,327 @@
+"""The engine loop: recover, resume paused tasks, schedule, claim, run agents, land their work.
+
+One engine per AGENTQUEUE_HOME (the daemon's lock decides). Runs are tasks in the engine's task
+group; each ends in exactly one state change, and a run that dies with the daemon is recovered on
+the next start (WIP committed on its branch, the orphan process group killed, the task requeued).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..services import Services, gitops
+from ..services.errors import ServiceError
+from ..services.agents import find_cli
+from ..services.lifecycle import Lifecycle
+from ..store.models import Agent, Task
+from .adapters import BUILDERS, PARSERS
+from .adapters.base import AgentConfig, RunResult
+from .prompting import context_for, task_prompt
+from .runner import RunHandle, run_agent, signal_group
+from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
+from .watchdog import WatchdogLimits
+from .workspaces import Workspace, Workspaces
+
+log = logging.getLogger("agentqueue.engine")
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass
+class EngineConfig:
+    """Tunables; each can be set by an environment variable of the daemon."""
+
+    poll_seconds: float = field(default_factory=lambda: _env_float("AGENTQUEUE_POLL_SECONDS", 1.0))
+    rate_limit_backoff: float = field(default_factory=lambda: _env_float("AGENTQUEUE_RATE_LIMIT_BACKOFF", 60))
+    rate_limit_max_backoff: float = field(default_factory=lambda: _env_float("AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", 900))
+    max_turns: int = field(default_factory=lambda: int(_env_float("AGENTQUEUE_MAX_TURNS", 50)))
+    limits: WatchdogLimits = field(default_factory=lambda: WatchdogLimits(
+        stall_seconds=_env_float("AGENTQUEUE_STALL_SECONDS", 600),
+        timeout_seconds=_env_float("AGENTQUEUE_TASK_TIMEOUT", 3600)))
+
+
+class Engine:
+    def __init__(self, services: Services, home: Path, flush: Callable[[], Awaitable[None]] | None = None,
+                 config: EngineConfig | None = None) -> None:
+        self.services = services
+        self.home = home
+        self.flush = flush
+        self.config = config or EngineConfig()
+        self.lifecycle = Lifecycle(services.store, services.tasks, services.usage)
+        self.workspaces = Workspaces(home / "worktrees")
+        self.running: dict[str, RunHandle] = {}
+        self.shutting_down = False
+        self._poked = True
+        services.tasks.stop_hook = self.stop_task
+        services.tasks.approve_hook = self.land_approved
+        services.store.on_commit(self._on_commit)
+
+    # -- hooks used by the services ----------------------------------------------------------------
+    def stop_task(self, task_id: str) -> bool:
+        handle = self.running.get(task_id)
+        return handle.kill("killed") if handle else False
+
+    def land_approved(self, task: Task) -> None:
+        """approve_task on work without a PR: merge the kept branch now (raises on conflict)."""
+        if not task.repo_id or not task.branch or task.pr_url:
+            return
+        repo = self.services.repos.get(task.repo_id)
+        workspace = Workspace(self.workspaces.path_for(repo.id, task.id), task.branch, repo)
+        if not workspace.path.exists():
+            workspace = self.workspaces.prepare(repo, task.id, task.title, task.branch)
+        landing = self.workspaces.land(workspace)
+        if not landing.merged:
+            raise ServiceError(f"Approving '{task.id}' failed: {landing.message} The task stays AWAITING_APPROVAL.")
+        self.workspaces.remove(workspace)
+
+    def _on_commit(self, events: list[dict[str, Any]]) -> None:
+        if any(e["event_type"] in ("task.ready", "orchestrator.resumed", "project.resumed", "agent.created",
+                                   "project.updated") for e in events):
+            self._poked = True
+
+    # -- the loop ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        await anyio.to_thread.run_sync(self.recover)
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            while not self.shutting_down:
+                self._poked = False
+                try:
+                    for task_id, agent_id in await anyio.to_thread.run_sync(self.tick):
+                        tg.start_soon(self.execute, task_id, agent_id)
+                except Exception:
+                    log.exception("engine tick failed")
+                if self.flush:
+                    await self.flush()
+                waited = 0.0
+                while waited < self.config.poll_seconds and not self._poked and not self.shutting_down:
+                    await anyio.sleep(0.02)
+                    waited += 0.02
+
+    def tick(self) -> list[tuple[str, str]]:
+        """Resume due PAUSED tasks, schedule, and claim; returns the runs to start."""
+        self.lifecycle.resume_due()
+        state = self.queue_state()
+        claims = []
+        for assignment in schedule(state):
+            if self.lifecycle.claim(assignment.task_id, assignment.agent_id):
+                claims.append((assignment.task_id, assignment.agent_id))
+        return claims
+
+    def queue_state(self) -> QueueState:
+        store = self.services.store
+        usage = self.services.usage.window_totals(24)
+        running = {r["project_id"]: r["n"] for r in store.all(
+            "SELECT project_id, count(*) AS n FROM tasks WHERE status IN "
+            "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
+        projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
+                                      p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
+                         for p in store.all("SELECT * FROM projects"))
+        tasks = tuple(ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"], t["agent_type"],
+                                t["repo_id"])
+                      for t in store.all("SELECT * FROM tasks WHERE status = 'READY'"))
+        agents = tuple(IdleAgent(a.id, a.agent_type, a.repo_id, tuple(a.capabilities))
+                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE")
+        runs = store.one("SELECT avg(total) AS avg FROM token_ledger WHERE task_id IS NOT NULL") or {}
+        return QueueState(projects, tasks, agents, self.services.system.orchestrator_state() == "paused",
+                          int(runs.get("avg") or 10_000) or 10_000)
+
+    # -- one run ---------------------------------------------------------------------------------
+    async def execute(self, task_id: str, agent_id: str) -> None:
+        handle = RunHandle()
+        self.running[task_id] = handle
+        try:
+            await self._execute(task_id, agent_id, handle)
+        except Exception as error:
+            log.exception("run of %s failed inside the engine", task_id)
+            try:
+                self.lifecycle.failed(task_id, "crashed", f"AgentQueue engine error: {error}")
+            except Exception:
+                log.exception("could not record the failure of %s", task_id)
+        finally:
+            self.running.pop(task_id, None)
+            await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id)
+            self._poked = True
+            if self.flush:
+                await self.flush()
+
+    async def _execute(self, task_id: str, agent_id: str, handle: RunHandle) -> None:
+        svc = self.services
+        task = svc.tasks.get(task_id)
+        agent = svc.agents.get(agent_id)
+        workspace = await anyio.to_thread.run_sync(self._prepare, task)
+        await anyio.to_thread.run_sync(self.lifecycle.started, task_id, workspace.branch)
+        if self.flush:
+            await self.flush()
+        spec = BUILDERS[agent.agent_type](self._agent_config(agent), task_prompt(task),
+                                          context_for(svc, task, workspace), None)
+        started = time.monotonic()
+
+        def remember_pid() -> None:
+            self.lifecycle.set_pid(agent_id, handle.pid)
+
+        log_path = self.log_path(task_id)
+        runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits)
+        async with anyio.create_task_group() as tg:
+            async def note_pid() -> None:
+                while handle.pid is None:
+                    await anyio.sleep(0.01)
+                await anyio.to_thread.run_sync(remember_pid)
+            tg.start_soon(note_pid)
+            result = await runner
+            tg.cancel_scope.cancel()
+        duration = time.monotonic() - started
+        if self.shutting_down and handle.stop_reason == "killed":
+            await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
+            return
+        await anyio.to_thread.run_sync(self._finish, task, workspace, agent_id, result, duration)
+
+    def _prepare(self, task: Task) -> Workspace:
+        if task.repo_id:
+            repo = self.services.repos.get(task.repo_id)
+            return self.workspaces.prepare(repo, task.id, task.title, task.branch)
+        project = self.services.projects.get(task.project_id)
+        Path(project.workspace).mkdir(parents=True, exist_ok=True)
+        return Workspace(Path(project.workspace))
+
+    def _agent_config(self, agent: Agent) -> AgentConfig:
+        binary = find_cli(agent.agent_type) if agent.agent_type != "command" else None
+        return AgentConfig(agent.agent_type, binary=binary, model=agent.model, command=agent.command,
+                           max_turns=self.config.max_turns)
+
+    def log_path(self, task_id: str) -> Path:
+        return self.home / "logs" / "tasks" / f"{task_id}.log"
+
+    def _finish(self, task: Task, workspace: Workspace, agent_id: str, result: RunResult, duration: float) -> None:
+        files: list[str] = []
+        if workspace.repo is not None:
+            try:
+                self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
+                files = [f["path"] for f in workspace_files(workspace)]
+            except ServiceError as error:
+                log.warning("could not commit leftovers of %s: %s", task.id, error)
+        self.lifecycle.record_attempt(task.id, agent_id, result, duration, files)
+        if result.status != "completed":
+            pause = None
+            if result.error_type in ("rate_limit", "quota"):
+                streak = self.lifecycle.consecutive_pauses(task.id)
+                base = self.config.rate_limit_backoff * (5 if result.error_type == "quota" else 1)
+                pause = min(base * 2 ** max(streak - 1, 0), self.config.rate_limit_max_backoff)
+            self.lifecycle.failed(task.id, result.error_type, result.error_message, pause)
+            return
+        if not self.lifecycle.running(task.id):
+            return  # stopped meanwhile: stop_task already decided
+        if workspace.repo is None:
+            self.lifecycle.succeeded(task.id, awaiting_approval=task.requires_approval)
+            return
+        if task.requires_approval:
+            pr_url = self._open_pr(task, workspace)
+            self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url)
+            return
+        try:
+            landing = self.workspaces.land(workspace)
+        except ServiceError as error:
+            self.lifecycle.blocked(task.id, "merge_failed", {"error": str(error), "branch": workspace.branch})
+            return
+        if landing.merged:
+            self.workspaces.remove(workspace)
+            self.lifecycle.succeeded(task.id, awaiting_approval=False)
+        else:
+            self.lifecycle.blocked(task.id, "merge_conflict", {"repo_id": workspace.repo.id, "branch": workspace.branch,
+                                                               "conflicts": landing.conflicts,
+                                                               "message": landing.message})
+
+    def _open_pr(self, task: Task, workspace: Workspace) -> str | None:
+        """A PR when the repo has a remote and gh works; otherwise approve_task will merge."""
+        repo = workspace.repo
+        assert repo is not None
+        try:
+            return self.services.vcs.create_pr(repo, task.title, f"AgentQueue task `{task.id}`.\n\n"
+                                               f"{task.description[:2000]}", workspace.branch, repo.default_branch)
+        except ServiceError as error:
+            log.info("no PR for %s (%s); approve_task will merge it", task.id, error)
+            return None
+
+    def _requeue_after_shutdown(self, task: Task, workspace: Workspace) -> None:
+        self._save_wip(workspace, task.id)
+        self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
+
+    def _save_wip(self, workspace: Workspace, task_id: str) -> None:
+        if workspace.repo is not None and workspace.path.exists():
+            try:
+                self.workspaces.commit_leftovers(workspace, f"WIP: interrupted run of AgentQueue task {task_id}")
+            except ServiceError as error:
+                log.warning("could not save WIP of %s: %s", task_id, error)
+
+    # -- start and stop ----------------------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Tasks a dead engine left running: kill orphans, keep their work, requeue them."""
+        store = self.services.store
+        recovered = []
+        for row in store.all("SELECT * FROM tasks WHERE status IN ('ASSIGNED', 'IN_PROGRESS', 'VERIFYING')"):
+            agent = store.one("SELECT * FROM agents WHERE id = ?", (row["assigned_agent"],)) if row["assigned_agent"] \
+                else None
+            workspace = self._workspace_of(row)
+            if agent and agent["pid"]:
+                kill_orphan(agent["pid"], workspace.path)
+            self._save_wip(workspace, row["id"])
+            status = self.lifecycle.requeue(row["id"], "recovered", count_retry=True)
+            log.info("recovered task %s -> %s", row["id"], status)
+            recovered.append(row["id"])
+        with store.transaction() as db:
+            db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL WHERE state != 'IDLE' "
+                       "OR pid IS NOT NULL")
+        return recovered
+
+    def _workspace_of(self, row: dict[str, Any]) -> Workspace:
+        if row["repo_id"]:
+            try:
+                repo = self.services.repos.get(row["repo_id"])
+                return Workspace(self.workspaces.path_for(repo.id, row["id"]), row["branch"], repo)
+            except ServiceError:
+                pass
+        project = self.services.projects.get(row["project_id"])
+        return Workspace(Path(project.workspace))
+
+    async def shutdown(self, grace: float = 15.0) -> None:
+        """Stop every run (their tasks go back to READY with WIP saved) and wait for them to settle."""
+        self.shutting_down = True
+        for handle in list(self.running.values()):
+            handle.kill("killed")
+        with anyio.move_on_after(grace):
+            while self.running:
+                await anyio.sleep(0.05)
+
+
+def workspace_files(workspace: Workspace) -> list[dict[str, str]]:
+    assert workspace.repo is not None
+    tree = gitops.Checkout(workspace.path)
+    return tree.changed_files(workspace.repo.default_branch, workspace.branch)
+
+
+def kill_orphan(pid: int, cwd: Path) -> bool:
+    """Kill a dead daemon's agent process group, if that pid still runs in the task's directory."""
+    try:
+        actual = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+    except OSError:
+        return False  # gone (or no /proc): nothing to kill safely
+    if actual != cwd.resolve() and not actual.is_relative_to(cwd.resolve()):
+        return False  # the pid was reused by something else
+    signal_group(pid, signal.SIGTERM)
+    time.sleep(0.5)
+    signal_group(pid, signal.SIGKILL)
+    return True

@@ -1,0 +1,47 @@
+"""The prompt an agent gets: the task itself, plus context and rules (a system-prompt addition)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..services import Services
+from ..store.models import Task
+from .workspaces import Workspace
+
+RULES = """Rules:
+- Work autonomously; there is no one to answer questions. Make reasonable assumptions and note them.
+- Stay in the current directory (your git worktree). Do not switch branches, do not push.
+- Commit your work with git (`git add -A && git commit -m "..."`) when done; AgentQueue merges it.
+- End with a short summary of what you changed and anything left undone."""
+
+
+def task_prompt(task: Task) -> str:
+    return f"# Task {task.id}: {task.title}\n\n{task.description}\n"
+
+
+def context_for(services: Services, task: Task, workspace: Workspace) -> str:
+    project = services.projects.get(task.project_id)
+    lines = [f"You are an AgentQueue agent working on task {task.id} of project '{project.name}' ({project.id}).",
+             f"Project workspace: {project.workspace}"]
+    if workspace.repo is not None:
+        lines.append(f"Repository '{workspace.repo.id}': you are in a git worktree at {workspace.path} on branch "
+                     f"'{workspace.branch}', made from '{workspace.repo.default_branch}'.")
+        for guide in ("AGENTS.md", "CLAUDE.md"):
+            if (workspace.path / guide).exists():
+                lines.append(f"Read {guide} in the repository first: it has the project's conventions.")
+    deps = []
+    for dep_id in task.depends_on:
+        _, result = services.tasks.results(dep_id)
+        dep = services.tasks.get(dep_id)
+        summary = (result.summary or "").strip().replace("\n", " ")[:400] if result else "(no result recorded)"
+        deps.append(f"- {dep_id} '{dep.title}': {summary}")
+    if deps:
+        lines += ["", "This task builds on these completed tasks:", *deps]
+    notes_dir = Path(project.workspace) / "notes"
+    notes = sorted(p.name for p in notes_dir.glob("*.md")) if notes_dir.is_dir() else []
+    if notes:
+        lines += ["", f"Project notes (read any that matter) in {notes_dir}: {', '.join(notes[:30])}"]
+    memory = Path(project.workspace) / "MEMORY.md"
+    if memory.is_file():
+        lines.append(f"Long-term project memory: {memory}")
+    return "\n".join(lines) + "\n\n" + RULES

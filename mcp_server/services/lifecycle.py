@@ -1,0 +1,157 @@
+"""The state changes the engine makes while running tasks, each one transaction.
+
+Retries: a failed run is retried while `retry_count < max_retries` (so max_retries=3 means up to
+four runs), then the task is BLOCKED. Rate limits and quota pause the task instead (PAUSED with
+`resume_after`), which costs no retry.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..store.db import Store, now_iso
+from .tasks import Tasks
+from .usage import Usage
+
+PAUSING_ERRORS = ("rate_limit", "quota")
+
+
+def iso_in(seconds: float) -> str:
+    stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Lifecycle:
+    def __init__(self, store: Store, tasks: Tasks, usage: Usage) -> None:
+        self.store = store
+        self.tasks = tasks
+        self.usage = usage
+
+    def claim(self, task_id: str, agent_id: str) -> bool:
+        """READY -> ASSIGNED and the agent IDLE -> BUSY, or nothing if either moved meanwhile."""
+        with self.store.transaction() as db:
+            row = self.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+            agent = self.store.one("SELECT state FROM agents WHERE id = ?", (agent_id,))
+            if not row or row["status"] != "READY" or not agent or agent["state"] != "IDLE":
+                return False
+            self.tasks._move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id})
+            db.execute("UPDATE agents SET state = 'BUSY', current_task = ?, updated_at = ? WHERE id = ?",
+                       (task_id, now_iso(), agent_id))
+        return True
+
+    def started(self, task_id: str, branch: str | None) -> None:
+        with self.store.transaction():
+            row = self.tasks._row(task_id)
+            self.tasks._move(row, "IN_PROGRESS", "agent_started", {"branch": branch})
+
+    def set_pid(self, agent_id: str, pid: int | None) -> None:
+        with self.store.transaction() as db:
+            db.execute("UPDATE agents SET pid = ? WHERE id = ?", (pid, agent_id))
+
+    def record_attempt(self, task_id: str, agent_id: str | None, result: Any, duration_s: float,
+                       files_changed: list[str]) -> None:
+        """One row in task_results and one in the token ledger per run."""
+        row = self.tasks._row(task_id)
+        stamp = now_iso()
+        with self.store.transaction() as db:
+            attempt = int(self.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task_id,))) + 1
+            db["task_results"].insert({
+                "task_id": task_id, "attempt": attempt, "agent_id": agent_id, "status": result.status,
+                "summary": result.summary, "files_changed": json.dumps(files_changed),
+                "error_type": result.error_type, "error_message": result.error_message,
+                **{k: int(result.tokens.get(k, 0)) for k in ("input", "output", "cache_read", "cache_write", "total")},
+                "cost_usd": float(result.cost_usd or 0), "duration_s": round(duration_s, 3), "created_at": stamp,
+            })
+            self.usage.record(project_id=row["project_id"], task_id=task_id, agent_id=agent_id,
+                              tokens=result.tokens, cost_usd=result.cost_usd or 0, timestamp=stamp)
+
+    def free_agent(self, agent_id: str) -> None:
+        with self.store.transaction() as db:
+            db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
+                       "WHERE id = ?", (now_iso(), agent_id))
+
+    def running(self, task_id: str) -> bool:
+        row = self.store.one("SELECT status FROM tasks WHERE id = ?", (task_id,))
+        return bool(row) and row["status"] in ("IN_PROGRESS", "VERIFYING")
+
+    def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None) -> None:
+        with self.store.transaction():
+            row = self.tasks._row(task_id)
+            if row["status"] == "IN_PROGRESS":
+                self.tasks._move(row, "VERIFYING", "agent_completed")
+                row = self.tasks._row(task_id)
+            if awaiting_approval:
+                self.tasks._move(row, "AWAITING_APPROVAL", "needs_approval", {"pr_url": pr_url})
+            else:
+                self.tasks._move(row, "COMPLETED", "merged", {"assigned_agent": None})
+
+    def failed(self, task_id: str, error_type: str | None, message: str | None,
+               pause_seconds: float | None = None) -> str:
+        """Move a failed run's task on; returns the new status. A task stop_task already moved is left alone."""
+        with self.store.transaction():
+            row = self.tasks._row(task_id)
+            if row["status"] not in ("IN_PROGRESS", "VERIFYING"):
+                return row["status"]
+            payload = {"assigned_agent": None}
+            if error_type in PAUSING_ERRORS and pause_seconds is not None and row["status"] == "IN_PROGRESS":
+                self.tasks._move(row, "PAUSED", error_type, {"resume_after": iso_in(pause_seconds)})
+                return "PAUSED"
+            self.tasks._move(row, "FAILED", error_type or "failed", payload)
+            row = self.tasks._row(task_id)
+            if row["retry_count"] < row["max_retries"]:
+                self.tasks._move(row, "READY", "retry", {"retry_count": row["retry_count"] + 1})
+                return "READY"
+            self.tasks._move(row, "BLOCKED", "max_retries")
+            return "BLOCKED"
+
+    def blocked(self, task_id: str, reason: str, payload: dict[str, Any] | None = None) -> None:
+        with self.store.transaction():
+            row = self.tasks._row(task_id)
+            if row["status"] == "IN_PROGRESS":
+                self.tasks._move(row, "VERIFYING", "agent_completed")
+                row = self.tasks._row(task_id)
+            if row["status"] != "BLOCKED":
+                self.tasks._move(row, "BLOCKED", reason, {"assigned_agent": None})
+            if payload:
+                self.store.add_event(reason.replace("_", "."), project_id=row["project_id"], task_id=task_id,
+                                     payload=payload)
+
+    def requeue(self, task_id: str, reason: str, count_retry: bool) -> str:
+        """Back to READY after a crash or shutdown (BLOCKED once retries are spent, when they count)."""
+        with self.store.transaction():
+            row = self.tasks._row(task_id)
+            if row["status"] not in ("ASSIGNED", "IN_PROGRESS", "VERIFYING"):
+                return row["status"]
+            if row["status"] == "VERIFYING":
+                self.tasks._move(row, "FAILED", reason, {"assigned_agent": None})
+                row = self.tasks._row(task_id)
+            retries = row["retry_count"] + (1 if count_retry else 0)
+            if count_retry and retries > row["max_retries"]:
+                self.tasks._move(row, "BLOCKED", "max_retries", {"assigned_agent": None})
+                return "BLOCKED"
+            self.tasks._move(row, "READY", reason, {"assigned_agent": None, "retry_count": retries})
+            return "READY"
+
+    def resume_due(self) -> list[str]:
+        """PAUSED tasks whose resume_after has passed go back to READY."""
+        due = self.store.all("SELECT id FROM tasks WHERE status = 'PAUSED' AND resume_after IS NOT NULL "
+                             "AND resume_after <= ?", (now_iso(),))
+        for row in due:
+            with self.store.transaction():
+                current = self.tasks._row(row["id"])
+                if current["status"] == "PAUSED":
+                    new = "READY" if self.tasks._deps_met(row["id"]) else "DEFINED"
+                    self.tasks._move(current, new, "resume", {"resume_after": None, "assigned_agent": None})
+        return [r["id"] for r in due]
+
+    def consecutive_pauses(self, task_id: str) -> int:
+        rows = self.store.all("SELECT error_type FROM task_results WHERE task_id = ? ORDER BY attempt DESC LIMIT 10",
+                              (task_id,))
+        count = 0
+        for row in rows:
+            if row["error_type"] not in PAUSING_ERRORS:
+                break
+            count += 1
+        return count
