@@ -1,0 +1,166 @@
+"""A loopback mock of the Anthropic Messages API that scripts what the model does, for the real `claude`.
+
+The scenario is chosen by a marker in the conversation (`SCENARIO:<name>`), so one mock serves
+many tasks at once. Every response reports the same usage (USAGE), so a test can predict the
+tokens Claude Code reports: requests × USAGE.
+
+Scenarios:
+  write_file   Bash `echo … > claude_hello.txt`, then "Done."
+  rate_limit   HTTP 429 on every request
+  hang         never answers (until the mock stops)
+  loop         the same Bash call forever
+  slow_write   waits SLOW_SECONDS, then like write_file
+  (none)       a plain text answer
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+USAGE = {"input_tokens": 100, "output_tokens": 42, "cache_creation_input_tokens": 50, "cache_read_input_tokens": 25}
+SLOW_SECONDS = 4.0
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class MockAnthropic:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.ids = itertools.count(1)
+        mock = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def do_HEAD(self) -> None:  # connectivity probes
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                mock._json(self, 404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                try:
+                    request = json.loads(body)
+                except ValueError:
+                    request = {}
+                mock.handle(self, request)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> "MockAnthropic":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def messages_for(self, scenario: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [r for r in self.requests if f"SCENARIO:{scenario}" in json.dumps(r.get("messages"))]
+
+    # -- behaviour ----------------------------------------------------------------------------
+    @staticmethod
+    def _json(handler: BaseHTTPRequestHandler, code: int, payload: dict[str, Any],
+              headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        handler.send_response(code)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(data)))
+        for key, value in (headers or {}).items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def handle(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        if handler.path.startswith("/v1/messages/count_tokens"):
+            return self._json(handler, 200, {"input_tokens": 123})
+        if not handler.path.startswith("/v1/messages"):
+            return self._json(handler, 404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
+        with self.lock:
+            self.requests.append(request)
+        text = json.dumps(request.get("messages"))
+        match = re.search(r"SCENARIO:(\w+)", text)
+        scenario = match.group(1) if match else ""
+        messages = request.get("messages") or []
+        last = messages[-1].get("content") if messages else None
+        answered_tool = isinstance(last, list) and any(
+            isinstance(block, dict) and block.get("type") == "tool_result" for block in last)
+        if scenario == "rate_limit":
+            return self._json(handler, 429, {"type": "error", "error": {
+                "type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}},
+                {"retry-after": "0"})
+        if scenario == "hang":
+            self.stopping.wait(600)
+            return None
+        if scenario == "slow_write" and not answered_tool:
+            self.stopping.wait(SLOW_SECONDS)
+        blocks: list[tuple[str, Any]]
+        if scenario == "loop":
+            blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo same", "description": "again"}})]
+        elif scenario in ("write_file", "slow_write") and not answered_tool:
+            blocks = [("tool_use", {"name": "Bash", "input": {
+                "command": "echo hello from claude > claude_hello.txt", "description": "write the file"}})]
+        else:
+            blocks = [("text", "Done: the task is finished.")]
+        stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
+        self._stream(handler, request, blocks, stop)
+
+    def _stream(self, handler: BaseHTTPRequestHandler, request: dict[str, Any], blocks: list[tuple[str, Any]],
+                stop: str) -> None:
+        message_id = f"msg_mock_{next(self.ids)}"
+        if not request.get("stream"):
+            content = [{"type": "text", "text": v} if k == "text" else
+                       {"type": "tool_use", "id": f"toolu_{next(self.ids)}", **v} for k, v in blocks]
+            return self._json(handler, 200, {"id": message_id, "type": "message", "role": "assistant",
+                                             "model": request.get("model"), "content": content, "stop_reason": stop,
+                                             "stop_sequence": None, "usage": USAGE})
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.send_header("cache-control", "no-cache")
+        handler.send_header("connection", "close")
+        handler.end_headers()
+        start_usage = {**USAGE, "output_tokens": 1}
+        out = [_sse("message_start", {"type": "message_start", "message": {
+            "id": message_id, "type": "message", "role": "assistant", "model": request.get("model"), "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": start_usage}})]
+        for index, (kind, value) in enumerate(blocks):
+            if kind == "text":
+                out.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
+                                                        "content_block": {"type": "text", "text": ""}}))
+                out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                        "delta": {"type": "text_delta", "text": value}}))
+            else:
+                out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
+                    "type": "tool_use", "id": f"toolu_{next(self.ids)}", "name": value["name"], "input": {}}}))
+                out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
+                    "type": "input_json_delta", "partial_json": json.dumps(value["input"])}}))
+            out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+        out.append(_sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                          "usage": {"output_tokens": USAGE["output_tokens"]}}))
+        out.append(_sse("message_stop", {"type": "message_stop"}))
+        handler.wfile.write(b"".join(out))
+        handler.wfile.flush()
+        handler.close_connection = True

@@ -1,0 +1,150 @@
+"""The engine running the REAL `claude` CLI against a loopback mock of the model API.
+
+Real CLI, real git worktrees, real files; only the model's answers are scripted (mock_anthropic).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_server.engine.orchestrator import Engine, EngineConfig
+from mcp_server.engine.watchdog import WatchdogLimits
+from mcp_server.services import Services
+
+from .mock_anthropic import USAGE, MockAnthropic
+from .third_party import npm_bin
+
+CLAUDE = npm_bin("claude")
+pytestmark = [pytest.mark.anyio, pytest.mark.integration,
+              pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
+
+
+@pytest.fixture
+def mock_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MockAnthropic]:
+    mock = MockAnthropic().start()
+    (tmp_path / "user-home").mkdir()
+    for key, value in {"HOME": str(tmp_path / "user-home"), "ANTHROPIC_API_KEY": "test-key",
+                       "ANTHROPIC_BASE_URL": mock.base_url, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                       "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_MAX_RETRIES": "0",
+                       "AGENTQUEUE_CLAUDE_BIN": CLAUDE}.items():
+        monkeypatch.setenv(key, value)
+    yield mock
+    mock.stop()
+
+
+@pytest.fixture
+def queue(services: Services, mock_api: MockAnthropic) -> Services:
+    services.projects.create("Demo")
+    services.repos.add("demo", "init", name="app")
+    services.agents.create("claude", "claude-code")
+    return services
+
+
+def engine_for(services: Services, **limits: float) -> Engine:
+    config = EngineConfig(poll_seconds=0.1, rate_limit_backoff=30,
+                          limits=WatchdogLimits(stall_seconds=limits.get("stall", 60), timeout_seconds=120))
+    return Engine(services, services.home, config=config)
+
+
+async def run_until(engine: Engine, done: Callable[[], bool], timeout: float = 90) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(timeout):
+            while not done():
+                await anyio.sleep(0.1)
+        await engine.shutdown()
+        tg.cancel_scope.cancel()
+
+
+def git(repo: str, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+async def test_claude_writes_a_file_that_lands_on_the_default_branch(queue: Services, mock_api: MockAnthropic) -> None:
+    task = queue.tasks.create("demo", "Say hello", "SCENARIO:write_file Create claude_hello.txt.", repo_id="app")
+    engine = engine_for(queue)
+    await run_until(engine, lambda: queue.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "PAUSED"))
+    assert queue.tasks.get(task.id).status == "COMPLETED"
+    repo = queue.repos.get("app").checkout_path
+    assert git(repo, "show", "main:claude_hello.txt") == "hello from claude"
+    assert not engine.workspaces.path_for("app", task.id).exists()  # the worktree was cleaned after landing
+    assert git(repo, "branch", "--list", f"{task.id}/*") == ""  # and its branch deleted
+    # Tokens: every request the mock answered reported USAGE; Claude Code sums them in modelUsage.
+    requests = len(mock_api.messages_for("write_file"))
+    attempts, result = queue.tasks.results(task.id)
+    assert attempts == 1 and result is not None and result.status == "completed"
+    assert result.tokens.model_dump() == {
+        "input": USAGE["input_tokens"] * requests, "output": USAGE["output_tokens"] * requests,
+        "cache_read": USAGE["cache_read_input_tokens"] * requests,
+        "cache_write": USAGE["cache_creation_input_tokens"] * requests,
+        "total": sum(USAGE.values()) * requests}
+    assert result.cost_usd > 0 and result.files_changed == ["claude_hello.txt"]
+    ledger = queue.usage.summary(task_id=task.id)["total"]
+    assert ledger["total"] == result.tokens.total and ledger["cost_usd"] == pytest.approx(result.cost_usd)
+    log = engine.log_path(task.id).read_text()
+    assert "[tool] Bash" in log and "[done] completed" in log
+    kinds = [e.event_type for e in queue.events.recent(50, task_id=task.id)]
+    assert "task.started" in kinds and "task.completed" in kinds
+
+
+async def test_rate_limit_pauses_the_task_with_a_classification(queue: Services) -> None:
+    task = queue.tasks.create("demo", "Limited", "SCENARIO:rate_limit do anything", repo_id="app")
+    await run_until(engine_for(queue), lambda: queue.tasks.get(task.id).status in ("PAUSED", "BLOCKED", "COMPLETED"))
+    paused = queue.tasks.get(task.id)
+    assert paused.status == "PAUSED" and paused.resume_after is not None and paused.retry_count == 0
+    error = queue.tasks.agent_error(task.id)
+    assert error["error_type"] == "Rate limited" and "429" in error["error_message"]
+
+
+async def test_stop_task_kills_a_hung_run_within_two_seconds(queue: Services) -> None:
+    task = queue.tasks.create("demo", "Hangs", "SCENARIO:hang wait forever", repo_id="app")
+    engine = engine_for(queue)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while task.id not in engine.running or engine.running[task.id].pid is None:
+                await anyio.sleep(0.05)
+        await anyio.sleep(1.0)  # let claude reach the model call
+        pid = engine.running[task.id].pid
+        started = time.monotonic()
+        previous, killed = await anyio.to_thread.run_sync(queue.tasks.stop, task.id)
+        assert previous == "IN_PROGRESS" and killed
+        with anyio.fail_after(2):
+            while _group_alive(pid):
+                await anyio.sleep(0.05)
+        assert time.monotonic() - started < 2
+        with anyio.fail_after(10):
+            while task.id in engine.running:
+                await anyio.sleep(0.05)
+        await engine.shutdown()
+        tg.cancel_scope.cancel()
+    assert queue.tasks.get(task.id).status == "BLOCKED"
+    _, result = queue.tasks.results(task.id)
+    assert result is not None and result.error_type == "killed"
+
+
+async def test_loop_detector_kills_a_looping_run(queue: Services) -> None:
+    task = queue.tasks.create("demo", "Loops", "SCENARIO:loop keep going", repo_id="app", max_retries=0)
+    engine = engine_for(queue)
+    await run_until(engine, lambda: queue.tasks.get(task.id).status in ("BLOCKED", "COMPLETED"), timeout=120)
+    assert queue.tasks.get(task.id).status == "BLOCKED"
+    _, result = queue.tasks.results(task.id)
+    assert result is not None and result.error_type == "loop"
+    log = engine.log_path(task.id).read_text()
+    assert "possible loop" in log and "loop detected" in log
+    assert queue.tasks.agent_error(task.id)["error_type"] == "Loop detected"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

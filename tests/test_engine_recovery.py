@@ -1,0 +1,112 @@
+"""`kill -9` of the daemon mid-run: on restart the task is recovered, the orphan agent killed, and the
+work done exactly once. Real daemon processes, the real `claude` CLI, a loopback model mock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from mcp_server import daemon, paths
+from mcp_server.store.db import Store
+
+from .mock_anthropic import MockAnthropic
+from .third_party import npm_bin
+
+CLAUDE = npm_bin("claude")
+pytestmark = [pytest.mark.anyio, pytest.mark.integration,
+              pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_daemon_killed_mid_run_is_recovered_without_losing_or_repeating_the_task(tmp_path: Path) -> None:
+    mock = MockAnthropic().start()
+    home = tmp_path / "aq"
+    (tmp_path / "user-home").mkdir()
+    env = {**os.environ, "AGENTQUEUE_HOME": str(home), "HOME": str(tmp_path / "user-home"),
+           "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": mock.base_url,
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "AGENTQUEUE_CLAUDE_BIN": CLAUDE, "AGENTQUEUE_POLL_SECONDS": "0.1"}
+
+    def start_daemon() -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: paths.socket_path(home).exists() and daemon.read_daemon_info(home), 30, "the daemon")
+        return process
+
+    first = start_daemon()
+    try:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server", "mcp"], env=env)
+        async with Client(params) as client:
+            # First start of a home with `claude` available: the daemon registered an agent for it.
+            agents = await client.call_tool("list_agents", {})
+            assert [a["id"] for a in agents.structured_content["agents"]] == ["claude"]
+            for tool, args in (("create_project", {"name": "Demo"}),
+                               ("add_repo", {"source": "init", "name": "app", "project_id": "demo"}),
+                               ("create_task", {"title": "Say hello", "project_id": "demo", "repo_id": "app",
+                                                "description": "SCENARIO:slow_write Create claude_hello.txt."})):
+                result = await client.call_tool(tool, args)
+                assert not result.is_error, result.content[0].text
+            task_id = result.structured_content["id"]
+        store = Store(paths.db_path(home))
+
+        def agent_pid() -> int | None:
+            row = store.one("SELECT t.status, a.pid FROM tasks t JOIN agents a ON a.current_task = t.id "
+                            "WHERE t.id = ?", (task_id,))
+            return row["pid"] if row and row["status"] == "IN_PROGRESS" and row["pid"] else None
+
+        orphan = wait_for(agent_pid, 60, "the agent to start")
+        wait_for(lambda: mock.messages_for("slow_write"), 30, "claude to call the model")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert alive(orphan), "the agent outlives the daemon (its own process group) until recovery"
+
+        second = start_daemon()
+        try:
+            wait_for(lambda: not alive(orphan), 10, "recovery to kill the orphan agent")
+            final = wait_for(lambda: (store.one("SELECT status FROM tasks WHERE id = ?", (task_id,)) or {}).get(
+                "status") in ("COMPLETED", "BLOCKED") and store.one("SELECT * FROM tasks WHERE id = ?", (task_id,)),
+                90, "the task to finish")
+            assert final["status"] == "COMPLETED" and final["retry_count"] == 1
+            events = store.all("SELECT payload FROM events WHERE task_id = ? AND event_type = 'task.ready'", (task_id,))
+            assert any(json.loads(e["payload"])["reason"] == "recovered" for e in events)
+            repo = store.one("SELECT checkout_path FROM repos WHERE id = 'app'")["checkout_path"]
+            shown = subprocess.run(["git", "show", "main:claude_hello.txt"], cwd=repo, capture_output=True, text=True)
+            assert shown.stdout.strip() == "hello from claude"
+            touching = subprocess.run(["git", "log", "--format=%H", "main", "--", "claude_hello.txt"], cwd=repo,
+                                      capture_output=True, text=True).stdout.split()
+            assert len(touching) == 1, "the work landed exactly once"
+            assert store.scalar("SELECT count(*) FROM task_results WHERE task_id = ? AND status = 'completed'",
+                                (task_id,)) == 1
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=20)
+        store.close()
+    finally:
+        if first.poll() is None:
+            first.kill()
+        mock.stop()
