@@ -94,6 +94,8 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
             if process.stdin is not None:
                 try:
                     await process.stdin.send(spec.stdin or b"")
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
+                    pass  # the agent exited (or closed stdin) without reading its prompt
                 finally:
                     await process.stdin.aclose()
 
