@@ -223,6 +223,7 @@ class Daemon:
         self.port = port
         self.http = http
         self.stopping = anyio.Event()
+        self.restart_requested = False
 
     async def run(self) -> None:
         with home_lock(self.home):
@@ -283,6 +284,17 @@ class Daemon:
                 http_done.set()
 
         async with anyio.create_task_group() as tg:
+            def restart() -> None:
+                self.restart_requested = True
+                paths.restart_marker(self.home).write_text(str(os.getpid()))
+
+                async def soon() -> None:
+                    await anyio.sleep(0.3)  # let the tool's answer reach the client first
+                    self.stopping.set()
+                tg.start_soon(soon)
+
+            services.system.restart_hook = restart
+            paths.restart_marker(self.home).unlink(missing_ok=True)  # a restart that got here is done
             tg.start_soon(accept)
             if server is not None:
                 tg.start_soon(run_http)
@@ -319,13 +331,18 @@ class Daemon:
 
 
 def serve(home: Path, host: str, port: int, http: bool) -> int:
-    """Entry point of `agentqueue serve`; returns the exit code."""
+    """Entry point of `agentqueue serve`; returns the exit code (or re-executes itself on restart_daemon)."""
     logs.configure(home, "agentqueue")
+    daemon = Daemon(home, host, port, http)
     try:
-        anyio.run(Daemon(home, host, port, http).run)
+        anyio.run(daemon.run)
     except AlreadyRunningError as error:
         print(str(error), file=sys.stderr)
         return 1
+    if daemon.restart_requested:
+        log.info("re-executing the daemon")
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, "-m", "mcp_server", *sys.argv[1:]])
     return 0
 
 

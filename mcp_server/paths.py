@@ -54,6 +54,11 @@ def daemon_info_path(root: Path) -> Path:
     return root / "daemon.json"
 
 
+def restart_marker(root: Path) -> Path:
+    """Present while a daemon re-executes itself: plugins reconnect instead of exiting."""
+    return root / "restarting"
+
+
 def socket_path(root: Path) -> Path:
     """The daemon's Unix socket: inside the home unless that path is too long for AF_UNIX."""
     candidate = root / "agentqueue.sock"

@@ -88,6 +88,8 @@ async def test_claude_writes_a_file_that_lands_on_the_default_branch(queue: Serv
     assert result.cost_usd > 0 and result.files_changed == ["claude_hello.txt"]
     ledger = queue.usage.summary(task_id=task.id)["total"]
     assert ledger["total"] == result.tokens.total and ledger["cost_usd"] == pytest.approx(result.cost_usd)
+    diff = queue.vcs.task_diff(queue.tasks.get(task.id))  # after landing, with the branch deleted
+    assert diff["files_changed"] == ["claude_hello.txt"] and "+hello from claude" in diff["diff"]
     log = engine.log_path(task.id).read_text()
     assert "[tool] Bash" in log and "[done] completed" in log
     kinds = [e.event_type for e in queue.events.recent(50, task_id=task.id)]

@@ -168,3 +168,39 @@ async def test_sigterm_stops_the_daemon_cleanly(live_home: Path) -> None:
         projects = await call(client, "list_projects", {})
         assert [p["id"] for p in projects["projects"]] == ["stop"]
     assert daemon_pid(live_home) != pid
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_restart_daemon_reexecutes_and_the_client_session_survives(live_home: Path, mode: str) -> None:
+    async with Client(plugin_params(live_home), mode=mode) as client:
+        await call(client, "create_project", {"name": "Survivor"})
+        before = daemon.read_daemon_info(live_home)
+        assert (await call(client, "restart_daemon", {}))["status"] == "restarting"
+        with anyio.fail_after(30):
+            while True:  # exec keeps the pid; a new daemon.json says it started again
+                info = daemon.read_daemon_info(live_home)
+                if info and info["started_at"] != before["started_at"] and paths.socket_path(live_home).exists() \
+                        and not paths.restart_marker(live_home).exists():
+                    break
+                await anyio.sleep(0.1)
+        assert info["pid"] == before["pid"]
+        # The same client, same session: the plugin reconnected and replayed the handshake.
+        with anyio.fail_after(30):
+            projects = await call(client, "list_projects", {})
+        assert [p["id"] for p in projects["projects"]] == ["survivor"]
+        events = await call(client, "get_recent_events", {"event_type": "daemon.restarting"})
+        assert len(events["events"]) == 1
+
+
+async def test_after_agentqueue_stop_the_plugin_exits_instead_of_restarting(live_home: Path) -> None:
+    plugin = subprocess.Popen([sys.executable, "-m", "mcp_server", "mcp"], env=plugin_env(live_home),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    plugin.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
+        + b"\n")
+    plugin.stdin.flush()
+    assert json.loads(plugin.stdout.readline())["id"] == 1
+    stopped, message = daemon.stop(live_home)
+    assert stopped, message
+    assert plugin.wait(timeout=15) == 0
+    assert not daemon.lock_is_held(live_home)

@@ -91,3 +91,14 @@ async def orchestrator_control(ctx: Context, action: Literal["pause", "resume", 
     state = system.orchestrator_state() if action == "status" else system.set_orchestrator(
         "paused" if action == "pause" else "running")
     return OrchestratorState(state=state, running_tasks=system.running_tasks())
+
+
+class Restarting(BaseModel):
+    status: Literal["restarting"]
+
+
+@tool(destructive=True)
+async def restart_daemon(ctx: Context) -> Restarting:
+    """Re-execute the daemon (running agents stop; their tasks are requeued). Clients reconnect."""
+    services(ctx).system.request_restart()
+    return Restarting(status="restarting")

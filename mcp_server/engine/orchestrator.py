@@ -87,6 +87,8 @@ class Engine:
         if not landing.merged:
             raise ServiceError(f"Approving '{task.id}' failed: {landing.message} The task stays AWAITING_APPROVAL.")
         self.workspaces.remove(workspace)
+        with self.services.store.transaction() as db:
+            db["tasks"].update(task.id, {"base_sha": landing.base_sha, "landed_sha": landing.sha})
 
     def _on_commit(self, events: list[dict[str, Any]]) -> None:
         if any(e["event_type"] in ("task.ready", "orchestrator.resumed", "project.resumed", "agent.created",
@@ -239,7 +241,7 @@ class Engine:
             return
         if landing.merged:
             self.workspaces.remove(workspace)
-            self.lifecycle.succeeded(task.id, awaiting_approval=False)
+            self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha))
         else:
             self.lifecycle.blocked(task.id, "merge_conflict", {"repo_id": workspace.repo.id, "branch": workspace.branch,
                                                                "conflicts": landing.conflicts,

@@ -11,7 +11,7 @@ from .workspaces import Workspace
 RULES = """Rules:
 - Work autonomously; there is no one to answer questions. Make reasonable assumptions and note them.
 - Stay in the current directory (your git worktree). Do not switch branches, do not push.
-- Commit your work with git (`git add -A && git commit -m "..."`) when done; AgentQueue merges it.
+- Leave your changes in the working tree (or commit them); AgentQueue commits what is left and merges it.
 - End with a short summary of what you changed and anything left undone."""
 
 

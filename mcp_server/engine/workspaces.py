@@ -38,6 +38,7 @@ class Workspace:
 class Landing:
     merged: bool
     sha: str | None = None
+    base_sha: str | None = None
     pushed: bool = False
     conflicts: list[str] = field(default_factory=list)
     files_changed: list[str] = field(default_factory=list)
@@ -117,7 +118,7 @@ class Workspaces:
         if repo.source_type == "clone" and main.remote_url() is not None:
             main.push(default)
             pushed = True
-        return Landing(merged=True, sha=new_sha, pushed=pushed, files_changed=files)
+        return Landing(merged=True, sha=new_sha, base_sha=old_sha, pushed=pushed, files_changed=files)
 
     @staticmethod
     def _merge_default_into_branch(tree: gitops.Checkout, default: str) -> Landing | None:

@@ -256,7 +256,7 @@ class Checkout:
         return branch
 
 
-def _require_free(dest: Path, hint: str) -> None:
+def require_free(dest: Path, hint: str) -> None:
     if dest.exists() and not dest.is_dir():
         raise ConflictError(f"{dest} already exists and is not a directory; {hint}.")
     if dest.exists() and any(dest.iterdir()):
@@ -266,17 +266,20 @@ def _require_free(dest: Path, hint: str) -> None:
 def clone(url: str, dest: Path) -> Checkout:
     if url.startswith("-"):
         raise InvalidInputError(f"Refusing url {url!r}: it starts with '-' and could be read as a git option.")
-    _require_free(dest, "choose another name for the repo")
+    require_free(dest, "choose another name for the repo")
     try:
         git.Repo.clone_from(url, dest, multi_options=["--quiet"])
     except git.GitCommandError as error:
         raise GitError(f"git clone of {url} failed: {(error.stderr or '').strip()}") from None
+    except (git.exc.UnsafeProtocolError, git.exc.UnsafeOptionError):
+        raise InvalidInputError(f"Refusing url {url!r}: transports like 'ext::' can run commands. Give an https, "
+                                "ssh or git URL, or the path of a local repository.") from None
     return Checkout(dest)
 
 
 def init(dest: Path, default_branch: str) -> Checkout:
     check_ref_name(default_branch, "default branch")
-    _require_free(dest, "use source=link for an existing checkout")
+    require_free(dest, "use source=link for an existing checkout")
     dest.mkdir(parents=True, exist_ok=True)
     git.Repo.init(dest, initial_branch=default_branch)
     checkout = Checkout(dest)

@@ -76,7 +76,9 @@ class Lifecycle:
         row = self.store.one("SELECT status FROM tasks WHERE id = ?", (task_id,))
         return bool(row) and row["status"] in ("IN_PROGRESS", "VERIFYING")
 
-    def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None) -> None:
+    def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None,
+                  landed: tuple[str | None, str | None] = (None, None)) -> None:
+        """landed: (the default branch before, the commit it moved to), kept for get_task_diff."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
             if row["status"] == "IN_PROGRESS":
@@ -85,7 +87,8 @@ class Lifecycle:
             if awaiting_approval:
                 self.tasks._move(row, "AWAITING_APPROVAL", "needs_approval", {"pr_url": pr_url})
             else:
-                self.tasks._move(row, "COMPLETED", "merged", {"assigned_agent": None})
+                self.tasks._move(row, "COMPLETED", "merged", {"assigned_agent": None, "base_sha": landed[0],
+                                                              "landed_sha": landed[1]})
 
     def failed(self, task_id: str, error_type: str | None, message: str | None,
                pause_seconds: float | None = None) -> str:

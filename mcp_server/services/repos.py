@@ -89,8 +89,7 @@ class Repos:
         target = Path(path).expanduser() if path else Path(project.workspace) / "repos" / repo_id
         created = False
         if source == "clone":
-            if target.exists() and (not target.is_dir() or any(target.iterdir())):
-                raise ConflictError(f"{target} already exists and is not an empty directory; pass another `name`.")
+            gitops.require_free(target, "pass another `name`")
             checkout = gitops.clone(url.strip(), target)
             created = True
         elif source == "link":

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..store.db import Store
 from .agents import Agents
+from .errors import ServiceError
 from .projects import RUNNING_STATUSES
 from .tasks import STATUS_NAMES
 
@@ -16,6 +18,18 @@ class System:
     def __init__(self, store: Store, agents: Agents) -> None:
         self.store = store
         self.agents = agents
+        # Set by the daemon: asks it to re-execute itself (absent in standalone and in-memory servers).
+        self.restart_hook: Callable[[], None] | None = None
+
+    def request_restart(self) -> None:
+        if self.restart_hook is None:
+            raise ServiceError(
+                "restart_daemon needs the AgentQueue daemon (`agentqueue serve`, which `agentqueue mcp` starts); "
+                "this server runs standalone. Restart the client's server instead."
+            )
+        with self.store.transaction():
+            self.store.add_event("daemon.restarting")
+        self.restart_hook()
 
     def orchestrator_state(self) -> str:
         return self.store.get_setting(ORCHESTRATOR_KEY, "running") or "running"

@@ -141,6 +141,8 @@ class Vcs:
         return report
 
     def diff(self, project_id: str, repo_id: str | None, base: str | None = None) -> list[dict[str, Any]]:
+        if base is not None:  # a bad name is the caller's error, not a per-repo one
+            base = gitops.check_ref_name(base, "base branch")
         report = []
         for repo in self._repos(project_id, repo_id):
             try:
@@ -166,6 +168,14 @@ class Vcs:
             raise ConflictError(f"Task '{task.id}' ran without a repo (in the project workspace); it has no diff.")
         repo = self.repos.get(task.repo_id)
         checkout = self.repos.checkout(repo)
+        row = self.store.one("SELECT base_sha, landed_sha FROM tasks WHERE id = ?", (task.id,)) or {}
+        if row.get("landed_sha") and row.get("base_sha"):
+            # Landed: the branch may be gone, the range it added to the default branch is not.
+            span = f"{row['base_sha']}..{row['landed_sha']}"
+            text = checkout.run("diff", span, "--")
+            files = checkout.run("diff", "--name-only", span, "--").splitlines()
+            return {"task_id": task.id, "branch": task.branch, "base": row["base_sha"], "diff": text,
+                    "files_changed": files}
         branch = checkout.verify_ref(task.branch)
         base = checkout.verify_ref(repo.default_branch, "default branch")
         text, _ = checkout.diff(base, branch)

@@ -125,8 +125,14 @@ def _m2_lease_and_indexes(db: sqlite_utils.Database) -> None:
     db["task_results"].create_index(["task_id", "attempt"], if_not_exists=True)
 
 
+def _m3_landing_shas(db: sqlite_utils.Database) -> None:
+    """Version 3: where a task's work landed, so its diff outlives its branch."""
+    db["tasks"].add_column("base_sha", str)
+    db["tasks"].add_column("landed_sha", str)
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m1_core, _m2_lease_and_indexes]
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m1_core, _m2_lease_and_indexes, _m3_landing_shas]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
