@@ -10,6 +10,9 @@ from mcp_server.store.models import Project
 from .registry import Limit, Offset, client_state, services, tool
 
 
+VerifyCommand = Annotated[str | None, Field(description="shell check run on agent work before merge")]
+
+
 class ProjectList(BaseModel):
     projects: list[Project]
     total: int
@@ -44,10 +47,11 @@ async def create_project(
     budget_limit: Annotated[int | None, Field(ge=0, description="tokens per 24 h")] = None,
     workspace: Annotated[str | None, Field(description="absolute dir; default under AGENTQUEUE_HOME")] = None,
     auto_create_channels: bool = False,
+    verify_command: VerifyCommand = None,
 ) -> Project:
     """Create a project (a queue with its own workspace). Its id is the slug of the name."""
     return services(ctx).projects.create(name, credit_weight, max_concurrent_agents, budget_limit, workspace,
-                                         auto_create_channels)
+                                         auto_create_channels, verify_command)
 
 
 @tool(idempotent=True)
@@ -70,9 +74,11 @@ async def edit_project(
     credit_weight: Annotated[float | None, Field(gt=0)] = None,
     max_concurrent_agents: Annotated[int | None, Field(ge=1)] = None,
     budget_limit: Annotated[int | None, Field(ge=0, description="0 removes it")] = None,
+    verify_command: VerifyCommand = None,
 ) -> Project:
-    """Change a project's name, weight, concurrency or token budget."""
-    return services(ctx).projects.edit(project_id, name, credit_weight, max_concurrent_agents, budget_limit)
+    """Change a project's name, weight, concurrency, token budget or verify command."""
+    return services(ctx).projects.edit(project_id, name, credit_weight, max_concurrent_agents, budget_limit,
+                                       verify_command)
 
 
 @tool(destructive=True)

@@ -216,6 +216,10 @@ class Engine:
                 files = [f["path"] for f in workspace_files(workspace)]
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
+        if result.status == "completed":
+            failure = self._verify(task, workspace)
+            if failure:
+                result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
         self.lifecycle.record_attempt(task.id, agent_id, result, duration, files)
         if result.status != "completed":
             pause = None
@@ -246,6 +250,24 @@ class Engine:
             self.lifecycle.blocked(task.id, "merge_conflict", {"repo_id": workspace.repo.id, "branch": workspace.branch,
                                                                "conflicts": landing.conflicts,
                                                                "message": landing.message})
+
+    def _verify(self, task: Task, workspace: Workspace) -> str | None:
+        """The project's verify command on the agent's work (VERIFYING); returns why it failed, if it did."""
+        command = self.services.projects.get(task.project_id).verify_command
+        if not command or not self.lifecycle.running(task.id):
+            return None
+        self.lifecycle.verifying(task.id)
+        timeout = int(min(600, self.config.limits.timeout_seconds))
+        try:
+            outcome = self.services.files.run(command, workspace.path, timeout)
+        except ServiceError as error:
+            return f"verify command could not run: {error}"
+        with self.log_path(task.id).open("a", encoding="utf-8") as log_file:
+            log_file.write(f"[verify] $ {command} -> {outcome.returncode}\n{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}\n")
+        if outcome.returncode == 0:
+            return None
+        return (f"verify command `{command}` " + ("timed out" if outcome.timed_out else f"exited {outcome.returncode}")
+                + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
 
     def _open_pr(self, task: Task, workspace: Workspace) -> str | None:
         """A PR when the repo has a remote and gh works; otherwise approve_task will merge."""

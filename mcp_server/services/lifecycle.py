@@ -76,6 +76,12 @@ class Lifecycle:
         row = self.store.one("SELECT status FROM tasks WHERE id = ?", (task_id,))
         return bool(row) and row["status"] in ("IN_PROGRESS", "VERIFYING")
 
+    def verifying(self, task_id: str) -> None:
+        with self.store.transaction():
+            row = self.tasks._row(task_id)
+            if row["status"] == "IN_PROGRESS":
+                self.tasks._move(row, "VERIFYING", "agent_completed")
+
     def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None,
                   landed: tuple[str | None, str | None] = (None, None)) -> None:
         """landed: (the default branch before, the commit it moved to), kept for get_task_diff."""

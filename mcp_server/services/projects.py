@@ -71,6 +71,7 @@ class Projects:
         budget_limit: int | None = None,
         workspace: str | None = None,
         auto_create_channels: bool = False,
+        verify_command: str | None = None,
     ) -> Project:
         if not name.strip():
             raise InvalidInputError("Project name is empty. Give a name such as 'Web App'.")
@@ -94,6 +95,7 @@ class Projects:
                 "id": project_id, "name": name.strip(), "status": "ACTIVE",
                 "credit_weight": float(credit_weight), "max_concurrent_agents": max_concurrent_agents,
                 "budget_limit": budget_limit or None, "workspace": str(path),
+                "verify_command": (verify_command or "").strip() or None,
                 "created_at": stamp, "updated_at": stamp,
             })
             if auto_create_channels:
@@ -122,6 +124,7 @@ class Projects:
         credit_weight: float | None = None,
         max_concurrent_agents: int | None = None,
         budget_limit: int | None = None,
+        verify_command: str | None = None,
     ) -> Project:
         self._row(project_id)
         _check_limits(credit_weight, max_concurrent_agents, budget_limit)
@@ -136,9 +139,12 @@ class Projects:
             changes["max_concurrent_agents"] = max_concurrent_agents
         if budget_limit is not None:
             changes["budget_limit"] = budget_limit or None
+        if verify_command is not None:
+            changes["verify_command"] = verify_command.strip() or None  # "" removes it
         if not changes:
             raise InvalidInputError(
-                "Nothing to change. Give at least one of name, credit_weight, max_concurrent_agents, budget_limit."
+                "Nothing to change. Give at least one of name, credit_weight, max_concurrent_agents, budget_limit, "
+                "verify_command."
             )
         with self.store.transaction() as db:
             db["projects"].update(project_id, {**changes, "updated_at": now_iso()})

@@ -131,8 +131,14 @@ def _m3_landing_shas(db: sqlite_utils.Database) -> None:
     db["tasks"].add_column("landed_sha", str)
 
 
+def _m4_verify_command(db: sqlite_utils.Database) -> None:
+    """Version 4: a project's verify command, run on an agent's work before it lands."""
+    db["projects"].add_column("verify_command", str)
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m1_core, _m2_lease_and_indexes, _m3_landing_shas]
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -38,6 +38,7 @@ class Project(BaseModel):
     max_concurrent_agents: int
     budget_limit: int | None = Field(None, description="token cap over the rolling 24 h window")
     workspace: str
+    verify_command: str | None = Field(None, description="run on an agent's work before it lands")
     task_counts: dict[str, int] = Field(default_factory=dict)
     created_at: str
     updated_at: str
