@@ -95,8 +95,14 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
         recent = services.store.all(
             "SELECT r.task_id, t.title, r.status, r.summary, r.created_at FROM task_results r "
             "LEFT JOIN tasks t ON t.id = r.task_id WHERE r.agent_id = ? ORDER BY r.id DESC LIMIT 10", (agent_id,))
+        projects = list(dict.fromkeys(
+            r["project_id"] for r in services.store.all(
+                "SELECT t.project_id FROM task_results r JOIN tasks t ON t.id = r.task_id WHERE r.agent_id = ? "
+                "ORDER BY r.id DESC LIMIT 20", (agent_id,))))[:2]
+        memory = "\n\n".join(f"### {p}\n\n{services.memory.context(p, cap=3000)}" for p in projects
+                              if services.memory.context(p, cap=3000)) or "(no project memory yet)"
         return prompts.load("agent_context").format(agent_id=agent_id, agent=dumps(agent), recent=dumps(recent),
-                                                    agent_type=agent.agent_type)
+                                                    agent_type=agent.agent_type, memory=memory)
 
     @mcp.prompt(description="Summarise a conversation keeping ids, names, decisions and open questions")
     def summarize_conversation(transcript: Annotated[str, Field(description="the conversation")]) -> str:

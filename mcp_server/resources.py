@@ -38,6 +38,8 @@ def uris_for(event: dict[str, Any]) -> set[str]:
         uris |= {PROJECTS, f"agentqueue://projects/{pid}", f"agentqueue://projects/{pid}/tasks"}
     if event.get("task_id"):
         uris.add(f"agentqueue://tasks/{event['task_id']}")
+    if event["event_type"].startswith("note.") and event.get("project_id"):
+        uris.add(f"agentqueue://projects/{event['project_id']}/notes/{(event.get('payload') or {}).get('name')}")
     payload = event.get("payload") or {}
     if "AWAITING_APPROVAL" in (payload.get("from"), payload.get("to")) or event["event_type"] == "task.deleted":
         uris.add(APPROVALS)
@@ -114,6 +116,11 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
     @mcp.resource("agentqueue://tasks/{task_id}", mime_type="application/json", description="One task")
     def task(task_id: str) -> str:
         return _json(found(services.tasks.get, task_id))
+
+    @mcp.resource("agentqueue://projects/{project_id}/notes/{name}", mime_type="text/markdown",
+                  description="A project note (markdown)")
+    def note(project_id: str, name: str) -> str:
+        return found(services.notes.read, project_id, name)["content"]
 
     @mcp.resource(EVENTS, mime_type="application/json", description="The 50 most recent events")
     def events() -> str:

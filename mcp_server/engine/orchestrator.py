@@ -233,6 +233,8 @@ class Engine:
             return  # stopped meanwhile: stop_task already decided
         if workspace.repo is None:
             self.lifecycle.succeeded(task.id, awaiting_approval=task.requires_approval)
+            if not task.requires_approval:
+                self._remember(task, result)
             return
         if task.requires_approval:
             pr_url = self._open_pr(task, workspace)
@@ -246,10 +248,21 @@ class Engine:
         if landing.merged:
             self.workspaces.remove(workspace)
             self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha))
+            self._remember(task, result)
         else:
             self.lifecycle.blocked(task.id, "merge_conflict", {"repo_id": workspace.repo.id, "branch": workspace.branch,
                                                                "conflicts": landing.conflicts,
                                                                "message": landing.message})
+
+    def _remember(self, task: Task, result: RunResult) -> None:
+        """A line in today's project memory for each completed task."""
+        summary = (result.summary or "").strip().splitlines()
+        line = f"- {time.strftime('%H:%M')} task {task.id} \"{task.title}\" completed" + (
+            f": {summary[0][:200]}" if summary else "")
+        try:
+            self.services.memory.append_today(task.project_id, line)
+        except (OSError, ServiceError) as error:
+            log.warning("could not write memory for %s: %s", task.id, error)
 
     def _verify(self, task: Task, workspace: Workspace) -> str | None:
         """The project's verify command on the agent's work (VERIFYING); returns why it failed, if it did."""
@@ -275,7 +288,8 @@ class Engine:
         assert repo is not None
         try:
             return self.services.vcs.create_pr(repo, task.title, f"AgentQueue task `{task.id}`.\n\n"
-                                               f"{task.description[:2000]}", workspace.branch, repo.default_branch)
+                                               f"{task.description[:2000]}", workspace.branch, repo.default_branch,
+                                               task_id=task.id)
         except ServiceError as error:
             log.info("no PR for %s (%s); approve_task will merge it", task.id, error)
             return None

@@ -41,7 +41,7 @@ def context_for(services: Services, task: Task, workspace: Workspace) -> str:
     notes = sorted(p.name for p in notes_dir.glob("*.md")) if notes_dir.is_dir() else []
     if notes:
         lines += ["", f"Project notes (read any that matter) in {notes_dir}: {', '.join(notes[:30])}"]
-    memory = Path(project.workspace) / "MEMORY.md"
-    if memory.is_file():
-        lines.append(f"Long-term project memory: {memory}")
+    memory = services.memory.context(project.id)
+    if memory:
+        lines += ["", "# Project memory", memory]
     return "\n".join(lines) + "\n\n" + RULES

@@ -10,6 +10,8 @@ from .agents import Agents
 from .channels import Channels
 from .events import Events
 from .files import Files
+from .memory import Memory
+from .notes import Notes
 from .projects import Projects
 from .repos import Repos
 from .system import System
@@ -36,6 +38,8 @@ class Services:
         self.repos = Repos(self.store, self.projects)
         self.vcs = Vcs(self.store, self.repos)
         self.files = Files(self.store)
+        self.notes = Notes(self.store, self.projects)
+        self.memory = Memory(self.projects)
 
     def close(self) -> None:
         self.store.close()

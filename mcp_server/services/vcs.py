@@ -72,7 +72,8 @@ class Vcs:
         return outcome
 
     def create_pr(self, repo: Repo, title: str, body: str | None = None, branch: str | None = None,
-                  base: str | None = None) -> str:
+                  base: str | None = None, *, task_id: str | None = None) -> str:
+        """Push `branch` and open a PR with `gh`; `task_id` (the engine's) ties the `pr.created` event to it."""
         if not title or not title.strip():
             raise InvalidInputError("title is empty. Give the pull request a title.")
         checkout = self.repos.checkout(repo)
@@ -100,7 +101,7 @@ class Vcs:
         urls = [word for word in done.stdout.split() if word.startswith(("https://", "http://"))]
         if not urls:
             raise ServiceError(f"gh pr create printed no PR URL: {done.stdout.strip()[:500]}")
-        self._event("pr.created", repo, branch=branch, base=base, pr_url=urls[-1])
+        self._event("pr.created", repo, task_id=task_id, branch=branch, base=base, pr_url=urls[-1])
         return urls[-1]
 
     # -- reads ---------------------------------------------------------------------------------

@@ -1,0 +1,58 @@
+"""Project memory: `memory/MEMORY.md` (long-term) and daily notes `memory/YYYYMM/YYYYMMDD.md`.
+
+Completed tasks append a line to today's note; agents' prompts and the `agent_context` prompt get
+the long-term memory plus the last three days, capped in size (the newest text is kept).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+from .notes import write_atomic
+from .projects import Projects
+
+CONTEXT_CAP = 8000  # characters of memory put into an agent's context
+
+
+class Memory:
+    def __init__(self, projects: Projects) -> None:
+        self.projects = projects
+
+    def folder(self, project_id: str) -> Path:
+        return Path(self.projects.get(project_id).workspace) / "memory"
+
+    def long_term_path(self, project_id: str) -> Path:
+        return self.folder(project_id) / "MEMORY.md"
+
+    def daily_path(self, project_id: str, day: date) -> Path:
+        return self.folder(project_id) / day.strftime("%Y%m") / f"{day.strftime('%Y%m%d')}.md"
+
+    def append_today(self, project_id: str, line: str, now: datetime | None = None) -> Path:
+        now = now or datetime.now(timezone.utc)
+        path = self.daily_path(project_id, now.date())
+        if path.exists():
+            text = path.read_text(encoding="utf-8").rstrip("\n") + "\n" + line.rstrip("\n") + "\n"
+        else:
+            text = f"# {now.date().isoformat()}\n\n{line.rstrip()}\n"
+        write_atomic(path, text)
+        return path
+
+    def context(self, project_id: str, days: int = 3, cap: int = CONTEXT_CAP, today: date | None = None) -> str:
+        """`## Long-term Memory` + `## Recent Daily Notes` (last `days`), trimmed to `cap` characters."""
+        parts = []
+        long_term = self.long_term_path(project_id)
+        if long_term.is_file() and long_term.read_text(encoding="utf-8").strip():
+            parts.append("## Long-term Memory\n\n" + long_term.read_text(encoding="utf-8").strip())
+        today = today or datetime.now(timezone.utc).date()
+        daily = []
+        for offset in range(days - 1, -1, -1):
+            path = self.daily_path(project_id, today - timedelta(days=offset))
+            if path.is_file():
+                daily.append(path.read_text(encoding="utf-8").strip())
+        if daily:
+            parts.append("## Recent Daily Notes\n\n" + "\n\n---\n\n".join(daily))
+        text = "\n\n---\n\n".join(parts)
+        if len(text) > cap:
+            text = "[older memory trimmed]\n" + text[-cap:]
+        return text

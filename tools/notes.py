@@ -1,0 +1,93 @@
+"""Note tools: markdown notes in a project's workspace (`notes/<slug>.md`)."""
+
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel
+
+from .registry import ProjectId, project_for, services, tool
+
+
+class NoteInfo(BaseModel):
+    name: str
+    title: str
+    size_bytes: int
+    modified: str | None = None
+
+
+class NoteList(BaseModel):
+    project_id: str
+    notes: list[NoteInfo]
+
+
+class NoteWritten(BaseModel):
+    name: str
+    title: str
+    status: str
+
+
+class NoteContent(BaseModel):
+    name: str
+    title: str
+    content: str
+
+
+class NoteAppended(BaseModel):
+    name: str
+    status: str
+    size_bytes: int
+
+
+class NoteDeleted(BaseModel):
+    deleted: str
+
+
+class SpecsAndNotes(BaseModel):
+    project_id: str
+    specs_path: str
+    notes_path: str
+    specs: list[dict[str, Any]]
+    notes: list[dict[str, Any]]
+
+
+@tool(read_only=True)
+def list_notes(ctx: Context, project_id: ProjectId = None) -> NoteList:
+    """List a project's notes."""
+    project = project_for(ctx, project_id)
+    return NoteList(project_id=project, notes=services(ctx).notes.list(project))
+
+
+@tool(destructive=True)
+def write_note(ctx: Context, title: str, content: str, project_id: ProjectId = None) -> NoteWritten:
+    """Create or overwrite a note (file name = slug of the title)."""
+    return NoteWritten(**services(ctx).notes.write(project_for(ctx, project_id), title, content))
+
+
+@tool(read_only=True)
+def read_note(ctx: Context, title: str, project_id: ProjectId = None) -> NoteContent:
+    """Read a note by title, slug or file name."""
+    return NoteContent(**services(ctx).notes.read(project_for(ctx, project_id), title))
+
+
+@tool()
+def append_note(ctx: Context, title: str, content: str, project_id: ProjectId = None) -> NoteAppended:
+    """Append to a note (created with a '# Title' heading if missing)."""
+    return NoteAppended(**services(ctx).notes.append(project_for(ctx, project_id), title, content))
+
+
+@tool(destructive=True)
+def delete_note(ctx: Context, title: str, project_id: ProjectId = None) -> NoteDeleted:
+    """Delete a note."""
+    return NoteDeleted(deleted=services(ctx).notes.delete(project_for(ctx, project_id), title))
+
+
+@tool(read_only=True)
+def compare_specs_notes(ctx: Context, project_id: ProjectId = None, specs_path: str | None = None) -> SpecsAndNotes:
+    """List spec files (specs_path, a repo's specs/, or the workspace's) beside the notes, to compare."""
+    svc = services(ctx)
+    project = project_for(ctx, project_id)
+    specs = None
+    if specs_path:
+        specs = svc.files.resolve(specs_path, Path(svc.projects.get(project).workspace))
+    return SpecsAndNotes(**svc.notes.compare_specs(project, specs))
