@@ -25,6 +25,7 @@ from ..services.lifecycle import Lifecycle
 from ..store.models import Agent, Task
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult
+from .hook_runner import HookRunner
 from .prompting import context_for, task_prompt
 from .runner import RunHandle, run_agent, signal_group
 from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
@@ -64,6 +65,8 @@ class Engine:
         self.lifecycle = Lifecycle(services.store, services.tasks, services.usage)
         self.workspaces = Workspaces(home / "worktrees")
         self.running: dict[str, RunHandle] = {}
+        self.hooks = HookRunner(services, home)
+        services.hooks.runner = self.hooks
         self.shutting_down = False
         self._poked = True
         services.tasks.stop_hook = self.stop_task
@@ -100,6 +103,13 @@ class Engine:
         await anyio.to_thread.run_sync(self.recover)
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            hooks_scope = anyio.CancelScope()
+
+            async def hooks_loop() -> None:
+                with hooks_scope:
+                    await self.hooks.run_forever()
+
+            tg.start_soon(hooks_loop)
             while not self.shutting_down:
                 self._poked = False
                 try:
@@ -113,6 +123,7 @@ class Engine:
                 while waited < self.config.poll_seconds and not self._poked and not self.shutting_down:
                     await anyio.sleep(0.02)
                     waited += 0.02
+            hooks_scope.cancel()  # the hook runner goes with the engine; runs in flight finish first
 
     def tick(self) -> list[tuple[str, str]]:
         """Resume due PAUSED tasks, schedule, and claim; returns the runs to start."""

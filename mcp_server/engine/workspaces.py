@@ -5,13 +5,15 @@ branch, the default branch is merged *into the task branch inside its worktree* 
 aborted there and reported), and only then is the default branch fast-forwarded to the result.
 The user's checkout is touched only by that fast-forward, which git refuses rather than overwrite
 uncommitted changes. Worktrees are removed after landing, and never while they hold uncommitted
-work.
+work. Runs of one repo end in parallel threads: preparing, landing and removing are serialised per
+repo, so a landing always merges the default branch as the previous landing left it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,12 +50,23 @@ class Landing:
 class Workspaces:
     def __init__(self, worktrees_root: Path) -> None:
         self.root = worktrees_root
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+
+    def repo_lock(self, repo_id: str) -> threading.RLock:
+        """Held while git changes a repo's main checkout, branches or worktree list."""
+        with self._locks_guard:
+            return self._locks.setdefault(repo_id, threading.RLock())
 
     def path_for(self, repo_id: str, task_id: str) -> Path:
         return self.root / repo_id / task_id
 
     def prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None = None) -> Workspace:
         """Create (or reuse, on a retry) the task's worktree from the freshly updated default branch."""
+        with self.repo_lock(repo.id):
+            return self._prepare(repo, task_id, title, existing_branch)
+
+    def _prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None) -> Workspace:
         main = gitops.Checkout(repo.checkout_path)
         self.refresh_default(main, repo)
         branch = existing_branch or branch_name(task_id, title)
@@ -96,6 +109,11 @@ class Workspaces:
         """Merge the task branch into the default branch (and push clone repos)."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
+        with self.repo_lock(repo.id):
+            return self._land(workspace, repo)
+
+    def _land(self, workspace: Workspace, repo: Repo) -> Landing:
+        assert workspace.branch is not None
         tree = gitops.Checkout(workspace.path)
         default = repo.default_branch
         tree.require_clean("land the task")
@@ -135,15 +153,26 @@ class Workspaces:
                                "the merge was aborted and the branch kept for you to resolve.")
 
     def remove(self, workspace: Workspace, delete_branch: bool = True) -> bool:
-        """Remove a landed worktree; refuses (returns False) if it holds uncommitted work."""
-        if workspace.repo is None or not workspace.path.exists():
+        """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't."""
+        if workspace.repo is None:
+            return False
+        with self.repo_lock(workspace.repo.id):
+            return self._remove(workspace, delete_branch)
+
+    def _remove(self, workspace: Workspace, delete_branch: bool) -> bool:
+        assert workspace.repo is not None
+        if not workspace.path.exists():
             return False
         tree = gitops.Checkout(workspace.path)
         if not tree.is_clean():
             log.warning("keeping worktree %s: it has uncommitted changes", workspace.path)
             return False
         main = gitops.Checkout(workspace.repo.checkout_path)
-        main.run("worktree", "remove", str(workspace.path))
+        try:
+            main.run("worktree", "remove", str(workspace.path))
+        except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
+            log.warning("could not remove worktree %s: %s", workspace.path, error)
+            return False
         if delete_branch and workspace.branch:
             try:
                 main.run("branch", "-d", "--", workspace.branch)

@@ -10,6 +10,7 @@ from .agents import Agents
 from .channels import Channels
 from .events import Events
 from .files import Files
+from .hooks import Hooks
 from .memory import Memory
 from .notes import Notes
 from .projects import Projects
@@ -40,6 +41,7 @@ class Services:
         self.files = Files(self.store)
         self.notes = Notes(self.store, self.projects)
         self.memory = Memory(self.projects)
+        self.hooks = Hooks(self.store, self.projects)
 
     def close(self) -> None:
         self.store.close()

@@ -141,3 +141,32 @@ class Repo(BaseModel):
     default_branch: str
     checkout_path: str
     created_at: str
+
+
+class Hook(BaseModel):
+    id: str
+    project_id: str
+    name: str
+    enabled: bool
+    trigger: dict[str, Any]
+    action: Literal["llm", "create_task"]
+    prompt_template: str | None = None
+    task_template: dict[str, Any] | None = None
+    context_steps: list[dict[str, Any]] = Field(default_factory=list)
+    cooldown_seconds: int
+    llm_config: dict[str, Any] | None = None
+    last_fired_at: str | None = None
+    created_at: str
+    updated_at: str
+
+
+class HookRun(BaseModel):
+    id: str
+    hook_id: str
+    trigger_reason: str
+    status: Literal["running", "completed", "skipped", "failed"]
+    skipped_reason: str | None = None
+    tokens_used: int = 0
+    started_at: str
+    completed_at: str | None = None
+    error: str | None = None

@@ -21,11 +21,13 @@ _ERROR_CODES = {
 
 
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    servers = (mcp_config or {}).get("mcpServers", {})
+    # Built-in tools for the work, plus every tool of the MCP servers we attach (MCP tools are denied otherwise).
+    allowed = " ".join(["Bash Edit Write Read Glob Grep MultiEdit NotebookEdit TodoWrite",
+                        *(f"mcp__{name}" for name in servers)])
     argv = [config.binary or "claude", "-p", "--output-format", "stream-json", "--verbose",
-            "--strict-mcp-config", "--mcp-config", json.dumps(mcp_config or {"mcpServers": {}}),
-            "--permission-mode", "acceptEdits",
-            "--allowedTools", "Bash Edit Write Read Glob Grep MultiEdit NotebookEdit TodoWrite",
-            "--max-turns", str(config.max_turns)]
+            "--strict-mcp-config", "--mcp-config", json.dumps({"mcpServers": servers}),
+            "--permission-mode", "acceptEdits", "--allowedTools", allowed, "--max-turns", str(config.max_turns)]
     if config.model:
         argv += ["--model", config.model]
     if context:

@@ -1,0 +1,356 @@
+"""Runs hooks: decides when they fire, gathers their context, renders templates, acts, records.
+
+Firing rules: periodic and cron hooks are checked every second against `last_fired_at` (persisted,
+so a restart neither fires twice nor replays missed cron slots: a missed slot runs once); event
+hooks fire from committed events. A hook fires only after its cooldown (`fire_hook` ignores it),
+never while a run of it is still going (cron and periodic firings then are recorded as skipped:
+overlap), and at most `max_concurrent` hook runs go at once. A paused orchestrator skips `llm`
+actions (no new model spend); context steps and `create_task` actions go on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from croniter import croniter
+
+from ..services import Services
+from ..services.agents import find_cli
+from ..services.errors import ServiceError
+from ..store.db import now_iso
+from ..store.models import Hook
+from .adapters import BUILDERS, PARSERS
+from .adapters.base import AgentConfig
+from .runner import RunHandle, run_agent
+from .watchdog import WatchdogLimits
+
+log = logging.getLogger("agentqueue.hooks")
+
+OUTPUT_CAP = 50_000
+_PLACEHOLDER = re.compile(r"\{\{(.+?)\}\}")
+
+
+def parse_iso(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+# -- templates ---------------------------------------------------------------------------------------
+def _main_text(result: dict[str, Any]) -> str:
+    for key in ("stdout", "content", "body", "diff"):
+        if result.get(key):
+            return str(result[key])
+    return json.dumps(result, default=str)
+
+
+def render(template: str, steps: list[dict[str, Any]], event: dict[str, Any] | None, project_id: str) -> str:
+    """{{step_N}}, {{step_N.field}}, {{event}}, {{event.field}}, {{project_id}}; unknown ones stay as written."""
+
+    def value(match: re.Match[str]) -> str:
+        expr = match.group(1).strip()
+        if expr == "project_id":
+            return project_id
+        if expr == "event":
+            return json.dumps(event or {}, default=str)
+        if expr.startswith("event."):
+            field = expr[len("event."):]
+            data = event or {}
+            found = data.get(field, (data.get("payload") or {}).get(field))
+            return "" if found is None else (found if isinstance(found, str) else json.dumps(found)).strip()
+        step = re.fullmatch(r"step_(\d+)(?:\.(\w+))?", expr)
+        if step:
+            index = int(step.group(1))
+            if index >= len(steps):
+                return ""
+            result = steps[index]
+            if step.group(2):
+                found = result.get(step.group(2))
+                return "" if found is None else (found if isinstance(found, str) else json.dumps(found)).strip()
+            return _main_text(result).strip()
+        return match.group(0)
+
+    return _PLACEHOLDER.sub(value, template)
+
+
+def _render_deep(value: Any, *args: Any) -> Any:
+    if isinstance(value, str):
+        return render(value, *args)
+    if isinstance(value, dict):
+        return {k: _render_deep(v, *args) for k, v in value.items()}
+    return value
+
+
+def should_skip(step: dict[str, Any], result: dict[str, Any]) -> str | None:
+    if step.get("skip_llm_if_exit_zero") and result.get("exit_code") == 0:
+        return "exit code 0 (skip_llm_if_exit_zero)"
+    if step.get("skip_llm_if_empty") and not "".join(
+            str(result.get(k) or "") for k in ("stdout", "content", "body", "diff")).strip():
+        return "empty output (skip_llm_if_empty)"
+    if step.get("skip_llm_if_status_ok") and 200 <= int(result.get("status_code") or 0) < 300:
+        return f"HTTP {result.get('status_code')} (skip_llm_if_status_ok)"
+    return None
+
+
+# -- the runner -----------------------------------------------------------------------------------------
+class HookRunner:
+    def __init__(self, services: Services, home: Path, clock: Callable[[], datetime] | None = None,
+                 max_concurrent: int = 2, listen: bool = True) -> None:
+        self.services = services
+        self.home = home
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.max_concurrent = max_concurrent
+        self.active: set[str] = set()
+        self._events: list[dict[str, Any]] = []
+        self._tg: anyio.abc.TaskGroup | None = None
+        if listen:
+            services.store.on_commit(self._on_commit)
+
+    # -- when ----------------------------------------------------------------------------------
+    def _on_commit(self, events: list[dict[str, Any]]) -> None:
+        self._events.extend(e for e in events if not e["event_type"].startswith("hook."))
+
+    def cooled(self, hook: Hook, now: datetime) -> bool:
+        return not hook.last_fired_at or (now - parse_iso(hook.last_fired_at)).total_seconds() >= hook.cooldown_seconds
+
+    def schedule_due(self, now: datetime) -> list[tuple[Hook, str]]:
+        """Periodic and cron hooks whose time has come (a missed cron slot counts once)."""
+        due = []
+        for hook in self.services.hooks.list():
+            if not hook.enabled:
+                continue
+            kind = hook.trigger["type"]
+            last = parse_iso(hook.last_fired_at or hook.created_at)
+            if kind == "periodic":  # first at created_at + interval, then every interval (cooldown permitting)
+                interval = max(float(hook.trigger["interval_seconds"]), float(hook.cooldown_seconds))
+                if (now - last).total_seconds() >= interval:
+                    due.append((hook, "periodic"))
+            elif kind == "cron":
+                next_slot = croniter(hook.trigger["cron"], last).get_next(datetime)
+                if now >= next_slot:
+                    due.append((hook, "cron"))
+        return due
+
+    def event_matches(self, hook: Hook, event: dict[str, Any]) -> bool:
+        if not hook.enabled or hook.trigger["type"] != "event":
+            return False
+        wanted = hook.trigger["event_type"]
+        kind = event["event_type"]
+        if not (kind == wanted or (wanted.endswith("*") and kind.startswith(wanted[:-1]))):
+            return False
+        payload = event.get("payload") or {}
+        for field, expected in (hook.trigger.get("filter") or {}).items():
+            if event.get(field, payload.get(field)) != expected:
+                return False
+        return True
+
+    def pending(self, now: datetime) -> list[tuple[Hook, str, dict[str, Any] | None]]:
+        """Everything that should fire now, cooldown and overlap applied (overlaps recorded as skipped)."""
+        firings: list[tuple[Hook, str, dict[str, Any] | None]] = []
+        for hook, reason in self.schedule_due(now):
+            if hook.id in self.active:
+                self.services.hooks.record_skip(hook, reason, "previous run still running (overlap: skip)")
+                continue
+            if self.cooled(hook, now):
+                firings.append((hook, reason, None))
+        events, self._events = self._events, []
+        if events:
+            hooks = [h for h in self.services.hooks.list() if h.trigger["type"] == "event" and h.enabled]
+            for event in events:
+                for hook in hooks:
+                    if self.event_matches(hook, event) and hook.id not in self.active \
+                            and all(h.id != hook.id for h, _, _ in firings) and self.cooled(hook, now):
+                        firings.append((hook, f"event:{event['event_type']}", event))
+        return firings
+
+    async def run_forever(self) -> None:
+        self.services.hooks.interrupted()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            while True:
+                try:
+                    for hook, reason, event in await anyio.to_thread.run_sync(self.pending, self.clock()):
+                        if len(self.active) >= self.max_concurrent:
+                            break  # the rest fire on a later tick
+                        run_id = await anyio.to_thread.run_sync(self.begin, hook, reason, event)
+                        tg.start_soon(self.execute, hook, run_id, event)
+                except Exception:
+                    log.exception("hook scheduling failed")
+                await anyio.sleep(1.0)
+
+    # -- what ----------------------------------------------------------------------------------
+    def begin(self, hook: Hook, reason: str, event: dict[str, Any] | None) -> str:
+        self.active.add(hook.id)
+        return self.services.hooks.start_run(hook, reason, event, self.clock().isoformat(timespec="milliseconds")
+                                             .replace("+00:00", "Z"))
+
+    async def fire(self, hook_id: str, wait: float = 10.0) -> tuple[str, str]:
+        """fire_hook: now, ignoring cooldown; refused while a run of the hook is going.
+
+        Waits up to `wait` seconds for the run; a longer one (an llm run) answers "running" and goes on.
+        """
+        hook = self.services.hooks.get(hook_id)
+        if hook.id in self.active:
+            raise ServiceError(f"Hook '{hook_id}' is already running; list_hook_runs shows its runs.")
+        run_id = await anyio.to_thread.run_sync(self.begin, hook, "manual", None)
+        outcome: dict[str, str] = {}
+        done = anyio.Event()
+
+        async def go() -> None:
+            outcome["status"] = await self.execute(hook, run_id, None)
+            done.set()
+
+        if self._tg is None:  # no engine loop to carry it: run it here
+            await go()
+        else:
+            self._tg.start_soon(go)
+            with anyio.move_on_after(wait):
+                await done.wait()
+        return run_id, outcome.get("status", "running")
+
+    async def execute(self, hook: Hook, run_id: str, event: dict[str, Any] | None) -> str:
+        try:
+            return await self._execute(hook, run_id, event)
+        except Exception as error:
+            log.exception("hook %s failed", hook.id)
+            await anyio.to_thread.run_sync(lambda: self.services.hooks.finish_run(
+                hook, run_id, "failed", response=f"{type(error).__name__}: {error}"))
+            return "failed"
+        finally:
+            self.active.discard(hook.id)
+
+    async def _execute(self, hook: Hook, run_id: str, event: dict[str, Any] | None) -> str:
+        finish = self.services.hooks.finish_run
+        results: list[dict[str, Any]] = []
+        for index, step in enumerate(hook.context_steps):
+            result = await anyio.to_thread.run_sync(self.step, hook, _render_deep(step, results, event, hook.project_id))
+            results.append(result)
+            why = should_skip(step, result)
+            if why:
+                await anyio.to_thread.run_sync(lambda: finish(hook, run_id, "skipped", skipped_reason=f"step_{index}: {why}",
+                                                              context=results))
+                return "skipped"
+        if hook.action == "create_task":
+            template = _render_deep(hook.task_template or {}, results, event, hook.project_id)
+            task = await anyio.to_thread.run_sync(lambda: self.services.tasks.create(
+                hook.project_id, template["title"], template["description"], int(template.get("priority", 100)),
+                template.get("repo_id"), bool(template.get("requires_approval", False))))
+            await anyio.to_thread.run_sync(lambda: finish(hook, run_id, "completed", context=results,
+                                                          response=f"created task {task.id}"))
+            return "completed"
+        if self.services.system.orchestrator_state() == "paused":
+            await anyio.to_thread.run_sync(lambda: finish(hook, run_id, "skipped", context=results,
+                                                          skipped_reason="orchestrator paused (no new model spend)"))
+            return "skipped"
+        prompt = render(hook.prompt_template or "", results, event, hook.project_id)
+        outcome = await self.run_llm(hook, prompt, run_id)
+        status = "completed" if outcome.status == "completed" else "failed"
+        response = outcome.summary if status == "completed" else f"{outcome.error_type}: {outcome.error_message}"
+        await anyio.to_thread.run_sync(lambda: self._record_llm(hook, run_id, status, results, prompt, response, outcome))
+        return status
+
+    def _record_llm(self, hook: Hook, run_id: str, status: str, results: Any, prompt: str, response: str,
+                    outcome: Any) -> None:
+        with self.services.store.transaction():
+            self.services.usage.record(project_id=hook.project_id, hook_id=hook.id, tokens=outcome.tokens,
+                                       cost_usd=outcome.cost_usd, timestamp=now_iso())
+        self.services.hooks.finish_run(hook, run_id, status, context=results, prompt=prompt, response=response,
+                                       tokens=int(outcome.tokens.get("total", 0)))
+
+    async def run_llm(self, hook: Hook, prompt: str, run_id: str) -> Any:
+        """The prompt through an agent CLI in the project workspace, with AgentQueue's own MCP server attached."""
+        config = hook.llm_config or {}
+        agent_type = config.get("agent_type", "claude-code")
+        if agent_type not in BUILDERS or agent_type == "command" and not config.get("command"):
+            raise ServiceError(f"llm_config.agent_type {agent_type!r} cannot run a hook.")
+        binary = find_cli(agent_type) if agent_type != "command" else None
+        mcp = {"mcpServers": {"agentqueue": {"type": "stdio", "command": sys.executable,
+                                             "args": ["-m", "mcp_server", "mcp"],
+                                             "env": {"AGENTQUEUE_HOME": str(self.home)}}}}
+        context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
+                   "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
+        spec = BUILDERS[agent_type](AgentConfig(agent_type, binary=binary, model=config.get("model"),
+                                                command=config.get("command"), max_turns=int(config.get("max_turns", 20))),
+                                    prompt, context, mcp)
+        workspace = Path(self.services.projects.get(hook.project_id).workspace)
+        workspace.mkdir(parents=True, exist_ok=True)
+        limits = WatchdogLimits(stall_seconds=float(config.get("stall_seconds", 300)),
+                                timeout_seconds=float(config.get("timeout_seconds", 900)))
+        started = time.monotonic()
+        result = await run_agent(spec, workspace, PARSERS[agent_type](), RunHandle(),
+                                 self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log", limits)
+        log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)
+        return result
+
+    # -- context steps -------------------------------------------------------------------------
+    def step(self, hook: Hook, step: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return getattr(self, f"_step_{step['type']}")(hook, step)
+        except ServiceError as error:
+            return {"error": str(error)}
+        except Exception as error:  # a broken step is recorded, not fatal
+            return {"error": f"{type(error).__name__}: {error}"}
+
+    def _workspace(self, hook: Hook) -> Path:
+        return Path(self.services.projects.get(hook.project_id).workspace)
+
+    def _step_shell(self, hook: Hook, step: dict[str, Any]) -> dict[str, Any]:
+        timeout = int(min(max(int(step.get("timeout", 60)), 1), 600))
+        workdir = self._workspace(hook)
+        workdir.mkdir(parents=True, exist_ok=True)
+        out = self.services.files.run(str(step["command"]), workdir, timeout)
+        return {"stdout": out.stdout[:OUTPUT_CAP], "stderr": out.stderr[:10_000],
+                "exit_code": -1 if out.timed_out else out.returncode}
+
+    def _step_read_file(self, hook: Hook, step: dict[str, Any]) -> dict[str, Any]:
+        found = self.services.files.read(str(step["path"]), self._workspace(hook), 0, int(step.get("max_lines", 500)))
+        return {"content": found.content, "total_lines": found.total_lines}
+
+    def _step_http(self, hook: Hook, step: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(str(step["url"]), headers={"User-Agent": "agentqueue-hook"})
+        try:
+            with urllib.request.urlopen(request, timeout=float(step.get("timeout", 30))) as response:
+                body = response.read(OUTPUT_CAP + 1).decode("utf-8", errors="replace")
+                return {"status_code": response.status, "body": body[:OUTPUT_CAP]}
+        except urllib.error.HTTPError as error:
+            return {"status_code": error.code, "body": error.read(OUTPUT_CAP).decode("utf-8", errors="replace"),
+                    "error": str(error)}
+        except (urllib.error.URLError, OSError) as error:
+            return {"status_code": 0, "body": "", "error": str(error)}
+
+    def _step_db_query(self, hook: Hook, step: dict[str, Any]) -> dict[str, Any]:
+        params = step.get("params") or {}
+        store = self.services.store
+        queries = {
+            "recent_task_results": ("SELECT r.task_id, t.title, r.status, r.summary, r.error_type, r.created_at "
+                                    "FROM task_results r JOIN tasks t ON t.id = r.task_id WHERE t.project_id = ? "
+                                    "ORDER BY r.id DESC LIMIT 10", (hook.project_id,)),
+            "task_detail": ("SELECT id, title, status, description, retry_count, branch, pr_url FROM tasks "
+                            "WHERE id = ?", (params.get("task_id"),)),
+            "recent_events": ("SELECT event_type, task_id, payload, timestamp FROM events WHERE project_id = ? "
+                              "ORDER BY id DESC LIMIT 20", (hook.project_id,)),
+            "hook_runs": ("SELECT id, trigger_reason, status, skipped_reason, started_at FROM hook_runs "
+                          "WHERE hook_id = ? ORDER BY started_at DESC LIMIT 10", (params.get("hook_id") or hook.id,)),
+            "task_counts": ("SELECT status, count(*) AS count FROM tasks WHERE project_id = ? GROUP BY status",
+                            (hook.project_id,)),
+        }
+        sql, args = queries[step["query"]]
+        rows = store.all(sql, args)
+        return {"rows": rows, "count": len(rows)}
+
+    def _step_git_diff(self, hook: Hook, step: dict[str, Any]) -> dict[str, Any]:
+        reports = self.services.vcs.diff(hook.project_id, step.get("repo_id"), step.get("base_branch"))
+        text = "\n".join(r.get("diff", "") for r in reports)
+        errors = [r["error"] for r in reports if r.get("error")]
+        return {"diff": text[:OUTPUT_CAP], **({"error": "; ".join(errors)} if errors else {})}
+

@@ -1,0 +1,103 @@
+"""Hook tools: schedules and event reactions that create tasks or run a model with AgentQueue's tools."""
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+
+from mcp_server.engine.hook_runner import HookRunner
+from mcp_server.store.models import Hook, HookRun
+
+from .registry import ProjectId, project_filter, project_for, services, tool
+
+Trigger = Annotated[dict[str, Any], Field(description='{"type":"periodic","interval_seconds":N} | '
+                                                      '{"type":"cron","cron":"0 6 * * *"} | '
+                                                      '{"type":"event","event_type":"task.completed"}')]
+Steps = Annotated[list[dict[str, Any]] | None, Field(description="shell|read_file|http|db_query|git_diff steps")]
+TaskTemplate = Annotated[dict[str, Any] | None, Field(description="{title, description, priority?, repo_id?}")]
+
+
+class HookList(BaseModel):
+    hooks: list[Hook]
+
+
+class HookDeleted(BaseModel):
+    deleted: str
+
+
+class HookRuns(BaseModel):
+    hook_id: str
+    runs: list[HookRun]
+
+
+class HookFired(BaseModel):
+    hook_id: str
+    run_id: str
+    status: str
+
+
+@tool()
+def create_hook(
+    ctx: Context,
+    name: str,
+    trigger: Trigger,
+    project_id: ProjectId = None,
+    action: Literal["llm", "create_task"] = "llm",
+    prompt_template: Annotated[str | None, Field(description="llm prompt; {{step_N}} {{event.x}}")] = None,
+    task_template: TaskTemplate = None,
+    context_steps: Steps = None,
+    cooldown_seconds: Annotated[int, Field(ge=0)] = 3600,
+    llm_config: dict[str, Any] | None = None,
+    enabled: bool = True,
+) -> Hook:
+    """Create a hook: on a schedule or event, gather context, then create a task or run a model."""
+    return services(ctx).hooks.create(project_for(ctx, project_id), name, trigger, action, prompt_template,
+                                      task_template, context_steps, cooldown_seconds, llm_config, enabled)
+
+
+@tool(read_only=True)
+def list_hooks(ctx: Context, project_id: ProjectId = None) -> HookList:
+    """List hooks (no project and no active project: all)."""
+    return HookList(hooks=services(ctx).hooks.list(project_filter(ctx, project_id)))
+
+
+@tool()
+def edit_hook(
+    ctx: Context,
+    hook_id: str,
+    name: str | None = None,
+    trigger: dict[str, Any] | None = None,
+    action: Literal["llm", "create_task"] | None = None,
+    prompt_template: str | None = None,
+    task_template: dict[str, Any] | None = None,
+    context_steps: list[dict[str, Any]] | None = None,
+    cooldown_seconds: Annotated[int | None, Field(ge=0)] = None,
+    llm_config: dict[str, Any] | None = None,
+    enabled: bool | None = None,
+) -> Hook:
+    """Change any field of a hook."""
+    return services(ctx).hooks.edit(hook_id, name=name, trigger=trigger, action=action,
+                                    prompt_template=prompt_template, task_template=task_template,
+                                    context_steps=context_steps, cooldown_seconds=cooldown_seconds,
+                                    llm_config=llm_config, enabled=enabled)
+
+
+@tool(destructive=True)
+def delete_hook(ctx: Context, hook_id: str) -> HookDeleted:
+    """Delete a hook and its run history."""
+    return HookDeleted(deleted=services(ctx).hooks.delete(hook_id))
+
+
+@tool(read_only=True)
+def list_hook_runs(ctx: Context, hook_id: str, limit: Annotated[int, Field(ge=1, le=500)] = 10) -> HookRuns:
+    """A hook's runs, newest first: why it fired, status, skip reason, tokens."""
+    return HookRuns(hook_id=hook_id, runs=services(ctx).hooks.runs(hook_id, limit))
+
+
+@tool()
+async def fire_hook(ctx: Context, hook_id: str) -> HookFired:
+    """Run a hook now (ignores cooldown); waits up to 10 s, else answers status=running."""
+    svc = services(ctx)
+    runner = svc.hooks.runner or HookRunner(svc, svc.home, listen=False)  # no engine here: run it in this process
+    run_id, status = await runner.fire(hook_id)
+    return HookFired(hook_id=hook_id, run_id=run_id, status=status)
