@@ -10,6 +10,7 @@ Scenarios:
   hang         never answers (until the mock stops)
   loop         the same Bash call forever
   slow_write   waits SLOW_SECONDS, then like write_file
+  hook_create_task  calls AgentQueue's MCP tool create_task (HOOK_TASK), then "Created."
   (none)       a plain text answer
 """
 
@@ -24,6 +25,8 @@ from typing import Any
 
 USAGE = {"input_tokens": 100, "output_tokens": 42, "cache_creation_input_tokens": 50, "cache_read_input_tokens": 25}
 SLOW_SECONDS = 4.0
+HOOK_TASK = {"title": "Made by the hook", "description": "Created through AgentQueue's MCP server by a hook.",
+             "project_id": "demo"}
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -120,6 +123,8 @@ class MockAnthropic:
         blocks: list[tuple[str, Any]]
         if scenario == "loop":
             blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo same", "description": "again"}})]
+        elif scenario == "hook_create_task" and not answered_tool:
+            blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": HOOK_TASK})]
         elif scenario in ("write_file", "slow_write") and not answered_tool:
             blocks = [("tool_use", {"name": "Bash", "input": {
                 "command": "echo hello from claude > claude_hello.txt", "description": "write the file"}})]
