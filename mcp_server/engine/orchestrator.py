@@ -7,9 +7,11 @@ the next start (WIP committed on its branch, the orphan process group killed, th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
 from ..services.lifecycle import Lifecycle
+from ..services.vcs import find_gh
 from ..store.models import Agent, Task
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult
@@ -50,6 +53,7 @@ class EngineConfig:
     rate_limit_backoff: float = field(default_factory=lambda: _env_float("AGENTQUEUE_RATE_LIMIT_BACKOFF", 60))
     rate_limit_max_backoff: float = field(default_factory=lambda: _env_float("AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", 900))
     max_turns: int = field(default_factory=lambda: int(_env_float("AGENTQUEUE_MAX_TURNS", 50)))
+    pr_poll_seconds: float = field(default_factory=lambda: _env_float("AGENTQUEUE_PR_POLL_SECONDS", 60))
     limits: WatchdogLimits = field(default_factory=lambda: WatchdogLimits(
         stall_seconds=_env_float("AGENTQUEUE_STALL_SECONDS", 600),
         timeout_seconds=_env_float("AGENTQUEUE_TASK_TIMEOUT", 3600)))
@@ -69,6 +73,7 @@ class Engine:
         services.hooks.runner = self.hooks
         self.shutting_down = False
         self._poked = True
+        self._last_pr_poll = 0.0
         services.tasks.stop_hook = self.stop_task
         services.tasks.approve_hook = self.land_approved
         services.store.on_commit(self._on_commit)
@@ -79,8 +84,11 @@ class Engine:
         return handle.kill("killed") if handle else False
 
     def land_approved(self, task: Task) -> None:
-        """approve_task on work without a PR: merge the kept branch now (raises on conflict)."""
-        if not task.repo_id or not task.branch or task.pr_url:
+        """approve_task: merge the kept branch now (raises on conflict); with a PR, GitHub merges it."""
+        if not task.repo_id or not task.branch:
+            return
+        if task.pr_url:
+            self._drop_worktree(task)
             return
         repo = self.services.repos.get(task.repo_id)
         workspace = Workspace(self.workspaces.path_for(repo.id, task.id), task.branch, repo)
@@ -92,6 +100,40 @@ class Engine:
         self.workspaces.remove(workspace)
         with self.services.store.transaction() as db:
             db["tasks"].update(task.id, {"base_sha": landing.base_sha, "landed_sha": landing.sha})
+
+    def _drop_worktree(self, task: Task) -> None:
+        """The worktree of work that now lives in a PR (the branch stays, it is the PR's head)."""
+        if task.repo_id:
+            repo = self.services.repos.get(task.repo_id)
+            workspace = Workspace(self.workspaces.path_for(repo.id, task.id), task.branch, repo)
+            if workspace.path.exists():
+                self.workspaces.remove(workspace, delete_branch=False)
+
+    def poll_pull_requests(self) -> list[tuple[str, str]]:
+        """AWAITING_APPROVAL tasks with a PR: merged on GitHub -> COMPLETED, closed -> BLOCKED."""
+        gh = find_gh()
+        changed: list[tuple[str, str]] = []
+        if gh is None:
+            return changed
+        for row in self.services.store.all(
+                "SELECT id, repo_id FROM tasks WHERE status = 'AWAITING_APPROVAL' AND pr_url IS NOT NULL"):
+            task = self.services.tasks.get(row["id"])
+            try:
+                cwd = self.services.repos.get(task.repo_id).checkout_path if task.repo_id else None
+                done = subprocess.run([gh, "pr", "view", task.pr_url, "--json", "state,mergedAt"], cwd=cwd,
+                                      capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                state = json.loads(done.stdout or "{}")
+            except (OSError, ValueError, subprocess.TimeoutExpired, ServiceError) as error:
+                log.info("could not check the PR of %s: %s", task.id, error)
+                continue
+            if state.get("state") == "MERGED" or state.get("mergedAt"):
+                self.lifecycle.pr_settled(task.id, merged=True)
+                self._drop_worktree(task)
+                changed.append((task.id, "COMPLETED"))
+            elif state.get("state") == "CLOSED":
+                self.lifecycle.pr_settled(task.id, merged=False)
+                changed.append((task.id, "BLOCKED"))
+        return changed
 
     def _on_commit(self, events: list[dict[str, Any]]) -> None:
         if any(e["event_type"] in ("task.ready", "orchestrator.resumed", "project.resumed", "agent.created",
@@ -126,8 +168,11 @@ class Engine:
             hooks_scope.cancel()  # the hook runner goes with the engine; runs in flight finish first
 
     def tick(self) -> list[tuple[str, str]]:
-        """Resume due PAUSED tasks, schedule, and claim; returns the runs to start."""
+        """Resume due PAUSED tasks, check PRs (every 60 s), schedule, and claim; returns the runs to start."""
         self.lifecycle.resume_due()
+        if time.monotonic() - self._last_pr_poll >= self.config.pr_poll_seconds:
+            self._last_pr_poll = time.monotonic()
+            self.poll_pull_requests()
         state = self.queue_state()
         claims = []
         for assignment in schedule(state):

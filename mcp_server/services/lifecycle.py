@@ -96,6 +96,13 @@ class Lifecycle:
                 self.tasks._move(row, "COMPLETED", "merged", {"assigned_agent": None, "base_sha": landed[0],
                                                               "landed_sha": landed[1]})
 
+    def pr_settled(self, task_id: str, merged: bool) -> None:
+        """A task's PR was merged (COMPLETED) or closed unmerged (BLOCKED) on the forge."""
+        with self.store.transaction():
+            row = self.tasks._row(task_id)
+            if row["status"] == "AWAITING_APPROVAL":
+                self.tasks._move(row, "COMPLETED" if merged else "BLOCKED", "pr_merged" if merged else "pr_closed")
+
     def failed(self, task_id: str, error_type: str | None, message: str | None,
                pause_seconds: float | None = None) -> str:
         """Move a failed run's task on; returns the new status. A task stop_task already moved is left alone."""
