@@ -91,6 +91,13 @@ def _render_deep(value: Any, *args: Any) -> Any:
     return value
 
 
+def _truthy(value: Any) -> bool:
+    """Template values are strings: "false", "0", "no" and "" are False."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
+
+
 def should_skip(step: dict[str, Any], result: dict[str, Any]) -> str | None:
     if step.get("skip_llm_if_exit_zero") and result.get("exit_code") == 0:
         return "exit code 0 (skip_llm_if_exit_zero)"
@@ -112,6 +119,8 @@ class HookRunner:
         self.max_concurrent = max_concurrent
         self.active: set[str] = set()
         self._events: list[dict[str, Any]] = []
+        # Event firings the global cap held back: they go first on the next tick (events are not re-sent).
+        self._held: list[tuple[Hook, str, dict[str, Any]]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         if listen:
             services.store.on_commit(self._on_commit)
@@ -119,6 +128,9 @@ class HookRunner:
     # -- when ----------------------------------------------------------------------------------
     def _on_commit(self, events: list[dict[str, Any]]) -> None:
         self._events.extend(e for e in events if not e["event_type"].startswith("hook."))
+
+    def _stamp(self, when: datetime) -> str:
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def cooled(self, hook: Hook, now: datetime) -> bool:
         return not hook.last_fired_at or (now - parse_iso(hook.last_fired_at)).total_seconds() >= hook.cooldown_seconds
@@ -139,6 +151,8 @@ class HookRunner:
                 next_slot = croniter(hook.trigger["cron"], last).get_next(datetime)
                 if now >= next_slot:
                     due.append((hook, "cron"))
+        # Longest-waiting first, so under the global cap a busy hook cannot starve the others.
+        due.sort(key=lambda pair: parse_iso(pair[0].last_fired_at or pair[0].created_at))
         return due
 
     def event_matches(self, hook: Hook, event: dict[str, Any]) -> bool:
@@ -149,6 +163,8 @@ class HookRunner:
         if not (kind == wanted or (wanted.endswith("*") and kind.startswith(wanted[:-1]))):
             return False
         payload = event.get("payload") or {}
+        if payload.get("created_by_hook") == hook.id:
+            return False  # a hook never reacts to the task it created itself (no feedback loop)
         for field, expected in (hook.trigger.get("filter") or {}).items():
             if event.get(field, payload.get(field)) != expected:
                 return False
@@ -159,18 +175,22 @@ class HookRunner:
         firings: list[tuple[Hook, str, dict[str, Any] | None]] = []
         for hook, reason in self.schedule_due(now):
             if hook.id in self.active:
-                self.services.hooks.record_skip(hook, reason, "previous run still running (overlap: skip)")
+                self.services.hooks.record_skip(hook, reason, "previous run still running (overlap: skip)",
+                                                fired_at=self._stamp(now))
                 continue
             if self.cooled(hook, now):
                 firings.append((hook, reason, None))
         events, self._events = self._events, []
-        if events:
-            hooks = [h for h in self.services.hooks.list() if h.trigger["type"] == "event" and h.enabled]
-            for event in events:
-                for hook in hooks:
-                    if self.event_matches(hook, event) and hook.id not in self.active \
-                            and all(h.id != hook.id for h, _, _ in firings) and self.cooled(hook, now):
-                        firings.append((hook, f"event:{event['event_type']}", event))
+        held, self._held = self._held, []
+        if events or held:
+            hooks = {h.id: h for h in self.services.hooks.list() if h.trigger["type"] == "event" and h.enabled}
+            candidates = [(hooks[h.id], reason, event) for h, reason, event in held if h.id in hooks]
+            candidates += [(hook, f"event:{event['event_type']}", event)
+                           for event in events for hook in hooks.values() if self.event_matches(hook, event)]
+            for hook, reason, event in candidates:
+                if hook.id not in self.active and all(h.id != hook.id for h, _, _ in firings) \
+                        and self.cooled(hook, now):
+                    firings.append((hook, reason, event))
         return firings
 
     async def run_forever(self) -> None:
@@ -179,10 +199,20 @@ class HookRunner:
             self._tg = tg
             while True:
                 try:
-                    for hook, reason, event in await anyio.to_thread.run_sync(self.pending, self.clock()):
+                    firings = await anyio.to_thread.run_sync(self.pending, self.clock())
+                    for index, (hook, reason, event) in enumerate(firings):
                         if len(self.active) >= self.max_concurrent:
-                            break  # the rest fire on a later tick
-                        run_id = await anyio.to_thread.run_sync(self.begin, hook, reason, event)
+                            # The rest wait: schedules come due again by themselves, event firings are held.
+                            self._held.extend((h, r, e) for h, r, e in firings[index:] if e is not None)
+                            break
+                        if hook.id in self.active:
+                            continue  # fire_hook started it meanwhile
+                        self.active.add(hook.id)  # before any await: no second run can slip in
+                        try:
+                            run_id = await anyio.to_thread.run_sync(self.begin, hook, reason, event)
+                        except BaseException:
+                            self.active.discard(hook.id)
+                            raise
                         tg.start_soon(self.execute, hook, run_id, event)
                 except Exception:
                     log.exception("hook scheduling failed")
@@ -191,8 +221,7 @@ class HookRunner:
     # -- what ----------------------------------------------------------------------------------
     def begin(self, hook: Hook, reason: str, event: dict[str, Any] | None) -> str:
         self.active.add(hook.id)
-        return self.services.hooks.start_run(hook, reason, event, self.clock().isoformat(timespec="milliseconds")
-                                             .replace("+00:00", "Z"))
+        return self.services.hooks.start_run(hook, reason, event, self._stamp(self.clock()))
 
     async def fire(self, hook_id: str, wait: float = 10.0) -> tuple[str, str]:
         """fire_hook: now, ignoring cooldown; refused while a run of the hook is going.
@@ -202,7 +231,12 @@ class HookRunner:
         hook = self.services.hooks.get(hook_id)
         if hook.id in self.active:
             raise ServiceError(f"Hook '{hook_id}' is already running; list_hook_runs shows its runs.")
-        run_id = await anyio.to_thread.run_sync(self.begin, hook, "manual", None)
+        self.active.add(hook.id)  # before any await: a second fire_hook meanwhile is refused
+        try:
+            run_id = await anyio.to_thread.run_sync(self.begin, hook, "manual", None)
+        except BaseException:
+            self.active.discard(hook.id)
+            raise
         outcome: dict[str, str] = {}
         done = anyio.Event()
 
@@ -244,7 +278,8 @@ class HookRunner:
             template = _render_deep(hook.task_template or {}, results, event, hook.project_id)
             task = await anyio.to_thread.run_sync(lambda: self.services.tasks.create(
                 hook.project_id, template["title"], template["description"], int(template.get("priority", 100)),
-                template.get("repo_id"), bool(template.get("requires_approval", False))))
+                template.get("repo_id"), _truthy(template.get("requires_approval", False)),
+                created_by_hook=hook.id))
             await anyio.to_thread.run_sync(lambda: finish(hook, run_id, "completed", context=results,
                                                           response=f"created task {task.id}"))
             return "completed"

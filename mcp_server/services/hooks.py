@@ -189,9 +189,12 @@ class Hooks:
             self.store.add_event("hook.completed", project_id=hook.project_id, payload={
                 "hook_id": hook.id, "run_id": run_id, "status": status, "skipped_reason": skipped_reason})
 
-    def record_skip(self, hook: Hook, reason: str, why: str) -> str:
-        """A firing that did not run (overlap, paused orchestrator…), recorded so list_hook_runs shows it."""
-        run_id = self.start_run(hook, reason, None, hook.last_fired_at or now_iso())
+    def record_skip(self, hook: Hook, reason: str, why: str, fired_at: str | None = None) -> str:
+        """A firing that did not run (overlap, paused orchestrator…), recorded so list_hook_runs shows it.
+
+        `fired_at` (the slot's time) consumes the slot: a skipped slot is not recorded again, nor run later.
+        """
+        run_id = self.start_run(hook, reason, None, fired_at or hook.last_fired_at or now_iso())
         self.finish_run(hook, run_id, "skipped", skipped_reason=why)
         return run_id
 

@@ -192,6 +192,7 @@ class Tasks:
         depends_on: list[str] | None = None,
         max_retries: int = 3,
         agent_type: str | None = None,
+        created_by_hook: str | None = None,
     ) -> Task:
         self.projects._row(project_id)
         if not title.strip():
@@ -227,8 +228,9 @@ class Tasks:
                 db["task_dependencies"].insert({"task_id": task_id, "depends_on": dep})
             status = self._entry_status(task_id)
             db["tasks"].update(task_id, {"status": status})
+            origin = {"created_by_hook": created_by_hook} if created_by_hook else {}
             self.store.add_event("task.created", project_id=project_id, task_id=task_id,
-                                 payload={"title": title.strip(), "status": status, "depends_on": deps})
+                                 payload={"title": title.strip(), "status": status, "depends_on": deps, **origin})
         return self.get(task_id)
 
     def edit(
