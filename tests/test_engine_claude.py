@@ -5,7 +5,6 @@ Real CLI, real git worktrees, real files; only the model's answers are scripted 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from mcp_server.engine.watchdog import WatchdogLimits
 from mcp_server.services import Services
 
 from .mock_anthropic import USAGE, MockAnthropic
+from .processes import group_alive
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
@@ -119,7 +119,7 @@ async def test_stop_task_kills_a_hung_run_within_two_seconds(queue: Services) ->
         previous, killed = await anyio.to_thread.run_sync(queue.tasks.stop, task.id)
         assert previous == "IN_PROGRESS" and killed
         with anyio.fail_after(2):
-            while _group_alive(pid):
+            while group_alive(pid):
                 await anyio.sleep(0.05)
         assert time.monotonic() - started < 2
         with anyio.fail_after(10):
@@ -142,11 +142,3 @@ async def test_loop_detector_kills_a_looping_run(queue: Services) -> None:
     log = engine.log_path(task.id).read_text()
     assert "possible loop" in log and "loop detected" in log
     assert queue.tasks.agent_error(task.id)["error_type"] == "Loop detected"
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -18,7 +18,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,6 +31,7 @@ from mcp_server.services import Services
 from mcp_server.services.errors import ServiceError
 
 from .git_fixtures import bare_sha, git, git_env, make_origin, porcelain, sha  # noqa: F401  (git_env: fixture)
+from .processes import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -82,14 +82,6 @@ async def engine_running(engine: Engine) -> AsyncIterator[Engine]:
                 await engine.shutdown(grace=10)
             tg.cancel_scope.cancel()
 
-
-async def wait_for(condition: Callable[[], object], timeout: float = 20, what: str = "the condition") -> None:
-    try:
-        with anyio.fail_after(timeout):
-            while not condition():
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
 def status(services: Services, task_id: str) -> str:

@@ -4,7 +4,6 @@ work done exactly once. Real daemon processes, the real `claude` CLI, a loopback
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from mcp_server import daemon, paths
 from mcp_server.store.db import Store
 
 from .mock_anthropic import MockAnthropic
+from .processes import alive, claude_env
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
@@ -35,22 +35,10 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def test_daemon_killed_mid_run_is_recovered_without_losing_or_repeating_the_task(tmp_path: Path) -> None:
     mock = MockAnthropic().start()
     home = tmp_path / "aq"
-    (tmp_path / "user-home").mkdir()
-    env = {**os.environ, "AGENTQUEUE_HOME": str(home), "HOME": str(tmp_path / "user-home"),
-           "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": mock.base_url,
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "AGENTQUEUE_CLAUDE_BIN": CLAUDE, "AGENTQUEUE_POLL_SECONDS": "0.1"}
+    env = claude_env(tmp_path, mock.base_url, CLAUDE, AGENTQUEUE_HOME=str(home), AGENTQUEUE_POLL_SECONDS="0.1")
 
     def start_daemon() -> subprocess.Popen:
         process = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=env,

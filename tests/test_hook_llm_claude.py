@@ -3,7 +3,6 @@ attached; the (mock) model calls create_task through it, and the task really exi
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from mcp import Client, StdioServerParameters
 from mcp_server import daemon, paths
 
 from .mock_anthropic import HOOK_TASK, USAGE, MockAnthropic
+from .processes import claude_env
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
@@ -27,11 +27,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration,
 async def test_llm_hook_creates_a_task_through_agentqueue_mcp_server(tmp_path: Path) -> None:
     mock = MockAnthropic().start()
     home = tmp_path / "aq"
-    (tmp_path / "user-home").mkdir()
-    env = {**os.environ, "AGENTQUEUE_HOME": str(home), "HOME": str(tmp_path / "user-home"),
-           "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": mock.base_url,
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "AGENTQUEUE_CLAUDE_BIN": CLAUDE}
+    env = claude_env(tmp_path, mock.base_url, CLAUDE, AGENTQUEUE_HOME=str(home))
     server = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -30,6 +30,7 @@ from mcp_server.services import Services
 from mcp_server.services.errors import ServiceError
 from mcp_server.store.models import Hook, Task
 
+from .processes import wait_for
 from .conftest import db_snapshot, fail, ok
 
 pytestmark = pytest.mark.anyio
@@ -79,14 +80,6 @@ async def fire(services: Services, hook_id: str) -> tuple[str, str]:
     """fire_hook's path with no engine loop: the run goes inline and its final status comes back."""
     return await HookRunner(services, services.home, listen=False).fire(hook_id)
 
-
-async def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
-    try:
-        with anyio.fail_after(timeout):
-            while not condition():
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
 class Clock:

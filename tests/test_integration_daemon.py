@@ -22,6 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_server import daemon, paths
 
+from .processes import alive
+
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
@@ -44,14 +46,6 @@ def daemon_pid(home: Path) -> int:
     info = daemon.read_daemon_info(home)
     assert info is not None, "the daemon wrote no daemon.json"
     return int(info["pid"])
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def call(client: Client, tool: str, args: dict) -> dict:

@@ -257,8 +257,8 @@ class HookRunner:
             return await self._execute(hook, run_id, event)
         except Exception as error:
             log.exception("hook %s failed", hook.id)
-            await anyio.to_thread.run_sync(lambda: self.services.hooks.finish_run(
-                hook, run_id, "failed", response=f"{type(error).__name__}: {error}"))
+            why = f"{type(error).__name__}: {error}"
+            await anyio.to_thread.run_sync(lambda: self.services.hooks.finish_run(hook, run_id, "failed", response=why))
             return "failed"
         finally:
             self.active.discard(hook.id)

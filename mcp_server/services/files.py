@@ -76,7 +76,8 @@ class Files:
         if not candidate.is_absolute():
             if base is None:
                 raise InvalidInputError(f"{path!r} is relative and there is no project to resolve it against: "
-                                        "pass project_id, set_active_project, or give an absolute path.")
+                                        "call set_active_project (read_file also takes project_id), or give an "
+                                        "absolute path.")
             candidate = base / candidate
         resolved = Path(os.path.realpath(candidate))
         for root in self.roots():

@@ -1,0 +1,43 @@
+"""Small helpers the process-level tests share: liveness checks, waiting, the env for a mocked `claude`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def wait_for(condition: Callable[[], object], timeout: float = 20, what: str = "the condition") -> None:
+    try:
+        with anyio.fail_after(timeout):
+            while not condition():
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+
+
+def claude_env(tmp_path: Path, base_url: str, claude: str, **extra: str) -> dict[str, str]:
+    """The environment for a real `claude` talking to a loopback model mock: scratch HOME, no telemetry."""
+    user_home = tmp_path / "user-home"
+    user_home.mkdir(exist_ok=True)
+    return {**os.environ, "HOME": str(user_home), "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": base_url,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+            "AGENTQUEUE_CLAUDE_BIN": claude, **extra}
