@@ -242,7 +242,9 @@ class Daemon:
         if message:
             log.info(message)
         mcp = build_server(services)
-        engine = Engine(services, self.home, flush=mcp.notifier.flush)  # type: ignore[attr-defined]
+        notifier = mcp.notifier  # type: ignore[attr-defined]
+        engine = Engine(services, self.home, flush=notifier.flush,
+                        on_log=lambda task_id: notifier.mark(f"agentqueue://tasks/{task_id}/log"))
         sock_path = paths.socket_path(self.home)
         sock_path.unlink(missing_ok=True)  # we hold the lock, so any socket file left is stale
         listener = await anyio.create_unix_listener(sock_path)

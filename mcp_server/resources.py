@@ -60,6 +60,11 @@ class Notifier:
             with self._lock:
                 self._dirty |= touched
 
+    def mark(self, *uris: str) -> None:
+        """Mark resources changed outside the store (a task's log); published on the next flush."""
+        with self._lock:
+            self._dirty |= set(uris)
+
     def subscribe(self, uri: str, connection: Any) -> None:
         self._legacy.setdefault(uri, weakref.WeakSet()).add(connection)
 
@@ -121,6 +126,16 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
                   description="A project note (markdown)")
     def note(project_id: str, name: str) -> str:
         return found(services.notes.read, project_id, name)["content"]
+
+    @mcp.resource("agentqueue://tasks/{task_id}/log", mime_type="text/plain",
+                  description="A task's agent output as it streams (the last 200 000 characters)")
+    def task_log(task_id: str) -> str:
+        found(services.tasks.get, task_id)
+        path = services.home / "logs" / "tasks" / f"{task_id}.log"
+        if not path.exists():
+            return "(no agent has run this task yet)"
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return text[-200_000:]
 
     @mcp.resource(EVENTS, mime_type="application/json", description="The 50 most recent events")
     def events() -> str:

@@ -31,7 +31,9 @@ async def _serve(home: Path) -> None:
                 log.warning("A daemon runs for %s: this standalone server serves MCP without its own engine.", home)
                 await mcp.run_stdio_async()
                 return
-            engine = Engine(services, home, flush=mcp.notifier.flush)  # type: ignore[attr-defined]
+            notifier = mcp.notifier  # type: ignore[attr-defined]
+            engine = Engine(services, home, flush=notifier.flush,
+                            on_log=lambda task_id: notifier.mark(f"agentqueue://tasks/{task_id}/log"))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(engine.run)
                 await mcp.run_stdio_async()  # returns at stdin EOF: the client is gone

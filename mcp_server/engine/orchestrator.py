@@ -61,8 +61,9 @@ class EngineConfig:
 
 class Engine:
     def __init__(self, services: Services, home: Path, flush: Callable[[], Awaitable[None]] | None = None,
-                 config: EngineConfig | None = None) -> None:
+                 config: EngineConfig | None = None, on_log: Callable[[str], None] | None = None) -> None:
         self.services = services
+        self.on_log = on_log  # told the task id whenever its log grows (resource notifications)
         self.home = home
         self.flush = flush
         self.config = config or EngineConfig()
@@ -233,7 +234,9 @@ class Engine:
             self.lifecycle.set_pid(agent_id, handle.pid)
 
         log_path = self.log_path(task_id)
-        runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits)
+        on_line = (lambda _line: self.on_log(task_id)) if self.on_log else None
+        runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
+                           on_line)
         async with anyio.create_task_group() as tg:
             async def note_pid() -> None:
                 while handle.pid is None:
