@@ -42,6 +42,19 @@ def plugin_params(home: Path) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=["-m", "mcp_server", "mcp"], env=plugin_env(home))
 
 
+def raw_plugin_after_initialize(home: Path) -> subprocess.Popen:
+    """A plugin process driven over raw pipes, its `initialize` answered by the daemon."""
+    plugin = subprocess.Popen([sys.executable, "-m", "mcp_server", "mcp"], env=plugin_env(home),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    plugin.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
+        + b"\n")
+    plugin.stdin.flush()
+    answer = json.loads(plugin.stdout.readline())
+    assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "agentqueue"
+    return plugin
+
+
 def daemon_pid(home: Path) -> int:
     info = daemon.read_daemon_info(home)
     assert info is not None, "the daemon wrote no daemon.json"
@@ -82,14 +95,7 @@ async def test_killing_the_plugin_leaves_daemon_and_data(live_home: Path) -> Non
         created = await call(client, "create_task", {"title": "survive", "description": "d",
                                                      "project_id": "keep-me"})
     pid = daemon_pid(live_home)
-    plugin = subprocess.Popen([sys.executable, "-m", "mcp_server", "mcp"], env=plugin_env(live_home),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    plugin.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
-        + b"\n")
-    plugin.stdin.flush()
-    answer = json.loads(plugin.stdout.readline())
-    assert answer["result"]["serverInfo"]["name"] == "agentqueue"
+    plugin = raw_plugin_after_initialize(live_home)
     plugin.send_signal(signal.SIGKILL)  # mid-session, no goodbye
     plugin.wait(timeout=10)
     await anyio.sleep(0.3)
@@ -187,13 +193,7 @@ async def test_restart_daemon_reexecutes_and_the_client_session_survives(live_ho
 
 
 async def test_after_agentqueue_stop_the_plugin_exits_instead_of_restarting(live_home: Path) -> None:
-    plugin = subprocess.Popen([sys.executable, "-m", "mcp_server", "mcp"], env=plugin_env(live_home),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    plugin.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
-        + b"\n")
-    plugin.stdin.flush()
-    assert json.loads(plugin.stdout.readline())["id"] == 1
+    plugin = raw_plugin_after_initialize(live_home)
     stopped, message = daemon.stop(live_home)
     assert stopped, message
     assert plugin.wait(timeout=15) == 0
