@@ -87,6 +87,6 @@ def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
     spec = codex.build(AgentConfig("codex", binary="codex"), "do it", "", None)
     assert spec.stdin is None and spec.argv[-1] == "do it" and spec.argv[-2] == "--"
     spec = gemini.build(AgentConfig("gemini"), "-rf", "", None)
-    assert spec.stdin is None and spec.argv[-2:] == ["-p", "-rf"]
+    assert spec.stdin is None and spec.argv[-1] == "--prompt=-rf"
     spec = command.build(AgentConfig("command", command="python3 -c 'print(1)'"), "p", "", None)
     assert spec.argv == ["python3", "-c", "print(1)"] and spec.stdin == b"p"

@@ -1,4 +1,10 @@
-"""Gemini CLI (`gemini -p … -o stream-json --approval-mode auto_edit --skip-trust`), prompt as an argument."""
+"""Gemini CLI (`gemini -o stream-json --approval-mode yolo --skip-trust --prompt=…`), prompt as one argument.
+
+`yolo`, not `auto_edit`: in headless runs 0.61.0 only declares the tools that need no confirmation, and
+`auto_edit` approves just the edit tools (write_file, replace), so `run_shell_command` is never offered
+(tests/test_gemini_cli.py). The CLI appends `RATE_LIMIT_ADVICE` (which says "quota") to every HTTP 429's
+message, so the error is classified from the text before it.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +12,22 @@ from typing import Any
 
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
 
+RATE_LIMIT_ADVICE = "\nPlease wait and try again later."
+
+
+def classify_error(message: str) -> str | None:
+    head, advice, _ = message.partition(RATE_LIMIT_ADVICE)
+    kind = classify_message(head)
+    return "rate_limit" if advice and kind not in ("auth", "quota") else kind
+
 
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
     full = f"{context}\n\n{prompt}" if context else prompt
-    argv = [config.binary or "gemini", "-o", "stream-json", "--approval-mode", "auto_edit", "--skip-trust"]
+    argv = [config.binary or "gemini", "-o", "stream-json", "--approval-mode", "yolo", "--skip-trust"]
     if config.model:
         argv += ["-m", config.model]
-    return RunSpec(argv=[*argv, "-p", full], stdin=None)
+    # One argument: `-p <text>` fails when the text starts with "-" (a task that opens with a bullet).
+    return RunSpec(argv=[*argv, f"--prompt={full}"], stdin=None)
 
 
 class GeminiParser:
@@ -47,6 +62,6 @@ class GeminiParser:
                        stats.get("total_tokens"))
         if self.result.get("status") != "success":
             message = (self.result.get("error") or {}).get("message") or "gemini reported an error"
-            return RunResult("failed", summary=summary, tokens=usage, error_type=classify_message(message) or "crashed",
+            return RunResult("failed", summary=summary, tokens=usage, error_type=classify_error(message) or "crashed",
                              error_message=message)
         return RunResult("completed", summary=summary, tokens=usage)
