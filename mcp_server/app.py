@@ -33,7 +33,13 @@ def compact_schema(schema: Any) -> Any:
         return [compact_schema(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: compact_schema(v) for k, v in schema.items() if k != "title"}
+    out = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            # Keys here are parameter names (a parameter may be called `title`), not schema keywords.
+            out[key] = {name: compact_schema(sub) for name, sub in value.items()}
+        elif key != "title":
+            out[key] = compact_schema(value)
     variants = out.get("anyOf")
     if isinstance(variants, list) and "default" in out and out["default"] is None:
         non_null = [v for v in variants if v != {"type": "null"}]

@@ -248,6 +248,16 @@ async def test_required_parameters_are_advertised(client):
     assert tools["list_tasks"].input_schema["properties"]["limit"]["maximum"] == 500
 
 
+async def test_every_required_parameter_is_described(client):
+    """A parameter named like a schema keyword (`title`) must survive the schema trimming."""
+    for tool in (await client.list_tools()).tools:
+        schema = tool.input_schema
+        assert set(schema.get("required", [])) <= set(schema.get("properties", {})), tool.name
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    for name in ("create_task", "edit_task", "write_note", "read_note", "append_note", "delete_note", "git_create_pr"):
+        assert tools[name].input_schema["properties"]["title"]["type"] == "string", name
+
+
 async def test_tool_definitions_fit_the_token_budget(client):
     """What a client puts in its model's context for the tools: ≤ 120 tokens per tool on average."""
     tools = (await client.list_tools()).tools
