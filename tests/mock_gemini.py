@@ -42,13 +42,13 @@ Every 200 answer carries `usageMetadata` from `USAGE` (one entry per step), so a
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from .loopback import LoopbackMock, LoopbackServer
 
 SCENARIO_RE = re.compile(r"SCENARIO:([A-Za-z0-9_\-]+)")
 ROUTE_RE = re.compile(r"^/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)$")
@@ -139,7 +139,7 @@ def _from_schema(schema: dict[str, Any], name: str = "") -> Any:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
+    server: LoopbackServer
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -215,47 +215,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.mock._sent(step)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    mock: MockGemini
-
-
-class MockGemini:
+class MockGemini(LoopbackMock):
     """The mock server, run in a background thread. `port=0` picks a free port."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.host, self.port = host, port
-        self._lock = threading.Lock()
-        self._requests: list[dict[str, Any]] = []
-        self._log: list[tuple[str, str]] = []
-        self._steps: list[str] = []
-        self._ids = itertools.count(1)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> MockGemini:
-        self._server = _Server((self.host, self.port), _Handler)
-        self._server.mock = self
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="mock-gemini", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> MockGemini:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    handler = _Handler
+    name = "mock-gemini"
 
     @property
     def base_url(self) -> str:
@@ -263,37 +227,9 @@ class MockGemini:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def requests(self) -> list[dict[str, Any]]:
-        """Parsed JSON bodies of every POST, in arrival order (a copy)."""
-        with self._lock:
-            return list(self._requests)
-
-    @property
-    def log(self) -> list[tuple[str, str]]:
-        """(method, path) of every request, GETs included."""
-        with self._lock:
-            return list(self._log)
-
-    @property
     def chat_requests(self) -> list[dict[str, Any]]:
         """The POST bodies that were not structured (router) calls."""
         return [r for r in self.requests if json_schema_of(r) is None]
-
-    @property
-    def steps_sent(self) -> list[str]:
-        """The USAGE keys of every 200 answer, in order."""
-        with self._lock:
-            return list(self._steps)
-
-    def _record(self, method: str, path: str, body: dict[str, Any] | None) -> None:
-        with self._lock:
-            self._log.append((method, path))
-            if body is not None:
-                self._requests.append(body)
-
-    def _sent(self, step: str) -> None:
-        with self._lock:
-            self._steps.append(step)
 
 
 def gemini_home(tmp_path: Path, base_url: str, *, max_attempts: int | None = 1) -> dict[str, str]:

@@ -34,13 +34,13 @@ create_goal, update_goal, web_search. On a 429 Codex drops the body and reports
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from .loopback import LoopbackMock, LoopbackServer
 
 SCENARIO_RE = re.compile(r"SCENARIO:([A-Za-z0-9_\-]+)")
 
@@ -117,7 +117,7 @@ def _tool_names(body: dict[str, Any]) -> set[str]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
+    server: LoopbackServer
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -202,80 +202,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.mock._sent(step)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    mock: MockOpenAI
-
-
-class MockOpenAI:
+class MockOpenAI(LoopbackMock):
     """The mock server, run in a background thread. `port=0` picks a free port."""
 
+    handler = _Handler
+    name = "mock-openai"
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0, retry_after: str | None = "0") -> None:
-        self.host, self.port = host, port
+        super().__init__(host, port)
         self.retry_after = retry_after  # the 429's Retry-After header; None leaves it out
-        self._lock = threading.Lock()
-        self._requests: list[dict[str, Any]] = []
-        self._log: list[tuple[str, str]] = []
-        self._steps: list[str] = []
-        self._ids = itertools.count(1)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> MockOpenAI:
-        self._server = _Server((self.host, self.port), _Handler)
-        self._server.mock = self
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="mock-openai", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> MockOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        """Parsed JSON bodies of every POST, in arrival order (a copy)."""
-        with self._lock:
-            return list(self._requests)
-
-    @property
-    def log(self) -> list[tuple[str, str]]:
-        """(method, path) of every request, GETs included."""
-        with self._lock:
-            return list(self._log)
-
-    @property
-    def steps_sent(self) -> list[str]:
-        """The USAGE keys of every completed 200 stream, in order."""
-        with self._lock:
-            return list(self._steps)
-
-    def _record(self, method: str, path: str, body: dict[str, Any] | None) -> None:
-        with self._lock:
-            self._log.append((method, path))
-            if body is not None:
-                self._requests.append(body)
-
-    def _sent(self, step: str) -> None:
-        with self._lock:
-            self._steps.append(step)
 
 
 def codex_home(tmp_path: Path, base_url: str, *, max_retries: int | None = 0) -> dict[str, str]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -41,3 +45,16 @@ def claude_env(tmp_path: Path, base_url: str, claude: str, **extra: str) -> dict
     return {**os.environ, "HOME": str(user_home), "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": base_url,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
             "AGENTQUEUE_CLAUDE_BIN": claude, **extra}
+
+
+def run_cli_in_new_repo(argv: list[str], workdir: Path, env: dict[str, str],
+                        timeout: float) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]], float]:
+    """Run an agent CLI (stdin closed) in a fresh `git init` repo; returns the run, its JSONL events, seconds."""
+    workdir.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=workdir, check=True)
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout)
+    elapsed = time.monotonic() - started
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return proc, events, elapsed

@@ -6,10 +6,8 @@ stdout goes through the adapter's parser, so these tests pin what AgentQueue ass
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from mcp_server.engine.adapters.base import AgentConfig
 from mcp_server.engine.adapters.gemini import GeminiParser, build
 
 from . import mock_gemini as mock
+from .processes import run_cli_in_new_repo
 from .third_party import npm_bin
 
 GEMINI = npm_bin("gemini")
@@ -28,23 +27,12 @@ pytestmark = [pytest.mark.integration,
 RUN_TIMEOUT = 60  # wall clock per gemini run; each takes 2-4 s (node startup dominates)
 
 
-def git_repo(path: Path) -> Path:
-    path.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
-    return path
-
-
 def run_gemini(tmp_path: Path, base_url: str, prompt: str, **home: Any) -> tuple[subprocess.CompletedProcess[str],
                                                                                     list[dict[str, Any]], float]:
     spec = build(AgentConfig("gemini", binary=GEMINI), prompt, "", None)
     assert spec.stdin is None  # stdin is closed: -p would append anything piped in to the prompt
     env = {**os.environ, **mock.gemini_home(tmp_path, base_url, **home), **spec.env}
-    started = time.monotonic()
-    proc = subprocess.run(spec.argv, cwd=git_repo(tmp_path / "repo"), env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
-    elapsed = time.monotonic() - started
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    return proc, events, elapsed
+    return run_cli_in_new_repo(spec.argv, tmp_path / "repo", env, RUN_TIMEOUT)
 
 
 def parse(stdout: str, exit_code: int):
