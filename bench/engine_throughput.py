@@ -24,8 +24,8 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from mcp_server.engine.orchestrator import Engine, EngineConfig  # noqa: E402
-from mcp_server.services import Services  # noqa: E402
+from agentqueue.engine.orchestrator import Engine, EngineConfig  # noqa: E402
+from agentqueue.services import Services  # noqa: E402
 
 NOOP = "true"
 

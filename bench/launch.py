@@ -52,16 +52,16 @@ def main() -> None:
     env = {**os.environ, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_PORT": "0"}
     py = sys.executable
     cases = {
-        "a_plugin_warm_daemon": [py, "-m", "mcp_server", "mcp"],
+        "a_plugin_warm_daemon": [py, "-m", "agentqueue", "mcp"],
         "b_sdk_minimal_server": [py, str(HERE / "minimal_server.py")],
-        "c_standalone": [py, "-m", "mcp_server", "mcp", "--standalone"],
+        "c_standalone": [py, "-m", "agentqueue", "mcp", "--standalone"],
     }
     cold_daemon_ms = time_initialize(cases["a_plugin_warm_daemon"], env)  # starts the daemon
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.runs):  # interleaved so machine noise hits every case alike
         for name, argv in cases.items():
             samples[name].append(time_initialize(argv, env))
-    subprocess.run([py, "-m", "mcp_server", "stop"], env=env, capture_output=True)
+    subprocess.run([py, "-m", "agentqueue", "stop"], env=env, capture_output=True)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     ratio = medians["a_plugin_warm_daemon"] / medians["b_sdk_minimal_server"]
     print(f"{'case':<24}{'median ms':>10}{'min':>8}{'max':>8}")

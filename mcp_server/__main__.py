@@ -1,4 +1,4 @@
-"""`python -m mcp_server` is `agentqueue` (the plugin spawns the daemon this way)."""
+"""`python -m agentqueue` is the `agentqueue` command (the plugin spawns the daemon this way)."""
 
 from .cli import main
 

@@ -14,10 +14,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
-import prompts
-import tools
-
-from . import __version__, resources
+from . import __version__, prompts, resources, tools
 from .middleware import readable_tool_errors
 from .services import Services
 from .services.errors import NotFoundError

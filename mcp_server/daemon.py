@@ -344,7 +344,7 @@ def serve(home: Path, host: str, port: int, http: bool) -> int:
     if daemon.restart_requested:
         log.info("re-executing the daemon")
         logging.shutdown()
-        os.execv(sys.executable, [sys.executable, "-m", "mcp_server", *sys.argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-m", "agentqueue", *sys.argv[1:]])
     return 0
 
 

@@ -35,7 +35,7 @@ def config_path(client: str) -> Path:
 def server_entry(client: str, home: Path) -> dict[str, Any]:
     """Absolute command (GUI clients have a minimal PATH) and the home pinned in env."""
     script = shutil.which("agentqueue")
-    command, args = (script, ["mcp"]) if script else (sys.executable, ["-m", "mcp_server", "mcp"])
+    command, args = (script, ["mcp"]) if script else (sys.executable, ["-m", "agentqueue", "mcp"])
     entry: dict[str, Any] = {"command": str(Path(command).resolve()), "args": args,
                              "env": {"AGENTQUEUE_HOME": str(home)}}
     if client in ("claude-code", "vscode"):

@@ -41,7 +41,7 @@ def start_daemon(home: Path) -> subprocess.Popen[bytes]:
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / "daemon.out", "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "mcp_server", "serve"],
+            [sys.executable, "-m", "agentqueue", "serve"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             env={**os.environ, "AGENTQUEUE_HOME": str(home)},
         )

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from mcp_server.app import build_server
-from mcp_server.services import Services
+from agentqueue.app import build_server
+from agentqueue.services import Services
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.services import Services
+from agentqueue.services import Services
 
 from .conftest import db_snapshot, fail
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.engine.adapters import PARSERS
-from mcp_server.engine.adapters.base import AgentConfig
-from mcp_server.engine.adapters import claude_code, codex, command, gemini
+from agentqueue.engine.adapters import PARSERS
+from agentqueue.engine.adapters.base import AgentConfig
+from agentqueue.engine.adapters import claude_code, codex, command, gemini
 
 STREAMS = Path(__file__).parent / "data" / "streams"
 

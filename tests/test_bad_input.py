@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcp_server.services import Services
+from agentqueue.services import Services
 
 from .conftest import db_snapshot, fail, ok
 from .test_mcp_system import EXPECTED_TOOLS

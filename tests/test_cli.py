@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.install import CLIENTS, config_path, install
-from mcp_server.services import Services
+from agentqueue.install import CLIENTS, config_path, install
+from agentqueue.services import Services
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_status_command_shows_projects_and_warnings(tmp_path: Path) -> None:
     services.projects.create("Shown")
     services.tasks.create("shown", "Waiting", "no agent can run this")
     services.close()
-    done = subprocess.run([sys.executable, "-m", "mcp_server", "status"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "agentqueue", "status"], capture_output=True, text=True,
                           env={**os.environ, "AGENTQUEUE_HOME": str(home), "COLUMNS": "200"}, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "shown" in done.stdout and "daemon not running" in done.stdout

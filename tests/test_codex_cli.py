@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from mcp_server.engine.adapters.base import AgentConfig
-from mcp_server.engine.adapters.codex import CodexParser, build
+from agentqueue.engine.adapters.base import AgentConfig
+from agentqueue.engine.adapters.codex import CodexParser, build
 
 from . import mock_openai as mock
 from .processes import run_cli_in_new_repo

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server import daemon
+from agentqueue import daemon
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ pytestmark = [pytest.mark.integration,
 def daemon_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("conformance") / "home"
     env = {**os.environ, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--port", "0"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--port", "0"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

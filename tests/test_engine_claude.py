@@ -13,9 +13,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_server.engine.orchestrator import Engine, EngineConfig
-from mcp_server.engine.watchdog import WatchdogLimits
-from mcp_server.services import Services
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.engine.watchdog import WatchdogLimits
+from agentqueue.services import Services
 
 from .mock_anthropic import USAGE, MockAnthropic
 from .processes import group_alive

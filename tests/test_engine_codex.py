@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_server.engine.orchestrator import Engine, EngineConfig
-from mcp_server.services import Services
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.services import Services
 
 from . import mock_openai as mock
 from .third_party import npm_bin

@@ -25,10 +25,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_server.engine.orchestrator import Engine, EngineConfig
-from mcp_server.engine.watchdog import WatchdogLimits
-from mcp_server.services import Services
-from mcp_server.services.errors import ServiceError
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.engine.watchdog import WatchdogLimits
+from agentqueue.services import Services
+from agentqueue.services.errors import ServiceError
 
 from .git_fixtures import bare_sha, git, git_env, make_origin, porcelain, sha  # noqa: F401  (git_env: fixture)
 from .processes import wait_for

@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_server.engine.orchestrator import Engine, EngineConfig
-from mcp_server.services import Services
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.services import Services
 
 pytestmark = pytest.mark.anyio
 

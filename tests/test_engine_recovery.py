@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from mcp_server import daemon, paths
-from mcp_server.store.db import Store
+from agentqueue import daemon, paths
+from agentqueue.store.db import Store
 
 from .mock_anthropic import MockAnthropic
 from .processes import alive, claude_env
@@ -41,14 +41,14 @@ async def test_daemon_killed_mid_run_is_recovered_without_losing_or_repeating_th
     env = claude_env(tmp_path, mock.base_url, CLAUDE, AGENTQUEUE_HOME=str(home), AGENTQUEUE_POLL_SECONDS="0.1")
 
     def start_daemon() -> subprocess.Popen:
-        process = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=env,
+        process = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: paths.socket_path(home).exists() and daemon.read_daemon_info(home), 30, "the daemon")
         return process
 
     first = start_daemon()
     try:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server", "mcp"], env=env)
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
         async with Client(params) as client:
             # First start of a home with `claude` available: the daemon registered an agent for it.
             agents = await client.call_tool("list_agents", {})

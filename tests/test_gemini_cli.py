@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from mcp_server.engine.adapters.base import AgentConfig
-from mcp_server.engine.adapters.gemini import GeminiParser, build
+from agentqueue.engine.adapters.base import AgentConfig
+from agentqueue.engine.adapters.gemini import GeminiParser, build
 
 from . import mock_gemini as mock
 from .processes import run_cli_in_new_repo

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from mcp_server import daemon, paths
+from agentqueue import daemon, paths
 
 from .mock_anthropic import HOOK_TASK, USAGE, MockAnthropic
 from .processes import claude_env
@@ -28,14 +28,14 @@ async def test_llm_hook_creates_a_task_through_agentqueue_mcp_server(tmp_path: P
     mock = MockAnthropic().start()
     home = tmp_path / "aq"
     env = claude_env(tmp_path, mock.base_url, CLAUDE, AGENTQUEUE_HOME=str(home))
-    server = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=env,
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while not (paths.socket_path(home).exists() and daemon.read_daemon_info(home)):
             assert time.monotonic() < deadline and server.poll() is None, "daemon did not start"
             time.sleep(0.05)
-        params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server", "mcp"], env=env)
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
         async with Client(params) as client:
             async def call(tool: str, args: dict) -> dict:
                 result = await client.call_tool(tool, args)

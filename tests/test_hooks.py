@@ -23,12 +23,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_server.engine.hook_runner import HookRunner, parse_iso
-from mcp_server.engine.orchestrator import Engine, EngineConfig
-from mcp_server.engine.watchdog import WatchdogLimits
-from mcp_server.services import Services
-from mcp_server.services.errors import ServiceError
-from mcp_server.store.models import Hook, Task
+from agentqueue.engine.hook_runner import HookRunner, parse_iso
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.engine.watchdog import WatchdogLimits
+from agentqueue.services import Services
+from agentqueue.services.errors import ServiceError
+from agentqueue.store.models import Hook, Task
 
 from .processes import wait_for
 from .conftest import db_snapshot, fail, ok
@@ -716,7 +716,7 @@ async def test_runs_left_running_by_a_dead_process_are_marked_failed(services: S
     script = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from mcp_server.services import Services\n"
+        "from agentqueue.services import Services\n"
         "svc = Services(Path(sys.argv[1]))\n"
         "hook = svc.hooks.get('orphaned')\n"
         "print(svc.hooks.start_run(hook, 'manual', None, '2024-01-01T00:00:00.000Z'), flush=True)\n"

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from mcp_server.services import gitops
-from mcp_server.services.errors import InvalidInputError
+from agentqueue.services import gitops
+from agentqueue.services.errors import InvalidInputError
 
 from .conftest import db_snapshot, fail, ok
 from .git_fixtures import (  # noqa: F401  (git_env and world are fixtures)

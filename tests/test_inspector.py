@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server import daemon
+from agentqueue import daemon
 
 from .third_party import npm_bin
 
@@ -27,7 +27,7 @@ def inspect(tmp_path: Path) -> Iterator:
         # The Inspector gives servers a minimal environment, so the home is passed explicitly (-e).
         cmd = [INSPECTOR, "--cli", "-q", "--format", "json",
                "--protocol-era", era, "-e", f"AGENTQUEUE_HOME={home}", "-e", "AGENTQUEUE_PORT=0",
-               *args, "--", sys.executable, "-m", "mcp_server", "mcp"]
+               *args, "--", sys.executable, "-m", "agentqueue", "mcp"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
 

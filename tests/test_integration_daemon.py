@@ -20,7 +20,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_server import daemon, paths
+from agentqueue import daemon, paths
 
 from .processes import alive
 
@@ -39,12 +39,12 @@ def plugin_env(home: Path) -> dict[str, str]:
 
 
 def plugin_params(home: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "mcp_server", "mcp"], env=plugin_env(home))
+    return StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=plugin_env(home))
 
 
 def raw_plugin_after_initialize(home: Path) -> subprocess.Popen:
     """A plugin process driven over raw pipes, its `initialize` answered by the daemon."""
-    plugin = subprocess.Popen([sys.executable, "-m", "mcp_server", "mcp"], env=plugin_env(home),
+    plugin = subprocess.Popen([sys.executable, "-m", "agentqueue", "mcp"], env=plugin_env(home),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     plugin.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
@@ -107,18 +107,18 @@ async def test_killing_the_plugin_leaves_daemon_and_data(live_home: Path) -> Non
 
 
 def test_second_daemon_refuses_with_a_clear_message(live_home: Path) -> None:
-    first = subprocess.Popen([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=plugin_env(live_home),
+    first = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=plugin_env(live_home),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while not paths.daemon_info_path(live_home).exists():
         assert time.monotonic() < deadline, "daemon did not start"
         assert first.poll() is None, "daemon exited"
         time.sleep(0.05)
-    second = subprocess.run([sys.executable, "-m", "mcp_server", "serve", "--no-http"], env=plugin_env(live_home),
+    second = subprocess.run([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=plugin_env(live_home),
                             capture_output=True, text=True, timeout=60)
     assert second.returncode == 1
     assert "already running" in second.stderr and "agentqueue stop" in second.stderr
-    stop = subprocess.run([sys.executable, "-m", "mcp_server", "stop"], env=plugin_env(live_home),
+    stop = subprocess.run([sys.executable, "-m", "agentqueue", "stop"], env=plugin_env(live_home),
                           capture_output=True, text=True, timeout=60)
     assert stop.returncode == 0, stop.stdout
     assert first.wait(timeout=15) == 0

@@ -7,10 +7,10 @@ import json
 import pytest
 from mcp import Client
 
-from mcp_server.app import build_server
-from mcp_server.services import Services
-from mcp_server.services.usage import since_iso
-from mcp_server.store.db import now_iso
+from agentqueue.app import build_server
+from agentqueue.services import Services
+from agentqueue.services.usage import since_iso
+from agentqueue.store.db import now_iso
 
 from .conftest import fail, ok
 

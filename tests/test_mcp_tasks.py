@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mcp_server.store.db import now_iso
+from agentqueue.store.db import now_iso
 
 from .conftest import db_snapshot, fail, ok
 

@@ -13,8 +13,8 @@ import anyio
 import pytest
 from mcp import MCPError
 
-from mcp_server.engine.orchestrator import Engine, EngineConfig
-from mcp_server.services import Services
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.services import Services
 
 from .conftest import db_snapshot
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mcp_server.engine.scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
+from agentqueue.engine.scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
 
 
 def tasks(project: str, n: int, **kw) -> tuple[ReadyTask, ...]:

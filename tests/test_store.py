@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.store.db import MIGRATIONS, SCHEMA_VERSION, SchemaTooNewError, Store
+from agentqueue.store.db import MIGRATIONS, SCHEMA_VERSION, SchemaTooNewError, Store
 
 
 def test_fresh_store_is_wal_with_foreign_keys_at_current_version(tmp_path: Path) -> None:

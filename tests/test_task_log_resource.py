@@ -7,8 +7,8 @@ import sys
 import anyio
 import pytest
 
-from mcp_server.engine.orchestrator import Engine, EngineConfig
-from mcp_server.services import Services
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.services import Services
 
 from .test_mcp_resources_prompts import watch  # noqa: F401  (fixture: a client plus subscribe(uri))
 

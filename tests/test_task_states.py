@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_server.services.errors import ConflictError
-from mcp_server.services.task_states import STOPPABLE, TERMINAL, TRANSITIONS, can_transition, check_transition
-from mcp_server.services.tasks import STATUS_NAMES
+from agentqueue.services.errors import ConflictError
+from agentqueue.services.task_states import STOPPABLE, TERMINAL, TRANSITIONS, can_transition, check_transition
+from agentqueue.services.tasks import STATUS_NAMES
 
 ALLOWED = {
     ("DEFINED", "READY"), ("READY", "ASSIGNED"), ("ASSIGNED", "IN_PROGRESS"), ("IN_PROGRESS", "VERIFYING"),

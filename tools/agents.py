@@ -5,7 +5,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.store.models import Agent, AgentType
+from ..store.models import Agent, AgentType
 
 from .registry import Limit, Offset, services, tool
 

@@ -5,7 +5,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.store.models import Channel
+from ..store.models import Channel
 
 from .registry import services, tool
 

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.services import Services
-from mcp_server.services.errors import NotFoundError
+from ..services import Services
+from ..services.errors import NotFoundError
 
 from .registry import ProjectId, client_state, services, tool
 

@@ -5,8 +5,8 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.engine.hook_runner import HookRunner
-from mcp_server.store.models import Hook, HookRun
+from ..engine.hook_runner import HookRunner
+from ..store.models import Hook, HookRun
 
 from .registry import ProjectId, project_filter, project_for, services, tool
 

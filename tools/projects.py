@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.store.models import Project
+from ..store.models import Project
 
 from .registry import Limit, Offset, client_state, services, tool
 

@@ -13,8 +13,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from mcp_server.services import Services
-from mcp_server.services.errors import ServiceError
+from ..services import Services
+from ..services.errors import ServiceError
 
 log = logging.getLogger("agentqueue.tools")
 

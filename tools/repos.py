@@ -5,7 +5,7 @@ from typing import Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel
 
-from mcp_server.store.models import Repo
+from ..store.models import Repo
 
 from .registry import ProjectId, project_filter, project_for, services, tool
 

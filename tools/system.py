@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.store.models import Event
+from ..store.models import Event
 
 from .registry import ProjectId, project_filter, services, tool
 

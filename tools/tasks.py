@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from mcp_server.store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
+from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import Limit, Offset, ProjectId, TaskId, project_filter, project_for, services, tool
 

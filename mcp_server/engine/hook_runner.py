@@ -310,7 +310,7 @@ class HookRunner:
             raise ServiceError(f"llm_config.agent_type {agent_type!r} cannot run a hook.")
         binary = find_cli(agent_type) if agent_type != "command" else None
         mcp = {"mcpServers": {"agentqueue": {"type": "stdio", "command": sys.executable,
-                                             "args": ["-m", "mcp_server", "mcp"],
+                                             "args": ["-m", "agentqueue", "mcp"],
                                              "env": {"AGENTQUEUE_HOME": str(self.home)}}}}
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
                    "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
