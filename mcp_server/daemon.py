@@ -33,7 +33,7 @@ from . import __version__, logs, paths
 from .app import build_server
 from .engine.orchestrator import Engine
 from .services import Services
-from .store.db import now_iso
+from .store.db import StoreOpenError, now_iso
 
 log = logging.getLogger("agentqueue.daemon")
 
@@ -147,6 +147,17 @@ class _SocketLines:
         return None
 
 
+_DISCONNECTS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, BrokenPipeError,
+                ConnectionResetError)
+
+
+def is_disconnect(error: BaseException) -> bool:
+    """A client that hung up (possibly wrapped in task-group exception groups): normal, not an error."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(is_disconnect(inner) for inner in error.exceptions)
+    return isinstance(error, _DISCONNECTS)
+
+
 async def serve_connection(mcp: MCPServer, stream: SocketStream) -> None:
     """One plugin connection = one MCP session, with its own lifespan (and so its own active project)."""
     pipe = _SocketLines(stream)
@@ -154,10 +165,12 @@ async def serve_connection(mcp: MCPServer, stream: SocketStream) -> None:
     try:
         async with stream, stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
             await lowlevel.run(read, write, lowlevel.create_initialization_options())
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
-        log.debug("plugin connection dropped")
-    except Exception:
-        log.exception("plugin connection failed")
+    except Exception as error:
+        if is_disconnect(error):
+            # Health checks (`claude mcp list`) hang up as soon as they have the tool list.
+            log.debug("plugin connection closed by the client")
+        else:
+            log.exception("plugin connection failed")
 
 
 # -- MCP over HTTP ---------------------------------------------------------------------------------
@@ -269,6 +282,7 @@ class Daemon:
         paths.daemon_info_path(self.home).write_text(json.dumps(info))
         log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
                  f" and {http_url}" if http_url else "")
+        print(next_steps(self.home, http_url), flush=True)
 
         async def accept() -> None:
             async with listener:
@@ -332,6 +346,19 @@ class Daemon:
                 return
 
 
+def next_steps(home: Path, http_url: str | None) -> str:
+    """What `agentqueue serve` tells the person who started it (stdout: a plugin-started daemon logs it)."""
+    lines = [f"AgentQueue {__version__} is running for {home} (pid {os.getpid()}).", "",
+             "Next steps:",
+             "  agentqueue install claude-code    add it to a client (or claude-desktop, cursor, vscode)",
+             "  agentqueue status                 see the queue;  agentqueue doctor  checks the setup",
+             "  agentqueue stop                   stop it (or Ctrl-C here)"]
+    if http_url:
+        token = "AGENTQUEUE_TOKEN" if os.environ.get("AGENTQUEUE_TOKEN") else str(paths.token_path(home))
+        lines[1:1] = [f"HTTP clients: {http_url} with `Authorization: Bearer <token>`; the token is in {token}."]
+    return "\n".join(lines)
+
+
 def serve(home: Path, host: str, port: int, http: bool) -> int:
     """Entry point of `agentqueue serve`; returns the exit code (or re-executes itself on restart_daemon)."""
     logs.configure(home, "agentqueue")
@@ -340,11 +367,15 @@ def serve(home: Path, host: str, port: int, http: bool) -> int:
         anyio.run(daemon.run)
     except AlreadyRunningError as error:
         print(str(error), file=sys.stderr)
-        return 1
+        return paths.EXIT_ALREADY_RUNNING
+    except StoreOpenError as error:
+        print(str(error), file=sys.stderr)
+        return paths.EXIT_CANNOT_START
     if daemon.restart_requested:
         log.info("re-executing the daemon")
         logging.shutdown()
-        os.execv(sys.executable, [sys.executable, "-m", "agentqueue", *sys.argv[1:]])
+        argv = paths.self_command(*sys.argv[1:])
+        os.execv(argv[0], argv)
     return 0
 
 

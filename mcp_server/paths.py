@@ -11,6 +11,16 @@ from pathlib import Path
 # AF_UNIX paths are limited to ~104-108 bytes; longer homes get a socket in the temp dir.
 _MAX_SOCKET_PATH = 100
 
+# `agentqueue serve` exits with this when another daemon holds the home (a lost start race, not a failure).
+EXIT_ALREADY_RUNNING = 3
+# ... and with this when it cannot start at all (bad config, unreadable database): its stderr says why.
+EXIT_CANNOT_START = 2
+
+
+def self_command(*args: str) -> list[str]:
+    """How to run this AgentQueue again: `-P` keeps the caller's cwd off sys.path, so a folder there can't shadow it."""
+    return [sys.executable, "-P", "-m", "agentqueue", *args]
+
 
 def default_home() -> Path:
     """The platform's user data dir for AgentQueue."""

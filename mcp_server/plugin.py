@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import paths
@@ -35,37 +36,75 @@ def _connect(sock_path: Path) -> socket.socket | None:
     return sock
 
 
-def start_daemon(home: Path) -> subprocess.Popen[bytes]:
-    """Spawn `agentqueue serve` in its own session so it outlives this plugin and the client."""
+class DaemonStartError(RuntimeError):
+    """The daemon could not be reached or died at start; the message says why and what to do."""
+
+
+def start_daemon(home: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Spawn `agentqueue serve` in its own session so it outlives this plugin and the client.
+
+    It runs from the home directory with the caller's cwd kept off sys.path (`-P`): a project folder
+    named like one of our packages can never shadow AgentQueue. Returns the process and where its
+    output starts in `logs/daemon.out`, so a daemon that dies at start can be quoted at once.
+    """
     log_dir = paths.logs_dir(home)
     log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / "daemon.out", "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "agentqueue", "serve"],
+    out_path = log_dir / "daemon.out"
+    with open(out_path, "ab") as out:
+        offset = out.tell()
+        process = subprocess.Popen(
+            paths.self_command("serve"), cwd=home,
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             env={**os.environ, "AGENTQUEUE_HOME": str(home)},
         )
+    return process, offset
 
 
-def connect_or_start(home: Path, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+def _start_output(home: Path, offset: int) -> str:
+    """What a daemon that died at start printed (its last lines, without a traceback's frames)."""
+    try:
+        with open(paths.logs_dir(home) / "daemon.out", "rb") as out:
+            out.seek(offset)
+            text = out.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if any(line.startswith("Traceback") for line in lines):
+        lines = lines[-1:]  # an unexpected crash: its last line names the exception
+    return "\n".join(lines[-5:])
+
+
+def connect_or_start(home: Path, timeout: float = CONNECT_TIMEOUT_S,
+                     progress: Callable[[str], None] | None = None) -> socket.socket:
+    """A connection to the home's daemon, starting one if none answers (`progress` hears what happens)."""
     sock_path = paths.socket_path(home)
     sock = _connect(sock_path)
     if sock is not None:
         return sock
-    process = start_daemon(home)
-    deadline = time.monotonic() + timeout
+    if progress:
+        progress(f"Starting the AgentQueue daemon for {home}…")
+    started = time.monotonic()
+    process, offset = start_daemon(home)
+    deadline = started + timeout
     delay = 0.01
     while time.monotonic() < deadline:
         sock = _connect(sock_path)
         if sock is not None:
+            if progress:
+                progress(f"The daemon is up ({time.monotonic() - started:.1f} s).")
             return sock
-        # A daemon that exited may have lost a start race to another one: keep trying to connect.
-        if process.poll() is not None and process.returncode not in (0, 1):
-            break
+        code = process.poll()
+        # Losing a start race to another daemon is fine: keep trying to connect to the winner.
+        if code is not None and code != paths.EXIT_ALREADY_RUNNING:
+            said = _start_output(home, offset)
+            raise DaemonStartError(
+                f"The AgentQueue daemon for {home} exited at start (status {code})"
+                + (f": {said}" if said else ".")
+                + f" Full output: {paths.logs_dir(home) / 'daemon.out'}.")
         time.sleep(delay)
         delay = min(delay * 1.5, 0.1)
-    raise SystemExit(
-        f"agentqueue: could not reach the daemon for {home} (socket {sock_path}). "
+    raise DaemonStartError(
+        f"Could not reach the AgentQueue daemon for {home} within {timeout:.0f} s (socket {sock_path}). "
         f"See {paths.logs_dir(home) / 'daemon.out'} and agentqueue.log there."
     )
 
@@ -134,7 +173,11 @@ class Pipe:
         with self.lock:
             if self.backlog is None:
                 self.backlog = []
-        sock = connect_or_start(self.home)
+        try:
+            sock = connect_or_start(self.home)
+        except DaemonStartError as error:
+            note(self.home, f"could not reconnect: {error}")
+            raise SystemExit(1) from None
         swallow = None
         with self.lock:
             self.sock.close()
@@ -201,13 +244,66 @@ def _answer_id(line: bytes) -> bytes | None:
         return None
 
 
+TTY_HELP = """\
+This is `agentqueue mcp`, AgentQueue's stdio MCP server: MCP clients (Claude Code, Claude Desktop,
+Cursor, VS Code) launch it and speak JSON-RPC on its stdin and stdout. Nothing here is for typing.
+
+  agentqueue install claude-code   add AgentQueue to a client (also claude-desktop, cursor, vscode)
+  agentqueue status                see the queue
+  agentqueue --help                every command
+
+Connected to the daemon for {home}; waiting for JSON-RPC on stdin. Ctrl-C or Ctrl-D exits.
+"""
+
+
+def refuse_client(message: str) -> None:
+    """Tell the client why we can't serve: on stderr (client logs) and as the error answer to its first request."""
+    print(f"agentqueue: {message}", file=sys.stderr, flush=True)
+    if sys.stdin.isatty():
+        return
+    ready = threading.Event()
+    first: list[bytes] = []
+
+    def read_first_request() -> None:
+        for line in iter(sys.stdin.buffer.readline, b""):
+            method, message_id = _method(line)
+            if method is not None and message_id is not None:
+                first.append(json.dumps(message_id).encode())
+                break
+        ready.set()
+
+    threading.Thread(target=read_first_request, daemon=True).start()
+    if ready.wait(timeout=2) and first:
+        answer = {"jsonrpc": "2.0", "id": json.loads(first[0]),
+                  "error": {"code": -32603, "message": f"AgentQueue cannot start: {message}"}}
+        try:
+            sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+            sys.stdout.flush()
+        except OSError:
+            pass
+
+
 def main() -> int:
-    pipe = Pipe(paths.home())
-    threading.Thread(target=pipe.pump_stdin, daemon=True).start()
+    # Every exit goes through os._exit: the stdin thread may sit in a blocking read, and normal
+    # interpreter shutdown would abort on its lock ("Fatal Python error").
+    code = 0
     try:
+        home = paths.home()
+        try:
+            pipe = Pipe(home)
+        except DaemonStartError as error:
+            note(home, str(error))
+            refuse_client(str(error))
+            os._exit(1)
+        if sys.stdin.isatty():
+            print(TTY_HELP.format(home=home), file=sys.stderr, flush=True)
+        threading.Thread(target=pipe.pump_stdin, daemon=True).start()
         pipe.pump_daemon()
         sys.stdout.flush()
     except BrokenPipeError:
         pass
-    # The stdin thread may sit in a blocking read; normal interpreter shutdown would abort on its lock.
-    os._exit(0)
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    os._exit(code)

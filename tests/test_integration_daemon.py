@@ -116,7 +116,7 @@ def test_second_daemon_refuses_with_a_clear_message(live_home: Path) -> None:
         time.sleep(0.05)
     second = subprocess.run([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=plugin_env(live_home),
                             capture_output=True, text=True, timeout=60)
-    assert second.returncode == 1
+    assert second.returncode == paths.EXIT_ALREADY_RUNNING
     assert "already running" in second.stderr and "agentqueue stop" in second.stderr
     stop = subprocess.run([sys.executable, "-m", "agentqueue", "stop"], env=plugin_env(live_home),
                           capture_output=True, text=True, timeout=60)

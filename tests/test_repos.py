@@ -43,6 +43,26 @@ async def test_clone_from_a_local_bare_repo(client, project, tmp_path):
     assert events and events[0]["payload"]["repo_id"] == "app"
 
 
+async def test_a_clone_reports_progress_to_a_client_that_asks_for_it(client, project, tmp_path):
+    seed = make_repo(tmp_path / "seed")
+    for n in range(40):  # enough objects for git to report counting/receiving
+        (seed / f"f{n}.txt").write_text(f"{n}\n" * 2000)
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "many files")
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    result = await client.call_tool("add_repo", {"source": "clone", "project_id": "proj", "url": origin.as_uri(),
+                                                 "name": "big"}, progress_callback=on_progress)
+    assert not result.is_error, result.content[0].text
+    assert heard and all(message and message.startswith("git clone") for _, _, message in heard), heard
+    assert heard[-1][1] == 100.0
+
+
 async def test_clone_from_a_local_checkout_detects_its_default_branch(client, project, tmp_path):
     source = make_repo(tmp_path / "upstream-code", branch="trunk")
     repo = await ok(client, "add_repo", source="clone", project_id="proj", url=str(source))

@@ -1,13 +1,17 @@
 """Repository tools: register git repos with a project and list them."""
 
+import logging
 from typing import Literal
 
+import anyio
+import anyio.lowlevel
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel
 
 from ..store.models import Repo
-
 from .registry import ProjectId, project_filter, project_for, services, tool
+
+log = logging.getLogger("agentqueue.tools")
 
 
 class RepoList(BaseModel):
@@ -26,7 +30,17 @@ def add_repo(
     default_branch: str | None = None,
 ) -> Repo:
     """Register a git repo: clone a url into the workspace, link an existing checkout (path), or init a new one."""
-    return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch)
+    # git reports progress from its own reader thread: it reaches the event loop through this token.
+    loop = anyio.from_thread.run_sync(anyio.lowlevel.current_token)
+
+    def progress(percent: float | None, message: str) -> None:
+        try:
+            anyio.from_thread.run(ctx.report_progress, percent or 0.0, 100.0, message, token=loop)
+        except Exception:  # a client that cannot take progress must not fail the clone
+            log.debug("could not report clone progress", exc_info=True)
+
+    return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch,
+                                   progress if source == "clone" else None)
 
 
 @tool(read_only=True)

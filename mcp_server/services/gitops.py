@@ -9,6 +9,8 @@ merge is always aborted, so a repo is never left mid-merge.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -263,12 +265,42 @@ def require_free(dest: Path, hint: str) -> None:
         raise ConflictError(f"{dest} already exists and is not empty; {hint}.")
 
 
-def clone(url: str, dest: Path) -> Checkout:
+# (percent done or None, what git is doing): clone progress for a person waiting on it.
+Progress = Callable[[float | None, str], None]
+
+_STAGES = {git.RemoteProgress.COUNTING: "counting objects", git.RemoteProgress.COMPRESSING: "compressing objects",
+           git.RemoteProgress.RECEIVING: "receiving objects", git.RemoteProgress.RESOLVING: "resolving deltas",
+           git.RemoteProgress.CHECKING_OUT: "checking out files"}
+
+
+def _clone_progress(report: Progress) -> Callable[..., None]:
+    """Adapt git's progress lines to `report`, at most every half second (a fast clone says little)."""
+    last = [0.0]
+
+    def update(op_code: int, cur_count: float | str, max_count: float | str | None = None, message: str = "") -> None:
+        now = time.monotonic()
+        if now - last[0] < 0.5 and not op_code & git.RemoteProgress.END:
+            return
+        last[0] = now
+        stage = _STAGES.get(op_code & git.RemoteProgress.OP_MASK, "cloning")
+        try:
+            percent = 100.0 * float(cur_count) / float(max_count) if max_count else None
+        except (TypeError, ValueError, ZeroDivisionError):
+            percent = None
+        report(percent, f"git clone: {stage}" + (f" ({percent:.0f}%)" if percent is not None else ""))
+
+    return update
+
+
+def clone(url: str, dest: Path, progress: Progress | None = None) -> Checkout:
     if url.startswith("-"):
         raise InvalidInputError(f"Refusing url {url!r}: it starts with '-' and could be read as a git option.")
     require_free(dest, "choose another name for the repo")
     try:
-        git.Repo.clone_from(url, dest, multi_options=["--quiet"])
+        if progress is None:
+            git.Repo.clone_from(url, dest, multi_options=["--quiet"])
+        else:
+            git.Repo.clone_from(url, dest, progress=_clone_progress(progress))
     except git.GitCommandError as error:
         raise GitError(f"git clone of {url} failed: {(error.stderr or '').strip()}") from None
     except (git.exc.UnsafeProtocolError, git.exc.UnsafeOptionError):

@@ -69,7 +69,8 @@ class Repos:
 
     # -- add ----------------------------------------------------------------------------------
     def add(self, project_id: str, source: str, url: str | None = None, path: str | None = None,
-            name: str | None = None, default_branch: str | None = None) -> Repo:
+            name: str | None = None, default_branch: str | None = None,
+            progress: gitops.Progress | None = None) -> Repo:
         project = self.projects.get(project_id)
         if source not in SOURCES:
             raise InvalidInputError(f"Unknown source {source!r}. Use clone (url), link (path) or init.")
@@ -90,7 +91,7 @@ class Repos:
         created = False
         if source == "clone":
             gitops.require_free(target, "pass another `name`")
-            checkout = gitops.clone(url.strip(), target)
+            checkout = gitops.clone(url.strip(), target, progress)
             created = True
         elif source == "link":
             checkout = self._linkable(target)

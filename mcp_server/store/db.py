@@ -142,7 +142,11 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class SchemaTooNewError(RuntimeError):
+class StoreOpenError(RuntimeError):
+    """The database cannot be used at all; the message is one sentence with the next step."""
+
+
+class SchemaTooNewError(StoreOpenError):
     """The database was written by a newer AgentQueue than this one."""
 
 
@@ -152,16 +156,23 @@ class Store:
     def __init__(self, path: Path, *, migrate_to: int = SCHEMA_VERSION) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-        self.db = sqlite_utils.Database(conn)
         self.lock = threading.RLock()
         self._listeners: list[Callable[[list[dict[str, Any]]], None]] = []
         self._pending_events: list[dict[str, Any]] | None = None
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-        self._migrate(migrate_to)
+        try:
+            conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+            self.db = sqlite_utils.Database(conn)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._migrate(migrate_to)
+        except sqlite3.DatabaseError as error:
+            # A damaged or foreign file: say so in one sentence, never touch it.
+            raise StoreOpenError(
+                f"{path} is not a usable AgentQueue database ({error}). Move it aside "
+                f"(mv {path} {path}.broken) and start again for an empty queue, or restore it from a backup."
+            ) from None
 
     # -- schema -------------------------------------------------------------------------------
     @property
