@@ -1,0 +1,43 @@
+"""The docs stay true: the reference is what the live server offers, and no link leaves the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from agentqueue.reference import render
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# [text](target) and <scheme://…> autolinks; code spans are stripped first, so commands may show URLs.
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)[^)]*\)|<([a-z][a-z0-9+.-]*:[^>\s]+)>")
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+
+
+def test_the_reference_is_generated_from_the_live_server() -> None:
+    current = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    assert current == render(), "docs/reference.md is stale: run `python -m agentqueue.reference` from the repo root"
+
+
+def test_the_reference_lists_every_resource_including_logs_and_notes() -> None:
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    for uri in ("agentqueue://tasks/{task_id}/log", "agentqueue://projects/{project_id}/notes/{name}",
+                "agentqueue://approvals", "agentqueue://status"):
+        assert f"`{uri}`" in text, uri
+
+
+def test_no_link_in_the_readme_or_docs_points_outside_the_repository() -> None:
+    problems = []
+    for doc in DOCS:
+        text = CODE.sub("", doc.read_text(encoding="utf-8"))
+        for match in LINK.finditer(text):
+            target = match.group(1) or match.group(2)
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) and not target.startswith("#"):
+                problems.append(f"{doc.name}: {target} (outside the repository)")
+                continue
+            path = (doc.parent / target.split("#")[0]).resolve() if target.split("#")[0] else doc
+            if not path.is_relative_to(ROOT):
+                problems.append(f"{doc.name}: {target} (outside the repository)")
+            elif not path.exists():
+                problems.append(f"{doc.name}: {target} (no such file)")
+    assert not problems, problems
