@@ -7,6 +7,8 @@ tokens Claude Code reports: requests × USAGE.
 Scenarios:
   write_file   Bash `echo … > claude_hello.txt`, then "Done."
   rate_limit   HTTP 429 on every request
+  auth         HTTP 401 (invalid API key) on every request
+  prompt_too_long  HTTP 400 "prompt is too long" on every request
   hang         never answers (until the mock stops)
   loop         the same Bash call forever
   slow_write   waits SLOW_SECONDS, then like write_file
@@ -115,6 +117,12 @@ class MockAnthropic:
             return self._json(handler, 429, {"type": "error", "error": {
                 "type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}},
                 {"retry-after": "0"})
+        if scenario == "auth":
+            return self._json(handler, 401, {"type": "error", "error": {
+                "type": "authentication_error", "message": "invalid x-api-key"}})
+        if scenario == "prompt_too_long":
+            return self._json(handler, 400, {"type": "error", "error": {
+                "type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}})
         if scenario == "hang":
             self.stopping.wait(600)
             return None

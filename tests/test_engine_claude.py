@@ -142,3 +142,27 @@ async def test_loop_detector_kills_a_looping_run(queue: Services) -> None:
     log = engine.log_path(task.id).read_text()
     assert "possible loop" in log and "loop detected" in log
     assert queue.tasks.agent_error(task.id)["error_type"] == "Loop detected"
+
+
+@pytest.mark.parametrize(("scenario", "label", "needles"), [
+    ("auth", "Authentication error", ("claude auth login", "ANTHROPIC_API_KEY", "[agent_env]", "config.toml")),
+    ("prompt_too_long", "Prompt too long", ("Split the task", "edit_task")),
+])
+async def test_a_failure_a_retry_cannot_fix_blocks_at_once_with_the_fix(queue: Services, scenario: str, label: str,
+                                                                       needles: tuple[str, ...]) -> None:
+    """A bad key (401) or an over-long prompt fails the same way every time: no retry, no tokens spent on one."""
+    task = queue.tasks.create("demo", "Doomed", f"SCENARIO:{scenario} do anything", repo_id="app", max_retries=3)
+    await run_until(engine_for(queue), lambda: queue.tasks.get(task.id).status in ("BLOCKED", "COMPLETED", "PAUSED"))
+    held = queue.tasks.get(task.id)
+    assert held.status == "BLOCKED" and held.retry_count == 0
+    attempts, result = queue.tasks.results(task.id)
+    assert attempts == 1 and result is not None and result.error_type == scenario
+    assert queue.store.scalar("SELECT count(*) FROM token_ledger WHERE task_id = ?", (task.id,)) == 1
+    assert [e.payload["reason"] for e in queue.events.recent(20, task_id=task.id, event_type="task.blocked")] == \
+        [scenario]
+    assert "not retried" in held.reason
+    for needle in (*needles, f"restart_task {task.id}"):
+        assert needle in held.next_step, (needle, held.next_step)
+    error = queue.tasks.agent_error(task.id)
+    assert error["error_type"] == label and error["suggested_fix"] == held.next_step
+    assert error["error_message"] == result.error_message

@@ -142,7 +142,8 @@ def git_dir_has(worktree: Path, name: str) -> bool:
 # -- 1. success ----------------------------------------------------------------------------------------
 async def test_a_task_lands_on_the_default_branch_and_its_worktree_is_cleaned(svc: Services) -> None:
     task = svc.tasks.create("demo", "Say hello", "WRITE hello.txt hello world\nSAY wrote hello.txt", repo_id="app")
-    loose = svc.tasks.create("demo", "No repo", "WRITE loose.txt outside any repo")
+    svc.projects.create("Loose")  # a project without repos runs its tasks in its workspace
+    loose = svc.tasks.create("loose", "No repo", "WRITE loose.txt outside any repo")
     engine = make_engine(svc)
     await run_until_final(svc, engine, task.id, loose.id)
 
@@ -167,8 +168,8 @@ async def test_a_task_lands_on_the_default_branch_and_its_worktree_is_cleaned(sv
     assert "[done] completed" in engine.log_path(task.id).read_text()
 
     # Without a repo: the agent ran in the project workspace, and nothing was merged anywhere.
-    assert status(svc, loose.id) == "COMPLETED"
-    workspace = Path(svc.projects.get("demo").workspace)
+    assert status(svc, loose.id) == "COMPLETED" and svc.tasks.get(loose.id).repo_id is None
+    workspace = Path(svc.projects.get("loose").workspace)
     assert (workspace / "loose.txt").read_text() == "outside any repo\n"
     assert show(repo, "main", "loose.txt") is None
     attempts, result = svc.tasks.results(loose.id)

@@ -554,7 +554,8 @@ async def test_get_task_diff_refusals(client, services, world: World):
     await refused(client, services, "get_task_diff", task["id"], "no branch", task_id=task["id"])
     set_branch(services, task["id"], "gone/branch")
     await refused(client, services, "get_task_diff", "No branch 'gone/branch'", task_id=task["id"])
-    no_repo = await ok(client, "create_task", project_id="proj", title="t2", description="d")
+    await ok(client, "create_project", name="Bare")  # no repos: its tasks run in its workspace
+    no_repo = await ok(client, "create_task", project_id="bare", title="t2", description="d")
     set_branch(services, no_repo["id"], "x/y")
     await refused(client, services, "get_task_diff", "without a repo", task_id=no_repo["id"])
     before = db_snapshot(services)

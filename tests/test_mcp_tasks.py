@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agentqueue.services.lifecycle import Lifecycle
 from agentqueue.store.db import now_iso
 
 from .conftest import db_snapshot, fail, ok
@@ -301,9 +302,12 @@ async def test_task_result_shape(client, project, services):
 
 async def test_agent_error_rate_limit(client, project, services):
     t = await new_task(client, "t")
-    await ok(client, "set_task_status", task_id=t["id"], status="PAUSED")
+    await ok(client, "set_task_status", task_id=t["id"], status="IN_PROGRESS")
     add_result(services, t["id"], 1, error_type="rate_limit", error_message="429 Too Many Requests",
                summary="partial work")
+    # What the engine does with a rate-limited run: a pause with a resume time, no retry spent.
+    assert Lifecycle(services.store, services.tasks, services.usage).failed(
+        t["id"], "rate_limit", "429 Too Many Requests", pause_seconds=60) == "PAUSED"
     error = await ok(client, "get_agent_error", task_id=t["id"])
     assert (error["task_id"], error["status"], error["retries"]) == (t["id"], "PAUSED", "0 / 3")
     assert error["error_type"] == "Rate limited"

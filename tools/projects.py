@@ -75,10 +75,11 @@ async def edit_project(
     max_concurrent_agents: Annotated[int | None, Field(ge=1)] = None,
     budget_limit: Annotated[int | None, Field(ge=0, description="0 removes it")] = None,
     verify_command: VerifyCommand = None,
+    default_repo_id: Annotated[str | None, Field(description='runs tasks without repo_id; "" clears')] = None,
 ) -> Project:
-    """Change a project's name, weight, concurrency, token budget or verify command."""
+    """Change a project's name, weight, concurrency, token budget, verify command or default repo."""
     return services(ctx).projects.edit(project_id, name, credit_weight, max_concurrent_agents, budget_limit,
-                                       verify_command)
+                                       verify_command, default_repo_id)
 
 
 @tool(destructive=True)

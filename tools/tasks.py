@@ -10,6 +10,9 @@ from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName,
 from .registry import Limit, Offset, ProjectId, TaskId, project_filter, project_for, services, tool
 
 
+RepoId = Annotated[str | None, Field(description="default: the project's default or only repo")]
+
+
 class TaskList(BaseModel):
     tasks: list[TaskSummary]
     total: int
@@ -50,6 +53,8 @@ class TaskDiff(BaseModel):
 
 class StuckChain(BaseModel):
     blocked_task: TaskRef
+    reason: str | None = None
+    next_step: str | None = None
     stuck_downstream: list[TaskRef]
     stuck_count: int
 
@@ -57,6 +62,8 @@ class StuckChain(BaseModel):
 class ChainHealth(BaseModel):
     task_id: str | None = None
     status: TaskStatusName | None = None
+    reason: str | None = None
+    next_step: str | None = None
     stuck_downstream: list[TaskRef] | None = None
     stuck_count: int | None = None
     project_id: str | None = None
@@ -104,13 +111,13 @@ async def create_task(
     description: Annotated[str, Field(description="self-contained: the agent sees only this")],
     project_id: ProjectId = None,
     priority: Annotated[int, Field(description="lower runs first")] = 100,
-    repo_id: str | None = None,
+    repo_id: RepoId = None,
     requires_approval: bool = False,
     depends_on: Annotated[list[str], Field(description="task ids")] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Annotated[int, Field(ge=0)] = 3,
     agent_type: AgentType | None = None,
 ) -> Task:
-    """Queue a task for an agent. READY when its dependencies are COMPLETED, else DEFINED."""
+    """Queue a task for an agent (READY, or DEFINED until its dependencies complete). A project without repos runs it in its workspace."""
     return services(ctx).tasks.create(project_for(ctx, project_id), title, description, priority, repo_id,
                                       requires_approval, depends_on, max_retries, agent_type)
 
@@ -130,9 +137,10 @@ async def edit_task(
     priority: int | None = None,
     depends_on: Annotated[list[str] | None, Field(description="replaces the list")] = None,
     requires_approval: bool | None = None,
+    repo_id: str | None = None,
 ) -> Task:
-    """Change a task's text, priority, approval or dependencies (cycles refused)."""
-    return services(ctx).tasks.edit(task_id, title, description, priority, depends_on, requires_approval)
+    """Change a task's text, priority, approval, dependencies (cycles refused) or repo (not while it runs)."""
+    return services(ctx).tasks.edit(task_id, title, description, priority, depends_on, requires_approval, repo_id)
 
 
 @tool(destructive=True)
@@ -193,7 +201,8 @@ async def get_chain_health(ctx: Context, task_id: str | None = None, project_id:
             return ChainHealth(task_id=task_id, status=task.status, stuck_downstream=[], stuck_count=0,
                                message=f"Task is {task.status}, not blocked: no stuck chain.")
         stuck = tasks.stuck_downstream(task_id)
-        return ChainHealth(task_id=task_id, status=task.status, stuck_downstream=stuck, stuck_count=len(stuck))
+        return ChainHealth(task_id=task_id, status=task.status, reason=task.reason, next_step=task.next_step,
+                           stuck_downstream=stuck, stuck_count=len(stuck))
     scope = project_filter(ctx, project_id)
     if scope:
         services(ctx).projects.get(scope)
@@ -211,5 +220,5 @@ async def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName)
 
 @tool(read_only=True)
 async def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
-    """Why a task's last run failed, with a suggested fix."""
+    """Why a task is BLOCKED, FAILED or PAUSED, or its last run failed, with a suggested fix."""
     return AgentError(**services(ctx).tasks.agent_error(task_id))

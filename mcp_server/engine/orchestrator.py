@@ -24,6 +24,7 @@ from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
 from ..services.lifecycle import Lifecycle
+from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
 from ..store.models import Agent, Task
 from .adapters import BUILDERS, PARSERS
@@ -222,8 +223,18 @@ class Engine:
         svc = self.services
         task = svc.tasks.get(task_id)
         agent = svc.agents.get(agent_id)
-        workspace = await anyio.to_thread.run_sync(self._prepare, task)
+        try:
+            workspace = await anyio.to_thread.run_sync(self._prepare, task)
+        except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
+            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(
+                task_id, "workspace_failed", details={"error": str(error)}))
+            return
+        if workspace is None:
+            return  # held (BLOCKED) before it could start
+        task = svc.tasks.get(task_id)  # with the repo it was resolved to, if it named none
         await anyio.to_thread.run_sync(self.lifecycle.started, task_id, workspace.branch)
+        log.info("run of %s started: agent %s (%s) in %s%s", task_id, agent.id, agent.agent_type, workspace.path,
+                 f" on branch {workspace.branch}" if workspace.branch else "")
         if self.flush:
             await self.flush()
         spec = BUILDERS[agent.agent_type](self._agent_config(agent), task_prompt(task),
@@ -246,14 +257,31 @@ class Engine:
             result = await runner
             tg.cancel_scope.cancel()
         duration = time.monotonic() - started
+        log.info("run of %s ended: %s%s after %.1f s, %d tokens, $%.4f", task_id, result.status,
+                 f" ({result.error_type})" if result.error_type else "", duration,
+                 int(result.tokens.get("total", 0)), result.cost_usd or 0)
         if self.shutting_down and handle.stop_reason == "killed":
             await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
             return
-        await anyio.to_thread.run_sync(self._finish, task, workspace, agent_id, result, duration)
+        await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
 
-    def _prepare(self, task: Task) -> Workspace:
-        if task.repo_id:
-            repo = self.services.repos.get(task.repo_id)
+    def _prepare(self, task: Task) -> Workspace | None:
+        """The task's worktree in its repo, or the project workspace when the project has no repo.
+
+        A task created before its project had a repo is resolved now, like create_task does (default
+        repo, else the only one); when that is ambiguous the task is BLOCKED and None returned."""
+        repo_id = task.repo_id
+        if repo_id is None:
+            try:
+                repo_id = self.services.tasks.resolve_repo(task.project_id)
+            except AmbiguousRepoError as error:
+                self.lifecycle.blocked(task.id, "ambiguous_repo",
+                                       details={"project_id": error.project_id, "repos": error.repos})
+                return None
+            if repo_id:
+                self.lifecycle.set_repo(task.id, repo_id)
+        if repo_id:
+            repo = self.services.repos.get(repo_id)
             return self.workspaces.prepare(repo, task.id, task.title, task.branch)
         project = self.services.projects.get(task.project_id)
         Path(project.workspace).mkdir(parents=True, exist_ok=True)
@@ -267,26 +295,32 @@ class Engine:
     def log_path(self, task_id: str) -> Path:
         return self.home / "logs" / "tasks" / f"{task_id}.log"
 
-    def _finish(self, task: Task, workspace: Workspace, agent_id: str, result: RunResult, duration: float) -> None:
+    def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
         files: list[str] = []
+        counted = False  # whether `files` is known (a git error leaves it unknown: no no-change warning then)
         if workspace.repo is not None:
             try:
                 self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
                 files = [f["path"] for f in workspace_files(workspace)]
+                counted = True
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
         if result.status == "completed":
             failure = self._verify(task, workspace)
             if failure:
                 result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
-        self.lifecycle.record_attempt(task.id, agent_id, result, duration, files)
+        warning = None
+        if result.status == "completed" and counted and not files and workspace.repo is not None:
+            warning = f"The agent finished without changing any file in repo '{workspace.repo.id}'."
+            log.warning("task %s: %s", task.id, warning)
+        self.lifecycle.record_attempt(task.id, agent.id, result, duration, files, warning)
         if result.status != "completed":
             pause = None
             if result.error_type in ("rate_limit", "quota"):
                 streak = self.lifecycle.consecutive_pauses(task.id)
                 base = self.config.rate_limit_backoff * (5 if result.error_type == "quota" else 1)
                 pause = min(base * 2 ** max(streak - 1, 0), self.config.rate_limit_max_backoff)
-            self.lifecycle.failed(task.id, result.error_type, result.error_message, pause)
+            self.lifecycle.failed(task.id, result.error_type, result.error_message, pause, agent.agent_type)
             return
         if not self.lifecycle.running(task.id):
             return  # stopped meanwhile: stop_task already decided
@@ -299,19 +333,25 @@ class Engine:
             pr_url = self._open_pr(task, workspace)
             self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url)
             return
+        repo = workspace.repo
+        where = {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
+                 "checkout": repo.checkout_path}
         try:
             landing = self.workspaces.land(workspace)
         except ServiceError as error:
-            self.lifecycle.blocked(task.id, "merge_failed", {"error": str(error), "branch": workspace.branch})
+            self.lifecycle.blocked(task.id, "merge_failed", {**where, "error": str(error)})
             return
         if landing.merged:
             self.workspaces.remove(workspace)
-            self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha))
+            self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha),
+                                     details={**where, "files": len(landing.files_changed)})
             self._remember(task, result)
-        else:
-            self.lifecycle.blocked(task.id, "merge_conflict", {"repo_id": workspace.repo.id, "branch": workspace.branch,
-                                                               "conflicts": landing.conflicts,
+        elif landing.conflicts:
+            self.lifecycle.blocked(task.id, "merge_conflict", {**where, "conflicts": landing.conflicts,
                                                                "message": landing.message})
+        else:  # git refused to move the default branch, e.g. over the user's uncommitted edits
+            self.lifecycle.blocked(task.id, "merge_failed", {**where, "dirty": landing.dirty,
+                                                             "error": landing.message})
 
     def _remember(self, task: Task, result: RunResult) -> None:
         """A line in today's project memory for each completed task."""

@@ -45,6 +45,8 @@ class Landing:
     conflicts: list[str] = field(default_factory=list)
     files_changed: list[str] = field(default_factory=list)
     message: str | None = None
+    # Files the task changes that have uncommitted edits in the user's checkout (why git refused to move it).
+    dirty: list[str] = field(default_factory=list)
 
 
 class Workspaces:
@@ -130,8 +132,10 @@ class Workspaces:
             else:
                 main.run("update-ref", f"refs/heads/{default}", new_sha, old_sha)
         except ServiceError as error:
-            return Landing(merged=False, message=f"Could not move '{default}' in {repo.checkout_path} to the task's "
-                                                 f"work ({error}). The task branch '{workspace.branch}' keeps it.")
+            dirty = [c["path"] for c in main.changes() if c["path"] in files]
+            return Landing(merged=False, dirty=dirty, files_changed=files,
+                           message=f"Could not move '{default}' in {repo.checkout_path} to the task's "
+                                   f"work ({error}). The task branch '{workspace.branch}' keeps it.")
         pushed = False
         if repo.source_type == "clone" and main.remote_url() is not None:
             main.push(default)

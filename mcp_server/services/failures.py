@@ -1,12 +1,35 @@
-"""How an agent run can fail, and what the user should do about each kind."""
+"""Every text that says why a task stopped and what to do: the failure kinds of a run, and the
+reason and next step a task carries while it is BLOCKED, FAILED or PAUSED. One module, so the
+wording stays consistent across get_task, get_agent_error, get_status and the daemon log."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Statuses in which a task carries a reason and a next step (cleared when it leaves them).
+HELD_STATUSES = ("BLOCKED", "FAILED", "PAUSED")
+# Failures a retry cannot fix: the task is BLOCKED after the first such run.
+NOT_RETRIED = ("auth", "prompt_too_long")
+# Reasons that are not a failed run (get_agent_error reports these rather than the last run's error).
+MOVE_CODES = ("stopped", "set_task_status", "merge_conflict", "merge_failed", "pr_closed", "ambiguous_repo",
+              "workspace_failed")
+
+CONFIG_HINT = "under [agent_env] in $AGENTQUEUE_HOME/config.toml and restart_daemon (it is read at every start)"
+LOGIN = {
+    "claude-code": "run `claude auth login` as the user the daemon runs as, or set ANTHROPIC_API_KEY",
+    "codex": "run `codex login` as the user the daemon runs as, or set OPENAI_API_KEY",
+    "gemini": "run `gemini` once as the user the daemon runs as and sign in, or set GEMINI_API_KEY",
+}
+ANY_LOGIN = ("log the agent CLI in as the user the daemon runs as (`claude auth login`, `codex login`, or `gemini`), "
+             "or set its API key (ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY)")
 
 # error_type -> (label, suggested fix). The engine records error_type on each task result.
 FAILURE_KINDS: dict[str, tuple[str, str]] = {
     "auth": ("Authentication error",
-             "The agent CLI is not logged in or its API key is wrong: run `claude login` (or set "
-             "ANTHROPIC_API_KEY / OPENAI_API_KEY / GEMINI_API_KEY for the daemon), then restart_task."),
+             f"The agent CLI is not logged in or its API key is wrong: {ANY_LOGIN} {CONFIG_HINT}, "
+             "then restart_task."),
     "rate_limit": ("Rate limited",
                    "The model API is rate-limiting; the task resumes by itself after a backoff. "
                    "Lower max_concurrent_agents if it keeps happening."),
@@ -14,7 +37,7 @@ FAILURE_KINDS: dict[str, tuple[str, str]] = {
               "The account's usage quota is used up; wait for it to reset or raise the limit, then restart_task."),
     "prompt_too_long": ("Prompt too long",
                         "The task description plus context is over the model's window: split the task "
-                        "into smaller tasks or trim the description, then restart_task."),
+                        "into smaller tasks or trim the description (edit_task), then restart_task."),
     "max_turns": ("Turn limit reached",
                   "The agent ran out of turns before finishing: split the task, or make the "
                   "description more specific, then restart_task."),
@@ -25,10 +48,18 @@ FAILURE_KINDS: dict[str, tuple[str, str]] = {
              "specific (what done looks like), then restart_task."),
     "killed": ("Stopped", "The run was stopped (stop_task or shutdown); restart_task runs it again."),
     "crashed": ("Agent crashed", "The agent CLI exited without a result; read the task log and get_task_result, then restart_task."),
+    "recovered": ("Interrupted", "AgentQueue stopped while the agent ran; its work so far is kept on the task "
+                                 "branch. restart_task runs it again."),
     "merge_conflict": ("Merge conflict",
-                       "The task's branch conflicts with the default branch; resolve it with merge_branch "
-                       "in the repo, or restart_task to redo the work on a fresh branch."),
+                       "The task's branch conflicts with the default branch; merge it yourself in the repo "
+                       "(git merge, resolve, commit), then skip_task."),
+    "merge_failed": ("Merge failed", "The work could not be merged into the default branch; the reason says why."),
     "verify_failed": ("Verification failed", "The project's verify command failed on the agent's work; read the log, then restart_task."),
+    "pr_closed": ("Pull request closed", "The task's PR was closed unmerged; restart_task or skip_task."),
+    "stopped": ("Stopped", "stop_task held it; restart_task puts it back in the queue."),
+    "set_task_status": ("Status set by hand", "set_task_status set it; restart_task puts it back in the queue."),
+    "ambiguous_repo": ("No repo chosen", "The project has several repos and no default; edit_task repo_id, then restart_task."),
+    "workspace_failed": ("No workspace", "The task's git worktree could not be made; the reason says why."),
 }
 
 
@@ -39,3 +70,165 @@ def describe_failure(error_type: str | None, error_message: str | None) -> tuple
     if not error_type and not error_message:
         return "Unknown error", "No error was recorded; read the task log (agentqueue://tasks/{id}/log)."
     return error_type or "Unexpected error", "Read the task log (agentqueue://tasks/{id}/log) and the daemon log under $AGENTQUEUE_HOME/logs."
+
+
+@dataclass(frozen=True)
+class Reason:
+    reason: str
+    next_step: str
+
+
+def _short(text: Any, limit: int = 300) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _names(items: Any, limit: int = 5) -> str:
+    items = list(items or [])
+    shown = ", ".join(str(i) for i in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "!", "?", "…")) else text + "."
+
+
+def _run_failed(code: str, d: Mapping[str, Any]) -> Reason:
+    label, fix = describe_failure(code, d.get("error_message"))
+    message = _short(d.get("error_message"))
+    return Reason(_sentence(f"The run failed ({label})" + (f": {message}" if message else "")),
+                  fix.replace("restart_task", f"restart_task {d['task_id']}").replace("{id}", d["task_id"]))
+
+
+def _max_retries(d: Mapping[str, Any]) -> Reason:
+    kind = d.get("error_type") or "crashed"
+    label, fix = describe_failure(kind, d.get("error_message"))
+    runs = d.get("runs")
+    message = _short(d.get("error_message"))
+    head = (f"It failed {runs} time{'s' if runs != 1 else ''} and has no retries left "
+            f"(max_retries={d.get('max_retries')})") if runs else "Its retries are used up"
+    return Reason(_sentence(f"{head}; the last error: {label}" + (f": {message}" if message else "")),
+                  fix.replace("restart_task", f"restart_task {d['task_id']}").replace("{id}", d["task_id"]))
+
+
+def _auth(d: Mapping[str, Any]) -> Reason:
+    message = _short(d.get("error_message"))
+    login = LOGIN.get(d.get("agent_type") or "", ANY_LOGIN)
+    return Reason(
+        _sentence("The agent could not authenticate with the model API, so it was not retried"
+                  + (f": {message}" if message else "")),
+        f"Log in: {login} {CONFIG_HINT}. Then restart_task {d['task_id']}.")
+
+
+def _prompt_too_long(d: Mapping[str, Any]) -> Reason:
+    message = _short(d.get("error_message"))
+    return Reason(
+        _sentence("The prompt is over the model's context window, so it was not retried"
+                  + (f": {message}" if message else "")),
+        f"Split the task into smaller tasks or shorten its description (edit_task {d['task_id']}), "
+        f"then restart_task {d['task_id']}.")
+
+
+def _paused(kind: str, d: Mapping[str, Any]) -> Reason:
+    when = d.get("resume_after") or "after a backoff"
+    message = _short(d.get("error_message"), 200)
+    what = "The model API is rate-limiting" if kind == "rate_limit" else "The account's usage quota is used up"
+    return Reason(
+        _sentence(f"{what}" + (f" ({message})" if message else "") + f"; it resumes by itself at {when}"),
+        f"Nothing to do: after the backoff it starts again at {when}; restart_task {d['task_id']} starts it sooner. "
+        + ("Lower max_concurrent_agents if it keeps happening." if kind == "rate_limit"
+           else "Raise the account's limit if it keeps happening."))
+
+
+def _merge_conflict(d: Mapping[str, Any]) -> Reason:
+    branch, default = d.get("branch"), d.get("default_branch") or "the default branch"
+    files = _names(d.get("conflicts")) or "some files"
+    return Reason(
+        f"Its branch '{branch}' conflicts with '{default}' of repo '{d.get('repo_id')}' in {files}; "
+        "the merge was aborted and the branch kept with the work.",
+        f"Merge '{branch}' into '{default}' yourself in {d.get('checkout')} (git merge {branch}, resolve {files}, "
+        f"commit), then skip_task {d['task_id']} so its dependents run.")
+
+
+def _merge_failed(d: Mapping[str, Any]) -> Reason:
+    branch, default, checkout = d.get("branch"), d.get("default_branch") or "the default branch", d.get("checkout")
+    dirty = d.get("dirty") or []
+    if dirty:
+        files = _names(dirty)
+        return Reason(
+            f"Its work is committed on branch '{branch}', but '{default}' in {checkout} could not be moved to it: "
+            f"that checkout has uncommitted changes to {files}.",
+            f"Commit or stash your changes to {files} in {checkout} (git commit, or git stash), "
+            f"then restart_task {d['task_id']} to run it again and land its work.")
+    return Reason(
+        _sentence(f"Its work on branch '{branch}' could not be merged into '{default}' of repo "
+                  f"'{d.get('repo_id')}': {_short(d.get('error'))}"),
+        f"Fix what the error names in {checkout} (the branch keeps the work), then restart_task {d['task_id']}.")
+
+
+def _ambiguous(d: Mapping[str, Any]) -> Reason:
+    repos = _names(d.get("repos"), 10)
+    return Reason(
+        f"Project '{d.get('project_id')}' has several repos ({repos}) and no default, and the task names none, "
+        "so AgentQueue cannot tell where to run it.",
+        f"edit_task {d['task_id']} repo_id=<one of {repos}> (or edit_project default_repo_id=<repo>), "
+        f"then restart_task {d['task_id']}.")
+
+
+_EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
+    "stopped": lambda d: Reason(f"Stopped with stop_task (it was {d.get('from')}).",
+                                f"restart_task {d['task_id']} puts it back in the queue; skip_task {d['task_id']} "
+                                "marks it done so its dependents run."),
+    "set_task_status": lambda d: Reason(f"Set to {d.get('status')} with set_task_status (it was {d.get('from')}).",
+                                        f"restart_task {d['task_id']} puts it back in the queue."),
+    "max_retries": _max_retries,
+    "auth": _auth,
+    "prompt_too_long": _prompt_too_long,
+    "merge_conflict": _merge_conflict,
+    "merge_failed": _merge_failed,
+    "pr_closed": lambda d: Reason(f"Its pull request {d.get('pr_url')} was closed without being merged.",
+                                  f"restart_task {d['task_id']} to do the work again, or skip_task {d['task_id']} "
+                                  "if it is not needed."),
+    "ambiguous_repo": _ambiguous,
+    "workspace_failed": lambda d: Reason(
+        _sentence(f"Its git worktree could not be made, so no agent ran: {_short(d.get('error'))}"),
+        f"Fix what the error names (list_repos shows where each repo should be), then restart_task {d['task_id']}."),
+    "recovered": lambda d: _run_failed("recovered", d),
+    "shutdown": lambda d: _run_failed("recovered", d),
+}
+
+
+def explain(code: str, status: str, details: Mapping[str, Any]) -> Reason:
+    """The reason and next step of a task entering BLOCKED, FAILED or PAUSED for `code`.
+
+    `details` always holds `task_id`, `from` and `status`; the rest depends on the code (the
+    error of the run, the branch and files of a merge, the resume time of a pause…)."""
+    d = {**details, "status": status}
+    if status == "PAUSED" and code in ("rate_limit", "quota"):
+        return _paused(code, d)
+    if code in _EXPLAIN:
+        return _EXPLAIN[code](d)
+    if code in FAILURE_KINDS or d.get("error_message"):
+        return _run_failed(code, d)
+    return Reason(f"It is {status} ({code}).",
+                  f"get_agent_error {d['task_id']} and the task log (agentqueue://tasks/{d['task_id']}/log) say more; "
+                  f"restart_task {d['task_id']} runs it again.")
+
+
+def move_note(code: str, status: str, details: Mapping[str, Any]) -> str:
+    """A few words on a move into any other status, for the event and the daemon log line."""
+    if status == "ASSIGNED" and details.get("agent_id"):
+        return f"claimed by {details['agent_id']}"
+    if status == "IN_PROGRESS" and code == "agent_started":
+        return f"on branch {details['branch']}" if details.get("branch") else "in the project workspace"
+    if status == "COMPLETED" and code == "merged":
+        if not details.get("repo_id"):
+            return "done in the project workspace"
+        count = details.get("files", 0)
+        return (f"merged {count} file{'s' if count != 1 else ''} into {details.get('default_branch')} of "
+                f"{details['repo_id']}")
+    if status == "AWAITING_APPROVAL":
+        return f"PR {details['pr_url']}" if details.get("pr_url") else "waiting for approve_task"
+    if status == "READY" and code == "retry":
+        return f"retry {details.get('retry')} of {details.get('max_retries')}"
+    return code

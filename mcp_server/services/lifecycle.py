@@ -2,7 +2,8 @@
 
 Retries: a failed run is retried while `retry_count < max_retries` (so max_retries=3 means up to
 four runs), then the task is BLOCKED. Rate limits and quota pause the task instead (PAUSED with
-`resume_after`), which costs no retry.
+`resume_after`), which costs no retry. Failures a retry cannot fix (auth, prompt too long) block
+the task at once. Each move passes the details its reason and next step are written from.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..store.db import Store, now_iso
+from .failures import NOT_RETRIED
 from .tasks import Tasks
 from .usage import Usage
 
@@ -36,7 +38,7 @@ class Lifecycle:
             agent = self.store.one("SELECT state FROM agents WHERE id = ?", (agent_id,))
             if not row or row["status"] != "READY" or not agent or agent["state"] != "IDLE":
                 return False
-            self.tasks._move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id})
+            self.tasks._move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id}, details={"agent_id": agent_id})
             db.execute("UPDATE agents SET state = 'BUSY', current_task = ?, updated_at = ? WHERE id = ?",
                        (task_id, now_iso(), agent_id))
         return True
@@ -44,14 +46,19 @@ class Lifecycle:
     def started(self, task_id: str, branch: str | None) -> None:
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            self.tasks._move(row, "IN_PROGRESS", "agent_started", {"branch": branch})
+            self.tasks._move(row, "IN_PROGRESS", "agent_started", {"branch": branch}, details={"branch": branch})
+
+    def set_repo(self, task_id: str, repo_id: str) -> None:
+        """Record the repo a task without one was resolved to at claim time (before its worktree exists)."""
+        with self.store.transaction() as db:
+            db["tasks"].update(task_id, {"repo_id": repo_id, "updated_at": now_iso()})
 
     def set_pid(self, agent_id: str, pid: int | None) -> None:
         with self.store.transaction() as db:
             db.execute("UPDATE agents SET pid = ? WHERE id = ?", (pid, agent_id))
 
     def record_attempt(self, task_id: str, agent_id: str | None, result: Any, duration_s: float,
-                       files_changed: list[str]) -> None:
+                       files_changed: list[str], warning: str | None = None) -> None:
         """One row in task_results and one in the token ledger per run."""
         row = self.tasks._row(task_id)
         stamp = now_iso()
@@ -60,7 +67,7 @@ class Lifecycle:
             db["task_results"].insert({
                 "task_id": task_id, "attempt": attempt, "agent_id": agent_id, "status": result.status,
                 "summary": result.summary, "files_changed": json.dumps(files_changed),
-                "error_type": result.error_type, "error_message": result.error_message,
+                "error_type": result.error_type, "error_message": result.error_message, "warning": warning,
                 **{k: int(result.tokens.get(k, 0)) for k in ("input", "output", "cache_read", "cache_write", "total")},
                 "cost_usd": float(result.cost_usd or 0), "duration_s": round(duration_s, 3), "created_at": stamp,
             })
@@ -83,18 +90,20 @@ class Lifecycle:
                 self.tasks._move(row, "VERIFYING", "agent_completed")
 
     def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None,
-                  landed: tuple[str | None, str | None] = (None, None)) -> None:
-        """landed: (the default branch before, the commit it moved to), kept for get_task_diff."""
+                  landed: tuple[str | None, str | None] = (None, None), details: dict[str, Any] | None = None) -> None:
+        """landed: (the default branch before, the commit it moved to), kept for get_task_diff.
+        details: repo_id, default_branch and files (a count), for the log line."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
             if row["status"] == "IN_PROGRESS":
                 self.tasks._move(row, "VERIFYING", "agent_completed")
                 row = self.tasks._row(task_id)
             if awaiting_approval:
-                self.tasks._move(row, "AWAITING_APPROVAL", "needs_approval", {"pr_url": pr_url})
+                self.tasks._move(row, "AWAITING_APPROVAL", "needs_approval", {"pr_url": pr_url},
+                                 details={"pr_url": pr_url})
             else:
                 self.tasks._move(row, "COMPLETED", "merged", {"assigned_agent": None, "base_sha": landed[0],
-                                                              "landed_sha": landed[1]})
+                                                              "landed_sha": landed[1]}, details=details)
 
     def pr_settled(self, task_id: str, merged: bool) -> None:
         """A task's PR was merged (COMPLETED) or closed unmerged (BLOCKED) on the forge."""
@@ -104,32 +113,42 @@ class Lifecycle:
                 self.tasks._move(row, "COMPLETED" if merged else "BLOCKED", "pr_merged" if merged else "pr_closed")
 
     def failed(self, task_id: str, error_type: str | None, message: str | None,
-               pause_seconds: float | None = None) -> str:
+               pause_seconds: float | None = None, agent_type: str | None = None) -> str:
         """Move a failed run's task on; returns the new status. A task stop_task already moved is left alone."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
             if row["status"] not in ("IN_PROGRESS", "VERIFYING"):
                 return row["status"]
-            payload = {"assigned_agent": None}
+            error = {"error_type": error_type, "error_message": message, "agent_type": agent_type}
             if error_type in PAUSING_ERRORS and pause_seconds is not None and row["status"] == "IN_PROGRESS":
-                self.tasks._move(row, "PAUSED", error_type, {"resume_after": iso_in(pause_seconds)})
+                resume = iso_in(pause_seconds)
+                self.tasks._move(row, "PAUSED", error_type, {"resume_after": resume},
+                                 details={**error, "resume_after": resume})
                 return "PAUSED"
-            self.tasks._move(row, "FAILED", error_type or "failed", payload)
+            self.tasks._move(row, "FAILED", error_type or "failed", {"assigned_agent": None}, details=error)
             row = self.tasks._row(task_id)
+            if error_type in NOT_RETRIED:  # a retry would fail the same way and spend tokens doing it
+                self.tasks._move(row, "BLOCKED", error_type, details=error)
+                return "BLOCKED"
             if row["retry_count"] < row["max_retries"]:
-                self.tasks._move(row, "READY", "retry", {"retry_count": row["retry_count"] + 1})
+                self.tasks._move(row, "READY", "retry", {"retry_count": row["retry_count"] + 1},
+                                 details={"retry": row["retry_count"] + 1, "max_retries": row["max_retries"]})
                 return "READY"
-            self.tasks._move(row, "BLOCKED", "max_retries")
+            self.tasks._move(row, "BLOCKED", "max_retries",
+                             details={**error, "runs": row["retry_count"] + 1, "max_retries": row["max_retries"]})
             return "BLOCKED"
 
-    def blocked(self, task_id: str, reason: str, payload: dict[str, Any] | None = None) -> None:
+    def blocked(self, task_id: str, reason: str, payload: dict[str, Any] | None = None,
+                details: dict[str, Any] | None = None) -> None:
+        """Hold a task for `reason`. `payload`, when given, is also recorded as a `<reason>` event (merge.conflict);
+        the reason's texts are written from `details`, else from `payload`."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
             if row["status"] == "IN_PROGRESS":
                 self.tasks._move(row, "VERIFYING", "agent_completed")
                 row = self.tasks._row(task_id)
             if row["status"] != "BLOCKED":
-                self.tasks._move(row, "BLOCKED", reason, {"assigned_agent": None})
+                self.tasks._move(row, "BLOCKED", reason, {"assigned_agent": None}, details=details or payload)
             if payload:
                 self.store.add_event(reason.replace("_", "."), project_id=row["project_id"], task_id=task_id,
                                      payload=payload)
@@ -145,7 +164,9 @@ class Lifecycle:
                 row = self.tasks._row(task_id)
             retries = row["retry_count"] + (1 if count_retry else 0)
             if count_retry and retries > row["max_retries"]:
-                self.tasks._move(row, "BLOCKED", "max_retries", {"assigned_agent": None})
+                self.tasks._move(row, "BLOCKED", "max_retries", {"assigned_agent": None}, details={
+                    "error_type": "recovered", "runs": retries, "max_retries": row["max_retries"],
+                    "error_message": "AgentQueue stopped while the agent was running"})
                 return "BLOCKED"
             self.tasks._move(row, "READY", reason, {"assigned_agent": None, "retry_count": retries})
             return "READY"

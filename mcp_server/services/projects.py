@@ -125,6 +125,7 @@ class Projects:
         max_concurrent_agents: int | None = None,
         budget_limit: int | None = None,
         verify_command: str | None = None,
+        default_repo_id: str | None = None,
     ) -> Project:
         self._row(project_id)
         _check_limits(credit_weight, max_concurrent_agents, budget_limit)
@@ -141,15 +142,31 @@ class Projects:
             changes["budget_limit"] = budget_limit or None
         if verify_command is not None:
             changes["verify_command"] = verify_command.strip() or None  # "" removes it
+        if default_repo_id is not None:
+            changes["default_repo_id"] = self._default_repo(project_id, default_repo_id.strip()) or None  # "" clears
         if not changes:
             raise InvalidInputError(
                 "Nothing to change. Give at least one of name, credit_weight, max_concurrent_agents, budget_limit, "
-                "verify_command."
+                "verify_command, default_repo_id."
             )
         with self.store.transaction() as db:
             db["projects"].update(project_id, {**changes, "updated_at": now_iso()})
             self.store.add_event("project.updated", project_id=project_id, payload={"fields": sorted(changes)})
         return self.get(project_id)
+
+    def _default_repo(self, project_id: str, repo_id: str) -> str:
+        """A default repo must be one of the project's own repos ("" passes: it clears the default)."""
+        if not repo_id:
+            return repo_id
+        owner = self.store.scalar("SELECT project_id FROM repos WHERE id = ?", (repo_id,))
+        ours = [r["id"] for r in self.store.all("SELECT id FROM repos WHERE project_id = ? ORDER BY created_at, id",
+                                                (project_id,))]
+        choices = f"Its repos: {', '.join(ours)}." if ours else "It has no repos yet: add_repo registers one."
+        if owner is None:
+            raise NotFoundError(f"Repo '{repo_id}' not found. {choices}")
+        if owner != project_id:
+            raise InvalidInputError(f"Repo '{repo_id}' belongs to project '{owner}', not '{project_id}'. {choices}")
+        return repo_id
 
     def set_status(self, project_id: str, status: str) -> Project:
         row = self._row(project_id)

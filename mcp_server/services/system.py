@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..store.db import Store
@@ -12,6 +13,14 @@ from .projects import RUNNING_STATUSES
 from .tasks import STATUS_NAMES
 
 ORCHESTRATOR_KEY = "orchestrator_state"
+HELD_LINES = 10  # get_status lists at most this many held tasks, then says how many more
+
+
+def held_line(task: dict[str, Any]) -> str:
+    """One warning line: the task, its status, why, and what to do."""
+    reason = task["reason"] or "no reason was recorded (it was held before AgentQueue kept reasons)."
+    next_step = task["next_step"] or f"get_agent_error {task['id']}; restart_task {task['id']} runs it again."
+    return f"Task {task['id']} '{task['title']}' is {task['status']}: {reason} Next: {next_step}"
 
 
 class System:
@@ -60,7 +69,33 @@ class System:
         if ready and self.orchestrator_state() == "paused":
             warnings.append(f"The orchestrator is paused with {len(ready)} READY task(s); "
                             "orchestrator_control action=resume starts them.")
-        return warnings
+        return warnings + self._held_warnings() + self._no_change_warnings()
+
+    def _held_warnings(self) -> list[str]:
+        """Every BLOCKED, FAILED or PAUSED task with its reason and next step (the newest first, capped)."""
+        held = self.store.all(
+            "SELECT id, title, status, reason, next_step FROM tasks WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED') "
+            "ORDER BY updated_at DESC, id")
+        lines = [held_line(t) for t in held[:HELD_LINES]]
+        rest = held[HELD_LINES:]
+        if rest:
+            statuses = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED") if any(t["status"] == s for t in rest))
+            lines.append(f"and {len(rest)} more: list_tasks status={statuses}")
+        return lines
+
+    def _no_change_warnings(self) -> list[str]:
+        """Tasks completed in the last 24 h whose last run changed no file in their repo."""
+        since = (datetime.now(timezone.utc) - timedelta(hours=24)).isoformat(timespec="milliseconds")
+        rows = self.store.all(
+            "SELECT t.id, t.repo_id FROM tasks t JOIN task_results r ON r.task_id = t.id "
+            "WHERE t.status = 'COMPLETED' AND r.warning IS NOT NULL AND r.created_at >= ? "
+            "AND r.attempt = (SELECT max(attempt) FROM task_results WHERE task_id = t.id) "
+            "ORDER BY r.created_at DESC LIMIT ?", (since.replace("+00:00", "Z"), HELD_LINES + 1))
+        lines = [f"Task {r['id']} completed with no change in repo {r['repo_id']}: read its log; "
+                 "restart_task to run it again." for r in rows[:HELD_LINES]]
+        if len(rows) > HELD_LINES:
+            lines.append("and more tasks completed with no change: get_task_result shows each one's warning.")
+        return lines
 
     def status(self) -> dict[str, Any]:
         by_status = {r["status"]: r["n"] for r in self.store.all(

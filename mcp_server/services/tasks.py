@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -10,13 +11,17 @@ from typing import Any
 from ..store.db import Store, now_iso
 from ..store.models import Task, TaskRef, TaskResult, TaskStatus, TaskSummary, Tokens
 from .errors import ConflictError, InvalidInputError, NotFoundError
-from .failures import describe_failure
+from .failures import FAILURE_KINDS, HELD_STATUSES, MOVE_CODES, describe_failure, explain, move_note
 from .ids import new_task_id
 from .projects import RUNNING_STATUSES, Projects
 from .task_states import STOPPABLE, check_transition
 
 STATUS_NAMES = [s.value for s in TaskStatus]
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
+# A task's work lives in its repo from the first run until it lands: its repo cannot change then.
+REPO_FIXED_STATUSES = ("ASSIGNED", "IN_PROGRESS", "VERIFYING", "AWAITING_APPROVAL")
+
+log = logging.getLogger("agentqueue.tasks")
 
 # The event recorded when a task enters a status (CONTRACT §4 event types).
 STATUS_EVENTS = {
@@ -25,6 +30,19 @@ STATUS_EVENTS = {
     "VERIFYING": "task.verifying", "AWAITING_APPROVAL": "task.awaiting_approval",
     "COMPLETED": "task.completed", "FAILED": "task.failed", "BLOCKED": "task.blocked",
 }
+
+
+class AmbiguousRepoError(InvalidInputError):
+    """A task names no repo and its project has several, none of them the default."""
+
+    def __init__(self, project_id: str, repos: list[str]) -> None:
+        self.project_id, self.repos = project_id, repos
+        names = ", ".join(repos)
+        super().__init__(
+            f"Project '{project_id}' has {len(repos)} repos ({names}) and no default repo, so the task's repo is "
+            f"ambiguous. Pass repo_id (one of {names}), or set the project's default with "
+            "edit_project default_repo_id=<repo id>."
+        )
 
 
 def parse_statuses(status: str | list[str] | None) -> list[str] | None:
@@ -47,6 +65,7 @@ class Tasks:
         self.stop_hook: Callable[[str], bool] | None = None
         # Set by the engine: merges an approved task's kept branch (raises ServiceError on conflict).
         self.approve_hook: Callable[[Task], None] | None = None
+        store.on_commit(self._log_moves)
 
     # -- reads --------------------------------------------------------------------------------
     def _row(self, task_id: str) -> dict[str, Any]:
@@ -62,6 +81,27 @@ class Tasks:
     def _dependents(self, task_id: str) -> list[str]:
         return [r["task_id"] for r in self.store.all(
             "SELECT task_id FROM task_dependencies WHERE depends_on = ? ORDER BY task_id", (task_id,))]
+
+    def _check_repo(self, project_id: str, repo_id: str) -> None:
+        repo = self.store.one("SELECT project_id FROM repos WHERE id = ?", (repo_id,))
+        if repo is None:
+            raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids; add_repo registers one.")
+        if repo["project_id"] != project_id:
+            raise InvalidInputError(
+                f"Repo '{repo_id}' belongs to project '{repo['project_id']}', not '{project_id}'."
+            )
+
+    def resolve_repo(self, project_id: str) -> str | None:
+        """Where a task that names no repo runs: the project's default repo, else its only repo, else (no
+        repos) None, the project workspace. Several repos and no default: an error naming them."""
+        project = self.projects._row(project_id)
+        if project.get("default_repo_id"):
+            return str(project["default_repo_id"])
+        repos = [r["id"] for r in self.store.all(
+            "SELECT id FROM repos WHERE project_id = ? ORDER BY created_at, id", (project_id,))]
+        if len(repos) <= 1:
+            return repos[0] if repos else None
+        raise AmbiguousRepoError(project_id, repos)
 
     def get(self, task_id: str) -> Task:
         row = self._row(task_id)
@@ -157,16 +197,39 @@ class Tasks:
 
     # -- the one place statuses change ----------------------------------------------------------
     def _move(self, row: dict[str, Any], new: str, reason: str, fields: dict[str, Any] | None = None,
-              *, override: bool = False) -> list[TaskRef]:
-        """Set a task's status inside a transaction; returns dependents promoted to READY."""
+              *, override: bool = False, details: dict[str, Any] | None = None) -> list[TaskRef]:
+        """Set a task's status inside a transaction; returns dependents promoted to READY.
+
+        `reason` is the move's code (stopped, max_retries, merge_failed…); `details` what the
+        texts need (the run's error, the branch and files…). Entering BLOCKED, FAILED or PAUSED
+        records the reason and next step on the task; leaving them clears both."""
         old = row["status"]
         if not override:
             check_transition(row["id"], old, new)
-        self.store.db["tasks"].update(row["id"], {**(fields or {}), "status": new, "updated_at": now_iso()})
-        payload = {"from": old, "to": new, "reason": reason, "title": row["title"]}
+        facts = {"task_id": row["id"], "from": old, "pr_url": row.get("pr_url"), **(details or {})}
+        payload: dict[str, Any] = {"from": old, "to": new, "reason": reason, "title": row["title"]}
+        if new in HELD_STATUSES:
+            why = explain(reason, new, facts)
+            held = {"reason": why.reason, "next_step": why.next_step}
+            payload["message"] = why.reason
+        else:
+            held = {"reason": None, "next_step": None}
+            payload["note"] = move_note(reason, new, facts)
+        self.store.db["tasks"].update(row["id"], {**(fields or {}), **held, "status": new, "updated_at": now_iso()})
         self.store.add_event(STATUS_EVENTS[new], project_id=row["project_id"], task_id=row["id"],
-                             agent_id=row.get("assigned_agent"), payload=payload)
+                             agent_id=row.get("assigned_agent") or (fields or {}).get("assigned_agent"),
+                             payload=payload)
         return self._promote_dependents(row["id"]) if new == "COMPLETED" else []
+
+    @staticmethod
+    def _log_moves(events: list[dict[str, Any]]) -> None:
+        """One daemon log line per committed status change (a rolled-back move is never logged)."""
+        for event in events:
+            payload = event["payload"]
+            if event["event_type"] in STATUS_EVENTS.values() and "to" in payload and "from" in payload:
+                detail = (f"{payload['reason']}: {payload['message']}" if "message" in payload
+                          else payload.get("note") or payload["reason"])
+                log.info("task %s %s → %s (%s)", event["task_id"], payload["from"], payload["to"], detail)
 
     def _promote_dependents(self, task_id: str) -> list[TaskRef]:
         promoted = []
@@ -206,13 +269,9 @@ class Tasks:
         if agent_type is not None and agent_type not in AGENT_TYPES:
             raise InvalidInputError(f"Unknown agent_type {agent_type!r}. Use one of: {', '.join(AGENT_TYPES)}.")
         if repo_id is not None:
-            repo = self.store.one("SELECT project_id FROM repos WHERE id = ?", (repo_id,))
-            if repo is None:
-                raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids; add_repo registers one.")
-            if repo["project_id"] != project_id:
-                raise InvalidInputError(
-                    f"Repo '{repo_id}' belongs to project '{repo['project_id']}', not '{project_id}'."
-                )
+            self._check_repo(project_id, repo_id)
+        else:
+            repo_id = self.resolve_repo(project_id)
         deps = self._check_deps(None, depends_on or [])
         stamp = now_iso()
         with self.store.transaction() as db:
@@ -241,9 +300,18 @@ class Tasks:
         priority: int | None = None,
         depends_on: list[str] | None = None,
         requires_approval: bool | None = None,
+        repo_id: str | None = None,
     ) -> Task:
         row = self._row(task_id)
         changes: dict[str, Any] = {}
+        if repo_id is not None and repo_id != row["repo_id"]:
+            self._check_repo(row["project_id"], repo_id)
+            if row["status"] in REPO_FIXED_STATUSES:
+                raise ConflictError(
+                    f"Task '{task_id}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
+                    "its repo cannot change now. stop_task it first if it should run elsewhere."
+                )
+            changes["repo_id"] = repo_id
         if title is not None:
             if not title.strip():
                 raise InvalidInputError("title is empty. Give a new title, or leave it out to keep the current one.")
@@ -259,7 +327,8 @@ class Tasks:
         deps = self._check_deps(task_id, depends_on) if depends_on is not None else None
         if not changes and deps is None:
             raise InvalidInputError(
-                "Nothing to change. Give at least one of title, description, priority, depends_on, requires_approval."
+                "Nothing to change. Give at least one of title, description, priority, depends_on, requires_approval, "
+                "repo_id."
             )
         with self.store.transaction() as db:
             if changes:
@@ -385,11 +454,13 @@ class Tasks:
         where, params = ("AND project_id = ?", (project_id,)) if project_id else ("", ())
         chains = []
         for row in self.store.all(
-            f"SELECT id, title, status FROM tasks WHERE status IN ('BLOCKED', 'FAILED') {where} "
+            f"SELECT id, title, status, reason, next_step FROM tasks WHERE status IN ('BLOCKED', 'FAILED') {where} "
             "ORDER BY priority, created_at", params):
             stuck = self.stuck_downstream(row["id"])
             if stuck:
-                chains.append({"blocked_task": TaskRef(**row), "stuck_downstream": stuck, "stuck_count": len(stuck)})
+                chains.append({"blocked_task": TaskRef(id=row["id"], title=row["title"], status=row["status"]),
+                               "reason": row["reason"], "next_step": row["next_step"],
+                               "stuck_downstream": stuck, "stuck_count": len(stuck)})
         return chains
 
     # -- results ------------------------------------------------------------------------------
@@ -403,10 +474,17 @@ class Tasks:
         tokens = Tokens(**{k: row[k] or 0 for k in ("input", "output", "cache_read", "cache_write", "total")})
         return attempts, TaskResult(
             status=row["status"], summary=row["summary"], files_changed=json.loads(row["files_changed"] or "[]"),
-            error_type=row["error_type"], error_message=row["error_message"], tokens=tokens,
+            error_type=row["error_type"], error_message=row["error_message"], warning=row.get("warning"),
+            tokens=tokens,
             cost_usd=row["cost_usd"] or 0.0, duration_s=row["duration_s"], agent_id=row["agent_id"],
             attempt=row["attempt"], created_at=row["created_at"],
         )
+
+    def _held_code(self, row: dict[str, Any]) -> str | None:
+        """The reason code of the move that put the task in its current status (from its event)."""
+        payload = self.store.scalar("SELECT payload FROM events WHERE task_id = ? AND event_type = ? "
+                                    "ORDER BY id DESC LIMIT 1", (row["id"], STATUS_EVENTS[row["status"]]))
+        return json.loads(payload).get("reason") if payload else None
 
     def agent_error(self, task_id: str) -> dict[str, Any]:
         row = self._row(task_id)
@@ -415,6 +493,17 @@ class Tasks:
             "task_id": task_id, "status": row["status"],
             "retries": f"{row['retry_count']} / {row['max_retries']}",
         }
+        if row["status"] in HELD_STATUSES and row["reason"]:
+            # The task's own reason wins: a run can succeed and its task still be held (a merge refused).
+            code = self._held_code(row)
+            summary = ((result.summary or "")[:1000] or None) if result else None
+            if result is not None and result.status == "failed" and code not in MOVE_CODES:
+                label = describe_failure(result.error_type, result.error_message)[0]
+                return {**info, "error_type": label, "error_message": (result.error_message or "")[:2000],
+                        "suggested_fix": row["next_step"], "agent_summary": summary}
+            label = FAILURE_KINDS[code][0] if code in FAILURE_KINDS else row["status"].capitalize()
+            return {**info, "error_type": label, "error_message": row["reason"], "suggested_fix": row["next_step"],
+                    "agent_summary": summary}
         if result is None:
             return {**info, "error_type": None, "error_message": None, "suggested_fix": None,
                     "agent_summary": None, "message": "No result recorded yet: no agent has run this task."}

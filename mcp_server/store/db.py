@@ -136,9 +136,20 @@ def _m4_verify_command(db: sqlite_utils.Database) -> None:
     db["projects"].add_column("verify_command", str)
 
 
+def _m5_repo_defaults_and_reasons(db: sqlite_utils.Database) -> None:
+    """Version 5: a project's default repo, why a task is held (reason, next step), a result's warning."""
+    db["projects"].add_column("default_repo_id", str)
+    db["tasks"].add_column("reason", str)
+    db["tasks"].add_column("next_step", str)
+    db["task_results"].add_column("warning", str)
+    # Wherever a repo's record goes, no project keeps pointing at it as its default.
+    db.execute("CREATE TRIGGER IF NOT EXISTS repos_clear_default AFTER DELETE ON repos BEGIN "
+               "UPDATE projects SET default_repo_id = NULL WHERE default_repo_id = OLD.id; END")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
-    _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command]
+    _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

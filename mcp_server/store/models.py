@@ -39,6 +39,7 @@ class Project(BaseModel):
     budget_limit: int | None = Field(None, description="token cap over the rolling 24 h window")
     workspace: str
     verify_command: str | None = Field(None, description="run on an agent's work before it lands")
+    default_repo_id: str | None = Field(None, description="where tasks without repo_id run")
     task_counts: dict[str, int] = Field(default_factory=dict)
     created_at: str
     updated_at: str
@@ -77,6 +78,8 @@ class Task(BaseModel):
     requires_approval: bool
     pr_url: str | None = None
     resume_after: str | None = None
+    reason: str | None = Field(None, description="why it is BLOCKED, FAILED or PAUSED")
+    next_step: str | None = Field(None, description="what to do about it")
     created_at: str
     updated_at: str
 
@@ -124,6 +127,7 @@ class TaskResult(BaseModel):
     files_changed: list[str] = Field(default_factory=list)
     error_type: str | None = None
     error_message: str | None = None
+    warning: str | None = Field(None, description="e.g. finished without changing any file")
     tokens: Tokens = Field(default_factory=Tokens)
     cost_usd: float = 0.0
     duration_s: float | None = None
