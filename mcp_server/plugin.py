@@ -167,6 +167,21 @@ class Pipe:
                 except OSError:
                     pass
 
+    def _await_restarted_daemon(self) -> socket.socket:
+        """The daemon that is re-executing itself, once it listens again.
+
+        Starting another daemon meanwhile would race the restarting one for the lock; the loser
+        could take the home over later with nobody left to stop it. Only when the restart marker is
+        gone and nothing listens (the restart failed) does the plugin start a daemon itself.
+        """
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while paths.restart_marker(self.home).exists() and time.monotonic() < deadline:
+            sock = _connect(paths.socket_path(self.home))
+            if sock is not None:
+                return sock
+            time.sleep(0.05)
+        return connect_or_start(self.home)
+
     def reconnect(self) -> bytes | None:
         """A new connection with the handshake replayed, then the held messages; returns the id to swallow."""
         note(self.home, "daemon restarting: reconnecting")
@@ -174,7 +189,7 @@ class Pipe:
             if self.backlog is None:
                 self.backlog = []
         try:
-            sock = connect_or_start(self.home)
+            sock = self._await_restarted_daemon()
         except DaemonStartError as error:
             note(self.home, f"could not reconnect: {error}")
             raise SystemExit(1) from None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +19,35 @@ from agentqueue.services import Services
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def _daemons_under(root: Path) -> list[int]:
+    """Pids of `agentqueue serve` processes whose AGENTQUEUE_HOME lies under `root`."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"agentqueue" not in b" ".join(cmdline) or b"serve" not in cmdline:
+                continue
+            env = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
+        except OSError:
+            continue
+        home = env.get(b"AGENTQUEUE_HOME", b"").decode()
+        if home and Path(home).is_relative_to(root):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_left_behind(tmp_path: Path):
+    """A test that starts a daemon must stop it: an orphan would keep serving a deleted home."""
+    yield
+    deadline = time.monotonic() + 10  # a stopped daemon releases its lock a moment before it exits
+    while (orphans := _daemons_under(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in orphans:
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans, f"daemon(s) {orphans} outlived the test"
 
 
 @pytest.fixture
