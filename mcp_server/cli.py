@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from . import __version__
@@ -15,8 +14,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the daemon for AGENTQUEUE_HOME")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=int(os.environ.get("AGENTQUEUE_PORT", "8765")),
-                       help="HTTP port (default 8765, or AGENTQUEUE_PORT; 0 picks a free one)")
+    serve.add_argument("--port", type=int, default=None,
+                       help="HTTP port (default: config.toml [server] port, AGENTQUEUE_PORT, else 8765; 0 picks a free one)")
     serve.add_argument("--no-http", action="store_true", help="serve only the local socket")
     mcp = sub.add_parser("mcp", help="the stdio plugin MCP clients launch")
     mcp.add_argument("--standalone", action="store_true", help="serve MCP in this process, no daemon")
@@ -42,9 +41,16 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(run_standalone(home))
     if args.command == "serve":
-        from . import daemon
+        from . import daemon, settings
 
-        sys.exit(daemon.serve(home, args.host, args.port, not args.no_http))
+        port = args.port
+        if port is None:
+            try:
+                port = settings.load(home).port
+            except settings.ConfigError as error:
+                print(str(error), file=sys.stderr)
+                sys.exit(paths.EXIT_CANNOT_START)
+        sys.exit(daemon.serve(home, args.host, port, not args.no_http))
     if args.command == "stop":
         from . import daemon
 

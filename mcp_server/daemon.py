@@ -33,6 +33,7 @@ from . import __version__, logs, paths
 from .app import build_server
 from .engine.orchestrator import Engine
 from .services import Services
+from .settings import ConfigError
 from .store.db import StoreOpenError, now_iso
 
 log = logging.getLogger("agentqueue.daemon")
@@ -368,7 +369,7 @@ def serve(home: Path, host: str, port: int, http: bool) -> int:
     except AlreadyRunningError as error:
         print(str(error), file=sys.stderr)
         return paths.EXIT_ALREADY_RUNNING
-    except StoreOpenError as error:
+    except (StoreOpenError, ConfigError) as error:
         print(str(error), file=sys.stderr)
         return paths.EXIT_CANNOT_START
     if daemon.restart_requested:

@@ -58,6 +58,30 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def agent_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The agent CLIs where the daemon looks: the real npm ones (.ci/run installs them), else stand-ins.
+
+    For tests that register claude-code/codex/gemini agents without running them; create_agent
+    refuses a CLI that isn't there.
+    """
+    from .third_party import npm_bin
+
+    found = {}
+    for name, variable in (("claude", "AGENTQUEUE_CLAUDE_BIN"), ("codex", "AGENTQUEUE_CODEX_BIN"),
+                           ("gemini", "AGENTQUEUE_GEMINI_BIN")):
+        path = npm_bin(name)
+        if path is None:
+            stand_in = tmp_path / "clis" / name
+            stand_in.parent.mkdir(exist_ok=True)
+            stand_in.write_text("#!/bin/sh\necho 'stand-in CLI for tests' >&2\nexit 1\n")
+            stand_in.chmod(0o755)
+            path = str(stand_in)
+        monkeypatch.setenv(variable, path)
+        found[name] = path
+    return found
+
+
+@pytest.fixture
 def services(home: Path) -> Services:
     svc = Services(home)
     yield svc

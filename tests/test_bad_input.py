@@ -190,6 +190,10 @@ CASES: dict[str, list[Case]] = {
         ("unknown repo", {"name": "bot", "repo_id": "nope-repo"}, ["'nope-repo' not found"]),
         ("duplicate", {"name": "Worker"}, ["'worker' already exists"]),
         ("capabilities not a list", {"name": "bot", "capabilities": "python"}, ["capabilities", "list"]),
+        ("a command that is not installed", {"name": "bot", "agent_type": "command",
+                                             "command": "no-such-program --flag"}, ["'no-such-program'", "executable"]),
+        ("a command with broken quotes", {"name": "bot", "agent_type": "command", "command": "sh -c 'x"},
+         ["quotes"]),
     ],
     # -- system --
     "get_recent_events": [
@@ -215,7 +219,7 @@ NO_PARAMETERS = {"get_status"}  # nothing a caller can get wrong
 
 
 @pytest.fixture
-def world(services: Services, home: Path) -> dict[str, str]:
+def world(services: Services, home: Path, agent_clis: dict[str, str]) -> dict[str, str]:
     """Project 'alpha' (channels C-ALPHA and #gamma), tasks ready / waiting (on ready) / running / done,
     agent 'worker', and a plain file; returns the ids the table's `$names` stand for."""
     services.projects.create("Alpha")

@@ -223,7 +223,7 @@ async def test_project_overview_prompt(client, seeded):
     assert seeded["done"] not in text  # open tasks only
 
 
-async def test_agent_context_prompt(client):
+async def test_agent_context_prompt(client, agent_clis):
     await ok(client, "create_agent", name="Builder", agent_type="codex", capabilities=["rust"])
     text = await prompt_text(client, "agent_context", agent_id="builder")
     assert "# Agent builder" in text and '"rust"' in text and "`codex` CLI" in text

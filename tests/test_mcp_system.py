@@ -29,7 +29,7 @@ DESTRUCTIVE = {"delete_project", "delete_task", "stop_task"}
 
 # -- agents -------------------------------------------------------------------------------------
 
-async def test_create_and_list_agents(client):
+async def test_create_and_list_agents(client, agent_clis):
     assert await ok(client, "list_agents") == {"agents": [], "total": 0}
     agent = await ok(client, "create_agent", name="Claude 1", model="opus", capabilities=["python", " ", "web"])
     assert (agent["id"], agent["name"], agent["agent_type"], agent["state"]) == \
@@ -72,7 +72,7 @@ async def test_status_counts_and_running_tasks(client):
     assert status["orchestrator"] == {"state": "running", "running_tasks": 1}
 
 
-async def test_status_warns_when_ready_tasks_have_no_agent(client):
+async def test_status_warns_when_ready_tasks_have_no_agent(client, agent_clis):
     await ok(client, "create_project", name="P")
     assert (await ok(client, "get_status"))["warnings"] == []
     await ok(client, "create_task", project_id="p", title="t", description="d")
@@ -88,7 +88,7 @@ async def test_status_warns_when_ready_tasks_have_no_agent(client):
     assert "1 READY task" in warnings[0]
 
 
-async def test_status_warns_when_paused_with_ready_tasks(client):
+async def test_status_warns_when_paused_with_ready_tasks(client, agent_clis):
     await ok(client, "create_project", name="P")
     await ok(client, "create_agent", name="claude")
     await ok(client, "create_task", project_id="p", title="t", description="d")

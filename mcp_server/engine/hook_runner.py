@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +25,7 @@ import anyio
 import anyio.abc
 from croniter import croniter
 
+from .. import paths
 from ..services import Services
 from ..services.agents import find_cli
 from ..services.errors import ServiceError
@@ -308,9 +308,9 @@ class HookRunner:
         agent_type = config.get("agent_type", "claude-code")
         if agent_type not in BUILDERS or agent_type == "command" and not config.get("command"):
             raise ServiceError(f"llm_config.agent_type {agent_type!r} cannot run a hook.")
-        binary = find_cli(agent_type) if agent_type != "command" else None
-        mcp = {"mcpServers": {"agentqueue": {"type": "stdio", "command": sys.executable,
-                                             "args": ["-m", "agentqueue", "mcp"],
+        binary = find_cli(agent_type, self.services.settings) if agent_type != "command" else None
+        command = paths.self_command("mcp")
+        mcp = {"mcpServers": {"agentqueue": {"type": "stdio", "command": command[0], "args": command[1:],
                                              "env": {"AGENTQUEUE_HOME": str(self.home)}}}}
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
                    "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
@@ -323,7 +323,8 @@ class HookRunner:
                                 timeout_seconds=float(config.get("timeout_seconds", 900)))
         started = time.monotonic()
         result = await run_agent(spec, workspace, PARSERS[agent_type](), RunHandle(),
-                                 self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log", limits)
+                                 self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log", limits,
+                                 env=self.services.settings.agent_environment())
         log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)
         return result
 

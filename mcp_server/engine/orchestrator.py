@@ -23,6 +23,7 @@ import anyio
 from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
+from ..settings import Settings
 from ..services.lifecycle import Lifecycle
 from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
@@ -39,25 +40,24 @@ from .workspaces import Workspace, Workspaces
 log = logging.getLogger("agentqueue.engine")
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 @dataclass
 class EngineConfig:
-    """Tunables; each can be set by an environment variable of the daemon."""
+    """Tunables (config.toml [engine] and AGENTQUEUE_* variables; see settings.py)."""
 
-    poll_seconds: float = field(default_factory=lambda: _env_float("AGENTQUEUE_POLL_SECONDS", 1.0))
-    rate_limit_backoff: float = field(default_factory=lambda: _env_float("AGENTQUEUE_RATE_LIMIT_BACKOFF", 60))
-    rate_limit_max_backoff: float = field(default_factory=lambda: _env_float("AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", 900))
-    max_turns: int = field(default_factory=lambda: int(_env_float("AGENTQUEUE_MAX_TURNS", 50)))
-    pr_poll_seconds: float = field(default_factory=lambda: _env_float("AGENTQUEUE_PR_POLL_SECONDS", 60))
-    limits: WatchdogLimits = field(default_factory=lambda: WatchdogLimits(
-        stall_seconds=_env_float("AGENTQUEUE_STALL_SECONDS", 600),
-        timeout_seconds=_env_float("AGENTQUEUE_TASK_TIMEOUT", 3600)))
+    poll_seconds: float = 1.0
+    rate_limit_backoff: float = 60
+    rate_limit_max_backoff: float = 900
+    max_turns: int = 50
+    pr_poll_seconds: float = 60
+    limits: WatchdogLimits = field(default_factory=WatchdogLimits)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EngineConfig:
+        e = settings.engine
+        return cls(poll_seconds=e["poll_seconds"], rate_limit_backoff=e["rate_limit_backoff"],
+                   rate_limit_max_backoff=e["rate_limit_max_backoff"], max_turns=int(e["max_turns"]),
+                   pr_poll_seconds=e["pr_poll_seconds"],
+                   limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
 class Engine:
@@ -67,7 +67,7 @@ class Engine:
         self.on_log = on_log  # told the task id whenever its log grows (resource notifications)
         self.home = home
         self.flush = flush
-        self.config = config or EngineConfig()
+        self.config = config or EngineConfig.from_settings(services.settings)
         self.lifecycle = Lifecycle(services.store, services.tasks, services.usage)
         self.workspaces = Workspaces(home / "worktrees")
         self.running: dict[str, RunHandle] = {}
@@ -113,7 +113,7 @@ class Engine:
 
     def poll_pull_requests(self) -> list[tuple[str, str]]:
         """AWAITING_APPROVAL tasks with a PR: merged on GitHub -> COMPLETED, closed -> BLOCKED."""
-        gh = find_gh()
+        gh = find_gh(self.services.settings)
         changed: list[tuple[str, str]] = []
         if gh is None:
             return changed
@@ -213,8 +213,11 @@ class Engine:
             except Exception:
                 log.exception("could not record the failure of %s", task_id)
         finally:
+            # Free the agent before leaving `running`: shutdown waits on `running`, and must not
+            # return while an agent is still marked BUSY.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id)
             self.running.pop(task_id, None)
-            await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id)
             self._poked = True
             if self.flush:
                 await self.flush()
@@ -226,8 +229,8 @@ class Engine:
         try:
             workspace = await anyio.to_thread.run_sync(self._prepare, task)
         except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
-            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(
-                task_id, "workspace_failed", details={"error": str(error)}))
+            details = {"error": str(error)}
+            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "workspace_failed", details=details))
             return
         if workspace is None:
             return  # held (BLOCKED) before it could start
@@ -247,7 +250,7 @@ class Engine:
         log_path = self.log_path(task_id)
         on_line = (lambda _line: self.on_log(task_id)) if self.on_log else None
         runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
-                           on_line)
+                           on_line, env=svc.settings.agent_environment())
         async with anyio.create_task_group() as tg:
             async def note_pid() -> None:
                 while handle.pid is None:
@@ -288,7 +291,7 @@ class Engine:
         return Workspace(Path(project.workspace))
 
     def _agent_config(self, agent: Agent) -> AgentConfig:
-        binary = find_cli(agent.agent_type) if agent.agent_type != "command" else None
+        binary = find_cli(agent.agent_type, self.services.settings) if agent.agent_type != "command" else None
         return AgentConfig(agent.agent_type, binary=binary, model=agent.model, command=agent.command,
                            max_turns=self.config.max_turns)
 

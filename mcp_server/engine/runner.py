@@ -63,8 +63,10 @@ def _format(event: AgentEvent) -> str:
 
 
 async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle, log_path: Path,
-                    limits: WatchdogLimits, on_event: Callable[[str], None] | None = None) -> RunResult:
-    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+                    limits: WatchdogLimits, on_event: Callable[[str], None] | None = None,
+                    env: dict[str, str] | None = None) -> RunResult:
+    """`env`: what the agent starts from (Settings.agent_environment); default the daemon's own."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _DROP_ENV}
     env.update(spec.env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     loops = LoopDetector(limits)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import paths
+from .. import paths, settings
 from ..store.db import Store
 from .agents import Agents
 from .channels import Channels
@@ -28,16 +28,17 @@ class Services:
         self.home = home
         home.mkdir(parents=True, exist_ok=True)
         paths.logs_dir(home).mkdir(exist_ok=True)
+        self.settings = settings.load(home)  # config.toml + AGENTQUEUE_*; a bad value stops here, clearly
         self.store = Store(paths.db_path(home))
         self.projects = Projects(self.store, paths.workspaces_dir(home))
         self.tasks = Tasks(self.store, self.projects)
-        self.agents = Agents(self.store)
+        self.agents = Agents(self.store, self.settings)
         self.channels = Channels(self.store, self.projects)
         self.events = Events(self.store)
         self.usage = Usage(self.store)
         self.system = System(self.store, self.agents)
         self.repos = Repos(self.store, self.projects)
-        self.vcs = Vcs(self.store, self.repos)
+        self.vcs = Vcs(self.store, self.repos, self.settings)
         self.files = Files(self.store)
         self.notes = Notes(self.store, self.projects)
         self.memory = Memory(self.projects)

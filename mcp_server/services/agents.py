@@ -4,32 +4,39 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from typing import Any
 
+from ..settings import CLI_FOR_AGENT, CLI_KEYS, Settings
 from ..store.db import Store, now_iso
 from ..store.models import Agent
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .ids import slugify
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
-# The CLI each agent type runs, and the env var that overrides where it is (CONTRACT §1).
-CLI_BINARIES = {"claude-code": ("claude", "AGENTQUEUE_CLAUDE_BIN"), "codex": ("codex", "AGENTQUEUE_CODEX_BIN"),
-                "gemini": ("gemini", "AGENTQUEUE_GEMINI_BIN")}
+INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
+                 "gemini": "npm install -g @google/gemini-cli"}
 
 
-def find_cli(agent_type: str) -> str | None:
-    """The executable for an agent type: its AGENTQUEUE_*_BIN override, else `PATH`."""
-    name, env = CLI_BINARIES[agent_type]
-    override = os.environ.get(env)
-    if override:
-        return override if os.access(override, os.X_OK) else shutil.which(override)
-    return shutil.which(name)
+def find_cli(agent_type: str, settings: Settings) -> str | None:
+    """The executable for an agent type: config.toml [cli] or its AGENTQUEUE_*_BIN variable, else the search path."""
+    return settings.find(CLI_FOR_AGENT[agent_type])
+
+
+def missing_cli_message(agent_type: str) -> str:
+    key = CLI_FOR_AGENT[agent_type]
+    env_name = CLI_KEYS[key][0]
+    return (f"The {key} CLI (for agent_type {agent_type}) is not installed where the daemon looks: not in config.toml "
+            f"[cli], {env_name} or the daemon's PATH. Install it ({INSTALL_HINTS[agent_type]}), then set "
+            f"`{key} = \"/path/to/{key}\"` under [cli] in $AGENTQUEUE_HOME/config.toml (or run `agentqueue install "
+            "<client>` in a terminal that finds it) and restart_daemon.")
 
 
 class Agents:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
+        self.settings = settings
 
     def _model(self, row: dict[str, Any]) -> Agent:
         return Agent(**{**row, "capabilities": json.loads(row["capabilities"] or "[]")})
@@ -70,6 +77,7 @@ class Agents:
         caps = [c.strip() for c in capabilities or [] if c.strip()]
         if self.store.scalar("SELECT 1 FROM agents WHERE id = ?", (agent_id,)):
             raise ConflictError(f"An agent with id '{agent_id}' already exists. Choose another name.")
+        self._require_runnable(agent_type, command)
         stamp = now_iso()
         with self.store.transaction() as db:
             db["agents"].insert({
@@ -81,6 +89,25 @@ class Agents:
                                  payload={"name": name.strip(), "agent_type": agent_type})
         return self.get(agent_id)
 
+    def _require_runnable(self, agent_type: str, command: str | None) -> None:
+        """An agent whose program can't be found would fail every task it takes: refuse it now."""
+        if agent_type != "command":
+            if find_cli(agent_type, self.settings) is None:
+                raise InvalidInputError(missing_cli_message(agent_type))
+            return
+        try:
+            program = shlex.split(command or "")[0]
+        except (ValueError, IndexError):
+            raise InvalidInputError(f"command {command!r} cannot be parsed as a command line (check its quotes).") \
+                from None
+        if os.sep in program and not os.path.isabs(program):
+            return  # relative to the task's worktree (e.g. ./scripts/agent.sh): only a run can tell
+        found = program if os.path.isabs(program) else shutil.which(program, path=self.settings.search_path())
+        if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            raise InvalidInputError(
+                f"command's program {program!r} is not an executable the daemon can find (absolute path, or on its "
+                "PATH plus config.toml [env] path). Give its absolute path.")
+
     def bootstrap_default(self) -> str | None:
         """First start of a home with no agents: register a claude-code agent if `claude` is found.
 
@@ -90,7 +117,7 @@ class Agents:
             return None
         message = None
         if not self.store.scalar("SELECT count(*) FROM agents"):
-            cli = find_cli("claude-code")
+            cli = find_cli("claude-code", self.settings)
             if cli:
                 self.create("claude", "claude-code")
                 message = f"Registered agent 'claude' (claude-code, {cli}) because none existed."

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from typing import Any
 
+from ..settings import Settings
 from ..store.db import Store
 from ..store.models import Repo, Task
 from . import gitops
@@ -14,15 +13,16 @@ from .errors import ConflictError, InvalidInputError, ServiceError
 from .repos import Repos
 
 
-def find_gh() -> str | None:
-    override = os.environ.get("AGENTQUEUE_GH_BIN")
-    return shutil.which(override) if override else shutil.which("gh")
+def find_gh(settings: Settings) -> str | None:
+    """`gh`: config.toml [cli] gh or AGENTQUEUE_GH_BIN, else the search path."""
+    return settings.find("gh")
 
 
 class Vcs:
-    def __init__(self, store: Store, repos: Repos) -> None:
+    def __init__(self, store: Store, repos: Repos, settings: Settings) -> None:
         self.store = store
         self.repos = repos
+        self.settings = settings
 
     def _event(self, kind: str, repo: Repo, **payload: Any) -> None:
         with self.store.transaction():
@@ -77,7 +77,7 @@ class Vcs:
         if not title or not title.strip():
             raise InvalidInputError("title is empty. Give the pull request a title.")
         checkout = self.repos.checkout(repo)
-        gh = find_gh()
+        gh = find_gh(self.settings)
         if gh is None:
             raise ServiceError("The GitHub CLI `gh` is not installed (or not on PATH for the AgentQueue daemon); "
                                "install it and run `gh auth login`, or set AGENTQUEUE_GH_BIN.")

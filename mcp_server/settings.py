@@ -1,0 +1,260 @@
+"""What the daemon and its agents run with: `$AGENTQUEUE_HOME/config.toml`, then `AGENTQUEUE_*` variables.
+
+The daemon inherits the environment of whatever started it (a terminal, or a GUI client with a
+minimal PATH), so everything that matters can be pinned in the config file, which is read at
+every start. Precedence: an `AGENTQUEUE_*` environment variable, then the file, then the default.
+A bad value is refused with one sentence naming where it came from, the key and what is expected.
+
+    [engine]     poll_seconds, task_timeout, stall_seconds, max_turns, rate_limit_backoff,
+                 rate_limit_max_backoff, pr_poll_seconds   (durations: 90, "90s", "10m", "1h")
+    [cli]        claude, codex, gemini, gh                 (paths of the CLIs)
+    [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
+                 pass = ["NAME", …]  when given, agents inherit only these (plus a base set)
+    [agent_env]  NAME = "value"      set for every agent run
+    [server]     port
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_NAME = "config.toml"
+DEFAULT_PORT = 8765
+
+# (key, default, environment variable, lower bound, is a whole number)
+ENGINE_KEYS: list[tuple[str, float, str, float, bool]] = [
+    ("poll_seconds", 1.0, "AGENTQUEUE_POLL_SECONDS", 0.01, False),
+    ("task_timeout", 3600.0, "AGENTQUEUE_TASK_TIMEOUT", 1, False),
+    ("stall_seconds", 600.0, "AGENTQUEUE_STALL_SECONDS", 1, False),
+    ("max_turns", 50, "AGENTQUEUE_MAX_TURNS", 1, True),
+    ("rate_limit_backoff", 60.0, "AGENTQUEUE_RATE_LIMIT_BACKOFF", 0, False),
+    ("rate_limit_max_backoff", 900.0, "AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", 0, False),
+    ("pr_poll_seconds", 60.0, "AGENTQUEUE_PR_POLL_SECONDS", 1, False),
+]
+# The CLI each key names, the env var that overrides it, the agent type that runs it.
+CLI_KEYS = {"claude": ("AGENTQUEUE_CLAUDE_BIN", "claude-code"), "codex": ("AGENTQUEUE_CODEX_BIN", "codex"),
+            "gemini": ("AGENTQUEUE_GEMINI_BIN", "gemini"), "gh": ("AGENTQUEUE_GH_BIN", None)}
+CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
+# What an agent keeps of the daemon's environment when [env] pass restricts it.
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
+SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
+            "agent_env": None, "server": {"port"}}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+
+
+class ConfigError(Exception):
+    """A setting AgentQueue cannot use; the message names its source, the key and what is expected."""
+
+
+@dataclass
+class Settings:
+    engine: dict[str, float] = field(default_factory=lambda: {k: d for k, d, *_ in ENGINE_KEYS})
+    cli: dict[str, str] = field(default_factory=dict)  # only what the file or env set; PATH is searched later
+    path: list[str] = field(default_factory=list)
+    pass_env: list[str] | None = None
+    agent_env: dict[str, str] = field(default_factory=dict)
+    port: int = DEFAULT_PORT
+    sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
+
+    def search_path(self, environ: Mapping[str, str] | None = None) -> str:
+        """PATH with [env] path first: where CLIs are looked for and what agents get."""
+        inherited = (os.environ if environ is None else environ).get("PATH", os.defpath)
+        return os.pathsep.join([*self.path, inherited]) if self.path else inherited
+
+    def find(self, cli: str, environ: Mapping[str, str] | None = None) -> str | None:
+        """The executable for a [cli] key: its AGENTQUEUE_*_BIN variable (read now), the file's path, else PATH."""
+        env = os.environ if environ is None else environ
+        override = env.get(CLI_KEYS[cli][0], "").strip()
+        if override:
+            found = override if os.sep in override else shutil.which(override, path=self.search_path(env))
+            return found if found and os.access(found, os.X_OK) else None
+        configured = self.cli.get(cli)
+        if configured:
+            return configured
+        return shutil.which(cli, path=self.search_path(env))
+
+    def agent_environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment every agent run starts from."""
+        source = dict(os.environ if environ is None else environ)
+        if self.pass_env is None:
+            env = source
+        else:
+            keep = set(BASE_ENV) | set(self.pass_env)
+            env = {k: v for k, v in source.items() if k in keep or k.startswith("LC_")}
+        env["PATH"] = self.search_path(source)
+        env.update(self.agent_env)
+        return env
+
+
+def config_path(home: Path) -> Path:
+    return home / CONFIG_NAME
+
+
+def parse_duration(value: Any, where: str) -> float:
+    """Seconds from 90, 1.5, "90s", "10m", "1h" or "1d"; anything else is a ConfigError."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where} = {value!r} is not a duration: give seconds (90) or a string like \"10m\" or \"1h\".")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ConfigError(f"{where} = {value!r} is not a duration: give seconds (90) or a number with s, m, h "
+                              "or d (\"90s\", \"10m\", \"1h\").")
+        seconds = float(match[1]) * _UNITS[match[2]]
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{where} = {value!r} is not a finite duration.")
+    return seconds
+
+
+def _engine_value(raw: Any, where: str, minimum: float, whole: bool) -> float:
+    if whole:
+        try:
+            value = float(int(str(raw).strip())) if not isinstance(raw, bool) else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise ConfigError(f"{where} = {raw!r} is not a whole number.")
+    else:
+        value = parse_duration(raw, where)
+    if value < minimum:
+        raise ConfigError(f"{where} = {raw!r} is too small: it must be at least {minimum:g}.")
+    return int(value) if whole else value
+
+
+def _executable(raw: Any, where: str, search_path: str) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ConfigError(f"{where} must be the path of an executable (a string).")
+    value = os.path.expanduser(raw.strip())
+    found = value if os.sep in value else shutil.which(value, path=search_path)
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise ConfigError(f"{where} = {raw!r} is not an executable file. Give the CLI's absolute path "
+                          f"(`which {Path(value).name}` in a terminal prints it), or remove the setting.")
+    return os.path.abspath(found)
+
+
+def _names(raw: Any, where: str) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise ConfigError(f"{where} must be a list of environment variable names, e.g. [\"HTTPS_PROXY\"].")
+    bad = [n for n in raw if not _ENV_NAME.match(n)]
+    if bad:
+        raise ConfigError(f"{where} has invalid environment variable name(s): {', '.join(map(repr, bad))}.")
+    return list(raw)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML ({error}). Fix it, or move it aside to use the defaults.") from None
+    except OSError as error:
+        raise ConfigError(f"{path} cannot be read ({error.strerror or error}).") from None
+    for section, value in data.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"{path}: unknown section [{section}]. Known sections: "
+                              f"{', '.join(f'[{s}]' for s in SECTIONS)}.")
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: `{section}` must be a table ([{section}]).")
+        known = SECTIONS[section]
+        unknown = sorted(set(value) - known) if known is not None else []
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} in [{section}]. Known keys: "
+                              f"{', '.join(sorted(known))}.")
+    return data
+
+
+def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings for `home`: its config.toml, overridden by AGENTQUEUE_* variables."""
+    env = os.environ if environ is None else environ
+    path = config_path(home)
+    data = _read_file(path)
+    settings = Settings()
+
+    def pick(section: str, key: str, env_name: str | None) -> tuple[Any, str, str] | None:
+        if env_name and env.get(env_name, "").strip():
+            return env[env_name], env_name, f"env {env_name}"
+        if key in data.get(section, {}):
+            return data[section][key], f"{path} [{section}] {key}", "config.toml"
+        return None
+
+    env_table = data.get("env", {})
+    if "path" in env_table:
+        dirs = env_table["path"]
+        if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(os.path.expanduser(d))
+                                                 for d in dirs):
+            raise ConfigError(f"{path} [env] path must be a list of absolute directories, e.g. [\"/usr/local/bin\"].")
+        settings.path = [os.path.expanduser(d) for d in dirs]
+        settings.sources["env.path"] = "config.toml"
+    if "pass" in env_table:
+        settings.pass_env = _names(env_table["pass"], f"{path} [env] pass")
+        settings.sources["env.pass"] = "config.toml"
+    for name, value in data.get("agent_env", {}).items():
+        where = f"{path} [agent_env] {name}"
+        if not _ENV_NAME.match(name):
+            raise ConfigError(f"{where}: {name!r} is not a valid environment variable name.")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ConfigError(f"{where} must be a string (quote it: {name} = \"…\").")
+        settings.agent_env[name] = str(value)
+        settings.sources[f"agent_env.{name}"] = "config.toml"
+    for key, _, env_name, minimum, whole in ENGINE_KEYS:
+        chosen = pick("engine", key, env_name)
+        if chosen:
+            raw, where, source = chosen
+            settings.engine[key] = _engine_value(raw, where, minimum, whole)
+            settings.sources[f"engine.{key}"] = source
+    search = settings.search_path(env)
+    for key, (env_name, _) in CLI_KEYS.items():
+        chosen = pick("cli", key, env_name)
+        if chosen:
+            raw, where, source = chosen
+            settings.cli[key] = _executable(raw, where, search)
+            settings.sources[f"cli.{key}"] = source
+    chosen = pick("server", "port", "AGENTQUEUE_PORT")
+    if chosen:
+        raw, where, source = chosen
+        try:
+            port = int(str(raw).strip()) if not isinstance(raw, bool) else -1
+        except ValueError:
+            port = -1
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{where} = {raw!r} is not a port: give a number from 1 to 65535, or 0 for any free port.")
+        settings.port = port
+        settings.sources["server.port"] = source
+    return settings
+
+
+def describe(settings: Settings) -> list[dict[str, str]]:
+    """Every effective setting with where it came from, secrets redacted (for `doctor` and `config`)."""
+    rows = [{"key": f"engine.{k}", "value": f"{settings.engine[k]:g}", "source": settings.sources.get(f"engine.{k}",
+                                                                                                     "default")}
+            for k, *_ in ENGINE_KEYS]
+    for key in CLI_KEYS:
+        found = settings.find(key)
+        rows.append({"key": f"cli.{key}", "value": found or "(not found)",
+                     "source": settings.sources.get(f"cli.{key}", "PATH" if found else "-")})
+    rows.append({"key": "env.path", "value": os.pathsep.join(settings.path) or "(none)",
+                 "source": settings.sources.get("env.path", "default")})
+    rows.append({"key": "env.pass", "value": "(all of the daemon's environment)" if settings.pass_env is None
+                 else ", ".join(settings.pass_env) or "(base set only)", "source": settings.sources.get("env.pass",
+                                                                                                       "default")})
+    for name, value in sorted(settings.agent_env.items()):
+        shown = "••••" + value[-4:] if _SECRET.search(name) and len(value) > 8 else ("••••" if _SECRET.search(name)
+                                                                                    else value)
+        rows.append({"key": f"agent_env.{name}", "value": shown, "source": "config.toml"})
+    rows.append({"key": "server.port", "value": str(settings.port), "source": settings.sources.get("server.port",
+                                                                                                   "default")})
+    return rows
