@@ -148,3 +148,27 @@ def test_agentqueue_mcp_typed_in_a_terminal_explains_itself_and_ctrl_c_exits_cle
         os.close(master)
     text = seen.decode(errors="replace")
     assert "Traceback" not in text and "Fatal Python error" not in text, text
+
+
+def test_the_default_agent_appears_on_the_first_start_that_finds_claude(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentqueue.services import Services
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("AGENTQUEUE_CLAUDE_BIN", raising=False)
+    home = tmp_path / "aq"
+    first = Services(home)
+    assert "no `claude` CLI found" in (first.agents.bootstrap_default() or "")
+    assert first.agents.list()[1] == 0
+    first.close()
+    claude = tmp_path / "bin" / "claude"  # the newcomer installs claude, then the daemon starts again
+    claude.parent.mkdir()
+    claude.write_text("#!/bin/sh\nexit 0\n")
+    claude.chmod(0o755)
+    monkeypatch.setenv("PATH", str(claude.parent))
+    again = Services(home)
+    assert "Registered agent 'claude'" in (again.agents.bootstrap_default() or "")
+    with again.store.transaction() as db:  # the user removes it: it must stay removed
+        db.execute("DELETE FROM agents")
+    assert again.agents.bootstrap_default() is None and again.agents.list()[1] == 0
+    again.close()

@@ -109,21 +109,22 @@ class Agents:
                 "PATH plus config.toml [env] path). Give its absolute path.")
 
     def bootstrap_default(self) -> str | None:
-        """First start of a home with no agents: register a claude-code agent if `claude` is found.
+        """A home with no agents gets a claude-code agent as soon as a start finds the `claude` CLI.
 
-        Runs once per home (a setting remembers it), so deleting that agent later sticks.
+        Once an agent exists (registered here or by the user) a setting remembers it, so deleting
+        that agent later sticks. Until then every start looks again: a newcomer who installs
+        `claude` after the first start still gets the agent.
         """
         if self.store.get_setting("agents_bootstrapped"):
             return None
         message = None
         if not self.store.scalar("SELECT count(*) FROM agents"):
             cli = find_cli("claude-code", self.settings)
-            if cli:
-                self.create("claude", "claude-code")
-                message = f"Registered agent 'claude' (claude-code, {cli}) because none existed."
-            else:
-                message = ("No agents registered and no `claude` CLI found; create_agent registers one "
-                           "(claude-code, codex, gemini or command).")
+            if not cli:
+                return ("No agents registered and no `claude` CLI found; create_agent registers one "
+                        "(claude-code, codex, gemini or command), or install claude and restart the daemon.")
+            self.create("claude", "claude-code")
+            message = f"Registered agent 'claude' (claude-code, {cli}) because none existed."
         with self.store.transaction():
             self.store.set_setting("agents_bootstrapped", "1")
         return message
