@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from pathlib import Path
 
 import anyio
 
-from . import logs
+from . import logs, paths
 from .app import build_server
 from .daemon import AlreadyRunningError, home_lock
 from .engine.orchestrator import Engine
 from .services import Services
+from .settings import ConfigError
+from .store.db import StoreOpenError
 
 log = logging.getLogger("agentqueue.standalone")
 
@@ -45,5 +48,9 @@ async def _serve(home: Path) -> None:
 
 def run_standalone(home: Path) -> int:
     logs.configure(home, "standalone")
-    anyio.run(_serve, home)
+    try:
+        anyio.run(_serve, home)
+    except (ConfigError, StoreOpenError) as error:
+        print(f"agentqueue: {error}", file=sys.stderr)  # stderr: stdout is the MCP wire
+        return paths.EXIT_CANNOT_START
     return 0

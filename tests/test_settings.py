@@ -229,3 +229,34 @@ def test_the_documented_example_config_is_valid(tmp_path: Path, clean_env: None)
     example = Path(__file__).resolve().parent.parent / "docs" / "config.example.toml"
     write_config(tmp_path, example.read_text())
     assert settings.load(tmp_path).engine["task_timeout"] == 3600
+
+
+@pytest.mark.anyio
+async def test_a_hook_llm_run_gets_the_same_environment(home: Path, git_env: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentqueue.engine.hook_runner import HookRunner
+
+    write_config(home, '[env]\npass = ["KEEP_ME"]\n\n[agent_env]\nFROM_CONFIG = "yes"\n')
+    monkeypatch.setenv("KEEP_ME", "kept")
+    monkeypatch.setenv("DROP_ME", "dropped")
+    services = Services(home)
+    try:
+        project = services.projects.create("Hooked")
+        hook = services.hooks.create("hooked", "Env", {"type": "periodic", "interval_seconds": 3600}, action="llm",
+                                     prompt_template="print your environment",
+                                     llm_config={"agent_type": "command", "command": DUMP_ENV})
+        _, status = await HookRunner(services, services.home, listen=False).fire(hook.id)
+        assert status == "completed", services.hooks.runs(hook.id, 1)
+        seen = json.loads((Path(project.workspace) / "agent-env.json").read_text())
+    finally:
+        services.close()
+    assert seen["FROM_CONFIG"] == "yes" and seen["KEEP_ME"] == "kept" and "DROP_ME" not in seen
+
+
+@pytest.mark.integration
+def test_a_standalone_server_with_a_bad_setting_says_so_on_stderr(tmp_path: Path) -> None:
+    env = {**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "home"), "AGENTQUEUE_STALL_SECONDS": "never"}
+    done = subprocess.run([str(SCRIPT), "mcp", "--standalone"], env=env, input="", capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == paths.EXIT_CANNOT_START and done.stdout == ""
+    assert "AGENTQUEUE_STALL_SECONDS = 'never'" in done.stderr and "Traceback" not in done.stderr, done.stderr
