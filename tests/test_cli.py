@@ -311,3 +311,51 @@ def test_reads_refuse_in_one_sentence(tmp_path: Path) -> None:
         done = run_cli(env, *args)
         assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+def _ctrl_c_on_a_tty(env: dict[str, str], wait_for: bytes, *args: str) -> tuple[int, str]:
+    """Run the CLI on a pseudo-terminal, wait until it shows `wait_for`, press Ctrl-C (SIGINT)."""
+    import pty
+    import select
+    import signal
+    import time
+
+    master, slave = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "agentqueue", *args], stdin=slave, stdout=slave, stderr=slave,
+                               env=env, start_new_session=True)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while wait_for not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 65536)
+        assert wait_for in seen, seen.decode(errors="replace")
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=30)
+        while select.select([master], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
+    return code, seen.decode(errors="replace")
+
+
+def test_status_watch_and_logs_follow_end_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    home = tmp_path / "aq"
+    services = Services(home)
+    services.projects.create("Alpha")
+    task = services.tasks.create("alpha", "Waits", "no agent will run it")
+    services.close()
+    env = cli_env(home, tmp_path / "user")
+    code, shown = _ctrl_c_on_a_tty(env, b"READY", "status", "--watch")
+    assert code == 0 and "Traceback" not in shown and "KeyboardInterrupt" not in shown
+    code, shown = _ctrl_c_on_a_tty(env, b"Waiting for", "logs", task.id, "-f")
+    assert code == 0 and "Traceback" not in shown and "KeyboardInterrupt" not in shown
