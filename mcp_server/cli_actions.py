@@ -51,15 +51,16 @@ def pause_or_resume(home: Path, action: str, project: str | None, as_json: bool)
     return 0
 
 
-def _running_tasks(home: Path) -> list[dict[str, Any]]:
+def running_agents(home: Path) -> list[dict[str, Any]]:
+    """The tasks an agent is working on (what stopping the daemon interrupts), read from the store."""
     if not paths.db_path(home).exists():
         return []
     from .cli_output import open_services
-    from .status_view import _running
+    from .status_view import running_tasks
 
     services = open_services(home)
     try:
-        return _running(services)
+        return running_tasks(services)
     finally:
         services.close()
 
@@ -71,7 +72,7 @@ def stop(home: Path, force: bool) -> int:
     if running_daemon(home) is None:
         print(f"No AgentQueue daemon is running for {home}.")
         return 1
-    running = _running_tasks(home)
+    running = running_agents(home)
     if running:
         print(f"Stopping the daemon interrupts {len(running)} running agent(s):")
         for row in running:

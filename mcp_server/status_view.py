@@ -30,7 +30,7 @@ STYLES = {"AWAITING_APPROVAL": "bold yellow", "WAITING_INPUT": "bold yellow", "P
           "ASSIGNED": "green", "VERIFYING": "green", "COMPLETED": "dim"}
 
 
-def _running(services: Services) -> list[dict[str, Any]]:
+def running_tasks(services: Services) -> list[dict[str, Any]]:
     # A view-only read: the task, its agent, and when it was claimed (its last task.assigned event).
     rows = services.store.all(
         "SELECT t.id AS task_id, t.title, t.project_id, t.status, t.assigned_agent AS agent_id, "
@@ -61,7 +61,7 @@ def collect(home: Path, services: Services) -> dict[str, Any]:
     by_status = {s: 0 for s in STATES} | status["tasks"]["by_status"]
     projects, _ = services.projects.list(limit=500)
     daemon = _daemon(home)
-    running = _running(services)
+    running = running_tasks(services)
     warnings = list(status["warnings"])
     if not daemon["running"] and running:
         warnings.append(f"{len(running)} task(s) were running when the daemon stopped; they are recovered "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import paths
+from .cli_actions import running_agents
 from .cli_output import CliError, duration
 from .daemon_client import running_daemon
 from .install import configs_with_entry, install
@@ -82,16 +83,10 @@ def plan_repos(home: Path) -> list[RepoPlan]:
     return plans
 
 
-def _running_agents(home: Path) -> list[dict[str, object]]:
-    from .cli_actions import _running_tasks
-
-    return _running_tasks(home)
-
-
 def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
     configs = configs_with_entry()
     daemon = running_daemon(home)
-    running = _running_agents(home) if daemon is not None else []
+    running = running_agents(home) if daemon is not None else []
     plans = plan_repos(home)
     print("agentqueue uninstall will:")
     if configs:

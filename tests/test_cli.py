@@ -247,7 +247,7 @@ def seed_every_state(home: Path) -> dict[str, str]:
     services.projects.create("Alpha")
     services.projects.create("A project with a rather long name")
     ids = {}
-    for n, status in enumerate(paths_states()):
+    for n, status in enumerate(all_states()):
         project = "alpha" if n % 2 else "a-project-with-a-rather-long-name"
         task = services.tasks.create(project, f"Task in {status} with a long title that must not break the table",
                                      "d")
@@ -257,7 +257,7 @@ def seed_every_state(home: Path) -> dict[str, str]:
     return ids
 
 
-def paths_states() -> list[str]:
+def all_states() -> list[str]:
     from agentqueue.store.models import TaskStatus
 
     return [s.value for s in TaskStatus]
@@ -274,7 +274,7 @@ def test_status_at_80_columns_shows_every_state_and_no_running_orchestrator_with
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
     header = next(line for line in lines if line.startswith("project"))
     assert header.split() == ["project", "state", "tasks"]
-    for state in paths_states():
+    for state in all_states():
         assert state in done.stdout, state
     flat = " ".join(done.stdout.split())
     assert "daemon not running (the orchestrator setting is 'running': tasks start when the daemon starts; " \
@@ -283,7 +283,7 @@ def test_status_at_80_columns_shows_every_state_and_no_running_orchestrator_with
     assert "3 task(s) were running when the daemon stopped" in flat  # ASSIGNED, IN_PROGRESS, VERIFYING
     data = json.loads(run_cli(env, "status", "--json").stdout)
     assert data["daemon"] == {"running": False, "crashed": True}
-    assert data["tasks"]["by_status"] == {s: 1 for s in paths_states()}
+    assert data["tasks"]["by_status"] == {s: 1 for s in all_states()}
     assert {r["status"] for r in data["running"]} == {"ASSIGNED", "IN_PROGRESS", "VERIFYING"}
 
 
@@ -359,3 +359,17 @@ def test_status_watch_and_logs_follow_end_cleanly_on_ctrl_c(tmp_path: Path) -> N
     assert code == 0 and "Traceback" not in shown and "KeyboardInterrupt" not in shown
     code, shown = _ctrl_c_on_a_tty(env, b"Waiting for", "logs", task.id, "-f")
     assert code == 0 and "Traceback" not in shown and "KeyboardInterrupt" not in shown
+
+
+def test_show_gives_a_held_tasks_reason_and_next_step(tmp_path: Path) -> None:
+    home = tmp_path / "aq"
+    ids = seed_every_state(home)
+    env = cli_env(home, tmp_path / "user")
+    shown = run_cli(env, "show", ids["BLOCKED"])
+    assert shown.returncode == 0, shown.stderr
+    flat = " ".join(shown.stdout.split())
+    assert "reason Set to BLOCKED with set_task_status" in flat
+    assert f"next step restart_task {ids['BLOCKED']}" in flat
+    data = json.loads(run_cli(env, "show", ids["BLOCKED"], "--json").stdout)
+    assert data["task"]["status"] == "BLOCKED" and data["reason"] == data["task"]["reason"]
+    assert data["next_step"].startswith("restart_task") and data["attempts"] == 0 and data["result"] is None
