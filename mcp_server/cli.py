@@ -4,31 +4,140 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import __version__
 
+DESCRIPTION = """\
+AgentQueue runs a queue of AI coding-agent tasks (Claude Code, Codex, Gemini
+or any command) in git worktrees of your repos. Your MCP client (Claude Code,
+Claude Desktop, Cursor, VS Code) is where you talk to it; this command sets it
+up and shows what is happening. Data lives in AGENTQUEUE_HOME (default: the
+platform's user data dir)."""
+
+EPILOG = """\
+first steps:
+  agentqueue install claude-code   add it to a client (or claude-desktop,
+                                   cursor, vscode)
+  agentqueue doctor                check git, agent CLIs, daemon, client configs
+  agentqueue status --watch        watch the queue
+
+Every read command takes --json; `agentqueue COMMAND --help` describes one."""
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Lists the commands without argparse's `{install,doctor,…}` header line."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=18)
+        self._action_max_length = 14  # room for "uninstall" beside its help
+
+    def _format_action(self, action: argparse.Action) -> str:
+        text = super()._format_action(action)
+        if action.nargs == argparse.PARSER:
+            text = "\n".join(text.split("\n")[1:])
+        return text
+
+
+CLIENT_CHOICES = ["claude-desktop", "claude-code", "cursor", "vscode"]
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentqueue", description="A queue of AI coding-agent tasks, over MCP.")
+    parser = argparse.ArgumentParser(prog="agentqueue", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=_Help)
     parser.add_argument("--version", action="version", version=f"agentqueue {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the daemon for AGENTQUEUE_HOME")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def add(name: str, summary: str, description: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=description or summary[0].upper() + summary[1:] + ".",
+                              formatter_class=argparse.HelpFormatter)
+
+    def json_flag(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    # -- setup ------------------------------------------------------------------------------------
+    install = add("install", "add AgentQueue to an MCP client's config (or --remove it)",
+                  "Add AgentQueue to an MCP client's config, naming this install's `agentqueue` by absolute path "
+                  "and pinning AGENTQUEUE_HOME. The old file is backed up. Claude Code is configured with "
+                  "`claude mcp add-json -s user` when the claude CLI is found. Also records the paths of the "
+                  "claude/codex/gemini/gh CLIs this terminal finds in $AGENTQUEUE_HOME/config.toml [cli].")
+    install.add_argument("client", choices=CLIENT_CHOICES)
+    install.add_argument("--remove", action="store_true", help="take the AgentQueue entry out instead")
+    install.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+    doctor = add("doctor", "check the setup and say how to fix each problem",
+                 "Check git and its identity, gh, each agent CLI (as the daemon finds it), the daemon, the token "
+                 "file's mode and every client config that points at AgentQueue. Exit status 1 on a problem.")
+    json_flag(doctor)
+    uninstall = add("uninstall", "remove AgentQueue from every client, stop it, prune its worktrees and branches",
+                    "Remove our entry from every client config, stop the daemon, remove our worktrees and the "
+                    "task branches (<task_id>/<slug>) of known tasks from your repos. Branches with work not in "
+                    "the default branch, and the data directory, are kept unless --purge.")
+    uninstall.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    uninstall.add_argument("--purge", action="store_true",
+                           help="also delete unmerged task branches and the data directory")
+
+    # -- the daemon -------------------------------------------------------------------------------
+    serve = add("serve", "run the daemon for AGENTQUEUE_HOME (clients start it on demand)",
+                "Run the daemon: the engine plus MCP over a local socket (for `agentqueue mcp`) and over HTTP "
+                "with a bearer token. One daemon per AGENTQUEUE_HOME; clients start it when none runs.")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=None,
                        help="HTTP port (default: config.toml [server] port, AGENTQUEUE_PORT, else 8765; 0 picks a free one)")
     serve.add_argument("--no-http", action="store_true", help="serve only the local socket")
-    mcp = sub.add_parser("mcp", help="the stdio plugin MCP clients launch")
+    mcp = add("mcp", "the stdio MCP server that clients launch (not for typing)",
+              "The stdio plugin MCP clients launch: it relays to the daemon, starting it if needed.")
     mcp.add_argument("--standalone", action="store_true", help="serve MCP in this process, no daemon")
-    sub.add_parser("status", help="projects, agents and task counts")
-    sub.add_parser("stop", help="stop the daemon cleanly")
-    install = sub.add_parser("install", help="add AgentQueue to an MCP client's config")
-    install.add_argument("client", choices=["claude-desktop", "claude-code", "cursor", "vscode"])
-    install.add_argument("--dry-run", action="store_true")
+    stop = add("stop", "stop the daemon (asks first when agents are running)",
+               "Stop the daemon. Running agents are interrupted and their tasks recovered at the next start; "
+               "they are listed first, and on a terminal you are asked. Without a terminal, --force is needed.")
+    stop.add_argument("--force", action="store_true", help="stop even though agents are running, without asking")
+
+    # -- reading the queue ------------------------------------------------------------------------
+    status = add("status", "the queue at a glance: daemon, task states, running agents, warnings")
+    status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
+    json_flag(status)
+    tasks = add("tasks", "list tasks (completed ones hidden unless --all)")
+    tasks.add_argument("--project", help="only this project's tasks")
+    tasks.add_argument("--status", help="only these statuses (e.g. BLOCKED or READY,DEFINED)")
+    tasks.add_argument("--all", action="store_true", help="include COMPLETED tasks")
+    json_flag(tasks)
+    show = add("show", "one task: status, reason and next step, attempts, branch/PR, files, last result")
+    show.add_argument("task", help="task id, e.g. swift-falcon")
+    json_flag(show)
+    logs = add("logs", "print a task's agent log; -f follows it while the agent runs",
+               "Print $AGENTQUEUE_HOME/logs/tasks/<task>.log. With -f, keep printing what the agent writes "
+               "until the task is no longer READY, ASSIGNED, IN_PROGRESS or VERIFYING (Ctrl-C stops).")
+    logs.add_argument("task", help="task id")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow the log as the agent writes it")
+    json_flag(logs)
+    diff = add("diff", "the changes a task made (its branch against the default branch)")
+    diff.add_argument("task", help="task id")
+    json_flag(diff)
+    usage = add("usage", "tokens and cost, by project (or by task for --project)")
+    usage.add_argument("--project", help="one project, broken down by task")
+    usage.add_argument("--task", help="one task, broken down by agent")
+    usage.add_argument("--since", type=float, metavar="HOURS", help="only the last HOURS hours")
+    json_flag(usage)
+
+    # -- acting on it (through the daemon, with the same checks as the MCP tools) ----------------------
+    approve = add("approve", "approve a task AWAITING_APPROVAL (its work lands, dependents may start)")
+    approve.add_argument("task", help="task id")
+    json_flag(approve)
+    for name, verb in (("pause", "stop starting new tasks"), ("resume", "start tasks again")):
+        command = add(name, f"{verb}: one project, or with no project the whole orchestrator",
+                      f"{verb[0].upper() + verb[1:]} for PROJECT, or with no PROJECT for the whole orchestrator. "
+                      "Running agents finish.")
+        command.add_argument("project", nargs="?", help="project id (omit for all projects)")
+        json_flag(command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()  # bare `agentqueue`: the help, and success (asking for it is not an error)
+        sys.exit(0)
     from . import paths
 
     home = paths.home()
@@ -51,21 +160,68 @@ def main(argv: list[str] | None = None) -> None:
                 print(str(error), file=sys.stderr)
                 sys.exit(paths.EXIT_CANNOT_START)
         sys.exit(daemon.serve(home, args.host, port, not args.no_http))
-    if args.command == "stop":
-        from . import daemon
+    sys.exit(_run_command(args, home))
 
-        stopped, message = daemon.stop(home)
-        print(message)
-        sys.exit(0 if stopped else 1)
-    if args.command == "status":
+
+def _run_command(args: argparse.Namespace, home: Path) -> int:
+    """The human commands; a refusal is one sentence on stderr and exit status 1, never a traceback."""
+    from .cli_output import CliError
+    from .services.errors import ServiceError
+    from .store.db import StoreOpenError
+
+    try:
+        return _dispatch(args, home)
+    except (CliError, ServiceError, StoreOpenError) as error:
+        print(f"agentqueue {args.command}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `agentqueue logs x | head`
+        return 0
+
+
+def _dispatch(args: argparse.Namespace, home: Path) -> int:
+    command = args.command
+    if command == "install":
+        from .install import run
+
+        print(run(args.client, home, dry_run=args.dry_run, remove=args.remove))
+        return 0
+    if command == "doctor":
+        from .doctor import doctor
+
+        return doctor(home, args.json)
+    if command == "uninstall":
+        from .uninstall import uninstall
+
+        return uninstall(home, yes=args.yes, purge=args.purge)
+    if command == "stop":
+        from .cli_actions import stop
+
+        return stop(home, args.force)
+    if command == "status":
         from .status_view import print_status
 
-        sys.exit(print_status(home))
-    if args.command == "install":
-        from .install import install
+        return print_status(home, as_json=args.json, watch=args.watch)
+    if command in ("approve", "pause", "resume"):
+        from . import cli_actions
 
-        _, message = install(args.client, home, args.dry_run)
-        print(message)
+        if command == "approve":
+            return cli_actions.approve(home, args.task, args.json)
+        return cli_actions.pause_or_resume(home, command, args.project, args.json)
+    from . import cli_views
+
+    if command == "tasks":
+        return cli_views.tasks(home, args.project, args.status, args.all, args.json)
+    if command == "show":
+        return cli_views.show(home, args.task, args.json)
+    if command == "logs":
+        return cli_views.logs(home, args.task, args.follow, args.json)
+    if command == "diff":
+        return cli_views.diff(home, args.task, args.json)
+    if command == "usage":
+        return cli_views.usage(home, args.project, args.task, args.since, args.json)
+    raise AssertionError(f"unhandled command {command}")
 
 
 if __name__ == "__main__":

@@ -1,43 +1,195 @@
-"""`agentqueue status`: a human view of the queue, read straight from the store."""
+"""`agentqueue status [--watch] [--json]`: the queue at a glance, read straight from the store.
+
+Works with no daemon (it reads SQLite), says plainly when the daemon is not running, shows every
+non-zero task state (the ones that need the user first), the running agents with their task and
+elapsed time, and the warnings `get_status` gives. Laid out to fit 80 columns.
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
-from . import paths
-from .daemon import lock_is_held, read_daemon_info
+from . import __version__, paths
+from .cli_output import duration, open_services, print_json, seconds_since
+from .daemon_client import daemon_info, running_daemon
 from .services import Services
+from .store.models import TaskStatus
+
+STATES = [s.value for s in TaskStatus]
+ACTIVE = ("ASSIGNED", "IN_PROGRESS", "VERIFYING")  # an agent process is working on the task
+# States that wait on the user, and how each is highlighted.
+STYLES = {"AWAITING_APPROVAL": "bold yellow", "WAITING_INPUT": "bold yellow", "PAUSED": "yellow",
+          "DEFINED": "cyan", "BLOCKED": "bold red", "FAILED": "bold red", "IN_PROGRESS": "green",
+          "ASSIGNED": "green", "VERIFYING": "green", "COMPLETED": "dim"}
 
 
-def print_status(home: Path) -> int:
+def running_tasks(services: Services) -> list[dict[str, Any]]:
+    # A view-only read: the task, its agent, and when it was claimed (its last task.assigned event).
+    rows = services.store.all(
+        "SELECT t.id AS task_id, t.title, t.project_id, t.status, t.assigned_agent AS agent_id, "
+        "a.agent_type, (SELECT max(e.timestamp) FROM events e WHERE e.task_id = t.id "
+        "AND e.event_type = 'task.assigned') AS started_at FROM tasks t "
+        "LEFT JOIN agents a ON a.id = t.assigned_agent "
+        f"WHERE t.status IN ({','.join('?' * len(ACTIVE))}) ORDER BY started_at", ACTIVE)
+    for row in rows:
+        row["elapsed_s"] = round(seconds_since(row["started_at"]) or 0.0, 1)
+    return rows
+
+
+def _daemon(home: Path) -> dict[str, Any]:
+    info = running_daemon(home)
+    if info is None:
+        # daemon.json outlives a daemon only when it died without cleaning up.
+        return {"running": False, "crashed": daemon_info(home) is not None}
+    return {"running": True, "pid": info.get("pid"), "version": info.get("version"),
+            "http_url": info.get("http_url"), "started_at": info.get("started_at"),
+            "uptime_s": round(seconds_since(info.get("started_at")) or 0.0)}
+
+
+def collect(home: Path, services: Services) -> dict[str, Any]:
+    """Everything `status` shows, as the JSON `status --json` prints."""
+    from .install import home_mismatches
+
+    status = services.system.status()
+    by_status = {s: 0 for s in STATES} | status["tasks"]["by_status"]
+    projects, _ = services.projects.list(limit=500)
+    daemon = _daemon(home)
+    running = running_tasks(services)
+    warnings = list(status["warnings"])
+    if not daemon["running"] and running:
+        warnings.append(f"{len(running)} task(s) were running when the daemon stopped; they are recovered "
+                        "(work kept) when it starts again: `agentqueue serve`.")
+    try:
+        warnings.extend(home_mismatches(home))
+    except Exception:  # a broken client config is doctor's to report; status still shows the queue
+        pass
+    return {
+        "home": str(home), "version": __version__, "daemon": daemon,
+        "orchestrator": {"state": status["orchestrator"]["state"]},
+        "tasks": {"total": status["tasks"]["total"], "by_status": by_status},
+        "projects": [{"id": p.id, "name": p.name, "status": p.status, "credit_weight": p.credit_weight,
+                      "max_concurrent_agents": p.max_concurrent_agents,
+                      "task_counts": {s: p.task_counts[s] for s in STATES if p.task_counts.get(s)}}
+                     for p in projects],
+        "agents": status["agents"],
+        "running": running,
+        "warnings": warnings,
+    }
+
+
+def _counts(counts: dict[str, int], width: int = 10_000, indent: int = 0) -> Text:
+    """`1 READY · 2 BLOCKED …`, broken between items only (never inside "1 AWAITING_APPROVAL")."""
+    text = Text()
+    used = 0
+    for state in STATES:
+        if not counts.get(state):
+            continue
+        item = f"{counts[state]} {state}"
+        if used and used + 3 + len(item) > width:
+            text.append("\n" + " " * indent)
+            used = indent
+        elif used:
+            text.append(" · ", style="dim")
+            used += 3
+        text.append(item, style=STYLES.get(state, ""))
+        used += len(item)
+    return text or Text("no tasks", style="dim")
+
+
+def _daemon_line(data: dict[str, Any]) -> Text:
+    daemon, orchestrator = data["daemon"], data["orchestrator"]["state"]
+    if daemon["running"]:
+        parts = [f"daemon running (pid {daemon['pid']}, up {duration(daemon['uptime_s'])})"]
+        if daemon.get("version") and daemon["version"] != __version__:
+            parts.append(f"version {daemon['version']}")
+        parts.append(f"orchestrator {orchestrator}")
+        return Text(" · ".join(parts), style="yellow" if orchestrator == "paused" else "")
+    crashed = "; it stopped without cleaning up, see logs/daemon.out" if daemon.get("crashed") else ""
+    return Text(f"daemon not running (the orchestrator setting is '{orchestrator}': tasks start when the daemon "
+                f"starts; `agentqueue serve`){crashed}", style="bold red")
+
+
+def render(data: dict[str, Any], width: int = 80) -> RenderableType:
+    parts: list[RenderableType] = [
+        Text.assemble(("AgentQueue ", "bold"), __version__, ("  home ", "dim"), data["home"]),
+        _daemon_line(data),
+    ]
+    if data["daemon"].get("http_url"):
+        parts.append(Text(f"HTTP {data['daemon']['http_url']}", style="dim"))
+    lead = f"tasks {data['tasks']['total']}: "
+    parts.append(Text.assemble((lead, "bold"), _counts(data["tasks"]["by_status"], width - len(lead), len(lead))))
+    if data["projects"]:
+        # Only the counts wrap: ids, states and the column names are never cut.
+        projects = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        projects.add_column("project", min_width=7, max_width=30, no_wrap=True, overflow="ellipsis")
+        projects.add_column("state", min_width=6, no_wrap=True)
+        projects.add_column("tasks", min_width=5)
+        id_width = min(30, max(7, *(len(p["id"]) for p in data["projects"])))
+        counts_width = max(20, width - id_width - 6 - 6)  # two column gaps of 3
+        for project in data["projects"]:
+            projects.add_row(project["id"], Text(project["status"], "yellow" if project["status"] == "PAUSED" else ""),
+                             _counts(project["task_counts"], counts_width))
+        parts.append(projects)
+    if data["running"]:
+        running = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        running.add_column("running agent", min_width=13, no_wrap=True, overflow="ellipsis", max_width=20)
+        running.add_column("task", min_width=4, no_wrap=True)
+        running.add_column("status", min_width=6, no_wrap=True)
+        running.add_column("elapsed", min_width=7, no_wrap=True, justify="right")
+        running.add_column("title", min_width=5)
+        for row in data["running"]:
+            running.add_row(row["agent_id"] or "-", row["task_id"], row["status"], duration(row["elapsed_s"]),
+                            row["title"])
+        parts.append(running)
+    idle = [a for a in data["agents"] if a["state"] != "BUSY"]
+    if data["agents"]:
+        parts.append(Text(f"agents {len(data['agents'])}: " + ", ".join(
+            f"{a['id']} ({a['agent_type']}, {a['state'].lower()})" for a in data["agents"])
+            if len(data["agents"]) <= 4 else f"agents {len(data['agents'])}: {len(idle)} idle", style="dim"))
+    else:
+        parts.append(Text("agents: none registered (create_agent adds one)", style="yellow"))
+    for warning in data["warnings"]:
+        parts.append(Text(f"! {warning}", style="yellow"))
+    return Group(*parts)
+
+
+def _no_data(home: Path) -> dict[str, Any]:
+    return {"home": str(home), "version": __version__, "daemon": _daemon(home), "initialized": False}
+
+
+def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
     console = Console()
     if not paths.db_path(home).exists():
-        console.print(f"No AgentQueue data in {home} yet. Start with `agentqueue serve` or add it to a client.")
+        if as_json:
+            print_json(_no_data(home))
+        else:
+            console.print(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
+                          "claude-code`) or start the daemon (`agentqueue serve`).")
         return 0
-    info = read_daemon_info(home) if lock_is_held(home) else None
-    services = Services(home)
+    services = open_services(home)
     try:
-        status = services.system.status()
-        daemon = f"daemon pid {info['pid']}" + (f", HTTP {info['http_url']}" if info.get("http_url") else "") \
-            if info else "daemon not running"
-        console.print(f"[bold]AgentQueue[/] {home} — {daemon}; orchestrator {status['orchestrator']['state']}")
-        projects = Table("project", "status", "weight", "max agents", *[s.lower() for s in
-                         ("READY", "IN_PROGRESS", "BLOCKED", "COMPLETED")], title="Projects")
-        for project in services.projects.list(limit=500)[0]:
-            counts = project.task_counts
-            projects.add_row(project.id, project.status, f"{project.credit_weight:g}",
-                             str(project.max_concurrent_agents),
-                             *[str(counts.get(s, 0)) for s in ("READY", "IN_PROGRESS", "BLOCKED", "COMPLETED")])
-        console.print(projects)
-        agents = Table("agent", "type", "state", "task", title="Agents")
-        for agent in status["agents"]:
-            agents.add_row(agent["id"], agent["agent_type"], agent["state"], agent["current_task"] or "")
-        console.print(agents)
-        for warning in status["warnings"]:
-            console.print(f"[yellow]! {warning}[/]")
+        if as_json:
+            print_json(collect(home, services))
+            return 0
+        if not watch:
+            console.print(render(collect(home, services), console.width))
+            return 0
+        from rich.live import Live
+
+        try:
+            with Live(render(collect(home, services), console.width), console=console, refresh_per_second=4,
+                      screen=False) as live:
+                while True:
+                    time.sleep(1)
+                    live.update(render(collect(home, services), console.width))
+        except KeyboardInterrupt:
+            return 0
     finally:
         services.close()
-    return 0

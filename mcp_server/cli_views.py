@@ -1,0 +1,246 @@
+"""The CLI's read commands: tasks, show, logs, diff, usage. They read the store directly (no daemon needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import paths
+from .cli_output import duration, open_services, print_json
+from .status_view import STYLES
+
+# `logs -f` keeps following while the task may still produce output: waiting to start or retry, or running.
+FOLLOW_STATES = ("READY", "ASSIGNED", "IN_PROGRESS", "VERIFYING")
+
+
+def log_path(home: Path, task_id: str) -> Path:
+    return paths.logs_dir(home) / "tasks" / f"{task_id}.log"
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=STYLES.get(status, ""))
+
+
+# -- tasks --------------------------------------------------------------------------------------------
+def tasks(home: Path, project: str | None, status: str | None, show_all: bool, as_json: bool) -> int:
+    services = open_services(home)
+    try:
+        items, total, hidden = services.tasks.list(project, status, include_completed=show_all, limit=500)
+    finally:
+        services.close()
+    if as_json:
+        print_json({"tasks": items, "total": total, "hidden_completed": hidden})
+        return 0
+    console = Console()
+    if not items:
+        console.print("No tasks" + (f" in {project}" if project else "") + (f" with status {status}" if status else "")
+                      + "." + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else ""))
+        return 0
+    # Ids and statuses are never cut; only titles wrap (and long project ids are shortened).
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("task", no_wrap=True, min_width=4)
+    table.add_column("project", no_wrap=True, min_width=7, max_width=20, overflow="ellipsis")
+    table.add_column("status", no_wrap=True, min_width=6)
+    table.add_column("pri", justify="right", no_wrap=True, min_width=3)
+    table.add_column("title", min_width=5)
+    for task in items:
+        title = task.title + (f"  (after {', '.join(task.depends_on)})" if task.depends_on else "")
+        table.add_row(task.id, task.project_id, _status(task.status), str(task.priority), title)
+    console.print(table)
+    footer = f"{len(items)} of {total} task(s)" if total > len(items) else f"{total} task(s)"
+    if hidden:
+        footer += f"; {hidden} completed hidden (--all shows them)"
+    console.print(Text(footer, style="dim"))
+    return 0
+
+
+# -- show ---------------------------------------------------------------------------------------------
+def show(home: Path, task_id: str, as_json: bool) -> int:
+    services = open_services(home)
+    try:
+        task = services.tasks.get(task_id)
+        attempts, result = services.tasks.results(task_id)
+        reason, next_step = getattr(task, "reason", None), getattr(task, "next_step", None)
+        error = None
+        if task.status in ("BLOCKED", "FAILED") and result is not None and result.status != "completed":
+            error = services.tasks.agent_error(task_id)
+    finally:
+        services.close()
+    log = log_path(home, task_id)
+    data = {"task": task, "attempts": attempts, "result": result, "reason": reason, "next_step": next_step,
+            "error": error, "log": str(log) if log.exists() else None}
+    if as_json:
+        print_json(data)
+        return 0
+    console = Console()
+    console.print(Text.assemble((task.id, "bold"), "  ", _status(task.status), "  ", task.title))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row("project", task.project_id + (f"  repo {task.repo_id}" if task.repo_id else "  (no repo)"))
+    grid.add_row("priority", str(task.priority) + ("  requires approval" if task.requires_approval else ""))
+    if task.assigned_agent:
+        grid.add_row("agent", task.assigned_agent)
+    if reason:
+        grid.add_row("reason", Text(reason, style="yellow"))
+    if next_step:
+        grid.add_row("next step", Text(next_step, style="bold"))
+    if error and not reason:
+        grid.add_row("error", Text(f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": "),
+                                   style="red"))
+        if error.get("suggested_fix"):
+            grid.add_row("fix", error["suggested_fix"])
+    grid.add_row("attempts", f"{attempts} run(s); retries {task.retry_count} of {task.max_retries}")
+    if task.branch:
+        grid.add_row("branch", task.branch)
+    if task.pr_url:
+        grid.add_row("PR", task.pr_url)
+    if task.depends_on:
+        grid.add_row("depends on", ", ".join(task.depends_on))
+    if task.dependents:
+        grid.add_row("dependents", ", ".join(task.dependents))
+    if result is not None:
+        cost = f" · ${result.cost_usd:.4f}" if result.cost_usd else ""
+        took = f" · {duration(result.duration_s)}" if result.duration_s is not None else ""
+        label = result.status + (f" ({result.error_type})" if result.error_type else "")
+        grid.add_row("last result", f"{label} · attempt {result.attempt}{took} · {result.tokens.total:,} tokens{cost}")
+        warning = getattr(result, "warning", None)
+        if warning:
+            grid.add_row("warning", Text(warning, style="yellow"))
+        if result.summary:
+            grid.add_row("summary", result.summary.strip()[-1200:])
+        files = result.files_changed
+        grid.add_row("files changed", ", ".join(files) if files else "none")
+    grid.add_row("log", f"{log}  (agentqueue logs {task.id})" if log.exists() else "none yet")
+    console.print(grid)
+    console.print(Text("description", style="dim"))
+    console.print(task.description.strip()[:2000], markup=False, highlight=False)
+    return 0
+
+
+# -- logs ---------------------------------------------------------------------------------------------
+def logs(home: Path, task_id: str, follow: bool, as_json: bool) -> int:
+    services = open_services(home)
+    try:
+        task = services.tasks.get(task_id)  # a clear error for an unknown id
+        path = log_path(home, task_id)
+        if not follow:
+            text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+            if as_json:
+                print_json({"task_id": task_id, "status": task.status, "path": str(path),
+                            "exists": path.exists(), "text": text})
+            elif text:
+                sys.stdout.write(text)
+            else:
+                print(f"No log yet for {task_id} ({task.status}): no agent has run it. "
+                      f"`agentqueue logs {task_id} -f` waits for one.", file=sys.stderr)
+            return 0
+        return _follow(services, task_id, path, as_json)
+    finally:
+        services.close()
+
+
+def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
+    """Print the log as the agent writes it; stop once the task can produce no more (or on Ctrl-C)."""
+    offset, pending = 0, b""
+    announced = False
+    out = sys.stdout
+    try:
+        while True:
+            status = services.tasks.get(task_id).status  # read before the file: its last lines precede the change
+            if path.exists():
+                with path.open("rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+                offset += len(chunk)
+                if chunk:
+                    if as_json:
+                        pending += chunk
+                        *lines, pending = pending.split(b"\n")
+                        for line in lines:
+                            out.write(json.dumps({"task_id": task_id, "line": line.decode("utf-8", "replace")}) + "\n")
+                    else:
+                        out.write(chunk.decode("utf-8", errors="replace"))
+                    out.flush()
+            if status not in FOLLOW_STATES:
+                if as_json and pending:
+                    out.write(json.dumps({"task_id": task_id, "line": pending.decode("utf-8", "replace")}) + "\n")
+                print(f"[{task_id} is {status}]", file=sys.stderr, flush=True)
+                return 0
+            if status == "READY" and not announced:
+                print(f"Waiting for {task_id} to start (READY)… Ctrl-C stops following.", file=sys.stderr, flush=True)
+                announced = True
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        out.flush()
+        return 0
+
+
+# -- diff ---------------------------------------------------------------------------------------------
+def diff(home: Path, task_id: str, as_json: bool) -> int:
+    services = open_services(home)
+    try:
+        result = services.vcs.task_diff(services.tasks.get(task_id))
+    finally:
+        services.close()
+    if as_json:
+        print_json(result)
+        return 0
+    files = result["files_changed"]
+    print(f"# {task_id}: branch {result['branch']} against {result['base'][:12]}, {len(files)} file(s) changed",
+          file=sys.stderr)
+    if not result["diff"].strip():
+        print("(no changes)", file=sys.stderr)
+        return 0
+    if sys.stdout.isatty():
+        from rich.syntax import Syntax
+
+        Console().print(Syntax(result["diff"], "diff", theme="ansi_dark", background_color="default"))
+    else:
+        sys.stdout.write(result["diff"] if result["diff"].endswith("\n") else result["diff"] + "\n")
+    return 0
+
+
+# -- usage --------------------------------------------------------------------------------------------
+def usage(home: Path, project: str | None, task: str | None, since: float | None, as_json: bool) -> int:
+    services = open_services(home)
+    try:
+        if project is not None:
+            services.projects.get(project)
+        if task is not None:
+            services.tasks.get(task)
+        summary = services.usage.summary(project_id=project, task_id=task, since_hours=since)
+    finally:
+        services.close()
+    if as_json:
+        print_json({"project_id": project, "task_id": task, "since_hours": since, **summary})
+        return 0
+    console = Console()
+    total = summary["total"]
+    scope = f"task {task}" if task else f"project {project}" if project else "all projects"
+    window = f", last {since:g} h" if since else ""
+    console.print(Text.assemble(("Token usage", "bold"), f" ({scope}{window}): ", f"{total['total']:,} tokens",
+                                f" · ${total['cost_usd']:.4f}", (f"  (in {total['input']:,} · out {total['output']:,}"
+                                f" · cache read {total['cache_read']:,} · write {total['cache_write']:,})", "dim")))
+    if not summary["breakdown"]:
+        console.print(Text("No runs recorded" + (" in that window." if since else " yet."), style="dim"))
+        return 0
+    group = [k for k in ("project_id", "task_id", "agent_id") if k in summary["breakdown"][0]]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for key in group:
+        table.add_column(key.removesuffix("_id"), no_wrap=True, overflow="ellipsis", min_width=4)
+    for name in ("runs", "tokens", "cost $"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    for row in summary["breakdown"]:
+        table.add_row(*[str(row[k] or "-") for k in group], str(row["runs"]), f"{row['total']:,}",
+                      f"{row['cost_usd']:.4f}")
+    console.print(table)
+    return 0

@@ -1,0 +1,336 @@
+"""`agentqueue doctor`: check what AgentQueue needs, and say how to fix each problem.
+
+Each check is ✔ (fine), ✘ (a problem: exit status 1), ! (works, but worth fixing) or · (for
+information). The agent CLIs are looked up the way the daemon looks them up (config.toml [cli],
+AGENTQUEUE_*_BIN, PATH), with the running daemon's own environment when it can be read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import __version__, paths, settings
+from .daemon_client import daemon_info, running_daemon
+from .install import CLIENTS, read_config
+
+MARKS = {"ok": ("✔", "green"), "fail": ("✘", "bold red"), "warn": ("!", "yellow"), "info": ("·", "dim")}
+AGENT_CLIS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
+INSTALL_HINTS = {"claude": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
+                 "gemini": "npm install -g @google/gemini-cli", "gh": "https://cli.github.com or your package manager"}
+# What a GUI client (Claude Desktop, an IDE started from the dock) gives the servers it launches.
+MINIMAL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+@dataclass
+class Check:
+    name: str
+    level: str  # ok | fail | warn | info
+    detail: str
+    fix: str | None = None
+
+
+def _run(argv: list[str], env: Mapping[str, str] | None = None, timeout: float = 30,
+         cwd: str | None = None) -> tuple[int | None, str]:
+    """(exit status, combined output); None when it could not run or timed out."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, f"no answer within {timeout:.0f} s"
+    except OSError as error:
+        return None, error.strerror or str(error)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+# -- git ----------------------------------------------------------------------------------------------
+def check_git() -> list[Check]:
+    git = shutil.which("git")
+    if git is None:
+        return [Check("git", "fail", "git is not on PATH; every task runs in a git worktree.",
+                      "Install git (e.g. `apt install git`, `brew install git`), then run doctor again.")]
+    code, out = _run([git, "--version"])
+    checks = [Check("git", "ok" if code == 0 else "fail", _first_line(out) or "git --version failed")]
+    # Outside any repository (the temp dir), git reports the user's and the system's identity only.
+    cwd = tempfile.gettempdir()
+    name = _run([git, "config", "--get", "user.name"], cwd=cwd)[1] if code == 0 else ""
+    email = _run([git, "config", "--get", "user.email"], cwd=cwd)[1] if code == 0 else ""
+    if name and email:
+        checks.append(Check("git identity", "ok", f"commits are authored as {name} <{email}>"))
+    else:
+        missing = " and ".join(k for k, v in (("user.name", name), ("user.email", email)) if not v)
+        checks.append(Check(
+            "git identity", "fail",
+            f"git has no {missing}: the commits AgentQueue makes for your tasks would be authored as "
+            "AgentQueue <agentqueue@localhost>.",
+            'git config --global user.name "Your Name" && git config --global user.email you@example.com'))
+    return checks
+
+
+# -- settings and the daemon ------------------------------------------------------------------------
+def _daemon_environ(pid: int | None) -> dict[str, str] | None:
+    """The running daemon's environment (Linux /proc, same user), or None when it cannot be read."""
+    if not pid:
+        return None
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def check_config(home: Path) -> tuple[list[Check], settings.Settings]:
+    path = settings.config_path(home)
+    try:
+        loaded = settings.load(home)
+    except settings.ConfigError as error:
+        return [Check("settings", "fail", str(error), f"Fix it in {path} or the environment (the daemon refuses to start with it).")], \
+            settings.Settings()
+    if path.exists():
+        return [Check("config.toml", "ok", f"{path} is valid")], loaded
+    return [Check("config.toml", "info", f"no {path}: defaults apply (see docs/config.example.toml)")], loaded
+
+
+def _health(info: dict[str, Any]) -> tuple[bool, str]:
+    url = info.get("http_url")
+    if url:
+        try:
+            with urllib.request.urlopen(url.removesuffix("/mcp") + "/health", timeout=5) as answer:
+                body = json.loads(answer.read())
+            return True, f"GET /health answered (version {body.get('version')})"
+        except (OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            return False, f"GET {url.removesuffix('/mcp')}/health failed ({reason})"
+    sock_path = info.get("socket")
+    if not sock_path:
+        return False, "its daemon.json names no socket"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.connect(sock_path)
+        return True, f"its socket {sock_path} accepts connections"
+    except OSError as error:
+        return False, f"its socket {sock_path} refuses connections ({error.strerror or error})"
+    finally:
+        sock.close()
+
+
+def check_daemon(home: Path) -> tuple[list[Check], dict[str, Any] | None]:
+    info = running_daemon(home)
+    log = paths.logs_dir(home) / "daemon.out"
+    if info is None:
+        crashed = daemon_info(home) is not None
+        detail = f"no daemon is running for {home}"
+        if crashed:
+            detail += f" (the last one stopped without cleaning up: see {log} and agentqueue.log there)"
+        return [Check("daemon", "fail", detail + "; no task runs until one starts.",
+                      "`agentqueue serve` starts it (a client's `agentqueue mcp` also starts it on first use); "
+                      f"if it will not start, read {log}.")], None
+    pid = info.get("pid")
+    healthy, how = _health(info)
+    if not healthy:
+        return [Check("daemon", "fail", f"the daemon (pid {pid}) holds the lock but does not answer: {how}.",
+                      f"`agentqueue stop` (or `kill {pid}`), then `agentqueue serve`; see {log}.")], info
+    checks = [Check("daemon", "ok", f"running (pid {pid}, version {info.get('version')}); {how}")]
+    if info.get("version") and info["version"] != __version__:
+        checks.append(Check("daemon version", "warn",
+                            f"the daemon runs AgentQueue {info['version']}, this CLI is {__version__}.",
+                            "Restart it to run the installed version: `agentqueue stop && agentqueue serve`."))
+    return checks, info
+
+
+def check_token(home: Path) -> list[Check]:
+    path = paths.token_path(home)
+    notes = []
+    if os.environ.get("AGENTQUEUE_TOKEN"):
+        notes.append(Check("token", "info", "AGENTQUEUE_TOKEN is set in this terminal: HTTP clients of a daemon "
+                                            "started here use it instead of the token file."))
+    if not path.exists():
+        return notes + [Check("token file", "info", f"no {path} yet: the first `agentqueue serve` with HTTP "
+                                                    "creates it (mode 0600).")]
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        return notes + [Check("token file", "fail",
+                              f"{path} has mode {mode:04o}: other users can read the HTTP bearer token.",
+                              f"chmod 600 {shlex.quote(str(path))}")]
+    return notes + [Check("token file", "ok", f"{path} has mode {mode:04o}")]
+
+
+# -- the CLIs the daemon runs -----------------------------------------------------------------------
+def _registered_agent_types(home: Path) -> set[str] | None:
+    """The agent types registered in the store (None when there is no store yet)."""
+    if not paths.db_path(home).exists():
+        return None
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{paths.db_path(home)}?mode=ro", uri=True, timeout=5)
+        try:
+            return {row[0] for row in conn.execute("SELECT agent_type FROM agents")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+
+
+def check_clis(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | None) -> list[Check]:
+    environ = _daemon_environ(daemon.get("pid")) if daemon else None
+    seen_by = f"the running daemon (pid {daemon['pid']})" if environ is not None and daemon else "a daemon started here"
+    if environ is not None:
+        try:
+            loaded = settings.load(home, environ=environ)
+        except settings.ConfigError:
+            pass  # reported by the config check
+    env = environ if environ is not None else os.environ
+    types = _registered_agent_types(home)
+    checks = []
+    for key in (*AGENT_CLIS, "gh"):
+        found = loaded.find(key, environ=env)
+        source = loaded.sources.get(f"cli.{key}", "PATH")
+        env_name = settings.CLI_KEYS[key][0]
+        agent_type = AGENT_CLIS.get(key)
+        if found is None:
+            needed = agent_type is not None and (agent_type in (types or set()) or (not types and key == "claude"))
+            if key == "gh":
+                checks.append(Check("gh", "warn", "gh (the GitHub CLI) is not found: tasks that need approval in "
+                                                  "a repo with a GitHub remote cannot open pull requests (they wait "
+                                                  "for `agentqueue approve`).",
+                                    f"Install gh ({INSTALL_HINTS['gh']}), run `gh auth login`, then "
+                                    "`agentqueue install <client>` records its path in config.toml [cli]."))
+                continue
+            why = (f"a registered {agent_type} agent needs it" if agent_type in (types or set())
+                   else "the default agent is a claude-code agent" if needed else f"needed only for {agent_type} agents")
+            checks.append(Check(
+                key, "fail" if needed else "info",
+                f"not found by {seen_by} (not in config.toml [cli] {key}, {env_name} or PATH); {why}.",
+                (f"Install it ({INSTALL_HINTS[key]}); then run `agentqueue install <client>` in a terminal that "
+                 f"finds it (it records the path in config.toml [cli]), and restart the daemon.") if needed else None))
+            continue
+        code, out = _run([found, "--version"], timeout=30)
+        version = _first_line(out)
+        if code != 0:
+            checks.append(Check(key, "fail", f"{found} --version failed: {version or 'no output'}",
+                                f"Reinstall {key} ({INSTALL_HINTS[key]}) or fix [cli] {key} in config.toml."))
+            continue
+        where = {"config.toml": "config.toml [cli]"}.get(source, source)
+        detail = f"{version} at {found} (from {where}, as {seen_by} finds it)"
+        if key == "gh":
+            auth_code, auth = _run([found, "auth", "status"], timeout=20)
+            if auth_code == 0:
+                checks.append(Check("gh", "ok", detail + "; logged in"))
+            else:
+                checks.append(Check("gh", "warn", detail + f"; not logged in ({_first_line(auth) or 'gh auth status failed'})",
+                                    "gh auth login"))
+            continue
+        if source == "PATH" and environ is None:
+            checks.append(Check(key, "warn", detail + ": a daemon started by a GUI client, with a minimal PATH, "
+                                                      "may not find it.",
+                                f"`agentqueue install <client>` records it, or add `{key} = \"{found}\"` under [cli] "
+                                f"in {settings.config_path(home)}."))
+        else:
+            checks.append(Check(key, "ok", detail))
+    return checks
+
+
+# -- client configs -------------------------------------------------------------------------------------
+def _entry_runs(entry: dict[str, Any]) -> tuple[bool, str]:
+    """Run the entry's command with `--version` in place of `mcp`, under a GUI client's minimal environment."""
+    command = entry.get("command")
+    args = [str(a) for a in entry.get("args") or []]
+    if not isinstance(command, str) or not command:
+        return False, "its entry has no command"
+    if not os.path.isabs(command):
+        return False, f"its command {command!r} is not an absolute path (a GUI client's PATH may not find it)"
+    if not (os.path.isfile(command) and os.access(command, os.X_OK)):
+        return False, f"its command {command} does not exist or is not executable"
+    if "mcp" not in args:
+        return True, f"{command} exists (its args {args} are not `mcp`: not run)"
+    argv = [command, *args[:args.index("mcp")], "--version"]
+    env_extra = entry.get("env") if isinstance(entry.get("env"), dict) else {}
+    env = {"PATH": MINIMAL_PATH, "HOME": str(Path.home()), **{k: str(v) for k, v in env_extra.items()}}
+    code, out = _run(argv, env=env, timeout=60, cwd=str(Path.home()))
+    if code == 0 and "agentqueue" in out:
+        return True, f"`{shlex.join(argv)}` → {_first_line(out)}"
+    return False, f"`{shlex.join(argv)}` failed: {_first_line(out[-500:]) or f'status {code}'}"
+
+
+def check_clients(home: Path) -> list[Check]:
+    checks = []
+    pointing = 0
+    for client in CLIENTS:
+        config = read_config(client)
+        if config.error:
+            checks.append(Check(client, "fail", config.error,
+                                f"Fix {config.path} (the client cannot read it either), then "
+                                f"`agentqueue install {client}`."))
+            continue
+        if config.entry is None:
+            continue
+        pointing += 1
+        runs, how = _entry_runs(config.entry)
+        checks.append(Check(client, "ok" if runs else "fail", f"{config.path}: {how}",
+                            None if runs else f"`agentqueue install {client}` writes a command that runs."))
+        other = config.entry_home()
+        if other is not None and other != home.resolve():
+            checks.append(Check(f"{client} home", "warn",
+                                f"{client} uses AGENTQUEUE_HOME={other}, this terminal uses {home}: the client and "
+                                "the CLI see different queues.",
+                                f"`agentqueue install {client}` points it at {home}, or set "
+                                f"AGENTQUEUE_HOME={other} in this terminal."))
+    if not pointing:
+        checks.append(Check("clients", "warn", "no MCP client config points at AgentQueue.",
+                            "agentqueue install claude-code   (or claude-desktop, cursor, vscode)"))
+    return checks
+
+
+# -- all of it ------------------------------------------------------------------------------------------
+def run_checks(home: Path) -> list[Check]:
+    checks = check_git()
+    config_checks, loaded = check_config(home)
+    checks += config_checks
+    daemon_checks, daemon = check_daemon(home)
+    checks += daemon_checks
+    checks += check_token(home)
+    checks += check_clis(home, loaded, daemon)
+    checks += check_clients(home)
+    return checks
+
+
+def doctor(home: Path, as_json: bool = False) -> int:
+    checks = run_checks(home)
+    problems = sum(c.level == "fail" for c in checks)
+    if as_json:
+        from .cli_output import print_json
+
+        print_json({"home": str(home), "version": __version__, "ok": problems == 0, "problems": problems,
+                    "checks": [asdict(c) for c in checks]})
+        return 1 if problems else 0
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console()
+    console.print(Text.assemble(("AgentQueue doctor", "bold"), f" {__version__}  home {home}"))
+    for check in checks:
+        mark, style = MARKS[check.level]
+        console.print(Text.assemble((f"{mark} ", style), (check.name, "bold"), f"  {check.detail}"))
+        if check.fix:
+            console.print(Text.assemble(("    fix: ", "dim"), check.fix))
+    warnings = sum(c.level == "warn" for c in checks)
+    summary = (f"{problems} problem(s)" if problems else "No problems") + (f", {warnings} warning(s)" if warnings else "")
+    console.print(Text(summary + ".", style="bold red" if problems else "green"))
+    return 1 if problems else 0

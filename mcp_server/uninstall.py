@@ -1,0 +1,167 @@
+"""`agentqueue uninstall [--yes] [--purge]`: take AgentQueue out of the user's clients and repos.
+
+It removes our entry from every client config that has one, stops the daemon, removes our
+worktrees (under $AGENTQUEUE_HOME/worktrees) from the users' repos and deletes the task branches
+(`<task_id>/<slug>`) of tasks we know. Never another branch, never a file of the user's checkout.
+A task branch whose commits are not in its repo's default branch is kept (its work exists nowhere
+else) unless --purge, which also deletes the data directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+from .cli_actions import running_agents
+from .cli_output import CliError, duration
+from .daemon_client import running_daemon
+from .install import configs_with_entry, install
+
+
+@dataclass
+class RepoPlan:
+    repo_id: str
+    checkout: Path
+    default_branch: str
+    worktrees: list[Path] = field(default_factory=list)
+    merged: list[str] = field(default_factory=list)    # task branches whose work is in the default branch
+    unmerged: list[str] = field(default_factory=list)  # task branches with commits found nowhere else
+
+
+def _git(checkout: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=60)
+
+
+def _known_branches(home: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(repos, task branches) from the store, read-only; empty when there is no store."""
+    db = paths.db_path(home)
+    if not db.exists():
+        return [], []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    conn.row_factory = sqlite3.Row
+    try:
+        repos = [dict(r) for r in conn.execute("SELECT id, checkout_path, default_branch FROM repos ORDER BY id")]
+        tasks = [dict(r) for r in conn.execute(
+            "SELECT id, repo_id, branch FROM tasks WHERE branch IS NOT NULL AND repo_id IS NOT NULL ORDER BY id")]
+    finally:
+        conn.close()
+    return repos, tasks
+
+
+def plan_repos(home: Path) -> list[RepoPlan]:
+    repos, tasks = _known_branches(home)
+    ours = (home / "worktrees").resolve()
+    plans = []
+    for repo in repos:
+        checkout = Path(repo["checkout_path"])
+        if not (checkout / ".git").exists():
+            continue
+        plan = RepoPlan(repo["id"], checkout, repo["default_branch"])
+        listed = _git(checkout, "worktree", "list", "--porcelain")
+        for line in listed.stdout.splitlines():
+            if line.startswith("worktree "):
+                path = Path(line.removeprefix("worktree ")).resolve()
+                if path.is_relative_to(ours):
+                    plan.worktrees.append(path)
+        for task in tasks:
+            branch = task["branch"]
+            # Only a branch we named for one of our tasks: `<task_id>/<slug>`.
+            if task["repo_id"] != repo["id"] or not branch.startswith(f"{task['id']}/"):
+                continue
+            if _git(checkout, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}").returncode != 0:
+                continue
+            merged = _git(checkout, "merge-base", "--is-ancestor", f"refs/heads/{branch}",
+                          f"refs/heads/{plan.default_branch}").returncode == 0
+            (plan.merged if merged else plan.unmerged).append(branch)
+        if plan.worktrees or plan.merged or plan.unmerged:
+            plans.append(plan)
+    return plans
+
+
+def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
+    configs = configs_with_entry()
+    daemon = running_daemon(home)
+    running = running_agents(home) if daemon is not None else []
+    plans = plan_repos(home)
+    print("agentqueue uninstall will:")
+    if configs:
+        for config in configs:
+            print(f"  - remove the AgentQueue entry from {config.client} ({config.path})")
+    else:
+        print("  - (no client config has an AgentQueue entry)")
+    if daemon is not None:
+        interrupt = f", interrupting {len(running)} running agent(s)" if running else ""
+        print(f"  - stop the daemon (pid {daemon.get('pid')}){interrupt}")
+        for row in running:
+            print(f"      {row['agent_id']}: {row['task_id']} ({row['status']}, {duration(row['elapsed_s'])})")
+    for plan in plans:
+        if plan.worktrees:
+            print(f"  - remove {len(plan.worktrees)} worktree(s) of repo {plan.repo_id} ({plan.checkout})")
+        if plan.merged:
+            print(f"  - delete {len(plan.merged)} task branch(es) of {plan.repo_id} already in {plan.default_branch}: "
+                  + ", ".join(plan.merged))
+        if plan.unmerged:
+            verb = "delete" if purge else "keep"
+            print(f"  - {verb} {len(plan.unmerged)} task branch(es) of {plan.repo_id} with work not in "
+                  f"{plan.default_branch}: " + ", ".join(plan.unmerged)
+                  + ("" if purge else "  (--purge deletes them)"))
+    if purge:
+        print(f"  - DELETE the data directory {home} (database, logs, notes, config, workspaces)")
+    else:
+        print(f"  - keep the data directory {home} (database, logs, notes, config; --purge deletes it)")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CliError("Nothing changed: there is no terminal to ask. Pass --yes to uninstall.")
+        if input("Proceed? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("Nothing changed.")
+            return 1
+    problems = 0
+    for config in configs:
+        try:
+            _, message = install(config.client, home, remove=True)
+        except SystemExit as error:
+            message, problems = f"{config.client}: {error}", problems + 1
+        print(message)
+    if daemon is not None:
+        from .daemon import stop
+
+        stopped, message = stop(home)
+        print(message)
+        if not stopped:
+            problems += 1
+    for plan in plans:
+        problems += _prune(plan, purge)
+    if purge and home.exists():
+        shutil.rmtree(home, ignore_errors=True)
+        paths.socket_path(home).unlink(missing_ok=True)
+        print(f"Deleted {home}.")
+    elif home.exists():
+        print(f"Your data is kept in {home}; `agentqueue uninstall --purge` (or deleting it) removes it.")
+    print("To remove the program too: `pip uninstall agentqueue` in its venv (or `pipx uninstall agentqueue`, "
+          "`uv tool uninstall agentqueue`).")
+    return 1 if problems else 0
+
+
+def _prune(plan: RepoPlan, purge: bool) -> int:
+    problems = 0
+    for path in plan.worktrees:
+        done = _git(plan.checkout, "worktree", "remove", *(["--force"] if purge else []), str(path))
+        if done.returncode == 0:
+            print(f"Removed worktree {path}")
+        else:
+            problems += 1
+            print(f"Kept worktree {path}: {done.stderr.strip()} (--purge removes it anyway)")
+    _git(plan.checkout, "worktree", "prune")
+    for branch in plan.merged + (plan.unmerged if purge else []):
+        done = _git(plan.checkout, "branch", "-D", branch)
+        if done.returncode == 0:
+            print(f"Deleted branch {branch} in {plan.checkout}")
+        else:
+            problems += 1
+            print(f"Kept branch {branch} in {plan.checkout}: {done.stderr.strip()}")
+    return problems

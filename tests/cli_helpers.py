@@ -1,0 +1,145 @@
+"""Running the `agentqueue` CLI as a person does (a subprocess, a scratch HOME) against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentqueue import paths
+from agentqueue.daemon_client import call_tool, running_daemon
+
+# Variables from the machine that would make a test depend on it.
+_MACHINE = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "AGENTQUEUE_TOKEN", "AGENTQUEUE_CLAUDE_BIN", "AGENTQUEUE_CODEX_BIN",
+            "AGENTQUEUE_GEMINI_BIN", "AGENTQUEUE_GH_BIN", "AGENTQUEUE_PORT", "GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME",
+            "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL")
+
+
+def cli_env(home: Path, user_home: Path, **extra: str) -> dict[str, str]:
+    user_home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in _MACHINE}
+    return {**env, "AGENTQUEUE_HOME": str(home), "HOME": str(user_home), "GIT_CONFIG_NOSYSTEM": "1",
+            "AGENTQUEUE_POLL_SECONDS": "0.1", "COLUMNS": "80", **extra}
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 60, stdin: Any = subprocess.DEVNULL,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentqueue", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=stdin, cwd=cwd)
+
+
+def cli_json(env: dict[str, str], *args: str) -> Any:
+    done = run_cli(env, *args, "--json")
+    assert done.returncode == 0, f"agentqueue {' '.join(args)} --json failed: {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 60, what: str = "the condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class LiveDaemon:
+    home: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        return call_tool(self.home, tool, arguments, start=False)
+
+    def task_status(self, task_id: str) -> str:
+        return cli_json(self.env, "show", task_id)["task"]["status"]
+
+    def wait_status(self, task_id: str, *statuses: str, timeout: float = 60) -> str:
+        return wait_until(lambda: (s := self.task_status(task_id)) in statuses and s,
+                          timeout, f"task {task_id} to reach {statuses}")
+
+
+def start_daemon(env: dict[str, str], *args: str) -> LiveDaemon:
+    """`agentqueue serve` in the background; returns once it accepts connections."""
+    home = Path(env["AGENTQUEUE_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    out = open(home / "serve.out", "ab")
+    process = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", *(args or ("--no-http",))], env=env,
+                               stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    out.close()
+    wait_until(lambda: process.poll() is not None or (running_daemon(home) and paths.socket_path(home).exists()),
+               60, "the daemon to start")
+    assert process.poll() is None, (home / "serve.out").read_text()
+    return LiveDaemon(home, env, process)
+
+
+def stop_daemon(live: LiveDaemon) -> None:
+    if live.process.poll() is None:
+        live.process.terminate()
+        try:
+            live.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            live.process.kill()
+            live.process.wait()
+
+
+# An agent (the `command` type) that obeys lines of its prompt:
+#   WRITE <file> <text>  write a file   SAY <text>  print a line   WAITFOR <path>  wait until it exists
+AGENT = r"""
+import pathlib, re, sys, time
+prompt = sys.stdin.read()
+for line in prompt.splitlines():
+    word, _, rest = line.partition(" ")
+    if word == "WRITE":
+        name, _, text = rest.partition(" ")
+        pathlib.Path(name).write_text(text + "\n")
+    elif word == "SAY":
+        print(rest, flush=True)
+    elif word == "WAITFOR":
+        while not pathlib.Path(rest).exists():
+            time.sleep(0.05)
+"""
+AGENT_COMMAND = shlex.join([sys.executable, "-c", AGENT])
+
+
+class Output:
+    """A child's output read as it comes (raw reads: no buffer hides a line that already arrived)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.fd = stream.fileno()
+        self.text = b""
+        self.closed = False
+
+    def read_until(self, needle: bytes, timeout: float = 60) -> bytes:
+        import select
+
+        deadline = time.monotonic() + timeout
+        while needle not in self.text:
+            if self.closed or time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} not seen (closed={self.closed}); got {self.text[-2000:]!r}")
+            if select.select([self.fd], [], [], 0.1)[0]:
+                chunk = os.read(self.fd, 65536)
+                self.closed = not chunk
+                self.text += chunk
+        return self.text
+
+    def drain(self, timeout: float = 60) -> bytes:
+        try:
+            self.read_until(b"\0never\0", timeout)
+        except AssertionError:
+            pass
+        return self.text

@@ -1,0 +1,175 @@
+"""The terminal against a real daemon: reads as JSON, actions through the daemon's tools, stop, logs -f.
+
+Everything is a real process: `agentqueue serve`, the CLI as a subprocess, a `command` agent that
+writes into a real linked git repo.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentqueue import daemon
+
+from .cli_helpers import AGENT_COMMAND, LiveDaemon, Output, cli_env, cli_json, run_cli, start_daemon, stop_daemon
+from .git_fixtures import git, make_repo
+from .processes import alive
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[LiveDaemon]:
+    env = cli_env(tmp_path / "aq", tmp_path / "user")
+    running = start_daemon(env)
+    repo = make_repo(tmp_path / "repo")
+    running.call("create_project", name="Demo")
+    running.call("add_repo", source="link", project_id="demo", path=str(repo), name="app")
+    running.call("create_agent", name="worker", agent_type="command", command=AGENT_COMMAND)
+    running.repo = repo  # type: ignore[attr-defined]
+    yield running
+    stop_daemon(running)
+
+
+def test_reads_as_json_and_approve_through_the_daemon(live: LiveDaemon) -> None:
+    task = live.call("create_task", project_id="demo", title="Write out", requires_approval=True,
+                     description="WRITE out.txt changed\nSAY wrote out.txt")
+    live.wait_status(task["id"], "AWAITING_APPROVAL")
+    env = live.env
+
+    listed = cli_json(env, "tasks")
+    assert [(t["id"], t["status"]) for t in listed["tasks"]] == [(task["id"], "AWAITING_APPROVAL")]
+    assert cli_json(env, "tasks", "--status", "awaiting_approval", "--project", "demo")["total"] == 1
+    assert cli_json(env, "tasks", "--status", "READY")["tasks"] == []
+
+    shown = cli_json(env, "show", task["id"])
+    assert shown["task"]["branch"].startswith(f"{task['id']}/") and shown["attempts"] == 1
+    assert shown["result"]["status"] == "completed" and shown["result"]["files_changed"] == ["out.txt"]
+    assert shown["log"].endswith(f"{task['id']}.log")
+
+    diff = cli_json(env, "diff", task["id"])
+    assert diff["files_changed"] == ["out.txt"] and "+changed" in diff["diff"]
+    plain = run_cli(env, "diff", task["id"])
+    assert plain.returncode == 0 and "+changed" in plain.stdout
+
+    usage = cli_json(env, "usage")
+    assert [(r["project_id"], r["runs"]) for r in usage["breakdown"]] == [("demo", 1)]
+    assert cli_json(env, "usage", "--project", "demo", "--since", "1")["breakdown"][0]["task_id"] == task["id"]
+
+    status = cli_json(env, "status")
+    assert status["daemon"]["running"] and status["daemon"]["pid"] == live.pid
+    assert status["tasks"]["by_status"]["AWAITING_APPROVAL"] == 1 and len(status["tasks"]["by_status"]) == 11
+    assert status["orchestrator"]["state"] == "running"
+
+    logs = cli_json(env, "logs", task["id"])
+    assert "wrote out.txt" in logs["text"]
+
+    approved = run_cli(env, "approve", task["id"])
+    assert approved.returncode == 0 and "COMPLETED" in approved.stdout, approved.stderr
+    assert git(live.repo, "show", "main:out.txt") == "changed"  # type: ignore[attr-defined]
+    # The daemon's own checks apply: a second approve is refused with the tool's message.
+    again = run_cli(env, "approve", task["id"])
+    assert again.returncode == 1 and "AWAITING_APPROVAL" in again.stderr and "Traceback" not in again.stderr
+    assert cli_json(env, "tasks", "--all")["tasks"][0]["status"] == "COMPLETED"
+    assert cli_json(env, "tasks")["hidden_completed"] == 1
+
+
+def test_pause_and_resume_go_through_the_daemon(live: LiveDaemon) -> None:
+    env = live.env
+    assert cli_json(env, "pause")["state"] == "paused"
+    assert cli_json(env, "status")["orchestrator"]["state"] == "paused"
+    held = live.call("create_task", project_id="demo", title="Held", description="SAY hi")
+    assert cli_json(env, "pause", "demo")["status"] == "PAUSED"
+    assert cli_json(env, "resume")["state"] == "running"
+    assert cli_json(env, "status")["projects"][0]["status"] == "PAUSED"
+    assert live.task_status(held["id"]) == "READY"  # its project is still paused
+    resumed = run_cli(env, "resume", "demo")
+    assert resumed.returncode == 0 and "ACTIVE" in resumed.stdout
+    live.wait_status(held["id"], "COMPLETED")
+    events = live.call("get_recent_events", limit=50)["events"]
+    assert {"orchestrator.paused", "orchestrator.resumed"} <= {e["event_type"] for e in events}
+    unknown = run_cli(env, "pause", "nope")
+    assert unknown.returncode == 1 and "'nope' not found" in unknown.stderr
+
+
+def _answer_on_a_tty(env: dict[str, str], answer: bytes, *args: str) -> tuple[int, str]:
+    """Run the CLI on a pseudo-terminal, type `answer` at its question; returns (status, what it showed)."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "agentqueue", *args], stdin=slave, stdout=slave,
+                               stderr=slave, env=env)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"[y/N]" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 4096)
+        os.write(master, answer + b"\n")
+        code = process.wait(timeout=60)
+        while select.select([master], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
+    return code, seen.decode(errors="replace")
+
+
+def test_stop_lists_the_agents_it_interrupts_and_asks(live: LiveDaemon, tmp_path: Path) -> None:
+    task = live.call("create_task", project_id="demo", title="Long one",
+                     description=f"SAY working\nWAITFOR {tmp_path / 'never'}")
+    live.wait_status(task["id"], "IN_PROGRESS")
+    refused = run_cli(live.env, "stop")  # no terminal to ask
+    assert refused.returncode == 1
+    assert "worker" in refused.stdout and task["id"] in refused.stdout and "--force" in refused.stderr
+    assert alive(live.pid) and daemon.lock_is_held(live.home)
+
+    code, shown = _answer_on_a_tty(live.env, b"n", "stop")
+    assert code == 1 and task["id"] in shown and "Not stopped" in shown
+    assert alive(live.pid)
+
+    forced = run_cli(live.env, "stop", "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert task["id"] in forced.stdout and "Stopped the AgentQueue daemon" in forced.stdout
+    assert live.process.wait(timeout=20) == 0
+    # After the daemon is gone, status says so and never claims the orchestrator is running.
+    status = run_cli(live.env, "status")
+    assert "daemon not running (the orchestrator setting is 'running'" in " ".join(status.stdout.split())
+    assert "orchestrator running" not in status.stdout
+
+
+def test_logs_follow_prints_each_line_as_the_agent_writes_it(live: LiveDaemon, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    task = live.call("create_task", project_id="demo", title="Talks",
+                     description=f"SAY first line\nWAITFOR {go}\nSAY second line")
+    follower = subprocess.Popen([sys.executable, "-m", "agentqueue", "logs", task["id"], "-f"], env=live.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    out = Output(follower.stdout)
+    try:
+        out.read_until(b"first line")
+        # The agent cannot write its second line before `go` exists: the first was shown while it ran.
+        assert b"second line" not in out.text and live.task_status(task["id"]) == "IN_PROGRESS"
+        go.touch()
+        out.read_until(b"second line")
+        # Following ends by itself once the task is done.
+        assert follower.wait(timeout=60) == 0
+        assert b"[done] completed" in out.drain(10)
+        assert task["id"] in follower.stderr.read().decode()
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
