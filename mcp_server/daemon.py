@@ -8,8 +8,6 @@ HTTP on loopback behind a bearer token, and stops cleanly on SIGTERM or `agentqu
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hmac
 import json
 import logging
@@ -30,6 +28,8 @@ from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
 from . import __version__, logs, paths
+from . import home_lock as home_lock_module
+from .home_lock import AlreadyRunningError
 from .app import build_server
 from .engine.orchestrator import Engine
 from .services import Services
@@ -41,51 +41,16 @@ log = logging.getLogger("agentqueue.daemon")
 DEFAULT_PORT = 8765
 
 
-class AlreadyRunningError(RuntimeError):
-    """Another daemon holds this home's lock."""
-
-
-# -- the lock and the daemon record ----------------------------------------------------------------
 @contextlib.contextmanager
 def home_lock(home: Path) -> Iterator[None]:
-    """Exclusive lock on `<home>/daemon.lock` for the daemon's lifetime (released by the OS on crash)."""
-    home.mkdir(parents=True, exist_ok=True)
-    fd = os.open(paths.lock_path(home), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        os.close(fd)
-        if error.errno in (errno.EAGAIN, errno.EACCES):
-            info = read_daemon_info(home)
-            pid = f" (pid {info['pid']})" if info else ""
-            raise AlreadyRunningError(
-                f"An AgentQueue daemon is already running for {home}{pid}. "
-                "Use it (agentqueue mcp connects to it), or stop it first with `agentqueue stop`."
-            ) from None
-        raise
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+    """The home's lock for the daemon's lifetime; the refusal names the pid that holds it."""
+    info = read_daemon_info(home)
+    with home_lock_module.hold(home, f" (pid {info['pid']})" if info else ""):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def lock_is_held(home: Path) -> bool:
-    lock = paths.lock_path(home)
-    if not lock.exists():
-        return False
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return home_lock_module.is_held(home)
 
 
 def read_daemon_info(home: Path) -> dict[str, Any] | None:

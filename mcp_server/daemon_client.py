@@ -7,15 +7,13 @@ initialize, notifications/initialized, tools/call, then hang up.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, paths
+from . import __version__, home_lock, paths
 
 PROTOCOL_VERSION = "2025-11-25"
 
@@ -30,21 +28,7 @@ class ToolError(RuntimeError):
 
 # -- is a daemon running? -------------------------------------------------------------------------
 def lock_is_held(home: Path) -> bool:
-    """True while a daemon holds `<home>/daemon.lock` (the OS releases it when the daemon dies)."""
-    lock = paths.lock_path(home)
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return home_lock.is_held(home)
 
 
 def daemon_info(home: Path) -> dict[str, Any] | None:

@@ -198,3 +198,33 @@ async def test_after_agentqueue_stop_the_plugin_exits_instead_of_restarting(live
     assert stopped, message
     assert plugin.wait(timeout=15) == 0
     assert not daemon.lock_is_held(live_home)
+
+
+def test_a_daemon_starts_while_status_probes_its_lock(live_home: Path) -> None:
+    """`agentqueue status --watch` probes the lock every second; a daemon starting then must not give up."""
+    import threading
+
+    stop_probing = threading.Event()
+
+    def probe() -> None:
+        while not stop_probing.is_set():
+            daemon.lock_is_held(live_home)
+
+    live_home.mkdir(parents=True)
+    probers = [threading.Thread(target=probe, daemon=True) for _ in range(2)]
+    for thread in probers:
+        thread.start()
+    try:
+        for _ in range(3):
+            server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"],
+                                      env=plugin_env(live_home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 30
+            while not paths.daemon_info_path(live_home).exists():
+                assert server.poll() is None, f"the daemon gave up: {server.stderr.read().decode()}"
+                assert time.monotonic() < deadline, "daemon did not start"
+                time.sleep(0.02)
+            stopped, message = daemon.stop(live_home)
+            assert stopped, message
+            assert server.wait(timeout=15) == 0
+    finally:
+        stop_probing.set()
