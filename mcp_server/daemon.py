@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import uvicorn
 from anyio.abc import SocketStream
 from mcp.server import MCPServer
@@ -243,12 +244,16 @@ class Daemon:
                        "ON CONFLICT(id) DO UPDATE SET pid = excluded.pid, hostname = excluded.hostname, "
                        "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
                        (os.getpid(), socket.gethostname(), now_iso(), now_iso()))
-        info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
-                "started_at": now_iso()}
-        paths.daemon_info_path(self.home).write_text(json.dumps(info))
-        log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
-                 f" and {http_url}" if http_url else "")
-        print(next_steps(self.home, http_url), flush=True)
+
+        def announce() -> None:
+            # Only once signals are handled: `agentqueue stop` finds the pid here, and a SIGTERM
+            # before the handler is installed would kill the daemon without its cleanup.
+            info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
+                    "started_at": now_iso()}
+            paths.daemon_info_path(self.home).write_text(json.dumps(info))
+            log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
+                     f" and {http_url}" if http_url else "")
+            print(next_steps(self.home, http_url), flush=True)
 
         async def accept() -> None:
             async with listener:
@@ -281,7 +286,8 @@ class Daemon:
             if server is not None:
                 tg.start_soon(run_http)
             tg.start_soon(self._housekeeping, services, mcp)
-            tg.start_soon(self._watch_signals)
+            await tg.start(self._watch_signals)
+            announce()
             tg.start_soon(engine.run)
             await self.stopping.wait()
             log.info("daemon stopping")
@@ -304,8 +310,9 @@ class Daemon:
                     db.execute("UPDATE daemon_lease SET heartbeat_at = ? WHERE pid = ?", (now_iso(), os.getpid()))
             await anyio.sleep(0.25)
 
-    async def _watch_signals(self) -> None:
+    async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 self.stopping.set()
