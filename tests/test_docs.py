@@ -41,3 +41,12 @@ def test_no_link_in_the_readme_or_docs_points_outside_the_repository() -> None:
             elif not path.exists():
                 problems.append(f"{doc.name}: {target} (no such file)")
     assert not problems, problems
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", readme.split("## Add it to your client")[0], re.S)
+    assert len(blocks) == 2, "the Quick start has two commands: install-and-start, and the tests"
+    assert blocks[1].strip() == ".ci/run"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    assert ci[-1].endswith(".venv/bin/python -m pytest") and "pip install" in ci[-1]
