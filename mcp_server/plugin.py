@@ -128,10 +128,15 @@ def note(home: Path, message: str) -> None:
         pass
 
 
+def _say(message: str) -> None:
+    """Progress while a client waits on the first start: stderr is what clients keep in their logs."""
+    print(f"agentqueue: {message}", file=sys.stderr, flush=True)
+
+
 class Pipe:
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.sock = connect_or_start(home)
+        self.sock = connect_or_start(home, progress=_say)
         self.lock = threading.Lock()
         self.handshake: list[bytes] = []  # the client's initialize request and initialized notification
         self.client_gone = threading.Event()

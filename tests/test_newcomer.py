@@ -92,6 +92,9 @@ def test_the_first_hour_as_a_newcomer_walks_it(person: dict[str, str], tmp_path:
     run(" && ".join(install), person, cwd=ROOT, timeout=900)
     script = user_home / ".agentqueue-venv" / "bin" / "agentqueue"
     assert script.exists()
+    site = next((user_home / ".agentqueue-venv" / "lib").glob("python3*/site-packages"))
+    assert (site / "agentqueue" / "tools").is_dir() and (site / "agentqueue" / "prompts").is_dir()
+    assert not any((site / name).exists() for name in ("tools", "prompts", "mcp_server")), "generic top-level names"
     started = subprocess.Popen(shlex.split(serve.replace("~", str(user_home))), env=person, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     first_line = started.stdout.readline()
