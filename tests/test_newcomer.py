@@ -49,7 +49,8 @@ def person(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A terminal on a fresh machine: its own HOME, the usual PATH, no AgentQueue yet."""
     user_home = tmp_path / "newcomer"
     user_home.mkdir()
-    env = {"HOME": str(user_home), "PATH": os.environ["PATH"], "LANG": "C.UTF-8",
+    # AGENTQUEUE_PORT=0: a free HTTP port, so another AgentQueue on this machine can't take 8765 from us.
+    env = {"HOME": str(user_home), "PATH": os.environ["PATH"], "LANG": "C.UTF-8", "AGENTQUEUE_PORT": "0",
            "GIT_CONFIG_NOSYSTEM": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1"}
     for key in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT", "SSL_CERT_FILE",
@@ -119,7 +120,7 @@ def test_the_first_hour_as_a_newcomer_walks_it(person: dict[str, str], tmp_path:
         (project / name / "__init__.py").write_text("raise SystemExit('shadowed')\n")
     assert "✔ Connected" in mcp_list(terminal, project)
     run([str(script), "stop", "--force"], person)
-    gui = {"PATH": "/usr/bin:/bin", "HOME": str(user_home)}  # what `env -i PATH=/usr/bin:/bin` leaves
+    gui = {"PATH": "/usr/bin:/bin", "HOME": str(user_home), "AGENTQUEUE_PORT": "0"}  # `env -i PATH=/usr/bin:/bin`
     assert "✔ Connected" in mcp_list(gui, project)
 
     # 4. Keys go in config.toml (the GUI-started daemon has none); a linked repo; a task without repo_id.
