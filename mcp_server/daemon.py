@@ -43,10 +43,10 @@ DEFAULT_PORT = 8765
 
 
 @contextlib.contextmanager
-def home_lock(home: Path) -> Iterator[None]:
+def home_lock(home: Path, grace: float = home_lock_module.GRACE_SECONDS) -> Iterator[None]:
     """The home's lock for the daemon's lifetime; the refusal names the pid that holds it."""
     info = read_daemon_info(home)
-    with home_lock_module.hold(home, f" (pid {info['pid']})" if info else ""):
+    with home_lock_module.hold(home, f" (pid {info['pid']})" if info else "", grace):
         yield
 
 

@@ -26,11 +26,11 @@ class AlreadyRunningError(RuntimeError):
 
 
 @contextlib.contextmanager
-def hold(home: Path, describe_holder: str = "") -> Iterator[None]:
-    """Hold the home's lock for the block; AlreadyRunningError if another process keeps it."""
+def hold(home: Path, describe_holder: str = "", grace: float = GRACE_SECONDS) -> Iterator[None]:
+    """Hold the home's lock for the block; AlreadyRunningError if another process keeps it past `grace`."""
     home.mkdir(parents=True, exist_ok=True)
     fd = os.open(paths.lock_path(home), os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + GRACE_SECONDS
+    deadline = time.monotonic() + grace
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -29,7 +29,7 @@ async def _serve(home: Path) -> None:
         mcp = build_server(services)
         with contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(home_lock(home))
+                stack.enter_context(home_lock(home, grace=0))  # a running daemon is the common case
             except AlreadyRunningError:
                 log.warning("A daemon runs for %s: this standalone server serves MCP without its own engine.", home)
                 await mcp.run_stdio_async()
