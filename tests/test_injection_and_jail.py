@@ -379,7 +379,7 @@ async def test_run_command_timeout_kills_the_process_group(client, world, tmp_pa
 async def test_run_command_denied_by_policy(client, services, world, tmp_path, monkeypatch):
     marker = tmp_path / "ran"
     monkeypatch.setenv("AGENTQUEUE_RUN_COMMAND", "deny")
-    await refused(client, services, "run_command", "disabled by policy", "AGENTQUEUE_RUN_COMMAND",
+    await refused(client, services, "run_command", "denied by AgentQueue's policy", "AGENTQUEUE_RUN_COMMAND",
                   command=f"touch {marker}", working_dir="proj")
     assert not marker.exists()
     monkeypatch.setenv("AGENTQUEUE_RUN_COMMAND", "allow")  # read at each call

@@ -13,6 +13,7 @@ from .files import Files
 from .hooks import Hooks
 from .memory import Memory
 from .notes import Notes
+from .policy import Policies
 from .projects import Projects
 from .repos import Repos
 from .system import System
@@ -30,6 +31,7 @@ class Services:
         paths.logs_dir(home).mkdir(exist_ok=True)
         self.settings = settings.load(home)  # config.toml + AGENTQUEUE_*; a bad value stops here, clearly
         self.store = Store(paths.db_path(home))
+        self.policies = Policies(home)
         self.projects = Projects(self.store, paths.workspaces_dir(home))
         self.tasks = Tasks(self.store, self.projects)
         self.agents = Agents(self.store, self.settings)
@@ -39,7 +41,7 @@ class Services:
         self.system = System(self.store, self.agents)
         self.repos = Repos(self.store, self.projects)
         self.vcs = Vcs(self.store, self.repos, self.settings)
-        self.files = Files(self.store)
+        self.files = Files(self.store, self.policies)
         self.notes = Notes(self.store, self.projects)
         self.memory = Memory(self.projects)
         self.hooks = Hooks(self.store, self.projects)

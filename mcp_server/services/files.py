@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store.db import Store
-from . import policy
+from .policy import Policies
+from .policy_rules import tool_action
 from .errors import InvalidInputError, NotFoundError, ServiceError
 
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
@@ -57,8 +58,23 @@ def _cap(text: str, limit: int) -> str:
 
 
 class Files:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, policies: Policies) -> None:
         self.store = store
+        self.policies = policies
+
+    def project_of(self, path: Path) -> str | None:
+        """The project whose workspace or repo holds `path` (the innermost one), if any."""
+        real = Path(os.path.realpath(path))
+        best: tuple[int, str] | None = None
+        rows = self.store.all("SELECT id AS project_id, workspace AS root FROM projects "
+                              "UNION ALL SELECT project_id, checkout_path AS root FROM repos")
+        for row in rows:
+            root = Path(os.path.realpath(row["root"])) if row["root"] else None
+            if root and (real == root or real.is_relative_to(root)):
+                depth = len(root.parts)
+                if best is None or depth > best[0]:
+                    best = (depth, row["project_id"])
+        return best[1] if best else None
 
     # -- the jail ------------------------------------------------------------------------------
     def roots(self) -> list[Path]:
@@ -173,7 +189,9 @@ class Files:
             raise InvalidInputError(f"timeout must be between 1 and 600 seconds (got {timeout}).")
         if not working_dir.is_dir():
             raise NotFoundError(f"working_dir {working_dir} is not a directory.")
-        policy.check_run_command(command, working_dir)
+        # A deny rule always wins, whoever runs the command (a tool call, a hook step, a verify command).
+        self.policies.require(tool_action("run_command", command), self.project_of(working_dir),
+                              f"Running `{command[:200]}`")
         process = subprocess.Popen(["/bin/sh", "-c", command], cwd=working_dir, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         timed_out = False
