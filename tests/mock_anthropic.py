@@ -13,6 +13,11 @@ Scenarios:
   loop         the same Bash call forever
   slow_write   waits SLOW_SECONDS, then like write_file
   hook_create_task  calls AgentQueue's MCP tool create_task (HOOK_TASK), then "Created."
+  run_cmd      Bash with the command written as CMD[...] in the prompt, TIMES[n] times (default 1); then
+               "Tool said: <the last tool result>" (so a test sees what the model was told)
+  write_tool   the Write tool creates written.txt, then "Done."
+  ping_pong    Bash `echo ping`, `echo pong`, alternating forever
+  followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
   (none)       a plain text answer
 """
 
@@ -29,6 +34,20 @@ USAGE = {"input_tokens": 100, "output_tokens": 42, "cache_creation_input_tokens"
 SLOW_SECONDS = 4.0
 HOOK_TASK = {"title": "Made by the hook", "description": "Created through AgentQueue's MCP server by a hook.",
              "project_id": "demo"}
+FOLLOWUP = {"title": "Follow-up from the agent", "description": "SCENARIO:followup Queued by a running agent."}
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> list[str]:
+    """The text of every tool result the conversation holds, oldest first."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    inner = block.get("content")
+                    out.append(inner if isinstance(inner, str) else json.dumps(inner))
+    return out
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -133,6 +152,24 @@ class MockAnthropic:
             blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo same", "description": "again"}})]
         elif scenario == "hook_create_task" and not answered_tool:
             blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": HOOK_TASK})]
+        elif scenario == "run_cmd":
+            command = re.search(r"CMD\[(.*?)\]", text)
+            times = re.search(r"TIMES\[(\d+)\]", text)
+            results = _tool_results(messages)
+            if len(results) < (int(times[1]) if times else 1):
+                blocks = [("tool_use", {"name": "Bash", "input": {
+                    "command": json.loads(f'"{command[1]}"') if command else "true", "description": "run it"}})]
+            else:
+                blocks = [("text", f"Tool said: {results[-1] if results else '(nothing)'}")]
+        elif scenario == "write_tool" and not answered_tool:
+            blocks = [("tool_use", {"name": "Write", "input": {"file_path": "written.txt", "content": "written\n"}})]
+        elif scenario == "ping_pong":
+            word = "ping" if len(_tool_results(messages)) % 2 == 0 else "pong"
+            blocks = [("tool_use", {"name": "Bash", "input": {"command": f"echo {word}", "description": word}})]
+        elif scenario == "followup" and not answered_tool:
+            blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
+        elif scenario == "followup":
+            blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
         elif scenario in ("write_file", "slow_write") and not answered_tool:
             blocks = [("tool_use", {"name": "Bash", "input": {
                 "command": "echo hello from claude > claude_hello.txt", "description": "write the file"}})]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -80,13 +82,25 @@ def test_command_exit_code_decides() -> None:
 
 
 def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
-    cfg = AgentConfig("claude-code", binary="/bin/claude", model="m", max_turns=7)
+    cfg = AgentConfig("claude-code", binary="/bin/claude", model="m", max_turns=7, deny_rules=["Bash(rm:*)"])
     spec = claude_code.build(cfg, "do it", "ctx", None)
-    assert spec.stdin == b"do it" and "--strict-mcp-config" in spec.argv and "--verbose" in spec.argv
-    assert spec.argv[spec.argv.index("--max-turns") + 1] == "7" and "acceptEdits" in spec.argv
+    assert spec.interactive and json.loads(spec.stdin) == {"type": "user", "message": {"role": "user",
+                                                                                         "content": "do it"}}
+    assert "--strict-mcp-config" in spec.argv and "--verbose" in spec.argv
+    assert spec.argv[spec.argv.index("--max-turns") + 1] == "7"
+    assert spec.argv[spec.argv.index("--input-format") + 1] == "stream-json"
+    assert spec.argv[spec.argv.index("--permission-prompt-tool") + 1] == "stdio"
+    assert spec.argv[spec.argv.index("--permission-mode") + 1] == "default"
+    assert "Bash" in json.loads(spec.argv[spec.argv.index("--settings") + 1])["permissions"]["ask"]
+    assert spec.argv[spec.argv.index("--disallowedTools") + 1] == "Bash(rm:*)"
     spec = codex.build(AgentConfig("codex", binary="codex"), "do it", "", None)
     assert spec.stdin is None and spec.argv[-1] == "do it" and spec.argv[-2] == "--"
+    assert "workspace-write" in spec.argv  # the standard preset
+    assert "read-only" in codex.build(AgentConfig("codex", preset="readonly"), "x", "", None).argv
+    assert "--dangerously-bypass-approvals-and-sandbox" in codex.build(AgentConfig("codex", preset="autonomous"),
+                                                                         "x", "", None).argv
     spec = gemini.build(AgentConfig("gemini"), "-rf", "", None)
     assert spec.stdin is None and spec.argv[-1] == "--prompt=-rf"
+    assert gemini.build(AgentConfig("gemini", preset="readonly"), "x", "", None).argv[4] == "plan"
     spec = command.build(AgentConfig("command", command="python3 -c 'print(1)'"), "p", "", None)
     assert spec.argv == ["python3", "-c", "print(1)"] and spec.stdin == b"p"

@@ -5,6 +5,7 @@ Real CLI, real git worktrees, real files; only the model's answers are scripted 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -132,15 +133,25 @@ async def test_stop_task_kills_a_hung_run_within_two_seconds(queue: Services) ->
     assert result is not None and result.error_type == "killed"
 
 
-async def test_loop_detector_kills_a_looping_run(queue: Services) -> None:
-    task = queue.tasks.create("demo", "Loops", "SCENARIO:loop keep going", repo_id="app", max_retries=0)
+def watchdog_notes(mock: MockAnthropic, scenario: str) -> list[int]:
+    """Indexes of the scenario's requests whose conversation carries the watchdog's warning."""
+    return [i for i, r in enumerate(mock.messages_for(scenario)) if "AgentQueue watchdog" in json.dumps(r["messages"])]
+
+
+@pytest.mark.parametrize(("scenario", "pattern"), [("loop", "no progress"), ("ping_pong", "ping-pong")])
+async def test_the_watchdog_warns_the_model_in_the_same_run_then_kills(queue: Services, mock_api: MockAnthropic,
+                                                                      scenario: str, pattern: str) -> None:
+    task = queue.tasks.create("demo", "Loops", f"SCENARIO:{scenario} keep going", repo_id="app", max_retries=0)
     engine = engine_for(queue)
     await run_until(engine, lambda: queue.tasks.get(task.id).status in ("BLOCKED", "COMPLETED"), timeout=120)
     assert queue.tasks.get(task.id).status == "BLOCKED"
-    _, result = queue.tasks.results(task.id)
-    assert result is not None and result.error_type == "loop"
+    attempts, result = queue.tasks.results(task.id)
+    assert attempts == 1 and result is not None and result.error_type == "loop"
     log = engine.log_path(task.id).read_text()
-    assert "possible loop" in log and "loop detected" in log
+    assert f"[watchdog] {pattern}:" in log and "warned the agent in this run" in log and "killing the run" in log
+    # The warning went into the run as a message: the model's next requests carry it, in one process.
+    noted = watchdog_notes(mock_api, scenario)
+    assert noted and noted[0] > 0 and len(mock_api.messages_for(scenario)) > noted[0]
     assert queue.tasks.agent_error(task.id)["error_type"] == "Loop detected"
 
 

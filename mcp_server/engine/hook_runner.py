@@ -33,6 +33,7 @@ from ..store.db import now_iso
 from ..store.models import Hook
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig
+from .permissions import PermissionChannel
 from .runner import RunHandle, run_agent
 from .watchdog import WatchdogLimits
 
@@ -314,17 +315,22 @@ class HookRunner:
                                              "env": {"AGENTQUEUE_HOME": str(self.home)}}}}
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
                    "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
+        policy = self.services.policies.effective(hook.project_id)
+        deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
         spec = BUILDERS[agent_type](AgentConfig(agent_type, binary=binary, model=config.get("model"),
-                                                command=config.get("command"), max_turns=int(config.get("max_turns", 20))),
+                                                command=config.get("command"), max_turns=int(config.get("max_turns", 20)),
+                                                preset=policy.preset.name, deny_rules=deny),
                                     prompt, context, mcp)
         workspace = Path(self.services.projects.get(hook.project_id).workspace)
         workspace.mkdir(parents=True, exist_ok=True)
         limits = WatchdogLimits(stall_seconds=float(config.get("stall_seconds", 300)),
                                 timeout_seconds=float(config.get("timeout_seconds", 900)))
         started = time.monotonic()
+        # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
+        channel = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
         result = await run_agent(spec, workspace, PARSERS[agent_type](), RunHandle(),
                                  self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log", limits,
-                                 env=self.services.settings.agent_environment())
+                                 env=self.services.settings.agent_environment(), channel=channel)
         log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)
         return result
 

@@ -23,6 +23,7 @@ import anyio
 from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
+from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
 from ..services.tasks import AmbiguousRepoError
@@ -31,6 +32,7 @@ from ..store.models import Agent, Task
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult
 from .hook_runner import HookRunner
+from .permissions import PermissionChannel
 from .prompting import context_for, task_prompt
 from .runner import RunHandle, run_agent, signal_group
 from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
@@ -214,8 +216,9 @@ class Engine:
                 log.exception("could not record the failure of %s", task_id)
         finally:
             # Free the agent before leaving `running`: shutdown waits on `running`, and must not
-            # return while an agent is still marked BUSY.
+            # return while an agent is still marked BUSY. A question the run left open is moot now.
             with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._close_requests, task_id)
                 await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id)
             self.running.pop(task_id, None)
             self._poked = True
@@ -226,6 +229,13 @@ class Engine:
         svc = self.services
         task = svc.tasks.get(task_id)
         agent = svc.agents.get(agent_id)
+        if agent.agent_type == "command":
+            # What a command agent runs was approved when it was registered; a deny added since still wins.
+            verdict = svc.policies.decide(tool_action("run_command", agent.command), task.project_id)
+            if verdict.decision == "deny":
+                details = {"error": verdict.refusal(f"Agent {agent.id}'s command `{agent.command}`")}
+                await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "policy_denied", details=details))
+                return
         try:
             workspace = await anyio.to_thread.run_sync(self._prepare, task)
         except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
@@ -240,7 +250,7 @@ class Engine:
                  f" on branch {workspace.branch}" if workspace.branch else "")
         if self.flush:
             await self.flush()
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent), task_prompt(task),
+        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id), task_prompt(task),
                                           context_for(svc, task, workspace), None)
         started = time.monotonic()
 
@@ -249,8 +259,10 @@ class Engine:
 
         log_path = self.log_path(task_id)
         on_line = (lambda _line: self.on_log(task_id)) if self.on_log else None
+        channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
+                                    lambda line: self._log_line(task_id, line))
         runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
-                           on_line, env=svc.settings.agent_environment())
+                           on_line, env=svc.settings.agent_environment(), channel=channel)
         async with anyio.create_task_group() as tg:
             async def note_pid() -> None:
                 while handle.pid is None:
@@ -290,10 +302,19 @@ class Engine:
         Path(project.workspace).mkdir(parents=True, exist_ok=True)
         return Workspace(Path(project.workspace))
 
-    def _agent_config(self, agent: Agent) -> AgentConfig:
+    def _agent_config(self, agent: Agent, project_id: str) -> AgentConfig:
         binary = find_cli(agent.agent_type, self.services.settings) if agent.agent_type != "command" else None
+        policy = self.services.policies.effective(project_id)
+        deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
         return AgentConfig(agent.agent_type, binary=binary, model=agent.model, command=agent.command,
-                           max_turns=self.config.max_turns)
+                           max_turns=self.config.max_turns, preset=policy.preset.name, deny_rules=deny)
+
+    def _log_line(self, task_id: str, line: str) -> None:
+        """A line of the engine's own in a task's log (the run's log file is open in the runner)."""
+        with self.log_path(task_id).open("a", encoding="utf-8") as task_log:
+            task_log.write(line + "\n")
+        if self.on_log:
+            self.on_log(task_id)
 
     def log_path(self, task_id: str) -> Path:
         return self.home / "logs" / "tasks" / f"{task_id}.log"
@@ -407,12 +428,19 @@ class Engine:
             except ServiceError as error:
                 log.warning("could not save WIP of %s: %s", task_id, error)
 
+    def _close_requests(self, task_id: str) -> None:
+        for request in self.services.requests.list("pending", task_id=task_id):
+            self.services.requests.expire(request.id, "run ended")
+
     # -- start and stop ----------------------------------------------------------------------------
     def recover(self) -> list[str]:
         """Tasks a dead engine left running: kill orphans, keep their work, requeue them."""
         store = self.services.store
         recovered = []
-        for row in store.all("SELECT * FROM tasks WHERE status IN ('ASSIGNED', 'IN_PROGRESS', 'VERIFYING')"):
+        for request_id in self.services.requests.expire_orphans():  # their runs died with the last daemon
+            log.info("permission request %s expired: its run ended with the daemon", request_id)
+        for row in store.all("SELECT * FROM tasks WHERE status IN ('ASSIGNED', 'IN_PROGRESS', 'WAITING_INPUT', "
+                             "'VERIFYING')"):
             agent = store.one("SELECT * FROM agents WHERE id = ?", (row["assigned_agent"],)) if row["assigned_agent"] \
                 else None
             workspace = self._workspace_of(row)

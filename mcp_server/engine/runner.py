@@ -12,10 +12,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import anyio.abc
 from anyio.abc import Process
 
 from .adapters.base import AgentEvent, Parser, RunResult, RunSpec
@@ -34,6 +36,8 @@ class RunHandle:
     pid: int | None = None
     stop_reason: str | None = None  # killed | timeout | stalled | loop
     started: float = field(default_factory=time.monotonic)
+    waiting: int = 0  # questions out to a person: the watchdog's clocks stand still meanwhile
+    waited_until: float = 0.0  # when the last answer came back (silence before it is not a stall)
 
     def kill(self, reason: str) -> bool:
         """SIGTERM the run's process group now; SIGKILL follows from the runner. True if it was running."""
@@ -62,16 +66,37 @@ def _format(event: AgentEvent) -> str:
     return event.text
 
 
+class AgentChannel(Protocol):
+    """The engine's side of a two-way run: it answers the CLI's questions (permission requests)."""
+
+    async def answer(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def encode_answer(self, request_id: str, response: dict[str, Any]) -> bytes: ...
+
+    def encode_message(self, text: str) -> bytes: ...
+
+
+KILL_MESSAGES = {
+    "killed": "The run was stopped (stop_task or shutdown).",
+    "timeout": "The run exceeded its {timeout:.0f} s wall-clock limit and was killed.",
+    "stalled": "No output for {stall:.0f} s; the run was killed.",
+    "loop": "{loop}",
+}
+
+
 async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle, log_path: Path,
                     limits: WatchdogLimits, on_event: Callable[[str], None] | None = None,
-                    env: dict[str, str] | None = None) -> RunResult:
-    """`env`: what the agent starts from (Settings.agent_environment); default the daemon's own."""
+                    env: dict[str, str] | None = None, channel: AgentChannel | None = None) -> RunResult:
+    """Run one agent to its end. `env`: what it starts from (Settings.agent_environment), default the
+    daemon's own. `channel`: for an interactive spec, who answers its questions."""
     env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _DROP_ENV}
     env.update(spec.env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     loops = LoopDetector(limits)
     last_output = time.monotonic()
     stderr_tail = bytearray()
+    loop_message = ""
+    interactive = spec.interactive and channel is not None
     with log_path.open("a", encoding="utf-8") as task_log:
         def write(line: str) -> None:
             task_log.write(line + "\n")
@@ -91,17 +116,44 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
         handle.pid = process.pid
         if handle.stop_reason:  # stopped while starting
             signal_group(process.pid, signal.SIGTERM)
+        stdin_lock = anyio.Lock()
+
+        async def send(data: bytes) -> bool:
+            async with stdin_lock:
+                if process.stdin is None:
+                    return False
+                try:
+                    await process.stdin.send(data)
+                    return True
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
+                    return False  # the agent exited (or closed stdin)
+
+        async def close_stdin() -> None:
+            async with stdin_lock:
+                if process.stdin is not None:
+                    with anyio.CancelScope(shield=True):
+                        await process.stdin.aclose()
 
         async def feed_stdin() -> None:
-            if process.stdin is not None:
-                try:
-                    await process.stdin.send(spec.stdin or b"")
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
-                    pass  # the agent exited (or closed stdin) without reading its prompt
-                finally:
-                    await process.stdin.aclose()
+            if process.stdin is None:
+                return
+            await send(spec.stdin or b"")
+            if not interactive:
+                await close_stdin()
 
-        async def read_stdout() -> None:
+        async def answer(tg: anyio.abc.TaskGroup, event: AgentEvent) -> None:
+            """A question from the CLI: the channel decides (maybe after a person answers); the run waits."""
+            assert channel is not None and event.data is not None
+            request_id = str(event.data.get("request_id"))
+            handle.waiting += 1
+            try:
+                response = await channel.answer(event.data.get("request") or {})
+            finally:
+                handle.waiting -= 1
+                handle.waited_until = time.monotonic()
+            await send(channel.encode_answer(request_id, response))
+
+        async def read_stdout(tg: anyio.abc.TaskGroup) -> None:
             nonlocal last_output
             buffer = bytearray()
             async for chunk in process.stdout:  # type: ignore[union-attr]
@@ -110,20 +162,33 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
                 while (newline := buffer.find(b"\n")) >= 0:
                     line = buffer[:newline].decode("utf-8", errors="replace")
                     del buffer[: newline + 1]
-                    handle_line(line)
+                    await handle_line(tg, line)
             if buffer:
-                handle_line(buffer.decode("utf-8", errors="replace"))
+                await handle_line(tg, buffer.decode("utf-8", errors="replace"))
 
-        def handle_line(line: str) -> None:
+        async def handle_line(tg: anyio.abc.TaskGroup, line: str) -> None:
+            nonlocal loop_message
             for event in parser.feed(line):
+                if event.kind == "control":
+                    if interactive:
+                        tg.start_soon(answer, tg, event)
+                    continue
+                if event.kind == "done":
+                    if interactive:
+                        await close_stdin()  # the result is in: let the CLI exit
+                    continue
                 write(_format(event))
-                if event.kind == "tool_call":
-                    verdict, count = loops.observe(event.tool, event.args)
-                    if verdict == "warn":
-                        write(f"[watchdog] the same {event.tool} call {count} times in the last "
-                              f"{limits.loop_window}: possible loop")
-                    elif verdict == "kill" and handle.stop_reason is None:
-                        write(f"[watchdog] loop detected: {event.tool} repeated {count} times; killing the run")
+                if event.kind == "tool_result":
+                    loops.observe_result(event.text)
+                elif event.kind == "tool_call":
+                    finding = loops.observe(event.tool, event.args)
+                    if finding.verdict == "warn":
+                        told = interactive and await send(channel.encode_message(finding.message))  # type: ignore[union-attr]
+                        write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
+                              + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
+                    elif finding.verdict == "kill" and handle.stop_reason is None:
+                        loop_message = finding.message
+                        write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; killing the run")
                         handle.kill("loop")
 
         async def read_stderr() -> None:
@@ -133,13 +198,17 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
 
         async def watch() -> None:
             started = time.monotonic()
+            paused = 0.0  # time spent waiting for a person: neither a stall nor part of the wall clock
             while process.returncode is None:
                 now = time.monotonic()
-                if handle.stop_reason is None:
-                    if now - started > limits.timeout_seconds:
+                if handle.waiting:
+                    paused += 0.2
+                elif handle.stop_reason is None:
+                    quiet_since = max(last_output, handle.waited_until)
+                    if now - started - paused > limits.timeout_seconds:
                         write(f"[watchdog] wall-clock timeout after {limits.timeout_seconds:.0f} s; killing")
                         handle.kill("timeout")
-                    elif now - last_output > limits.stall_seconds:
+                    elif now - quiet_since > limits.stall_seconds:
                         write(f"[watchdog] no output for {limits.stall_seconds:.0f} s: stalled; killing")
                         handle.kill("stalled")
                 if handle.stop_reason is not None:
@@ -153,7 +222,7 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
             tg.start_soon(feed_stdin)
             tg.start_soon(read_stderr)
             tg.start_soon(watch)
-            await read_stdout()
+            await read_stdout(tg)
             await process.wait()
             tg.cancel_scope.cancel()
         if handle.stop_reason:
@@ -164,12 +233,8 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
         if handle.stop_reason:
             result.status = "failed"
             result.error_type = handle.stop_reason
-            result.error_message = {
-                "killed": "The run was stopped (stop_task or shutdown).",
-                "timeout": f"The run exceeded its {limits.timeout_seconds:.0f} s wall-clock limit and was killed.",
-                "stalled": f"No output for {limits.stall_seconds:.0f} s; the run was killed.",
-                "loop": f"The same tool call repeated {limits.loop_kill} times in {limits.loop_window}; killed.",
-            }[handle.stop_reason]
+            result.error_message = KILL_MESSAGES[handle.stop_reason].format(
+                timeout=limits.timeout_seconds, stall=limits.stall_seconds, loop=loop_message)
         elif result.status == "failed" and result.error_type == "crashed" and stderr_tail.strip():
             result.error_message = f"{result.error_message} stderr: {stderr_tail.decode(errors='replace')[-500:]}"
         write(f"[done] {result.status}" + (f" ({result.error_type}: {result.error_message})" if result.error_type else ""))

@@ -16,6 +16,7 @@ from .notes import Notes
 from .policy import Policies
 from .projects import Projects
 from .repos import Repos
+from .requests import Requests
 from .system import System
 from .tasks import Tasks
 from .usage import Usage
@@ -45,6 +46,7 @@ class Services:
         self.notes = Notes(self.store, self.projects)
         self.memory = Memory(self.projects)
         self.hooks = Hooks(self.store, self.projects)
+        self.requests = Requests(self.store, self.tasks, self.policies)
 
     def close(self) -> None:
         self.store.close()

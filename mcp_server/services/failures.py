@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 # Statuses in which a task carries a reason and a next step (cleared when it leaves them).
-HELD_STATUSES = ("BLOCKED", "FAILED", "PAUSED")
+# Statuses whose task carries a reason and a next step: held, or waiting for a person.
+HELD_STATUSES = ("BLOCKED", "FAILED", "PAUSED", "WAITING_INPUT")
 # Failures a retry cannot fix: the task is BLOCKED after the first such run.
 NOT_RETRIED = ("auth", "prompt_too_long")
 # Reasons that are not a failed run (get_agent_error reports these rather than the last run's error).
@@ -176,6 +177,13 @@ def _ambiguous(d: Mapping[str, Any]) -> Reason:
 
 
 _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
+    "policy_denied": lambda d: Reason(
+        f"{d['error']}", f"Change the policy (get_policy, edit_policy) or the agent, then restart_task {d['task_id']}."),
+    "permission_request": lambda d: Reason(
+        f"The agent asks to run {d['action']}" + (f" ({d['description']})" if d.get("description") else "")
+        + f"; it waits for a person (request {d['request_id']}, until {d['expires_at']}).",
+        f"answer_request request_id={d['request_id']} decision=allow or deny (remember=true keeps the answer as a "
+        f"rule for this project); unanswered by {d['expires_at']} it is denied."),
     "stopped": lambda d: Reason(f"Stopped with stop_task (it was {d.get('from')}).",
                                 f"restart_task {d['task_id']} puts it back in the queue; skip_task {d['task_id']} "
                                 "marks it done so its dependents run."),

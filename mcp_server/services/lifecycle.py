@@ -81,7 +81,7 @@ class Lifecycle:
 
     def running(self, task_id: str) -> bool:
         row = self.store.one("SELECT status FROM tasks WHERE id = ?", (task_id,))
-        return bool(row) and row["status"] in ("IN_PROGRESS", "VERIFYING")
+        return bool(row) and row["status"] in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
 
     def verifying(self, task_id: str) -> None:
         with self.store.transaction():
@@ -117,10 +117,11 @@ class Lifecycle:
         """Move a failed run's task on; returns the new status. A task stop_task already moved is left alone."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            if row["status"] not in ("IN_PROGRESS", "VERIFYING"):
+            if row["status"] not in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING"):
                 return row["status"]
             error = {"error_type": error_type, "error_message": message, "agent_type": agent_type}
-            if error_type in PAUSING_ERRORS and pause_seconds is not None and row["status"] == "IN_PROGRESS":
+            if error_type in PAUSING_ERRORS and pause_seconds is not None and row["status"] in ("IN_PROGRESS",
+                                                                                                "WAITING_INPUT"):
                 resume = iso_in(pause_seconds)
                 self.tasks._move(row, "PAUSED", error_type, {"resume_after": resume},
                                  details={**error, "resume_after": resume})
@@ -157,7 +158,7 @@ class Lifecycle:
         """Back to READY after a crash or shutdown (BLOCKED once retries are spent, when they count)."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            if row["status"] not in ("ASSIGNED", "IN_PROGRESS", "VERIFYING"):
+            if row["status"] not in ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING"):
                 return row["status"]
             if row["status"] == "VERIFYING":
                 self.tasks._move(row, "FAILED", reason, {"assigned_agent": None})

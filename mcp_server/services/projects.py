@@ -11,7 +11,7 @@ from .errors import ConflictError, InvalidInputError, NotFoundError
 from .ids import slugify
 
 # Tasks in these states have (or are about to have) a live agent process.
-RUNNING_STATUSES = ("ASSIGNED", "IN_PROGRESS")
+RUNNING_STATUSES = ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT")
 
 
 def _check_limits(

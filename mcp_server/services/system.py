@@ -74,7 +74,8 @@ class System:
     def _held_warnings(self) -> list[str]:
         """Every BLOCKED, FAILED or PAUSED task with its reason and next step (the newest first, capped)."""
         held = self.store.all(
-            "SELECT id, title, status, reason, next_step FROM tasks WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED') "
+            "SELECT id, title, status, reason, next_step FROM tasks WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', "
+            "'WAITING_INPUT') "
             "ORDER BY updated_at DESC, id")
         lines = [held_line(t) for t in held[:HELD_LINES]]
         rest = held[HELD_LINES:]

@@ -15,7 +15,9 @@ TRANSITIONS: dict[S, dict[S, str]] = {
         "VERIFYING": "agent_completed", "FAILED": "agent_failed", "PAUSED": "rate_limited",
         "WAITING_INPUT": "agent_question", "BLOCKED": "stop", "READY": "recovered",
     },
-    "WAITING_INPUT": {"IN_PROGRESS": "human_replied", "PAUSED": "input_timeout", "BLOCKED": "stop"},
+    # The agent process is alive and waits for a person's answer to a permission request.
+    "WAITING_INPUT": {"IN_PROGRESS": "human_replied", "PAUSED": "input_timeout", "BLOCKED": "stop",
+                      "FAILED": "agent_failed", "READY": "recovered"},
     "PAUSED": {"READY": "resume", "DEFINED": "deps_added", "BLOCKED": "stop"},
     "VERIFYING": {
         "COMPLETED": "verified", "FAILED": "verify_failed", "AWAITING_APPROVAL": "needs_approval",

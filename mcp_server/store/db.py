@@ -147,9 +147,26 @@ def _m5_repo_defaults_and_reasons(db: sqlite_utils.Database) -> None:
                "UPDATE projects SET default_repo_id = NULL WHERE default_repo_id = OLD.id; END")
 
 
+def _m7_permission_requests(db: sqlite_utils.Database) -> None:
+    """Agents' questions to a person (permission requests), and which task queued a task."""
+    db["permission_requests"].create(
+        {
+            "id": str, "task_id": str, "project_id": str, "agent_id": str, "tool": str, "input": str,
+            "action": str, "description": str, "suggested_rule": str, "status": str, "decided_by": str,
+            "message": str, "created_at": str, "expires_at": str, "answered_at": str,
+        },
+        pk="id",
+    )
+    db["permission_requests"].create_index(["status", "created_at"])
+    db["permission_requests"].create_index(["task_id", "created_at"])
+    db["tasks"].add_column("parent_task_id", str)
+    db["tasks"].add_column("depth", int)
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
-    _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons]
+    _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
+    _m7_permission_requests]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

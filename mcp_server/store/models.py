@@ -84,6 +84,26 @@ class Task(BaseModel):
     updated_at: str
 
 
+class PermissionRequest(BaseModel):
+    """An agent's question to a person: may it do this?"""
+
+    id: str
+    task_id: str
+    project_id: str
+    agent_id: str | None = None
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    action: str
+    description: str | None = None
+    suggested_rule: str | None = Field(None, description="what remember=true adds to the project's policy")
+    status: Literal["pending", "allowed", "denied", "expired"]
+    decided_by: str | None = None
+    message: str | None = None
+    created_at: str
+    expires_at: str
+    answered_at: str | None = None
+
+
 class TaskRef(BaseModel):
     id: str
     title: str

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-EventKind = Literal["text", "tool_call", "tool_result", "system", "error"]
+EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done"]
 
 TOKEN_KEYS = ("input", "output", "cache_read", "cache_write", "total")
 
@@ -17,6 +17,7 @@ class AgentEvent:
     text: str = ""
     tool: str | None = None
     args: Any = None
+    data: dict[str, Any] | None = None  # a control request from the CLI (kind "control")
 
 
 @dataclass
@@ -26,6 +27,9 @@ class RunSpec:
     argv: list[str]
     stdin: bytes | None
     env: dict[str, str] = field(default_factory=dict)
+    # stdin stays open for a two-way JSON channel (Claude Code's stream-json): permission answers and
+    # messages go in while the run goes on; it is closed once the CLI reports its result.
+    interactive: bool = False
 
 
 @dataclass
@@ -49,6 +53,8 @@ class AgentConfig:
     model: str | None = None
     command: str | None = None
     max_turns: int = 50
+    preset: str = "standard"  # the permission preset that applies to this run
+    deny_rules: list[str] = field(default_factory=list)  # agent deny rules the CLI can enforce itself
 
 
 def tokens(input_: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0,

@@ -1,4 +1,5 @@
-"""Claude Code (`claude -p --output-format stream-json --verbose`), prompt on stdin.
+"""Claude Code (`claude -p`, stream-json both ways): the prompt as a message on stdin, permission
+questions answered by the engine on the same channel, stdin closed after the result.
 
 API failures arrive as `subtype:"success"` with `is_error:true`: they are classified from
 `api_error_status`, the assistant `error` code and `terminal_reason`. Tokens come from
@@ -20,19 +21,38 @@ _ERROR_CODES = {
 }
 
 
+# Every built-in tool that reads, changes or reaches out: an `ask` rule sends each call to us
+# (`can_use_tool` over stream-json), so AgentQueue's policy decides and records every one of them.
+ASKED_TOOLS = ["Bash", "Read", "Glob", "Grep", "LS", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead",
+               "WebFetch", "WebSearch"]
+
+
+def user_message(text: str) -> bytes:
+    """One stream-json user message (the prompt, or a note from the watchdog mid-run)."""
+    return (json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n").encode()
+
+
+def control_response(request_id: str, response: dict[str, Any]) -> bytes:
+    return (json.dumps({"type": "control_response", "response": {
+        "subtype": "success", "request_id": request_id, "response": response}}) + "\n").encode()
+
+
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    """`claude -p` on a two-way stream-json channel: the prompt goes in as a message, permission
+    questions come out as `control_request`s that the engine answers from the policy."""
     servers = (mcp_config or {}).get("mcpServers", {})
-    # Built-in tools for the work, plus every tool of the MCP servers we attach (MCP tools are denied otherwise).
-    allowed = " ".join(["Bash Edit Write Read Glob Grep MultiEdit NotebookEdit TodoWrite",
-                        *(f"mcp__{name}" for name in servers)])
-    argv = [config.binary or "claude", "-p", "--output-format", "stream-json", "--verbose",
-            "--strict-mcp-config", "--mcp-config", json.dumps({"mcpServers": servers}),
-            "--permission-mode", "acceptEdits", "--allowedTools", allowed, "--max-turns", str(config.max_turns)]
+    settings = {"permissions": {"ask": ASKED_TOOLS}}
+    argv = [config.binary or "claude", "-p", "--input-format", "stream-json", "--output-format", "stream-json",
+            "--verbose", "--strict-mcp-config", "--mcp-config", json.dumps({"mcpServers": servers}),
+            "--permission-mode", "default", "--permission-prompt-tool", "stdio",
+            "--settings", json.dumps(settings), "--max-turns", str(config.max_turns)]
+    if config.deny_rules:  # enforced by the CLI too, even for calls it would not ask about
+        argv += ["--disallowedTools", ",".join(config.deny_rules)]
     if config.model:
         argv += ["--model", config.model]
     if context:
         argv += ["--append-system-prompt", context]
-    return RunSpec(argv=argv, stdin=prompt.encode())
+    return RunSpec(argv=argv, stdin=user_message(prompt), interactive=True)
 
 
 class ClaudeCodeParser:
@@ -66,13 +86,19 @@ class ClaudeCodeParser:
             return []
         if kind == "system":
             subtype = event.get("subtype")
+            if subtype == "permission_denied":  # settled by the CLI itself (a deny rule we passed)
+                return [AgentEvent("system", f"permission denied by the CLI: {event.get('message')}",
+                                   tool=event.get("tool_name"), data=event)]
             if subtype == "api_retry":
                 return [AgentEvent("system", f"API retry {event.get('attempt')}/{event.get('max_retries')} "
                                              f"({event.get('error_status')} {event.get('error')})")]
             return [AgentEvent("system", str(subtype))]
         if kind == "result":
             self.result = event
-            return [AgentEvent("system", f"result: {event.get('subtype')} is_error={event.get('is_error')}")]
+            return [AgentEvent("system", f"result: {event.get('subtype')} is_error={event.get('is_error')}"),
+                    AgentEvent("done")]
+        if kind == "control_request":
+            return [AgentEvent("control", data=event)]
         return []
 
     def _tokens(self) -> dict[str, int]:

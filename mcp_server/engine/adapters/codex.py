@@ -7,8 +7,14 @@ from typing import Any
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
 
 
+# Codex asks no host about single calls: each preset maps to its sandbox (in `exec`, nothing is asked).
+SANDBOX = {"readonly": ["-s", "read-only"], "standard": ["-s", "workspace-write"],
+           "autonomous": ["--dangerously-bypass-approvals-and-sandbox"]}
+
+
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
-    argv = [config.binary or "codex", "exec", "--json", "--skip-git-repo-check", "-s", "workspace-write"]
+    argv = [config.binary or "codex", "exec", "--json", "--skip-git-repo-check",
+            *SANDBOX.get(config.preset, SANDBOX["standard"])]
     if config.model:
         argv += ["-m", config.model]
     full = f"{context}\n\n{prompt}" if context else prompt

@@ -21,9 +21,15 @@ def classify_error(message: str) -> str | None:
     return "rate_limit" if advice and kind not in ("auth", "quota") else kind
 
 
+# Gemini asks no host about single calls. Headless, `plan` offers only read tools; `auto_edit` edits
+# but has no shell; `yolo` has everything. `standard` needs the shell (tests, builds): yolo.
+APPROVAL = {"readonly": "plan", "standard": "yolo", "autonomous": "yolo"}
+
+
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
     full = f"{context}\n\n{prompt}" if context else prompt
-    argv = [config.binary or "gemini", "-o", "stream-json", "--approval-mode", "yolo", "--skip-trust"]
+    argv = [config.binary or "gemini", "-o", "stream-json", "--approval-mode", APPROVAL.get(config.preset, "yolo"),
+            "--skip-trust"]
     if config.model:
         argv += ["-m", config.model]
     # One argument: `-p <text>` fails when the text starts with "-" (a task that opens with a bullet).
