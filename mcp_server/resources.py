@@ -41,7 +41,8 @@ def uris_for(event: dict[str, Any]) -> set[str]:
     if event["event_type"].startswith("note.") and event.get("project_id"):
         uris.add(f"agentqueue://projects/{event['project_id']}/notes/{(event.get('payload') or {}).get('name')}")
     payload = event.get("payload") or {}
-    if "AWAITING_APPROVAL" in (payload.get("from"), payload.get("to")) or event["event_type"] == "task.deleted":
+    if "AWAITING_APPROVAL" in (payload.get("from"), payload.get("to")) or event["event_type"] == "task.deleted" \
+            or event["event_type"].startswith("request."):
         uris.add(APPROVALS)
     return uris
 
@@ -141,10 +142,12 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
     def events() -> str:
         return _json(services.events.recent(50))
 
-    @mcp.resource(APPROVALS, mime_type="application/json", description="Tasks awaiting approval")
+    @mcp.resource(APPROVALS, mime_type="application/json",
+                  description="What waits for a person: tasks awaiting approval, agents' permission requests")
     def approvals() -> str:
         tasks, total, _ = services.tasks.list(None, "AWAITING_APPROVAL", True, 500, 0)
-        return _json({"tasks": tasks, "total": total})
+        requests = services.requests.list("pending", limit=500)
+        return _json({"tasks": tasks, "total": total, "requests": requests})
 
     # 2025-era clients subscribe per URI; MCPServer leaves these methods unserved (reference §2).
     lowlevel = mcp._lowlevel_server

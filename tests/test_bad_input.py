@@ -174,6 +174,18 @@ CASES: dict[str, list[Case]] = {
         ("unknown task", {"task_id": "ghost-task", "status": "READY"}, ["'ghost-task' not found"]),
     ],
     "get_agent_error": [MISSING_TASK, UNKNOWN_TASK],
+    "list_requests": [
+        UNKNOWN_PROJECT,
+        ("unknown status", {"status": "open"}, ["status", "pending"]),
+        ("limit 0", {"limit": 0}, ["limit"]),
+    ],
+    "answer_request": [
+        ("missing request_id", {"decision": "allow"}, ["request_id", "required"]),
+        ("unknown request", {"request_id": "req-nope", "decision": "allow"}, ["'req-nope' not found"]),
+        ("unknown decision", {"request_id": "req-nope", "decision": "maybe"}, ["decision", "allow"]),
+        ("remember not a boolean", {"request_id": "req-nope", "decision": "deny", "remember": "often"},
+         ["remember"]),
+    ],
     # -- agents --
     "list_agents": [
         ("limit 0", {"limit": 0}, ["limit"]),

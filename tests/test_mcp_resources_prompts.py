@@ -96,7 +96,7 @@ async def test_approvals_resource(client, seeded):
     approvals = await read_json(client, "agentqueue://approvals")
     assert [t["id"] for t in approvals["tasks"]] == [seeded["review"]] and approvals["total"] == 1
     await ok(client, "approve_task", task_id=seeded["review"])
-    assert await read_json(client, "agentqueue://approvals") == {"tasks": [], "total": 0}
+    assert await read_json(client, "agentqueue://approvals") == {"tasks": [], "total": 0, "requests": []}
 
 
 @pytest.mark.parametrize("uri", ["agentqueue://projects/nope", "agentqueue://projects/nope/tasks",

@@ -22,7 +22,7 @@ EXPECTED_TOOLS = {
     "get_project_for_channel", "list_tasks", "create_task", "get_task", "edit_task", "stop_task", "restart_task",
     "delete_task", "approve_task", "skip_task", "get_task_result", "get_task_diff", "get_chain_health",
     "set_task_status", "get_agent_error", "list_agents", "create_agent", "get_status", "get_recent_events",
-    "get_token_usage", "orchestrator_control",
+    "get_token_usage", "orchestrator_control", "list_requests", "answer_request",
 }
 DESTRUCTIVE = {"delete_project", "delete_task", "stop_task"}
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..store.db import Store, now_iso
-from ..store.models import Task, TaskRef, TaskResult, TaskStatus, TaskSummary, Tokens
+from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskStatus, TaskSummary, Tokens
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .failures import FAILURE_KINDS, HELD_STATUSES, MOVE_CODES, describe_failure, explain, move_note
 from .ids import new_task_id
@@ -105,8 +105,11 @@ class Tasks:
 
     def get(self, task_id: str) -> Task:
         row = self._row(task_id)
+        pending = [PermissionRequest(**{**r, "input": json.loads(r["input"] or "{}")}) for r in self.store.all(
+            "SELECT * FROM permission_requests WHERE task_id = ? AND status = 'pending' ORDER BY created_at",
+            (task_id,))]
         return Task(**{**row, "requires_approval": bool(row["requires_approval"])},
-                    depends_on=self._deps(task_id), dependents=self._dependents(task_id))
+                    depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending)
 
     def exists(self, task_id: str) -> bool:
         return self.store.scalar("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is not None

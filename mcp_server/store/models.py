@@ -60,6 +60,26 @@ class TaskSummary(BaseModel):
     depends_on: list[str] = Field(default_factory=list)
 
 
+class PermissionRequest(BaseModel):
+    """An agent's question to a person: may it do this?"""
+
+    id: str
+    task_id: str
+    project_id: str
+    agent_id: str | None = None
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    action: str
+    description: str | None = None
+    suggested_rule: str | None = Field(None, description="what remember=true adds to the project's policy")
+    status: Literal["pending", "allowed", "denied", "expired"]
+    decided_by: str | None = None
+    message: str | None = None
+    created_at: str
+    expires_at: str
+    answered_at: str | None = None
+
+
 class Task(BaseModel):
     id: str
     project_id: str
@@ -80,28 +100,11 @@ class Task(BaseModel):
     resume_after: str | None = None
     reason: str | None = Field(None, description="why it is BLOCKED, FAILED or PAUSED")
     next_step: str | None = Field(None, description="what to do about it")
+    parent_task_id: str | None = Field(None, description="the task whose agent queued this one")
+    pending_requests: list[PermissionRequest] = Field(default_factory=list,
+                                                      description="the agent's questions waiting for answer_request")
     created_at: str
     updated_at: str
-
-
-class PermissionRequest(BaseModel):
-    """An agent's question to a person: may it do this?"""
-
-    id: str
-    task_id: str
-    project_id: str
-    agent_id: str | None = None
-    tool: str
-    input: dict[str, Any] = Field(default_factory=dict)
-    action: str
-    description: str | None = None
-    suggested_rule: str | None = Field(None, description="what remember=true adds to the project's policy")
-    status: Literal["pending", "allowed", "denied", "expired"]
-    decided_by: str | None = None
-    message: str | None = None
-    created_at: str
-    expires_at: str
-    answered_at: str | None = None
 
 
 class TaskRef(BaseModel):

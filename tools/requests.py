@@ -1,0 +1,42 @@
+"""Permission requests: an agent waits for a person's answer (WAITING_INPUT)."""
+
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+
+from ..store.models import PermissionRequest
+from .registry import ProjectId, project_filter, services, tool
+
+
+class RequestList(BaseModel):
+    requests: list[PermissionRequest]
+    total: int
+
+
+@tool(read_only=True)
+async def list_requests(
+    ctx: Context,
+    project_id: ProjectId = None,
+    status: Literal["pending", "allowed", "denied", "expired"] = "pending",
+    limit: Annotated[int, Field(ge=1, le=500)] = 50,
+) -> RequestList:
+    """Agents' permission requests (default: pending ones, waiting for answer_request)."""
+    svc = services(ctx)
+    scope = project_filter(ctx, project_id)
+    if scope:
+        svc.projects.get(scope)  # an unknown project is an error, not an empty list
+    found = svc.requests.list(status, scope, None, limit)
+    return RequestList(requests=found, total=len(found))
+
+
+@tool()
+async def answer_request(
+    ctx: Context,
+    request_id: Annotated[str, Field(description="e.g. req-1a2b3c4d")],
+    decision: Literal["allow", "deny"],
+    remember: Annotated[bool, Field(description="add the suggested rule to the project's policy")] = False,
+    message: Annotated[str | None, Field(description="told to the agent with a deny")] = None,
+) -> PermissionRequest:
+    """Answer an agent's permission request; the waiting run goes on at once."""
+    return services(ctx).requests.answer(request_id, decision, remember, message, by="person")
