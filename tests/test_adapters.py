@@ -82,7 +82,8 @@ def test_command_exit_code_decides() -> None:
 
 
 def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
-    cfg = AgentConfig("claude-code", binary="/bin/claude", model="m", max_turns=7, deny_rules=["Bash(rm:*)"])
+    cfg = AgentConfig("claude-code", binary="/bin/claude", model="m", max_turns=7,
+                      deny_rules=["Bash(rm:*)", "mcp__github__delete_repo"])
     spec = claude_code.build(cfg, "do it", "ctx", None)
     assert spec.interactive and json.loads(spec.stdin) == {"type": "user", "message": {"role": "user",
                                                                                          "content": "do it"}}
@@ -92,7 +93,8 @@ def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
     assert spec.argv[spec.argv.index("--permission-prompt-tool") + 1] == "stdio"
     assert spec.argv[spec.argv.index("--permission-mode") + 1] == "default"
     assert "Bash" in json.loads(spec.argv[spec.argv.index("--settings") + 1])["permissions"]["ask"]
-    assert spec.argv[spec.argv.index("--disallowedTools") + 1] == "Bash(rm:*)"
+    # A deny on an asked tool is answered by us; on any other tool the CLI enforces it itself.
+    assert spec.argv[spec.argv.index("--disallowedTools") + 1] == "mcp__github__delete_repo"
     spec = codex.build(AgentConfig("codex", binary="codex"), "do it", "", None)
     assert spec.stdin is None and spec.argv[-1] == "do it" and spec.argv[-2] == "--"
     assert "workspace-write" in spec.argv  # the standard preset

@@ -46,8 +46,11 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
             "--verbose", "--strict-mcp-config", "--mcp-config", json.dumps({"mcpServers": servers}),
             "--permission-mode", "default", "--permission-prompt-tool", "stdio",
             "--settings", json.dumps(settings), "--max-turns", str(config.max_turns)]
-    if config.deny_rules:  # enforced by the CLI too, even for calls it would not ask about
-        argv += ["--disallowedTools", ",".join(config.deny_rules)]
+    # Deny rules on tools it would not ask about are enforced by the CLI itself; the asked tools get our
+    # answer (with the rule named, and audited).
+    unasked = [r for r in config.deny_rules if r.split("(", 1)[0] not in ASKED_TOOLS]
+    if unasked:
+        argv += ["--disallowedTools", ",".join(unasked)]
     if config.model:
         argv += ["--model", config.model]
     if context:
