@@ -6,7 +6,8 @@ every start. Precedence: an `AGENTQUEUE_*` environment variable, then the file, 
 A bad value is refused with one sentence naming where it came from, the key and what is expected.
 
     [engine]     poll_seconds, task_timeout, stall_seconds, max_turns, rate_limit_backoff,
-                 rate_limit_max_backoff, pr_poll_seconds   (durations: 90, "90s", "10m", "1h")
+                 rate_limit_max_backoff, pr_poll_seconds   (durations: 90, "90s", "10m", "1h"),
+                 max_task_depth                            (how deep agents may queue follow-ups)
     [cli]        claude, codex, gemini, gh                 (paths of the CLIs)
     [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
                  pass = ["NAME", …]  when given, agents inherit only these (plus a base set)
@@ -38,6 +39,7 @@ ENGINE_KEYS: list[tuple[str, float, str, float, bool]] = [
     ("rate_limit_backoff", 60.0, "AGENTQUEUE_RATE_LIMIT_BACKOFF", 0, False),
     ("rate_limit_max_backoff", 900.0, "AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", 0, False),
     ("pr_poll_seconds", 60.0, "AGENTQUEUE_PR_POLL_SECONDS", 1, False),
+    ("max_task_depth", 3, "AGENTQUEUE_MAX_TASK_DEPTH", 0, True),
 ]
 # The CLI each key names, the env var that overrides it, the agent type that runs it.
 CLI_KEYS = {"claude": ("AGENTQUEUE_CLAUDE_BIN", "claude-code"), "codex": ("AGENTQUEUE_CODEX_BIN", "codex"),

@@ -13,13 +13,15 @@ RULES = """Rules:
 - Stay in the current directory (your git worktree). Do not switch branches, do not push.
 - Leave your changes in the working tree (or commit them); AgentQueue commits what is left and merges it.
 - End with a short summary of what you changed and anything left undone."""
+TOOLS_NOTE = """- AgentQueue's own tools (mcp__agentqueue__*) let you queue follow-up tasks (they run after this one
+  lands), read and add to the project's notes, and see the queue. Queue only work that is out of scope."""
 
 
 def task_prompt(task: Task) -> str:
     return f"# Task {task.id}: {task.title}\n\n{task.description}\n"
 
 
-def context_for(services: Services, task: Task, workspace: Workspace) -> str:
+def context_for(services: Services, task: Task, workspace: Workspace, agent_tools: bool = False) -> str:
     project = services.projects.get(task.project_id)
     lines = [f"You are an AgentQueue agent working on task {task.id} of project '{project.name}' ({project.id}).",
              f"Project workspace: {project.workspace}"]
@@ -29,6 +31,13 @@ def context_for(services: Services, task: Task, workspace: Workspace) -> str:
         for guide in ("AGENTS.md", "CLAUDE.md"):
             if (workspace.path / guide).exists():
                 lines.append(f"Read {guide} in the repository first: it has the project's conventions.")
+        others = services.store.all(
+            "SELECT id, title, branch FROM tasks WHERE repo_id = ? AND id != ? AND status IN "
+            "('ASSIGNED', 'IN_PROGRESS', 'WAITING_INPUT', 'VERIFYING') ORDER BY updated_at LIMIT 10",
+            (workspace.repo.id, task.id))
+        if others:  # so agents on one repo stay out of each other's way
+            lines += ["", "Other agents are working on this repository now (keep clear of what they change):",
+                      *(f"- {o['id']} '{o['title']}'" + (f" on {o['branch']}" if o["branch"] else "") for o in others)]
     deps = []
     for dep_id in task.depends_on:
         _, result = services.tasks.results(dep_id)
@@ -44,4 +53,4 @@ def context_for(services: Services, task: Task, workspace: Workspace) -> str:
     memory = services.memory.context(project.id)
     if memory:
         lines += ["", "# Project memory", memory]
-    return "\n".join(lines) + "\n\n" + RULES
+    return "\n".join(lines) + "\n\n" + RULES + ("\n" + TOOLS_NOTE if agent_tools else "")

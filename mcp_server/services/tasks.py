@@ -259,8 +259,23 @@ class Tasks:
         max_retries: int = 3,
         agent_type: str | None = None,
         created_by_hook: str | None = None,
+        parent_task_id: str | None = None,
+        max_depth: int | None = None,
     ) -> Task:
+        """`parent_task_id`: the running task whose agent queues this one; the new task depends on it and
+        sits one level deeper, refused beyond `max_depth` (agents must not spawn tasks without end)."""
         self.projects._row(project_id)
+        depth = 0
+        if parent_task_id is not None:
+            parent = self._row(parent_task_id)
+            depth = int(parent.get("depth") or 0) + 1
+            if max_depth is not None and depth > max_depth:
+                raise ConflictError(
+                    f"Task '{parent_task_id}' is already {depth - 1} level(s) below a task a person queued; agents "
+                    f"may queue follow-ups only {max_depth} level(s) deep. Finish this task and describe the rest "
+                    "in your summary instead.")
+            project_id = parent["project_id"]
+            depends_on = list(dict.fromkeys([*(depends_on or []), parent_task_id]))
         if not title.strip():
             raise InvalidInputError("Task title is empty. Give a short title such as 'Add login page'.")
         if not description.strip():
@@ -284,13 +299,15 @@ class Tasks:
                 "description": description.strip(), "status": "DEFINED", "priority": priority,
                 "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
                 "requires_approval": int(requires_approval), "agent_type": agent_type,
-                "created_at": stamp, "updated_at": stamp,
+                "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp,
             })
             for dep in deps:
                 db["task_dependencies"].insert({"task_id": task_id, "depends_on": dep})
             status = self._entry_status(task_id)
             db["tasks"].update(task_id, {"status": status})
             origin = {"created_by_hook": created_by_hook} if created_by_hook else {}
+            if parent_task_id:
+                origin["created_by_task"] = parent_task_id
             self.store.add_event("task.created", project_id=project_id, task_id=task_id,
                                  payload={"title": title.strip(), "status": status, "depends_on": deps, **origin})
         return self.get(task_id)
