@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -20,15 +21,20 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration,
 
 
 @pytest.fixture
-def codex_queue(services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def codex_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     api = mock.MockOpenAI().start()
     for key, value in {**mock.codex_home(tmp_path, api.base_url), "AGENTQUEUE_CODEX_BIN": CODEX}.items():
         monkeypatch.setenv(key, value)
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def codex_queue(services: Services, codex_api: mock.MockOpenAI):
     services.projects.create("Demo")
     services.repos.add("demo", "init", name="app")
     services.agents.create("codex", "codex")
-    yield services
-    api.stop()
+    return services
 
 
 async def run_until_settled(services: Services, task_id: str) -> Engine:
@@ -66,3 +72,19 @@ async def test_codex_rate_limit_pauses_the_task(codex_queue: Services) -> None:
     await run_until_settled(codex_queue, task.id)
     assert codex_queue.tasks.get(task.id).status == "PAUSED"
     assert codex_queue.tasks.agent_error(task.id)["error_type"] == "Rate limited"
+
+
+async def test_the_readonly_preset_runs_codex_in_its_read_only_sandbox(codex_queue: Services,
+                                                                      codex_api: mock.MockOpenAI) -> None:
+    """Codex asks no host about single calls: the preset picks its sandbox, and read-only writes nothing."""
+    codex_queue.policies.edit(project_id="demo", preset="readonly")
+    task = codex_queue.tasks.create("demo", "Try to write", f"SCENARIO:write_file create {mock.WRITE_FILE_NAME}",
+                                    repo_id="app", max_retries=0)
+    engine = await run_until_settled(codex_queue, task.id)
+    log = engine.log_path(task.id).read_text()
+    repo = codex_queue.repos.get("app").checkout_path
+    shown = subprocess.run(["git", "show", f"main:{mock.WRITE_FILE_NAME}"], cwd=repo, capture_output=True, text=True)
+    assert shown.returncode != 0, log  # nothing landed
+    outputs = [i.get("output") for body in codex_api.requests for i in body.get("input") or []
+               if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    assert outputs and "Read-only file system" in json.dumps(outputs), outputs  # the sandbox refused the write
