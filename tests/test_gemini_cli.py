@@ -27,9 +27,9 @@ pytestmark = [pytest.mark.integration,
 RUN_TIMEOUT = 60  # wall clock per gemini run; each takes 2-4 s (node startup dominates)
 
 
-def run_gemini(tmp_path: Path, base_url: str, prompt: str, **home: Any) -> tuple[subprocess.CompletedProcess[str],
-                                                                                    list[dict[str, Any]], float]:
-    spec = build(AgentConfig("gemini", binary=GEMINI), prompt, "", None)
+def run_gemini(tmp_path: Path, base_url: str, prompt: str, preset: str = "standard",
+               **home: Any) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]], float]:
+    spec = build(AgentConfig("gemini", binary=GEMINI, preset=preset), prompt, "", None)
     assert spec.stdin is None  # stdin is closed: -p would append anything piped in to the prompt
     env = {**os.environ, **mock.gemini_home(tmp_path, base_url, **home), **spec.env}
     return run_cli_in_new_repo(spec.argv, tmp_path / "repo", env, RUN_TIMEOUT)
@@ -138,3 +138,12 @@ def test_rate_limit_fails_fast_as_rate_limit(tmp_path: Path, api: mock.MockGemin
     assert run.error_type == "rate_limit", run
     assert mock.RATE_LIMIT_MESSAGE in (run.error_message or "")
     assert run.tokens["total"] == mock.expected_stats("router")["total_tokens"]
+
+
+def test_the_readonly_preset_offers_gemini_no_shell(tmp_path: Path, api: mock.MockGemini):
+    """Gemini asks no host about single calls: `readonly` runs it in plan mode, where it has no shell tool."""
+    argv = build(AgentConfig("gemini", binary="gemini", preset="readonly"), "x", "", None).argv
+    assert argv[argv.index("--approval-mode") + 1] == "plan"
+    proc, _, _ = run_gemini(tmp_path, api.base_url, "SCENARIO:write_file create the hello file", preset="readonly")
+    assert not (tmp_path / "repo" / mock.WRITE_FILE_NAME).exists()
+    assert api.chat_requests and mock.SHELL_TOOL not in mock.tool_names(api.chat_requests[0])
