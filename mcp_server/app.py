@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 from mcp.server import MCPServer, NotificationOptions
@@ -15,7 +16,7 @@ from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
 from . import __version__, prompts, resources, tools
-from .middleware import readable_tool_errors
+from .middleware import readable_tool_errors, selection_and_audit
 from .services import Services
 from .services.errors import NotFoundError
 
@@ -112,21 +113,33 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
         return prompts.load("summarize_conversation").format(transcript=transcript)
 
 
-def build_server(services: Services) -> MCPServer:
-    """One MCPServer per process; every connection gets its own `ClientState` from the lifespan."""
+# A socket connection's own options (its plugin's preamble), set by the daemon around the connection's
+# lifespan; when unset (stdio, HTTP, in-memory) the server-wide options given to build_server apply.
+CONNECTION_OPTIONS: ContextVar[dict[str, Any] | None] = ContextVar("agentqueue_connection_options", default=None)
+
+
+def build_server(services: Services, connection_options: dict[str, Any] | None = None) -> MCPServer:
+    """One MCPServer per process; every connection gets its own `ClientState` from the lifespan.
+
+    `connection_options` (read_only, toolsets) limit every connection that brings none of its own: the
+    standalone server's stdio and, in the daemon, every HTTP session.
+    """
     bus = InMemorySubscriptionBus()
     notifier = resources.Notifier(bus)
     services.store.on_commit(notifier.on_commit)
+    services.audit.on_record(lambda: notifier.mark(resources.AUDIT))
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[tools.ClientState]:
         # Runs once per stdio/socket connection (and once for all HTTP sessions).
-        yield tools.ClientState(services=services, after_call=notifier.flush)
+        own = CONNECTION_OPTIONS.get()
+        yield tools.ClientState(services=services, after_call=notifier.flush,
+                                options=dict(own if own is not None else connection_options or {}))
 
     mcp = MCPServer(
         "agentqueue", title="AgentQueue", version=__version__, instructions=prompts.load("instructions"),
         lifespan=lifespan, subscriptions=bus, warn_on_duplicate_tools=False,
-        middleware=[readable_tool_errors],
+        middleware=[selection_and_audit, readable_tool_errors],
     )
     mcp.notifier = notifier  # type: ignore[attr-defined]  # the daemon flushes engine changes through it
     _register_tools(mcp)

@@ -1,9 +1,24 @@
-"""Request middleware: rewrites argument-validation errors into messages a model can act on."""
+"""Request middleware: the connection's tool selection, the audit log, and readable validation errors.
+
+- `tools/list` leaves out what the connection's selection hides (`--read-only`, `--toolsets`, a
+  plugin's preamble), so the model never sees those tools; a `tools/call` of one is refused.
+- Every `tools/call` is written to the audit log after it ends, in its own transaction: what the
+  policy gate decided (noted in the call's `CallRecord`), how it ended, how long it took.
+- Argument-validation errors are rewritten into one sentence a model can act on.
+"""
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
+
+import anyio
+from mcp.types import CallToolResult, TextContent
+
+from .tools.gate import CURRENT_CALL, CallRecord
+from .tools.registry import SPECS
+from .tools.state import actor_of, state_for
 
 _VALIDATION = re.compile(r"^Error executing tool (?P<tool>[\w-]+): \d+ validation errors? for \w+\n(?P<body>.*)$", re.S)
 
@@ -34,3 +49,66 @@ async def readable_tool_errors(ctx: Any, call_next: Any) -> Any:
             if block.get("type") == "text":
                 block["text"] = describe_validation_error(block["text"]) or block["text"]
     return result
+
+
+def _text_of(result: dict[str, Any]) -> str:
+    return " ".join(b.get("text", "") for b in result.get("content") or [] if isinstance(b, dict)).strip()
+
+
+async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
+    if ctx.method == "tools/list":
+        result = await call_next(ctx)
+        state = state_for(ctx)
+        if isinstance(result, dict) and isinstance(result.get("tools"), list):
+            result["tools"] = [t for t in result["tools"]
+                               if not ((spec := SPECS.get(t.get("name"))) and state.hides(spec.name, spec.group,
+                                                                                          spec.read_only))]
+        return result
+    if ctx.method != "tools/call" or ctx.request_id is None:
+        return await call_next(ctx)
+    params = ctx.params or {}
+    name = str(params.get("name") or "")
+    arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+    state = state_for(ctx)
+    record = CallRecord(name, dict(arguments))
+    started = time.monotonic()
+    spec = SPECS.get(name)
+    hidden = spec and state.hides(spec.name, spec.group, spec.read_only)
+    token = CURRENT_CALL.set(record)
+    result: Any = None
+    try:
+        if hidden:
+            record.decision, record.decided_by, record.refused = "deny", f"connection: {hidden}", True
+            text = (f"{name} is not available here: {hidden}. Nothing was changed. It is left out of this connection's "
+                    "tool list; connect without that restriction to use it.")
+            result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        else:
+            result = await call_next(ctx)
+    except Exception as error:  # a protocol error (unknown tool, bad request): recorded, then passed on
+        await _write(ctx, state, record, "error", str(error), started)
+        raise
+    finally:
+        CURRENT_CALL.reset(token)
+    wire = result.model_dump(by_alias=True, exclude_none=True) if isinstance(result, CallToolResult) else result
+    if isinstance(wire, dict) and wire.get("resultType") == "input_required":
+        return result  # a question is out (2026 era): the retry that carries the answer is the call recorded
+    failed = isinstance(wire, dict) and bool(wire.get("isError"))
+    outcome = ("refused" if record.refused else "error") if failed else "ok"
+    await _write(ctx, state, record, outcome, _text_of(wire) if failed else None, started)
+    return result
+
+
+async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message: str | None, started: float) -> None:
+    """The call's audit row, in its own transaction after the call (never inside the call's)."""
+    audit = state.services.audit
+    task_id = record.task_id or (record.arguments.get("task_id") if isinstance(record.arguments.get("task_id"), str)
+                                 else None) or state.options.get("task_id")
+    project_id = record.project_id or (record.arguments.get("project_id") if isinstance(
+        record.arguments.get("project_id"), str) else None) or state.active_project
+    row = dict(actor=actor_of(ctx, state), action=record.action or f"tool:{record.name}", decision=record.decision,
+               decided_by=record.decided_by, outcome=outcome, message=message, project_id=project_id,
+               task_id=task_id, arguments=record.arguments,
+               duration_ms=int((time.monotonic() - started) * 1000))
+    await anyio.to_thread.run_sync(lambda: audit.record(**row))
+    if state.after_call is not None:
+        await state.after_call()  # agentqueue://audit subscribers hear of the row at once

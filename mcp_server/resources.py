@@ -28,6 +28,7 @@ STATUS = "agentqueue://status"
 PROJECTS = "agentqueue://projects"
 EVENTS = "agentqueue://events/recent"
 APPROVALS = "agentqueue://approvals"
+AUDIT = "agentqueue://audit"
 
 
 def uris_for(event: dict[str, Any]) -> set[str]:
@@ -148,6 +149,11 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
         tasks, total, _ = services.tasks.list(None, "AWAITING_APPROVAL", True, 500, 0)
         requests = services.requests.list("pending", limit=500)
         return _json({"tasks": tasks, "total": total, "requests": requests})
+
+    @mcp.resource(AUDIT, mime_type="application/json",
+                  description="The 100 latest audit rows: tool calls and agent permission decisions")
+    def audit() -> str:
+        return _json({"entries": services.audit.query(limit=100)})
 
     # 2025-era clients subscribe per URI; MCPServer leaves these methods unserved (reference §2).
     lowlevel = mcp._lowlevel_server

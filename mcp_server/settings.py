@@ -13,6 +13,7 @@ A bad value is refused with one sentence naming where it came from, the key and 
                  pass = ["NAME", …]  when given, agents inherit only these (plus a base set)
     [agent_env]  NAME = "value"      set for every agent run
     [server]     port
+    [audit]      retention_days                            (audit log rows older than this are pruned)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 CONFIG_NAME = "config.toml"
 DEFAULT_PORT = 8765
+DEFAULT_AUDIT_RETENTION_DAYS = 30
 
 # (key, default, environment variable, lower bound, is a whole number)
 ENGINE_KEYS: list[tuple[str, float, str, float, bool]] = [
@@ -48,7 +50,7 @@ CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 # What an agent keeps of the daemon's environment when [env] pass restricts it.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
 SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
-            "agent_env": None, "server": {"port"}}
+            "agent_env": None, "server": {"port"}, "audit": {"retention_days"}}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -67,6 +69,7 @@ class Settings:
     pass_env: list[str] | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
     port: int = DEFAULT_PORT
+    audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
     sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
 
     def search_path(self, environ: Mapping[str, str] | None = None) -> str:
@@ -236,6 +239,18 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
             raise ConfigError(f"{where} = {raw!r} is not a port: give a number from 1 to 65535, or 0 for any free port.")
         settings.port = port
         settings.sources["server.port"] = source
+    chosen = pick("audit", "retention_days", "AGENTQUEUE_AUDIT_RETENTION_DAYS")
+    if chosen:
+        raw, where, source = chosen
+        try:
+            days = int(str(raw).strip()) if not isinstance(raw, (bool, float)) else 0
+        except ValueError:
+            days = 0
+        if days < 1:
+            raise ConfigError(f"{where} = {raw!r} is not a number of days: give a whole number, at least 1 "
+                              "(audit rows older than that are deleted).")
+        settings.audit_retention_days = days
+        settings.sources["audit.retention_days"] = source
     return settings
 
 
@@ -259,4 +274,6 @@ def describe(settings: Settings) -> list[dict[str, str]]:
         rows.append({"key": f"agent_env.{name}", "value": shown, "source": "config.toml"})
     rows.append({"key": "server.port", "value": str(settings.port), "source": settings.sources.get("server.port",
                                                                                                    "default")})
+    rows.append({"key": "audit.retention_days", "value": str(settings.audit_retention_days),
+                 "source": settings.sources.get("audit.retention_days", "default")})
     return rows

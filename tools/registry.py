@@ -1,10 +1,10 @@
-"""How a tool module declares tools: the `tool` decorator, error translation, the caller's state."""
+"""How a tool module declares tools: the `tool` decorator, the policy gate on every call, error translation."""
 
 import functools
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
@@ -13,59 +13,15 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from ..services import Services
 from ..services.errors import ServiceError
+from ..toolsets import TOOLSETS
+from .gate import ApprovalParam, settle
+from .state import ClientState, client_state, project_filter, project_for, services, state_for
+
+__all__ = ["ClientState", "Limit", "Offset", "ProjectId", "SPECS", "TOOLS", "TaskId", "ToolSpec", "client_state",
+           "project_filter", "project_for", "services", "state_for", "tool"]
 
 log = logging.getLogger("agentqueue.tools")
-
-
-@dataclass
-class ClientState:
-    """What one client connection remembers between calls (its active project)."""
-
-    services: Services
-    active_project: str | None = None
-    # HTTP serves many sessions from one lifespan: each Mcp-Session-Id gets its own state.
-    sessions: dict[str, "ClientState"] = field(default_factory=dict)
-    # False when the transport gives no stable identity (sessionless HTTP): nothing is remembered.
-    persistent: bool = True
-    # Set by app.py: awaited after every tool call so resource subscribers hear of changes at once.
-    after_call: Callable[[], Any] | None = None
-
-
-def client_state(ctx: Context) -> ClientState:
-    base: ClientState = ctx.request_context.lifespan_context
-    request = ctx.request_context.request
-    headers = getattr(request, "headers", None)
-    if headers is None:
-        return base  # stdio, the daemon's socket, in-memory: the lifespan is per connection
-    session_id = headers.get("mcp-session-id")
-    if not session_id:
-        return ClientState(services=base.services, persistent=False, after_call=base.after_call)
-    return base.sessions.setdefault(session_id, ClientState(services=base.services, after_call=base.after_call))
-
-
-def services(ctx: Context) -> Services:
-    return client_state(ctx).services
-
-
-def project_for(ctx: Context, project_id: str | None) -> str:
-    """An explicit project_id wins; else the connection's active project; else a clear error."""
-    if project_id:
-        return project_id
-    active = client_state(ctx).active_project
-    if active:
-        return active
-    raise ServiceError(
-        "No project_id given and no active project for this connection. Pass project_id, "
-        "or call set_active_project (list_projects shows ids)."
-    )
-
-
-def project_filter(ctx: Context, project_id: str | None) -> str | None:
-    """For read filters: an explicit project, else the active one, else None (every project)."""
-    return project_id or client_state(ctx).active_project
-
 
 # Parameter types shared by the tool modules; descriptions stay short because the model reads them.
 ProjectId = Annotated[str | None, Field(description="default: active project")]
@@ -73,22 +29,45 @@ TaskId = Annotated[str, Field(description="e.g. swift-falcon")]
 Limit = Annotated[int, Field(ge=1, le=500)]
 Offset = Annotated[int, Field(ge=0)]
 
+# The hidden parameter every tool gets: filled by the policy gate, never in the input schema.
+APPROVAL = "policy_approval"
+
 
 @dataclass
 class ToolSpec:
     fn: Callable[..., Any]
     annotations: ToolAnnotations
+    name: str
+    group: str  # the tools/ module: what --toolsets selects
+    read_only: bool
 
 
 TOOLS: list[ToolSpec] = []
+SPECS: dict[str, ToolSpec] = {}
+
+
+def _with_approval(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
+    """Give `wrapper` fn's signature plus the keyword-only approval parameter the gate resolves."""
+    signature = inspect.signature(fn)
+    extra = inspect.Parameter(APPROVAL, inspect.Parameter.KEYWORD_ONLY, annotation=ApprovalParam)
+    wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), extra])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**inspect.get_annotations(fn, eval_str=True), APPROVAL: ApprovalParam}
 
 
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False) -> Callable:
-    """Register a tool (async, or sync to run in a worker thread); ServiceErrors become tool errors."""
+    """Register a tool (async, or sync to run in a worker thread) behind the policy gate.
+
+    ServiceErrors become tool errors; a question the person declined refuses the call before it runs.
+    """
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        group = fn.__module__.rsplit(".", 1)[-1]
+        if group not in TOOLSETS:
+            raise RuntimeError(f"tool module {group!r} is not in toolsets.TOOLSETS; add it there")
+
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            settle(kwargs.pop(APPROVAL, None))  # raises when a person declined
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):
@@ -111,9 +90,12 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
                     if after is not None:
                         await after()
 
-        TOOLS.append(ToolSpec(wrapper, ToolAnnotations(
+        _with_approval(wrapper, fn)
+        spec = ToolSpec(wrapper, ToolAnnotations(
             read_only_hint=read_only, destructive_hint=destructive, idempotent_hint=idempotent or read_only,
-            open_world_hint=False)))
+            open_world_hint=False), fn.__name__, group, read_only)
+        TOOLS.append(spec)
+        SPECS[spec.name] = spec
         return wrapper
 
     return decorate

@@ -7,6 +7,8 @@ from pathlib import Path
 from .. import paths, settings
 from ..store.db import Store
 from .agents import Agents
+from .audit import Audit
+from .call_policy import CallPolicy
 from .channels import Channels
 from .events import Events
 from .files import Files
@@ -47,6 +49,8 @@ class Services:
         self.memory = Memory(self.projects)
         self.hooks = Hooks(self.store, self.projects)
         self.requests = Requests(self.store, self.tasks, self.policies)
+        self.audit = Audit(self.store)
+        self.call_policy = CallPolicy(self)
 
     def close(self) -> None:
         self.store.close()

@@ -230,7 +230,8 @@ ASK_COMMANDS = [
     "go install", "gem install", "apt", "apt-get", "brew", "sudo", "docker", "rm -rf",
 ]
 # AgentQueue's own tools that change shared state beyond the queue: asked about in `standard`.
-RISKY_TOOLS = ["run_command", "git_push", "push_branch", "merge_into_default", "delete_project", "restart_daemon"]
+RISKY_TOOLS = ["run_command", "git_push", "push_branch", "merge_into_default", "delete_project", "restart_daemon",
+               "edit_policy"]
 EDIT_TOOLS = ["Edit", "Write", "MultiEdit", "NotebookEdit"]
 
 

@@ -147,7 +147,7 @@ def _m5_repo_defaults_and_reasons(db: sqlite_utils.Database) -> None:
                "UPDATE projects SET default_repo_id = NULL WHERE default_repo_id = OLD.id; END")
 
 
-def _m7_permission_requests(db: sqlite_utils.Database) -> None:
+def _m6_permission_requests(db: sqlite_utils.Database) -> None:
     """Agents' questions to a person (permission requests), and which task queued a task."""
     db["permission_requests"].create(
         {
@@ -163,10 +163,28 @@ def _m7_permission_requests(db: sqlite_utils.Database) -> None:
     db["tasks"].add_column("depth", int)
 
 
+def _m7_audit_log(db: sqlite_utils.Database) -> None:
+    """Version 7: the audit log of tool calls and agent permission decisions (append-only; pruned by age)."""
+    db["audit_log"].create(
+        {
+            "id": int, "time": str, "actor": str, "project_id": str, "task_id": str, "action": str,
+            "arguments": str, "decision": str, "decided_by": str, "outcome": str, "message": str,
+            "duration_ms": int,
+        },
+        pk="id", not_null={"time", "actor", "action", "decision", "outcome"},
+    )
+    db["audit_log"].create_index(["time"], if_not_exists=True)
+    db["audit_log"].create_index(["project_id", "time"], if_not_exists=True)
+    db["audit_log"].create_index(["task_id", "time"], if_not_exists=True)
+    # A row once written is never rewritten (pruning by age deletes whole rows).
+    db.execute("CREATE TRIGGER IF NOT EXISTS audit_log_append_only BEFORE UPDATE ON audit_log BEGIN "
+               "SELECT RAISE(ABORT, 'audit_log is append-only'); END")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
-    _m7_permission_requests]
+    _m6_permission_requests, _m7_audit_log]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

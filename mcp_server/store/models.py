@@ -197,3 +197,20 @@ class HookRun(BaseModel):
     started_at: str
     completed_at: str | None = None
     error: str | None = None
+
+
+class AuditEntry(BaseModel):
+    """One audit row: a tool call or an agent permission decision."""
+
+    id: int
+    time: str
+    actor: str  # client:<clientInfo name> | agent:<agent id> | daemon
+    project_id: str | None = None
+    task_id: str | None = None
+    action: str  # tool:run_command:pytest -q | Bash(npm test) | …
+    arguments: dict[str, Any] = Field(default_factory=dict)  # secrets redacted, long values cut
+    decision: str  # allow | deny | ask→accept | ask→decline | ask→cancel | ask→refused | ask→timeout | none
+    decided_by: str = ""  # rule and its source, a preset default, person, timeout, elicitation unavailable
+    outcome: str  # ok | error | refused
+    message: str | None = None
+    duration_ms: int | None = None

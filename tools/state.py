@@ -1,0 +1,123 @@
+"""What one client connection carries: its services, active project, and options (read-only, toolsets…)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server import ServerRequestContext
+from mcp.server.mcpserver import Context
+from mcp_types import CLIENT_INFO_META_KEY
+
+from ..services import Services
+from ..services.errors import ServiceError
+from ..toolsets import TOOLSETS
+
+log = logging.getLogger("agentqueue.tools")
+
+
+def clean_options(options: Any) -> dict[str, Any]:
+    """A connection's options as given (a preamble, flags), with `read_only` and `toolsets` made safe to use.
+
+    Other keys pass through untouched (the engine gives task agents e.g. a task id); unknown
+    toolset names are dropped with a warning, so a typo narrows rather than widens the selection.
+    """
+    if not isinstance(options, dict):
+        return {}
+    cleaned = dict(options)
+    cleaned["read_only"] = options.get("read_only") is True
+    toolsets = options.get("toolsets")
+    if toolsets is not None:
+        names = [t for t in toolsets if isinstance(t, str)] if isinstance(toolsets, list) else []
+        unknown = sorted(set(names) - set(TOOLSETS))
+        if unknown:
+            log.warning("ignoring unknown toolset(s) %s; known: %s", ", ".join(unknown), ", ".join(TOOLSETS))
+        cleaned["toolsets"] = [t for t in names if t in TOOLSETS]
+    return cleaned
+
+
+@dataclass
+class ClientState:
+    """What one client connection remembers between calls (its active project) and is limited to."""
+
+    services: Services
+    active_project: str | None = None
+    # HTTP serves many sessions from one lifespan: each Mcp-Session-Id gets its own state.
+    sessions: dict[str, "ClientState"] = field(default_factory=dict)
+    # False when the transport gives no stable identity (sessionless HTTP): nothing is remembered.
+    persistent: bool = True
+    # Set by app.py: awaited after every tool call so resource subscribers hear of changes at once.
+    after_call: Callable[[], Any] | None = None
+    # The connection's options: read_only, toolsets (from flags or a plugin's preamble), and whatever
+    # else the connection was opened with (task agents: their task id).
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.options = clean_options(self.options)
+
+    def hides(self, name: str, group: str, read_only: bool) -> str | None:
+        """Why this connection does not offer a tool (None when it does)."""
+        if self.options.get("read_only") and not read_only:
+            return "this connection is read-only (--read-only)"
+        toolsets = self.options.get("toolsets")
+        if toolsets is not None and group not in toolsets:
+            return f"this connection is limited to the toolsets {', '.join(toolsets) or '(none)'} (--toolsets)"
+        return None
+
+    def child(self, persistent: bool = True) -> "ClientState":
+        return ClientState(services=self.services, persistent=persistent, after_call=self.after_call,
+                           options=dict(self.options))
+
+
+def state_for(request_context: ServerRequestContext[Any, Any]) -> ClientState:
+    """The state of the connection (or HTTP session) a request came in on."""
+    base: ClientState = request_context.lifespan_context
+    headers = getattr(request_context.request, "headers", None)
+    if headers is None:
+        return base  # stdio, the daemon's socket, in-memory: the lifespan is per connection
+    session_id = headers.get("mcp-session-id")
+    if not session_id:
+        return base.child(persistent=False)
+    if session_id not in base.sessions:
+        base.sessions[session_id] = base.child()
+    return base.sessions[session_id]
+
+
+def client_state(ctx: Context) -> ClientState:
+    return state_for(ctx.request_context)
+
+
+def actor_of(request_context: ServerRequestContext[Any, Any], state: ClientState) -> str:
+    """Who is calling, for the audit log: the connection's `actor` option, else `client:<clientInfo name>`."""
+    if isinstance(state.options.get("actor"), str):
+        return state.options["actor"]
+    params = request_context.session.client_params
+    name = params.client_info.name if params is not None else None
+    if not name and isinstance(request_context.meta, dict):  # a 2026 request may carry it in _meta
+        info = request_context.meta.get(CLIENT_INFO_META_KEY)
+        name = info.get("name") if isinstance(info, dict) else None
+    return f"client:{name or 'unknown'}"
+
+
+def services(ctx: Context) -> Services:
+    return client_state(ctx).services
+
+
+def project_for(ctx: Context, project_id: str | None) -> str:
+    """An explicit project_id wins; else the connection's active project; else a clear error."""
+    if project_id:
+        return project_id
+    active = client_state(ctx).active_project
+    if active:
+        return active
+    raise ServiceError(
+        "No project_id given and no active project for this connection. Pass project_id, "
+        "or call set_active_project (list_projects shows ids)."
+    )
+
+
+def project_filter(ctx: Context, project_id: str | None) -> str | None:
+    """For read filters: an explicit project, else the active one, else None (every project)."""
+    return project_id or client_state(ctx).active_project
