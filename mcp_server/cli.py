@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from . import __version__
@@ -84,9 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None,
                        help="HTTP port (default: config.toml [server] port, AGENTQUEUE_PORT, else 8765; 0 picks a free one)")
     serve.add_argument("--no-http", action="store_true", help="serve only the local socket")
+    selection_flags(serve, "HTTP clients")
     mcp = add("mcp", "the stdio MCP server that clients launch (not for typing)",
               "The stdio plugin MCP clients launch: it relays to the daemon, starting it if needed.")
     mcp.add_argument("--standalone", action="store_true", help="serve MCP in this process, no daemon")
+    selection_flags(mcp, "this client")
     stop = add("stop", "stop the daemon (asks first when agents are running)",
                "Stop the daemon. Running agents are interrupted and their tasks recovered at the next start; "
                "they are listed first, and on a terminal you are asked. Without a terminal, --force is needed.")
@@ -132,6 +135,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def selection_flags(parser: argparse.ArgumentParser, who: str) -> None:
+    """--read-only and --toolsets: which tools a connection offers (the rest are left out of its list)."""
+    from .toolsets import known, parse_toolsets
+
+    parser.add_argument("--read-only", action="store_true", help=f"offer {who} only the read-only tools")
+    parser.add_argument("--toolsets", type=_toolsets_arg(parse_toolsets), metavar="SET,…",
+                        help=f"offer {who} only these groups of tools: {', '.join(known())}")
+
+
+def _toolsets_arg(parse: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    def convert(text: str) -> list[str]:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return convert
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -144,11 +165,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "mcp" and not args.standalone:
         from . import plugin
 
-        sys.exit(plugin.main())
+        from .toolsets import client_options
+
+        sys.exit(plugin.main(client_options(args.read_only, args.toolsets)))
     if args.command == "mcp":
         from .standalone import run_standalone
 
-        sys.exit(run_standalone(home))
+        from .toolsets import client_options
+
+        sys.exit(run_standalone(home, client_options(args.read_only, args.toolsets)))
     if args.command == "serve":
         from . import daemon, settings
 
@@ -159,7 +184,10 @@ def main(argv: list[str] | None = None) -> None:
             except settings.ConfigError as error:
                 print(str(error), file=sys.stderr)
                 sys.exit(paths.EXIT_CANNOT_START)
-        sys.exit(daemon.serve(home, args.host, port, not args.no_http))
+        from .toolsets import connection_options
+
+        sys.exit(daemon.serve(home, args.host, port, not args.no_http,
+                              connection_options(args.read_only, args.toolsets)))
     sys.exit(_run_command(args, home))
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from . import paths
 from .cli_output import CliError, duration, print_json
-from .daemon_client import DaemonError, ToolError, call_tool, running_daemon
+from .daemon_client import DaemonError, ToolError, call_tool, running_daemon, terminal_asker
 
 
 def _call(home: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     try:
-        return call_tool(home, tool, arguments)
+        return call_tool(home, tool, arguments, ask=terminal_asker())
     except (ToolError, DaemonError) as error:
         raise CliError(str(error)) from None
 

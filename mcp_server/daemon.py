@@ -31,11 +31,12 @@ from mcp.server.stdio import stdio_server
 from . import __version__, logs, paths
 from . import home_lock as home_lock_module
 from .home_lock import AlreadyRunningError
-from .app import build_server
+from .app import CONNECTION_OPTIONS, build_server
 from .engine.orchestrator import Engine
 from .services import Services
 from .settings import ConfigError
 from .store.db import StoreOpenError, now_iso
+from .toolsets import decode_preamble
 
 log = logging.getLogger("agentqueue.daemon")
 
@@ -107,6 +108,20 @@ class _SocketLines:
                 return
             self._buffer += chunk
 
+    async def preamble(self) -> dict[str, Any] | None:
+        """The plugin's options line (`{"agentqueue": {...}}`), consumed if the connection opens with one."""
+        while b"\n" not in self._buffer:
+            try:
+                chunk = await self.stream.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return None
+            self._buffer += chunk
+        newline = self._buffer.find(b"\n")
+        options = decode_preamble(bytes(self._buffer[:newline]))
+        if options is not None:
+            del self._buffer[: newline + 1]
+        return options
+
     async def write(self, text: str) -> None:
         await self.stream.send(text.encode("utf-8"))
 
@@ -130,6 +145,10 @@ async def serve_connection(mcp: MCPServer, stream: SocketStream) -> None:
     pipe = _SocketLines(stream)
     lowlevel = mcp._lowlevel_server
     try:
+        # A socket connection is limited only by what its own plugin asks for (`agentqueue mcp --read-only`);
+        # the daemon's own flags limit HTTP clients.
+        options = await pipe.preamble()
+        CONNECTION_OPTIONS.set(options or {})
         async with stream, stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
             await lowlevel.run(read, write, lowlevel.create_initialization_options())
     except Exception as error:
@@ -195,10 +214,15 @@ def _bind_tcp(host: str, port: int) -> socket.socket | None:
     return sock
 
 
+PRUNE_EVERY_S = 3600.0
+
+
 # -- the daemon ------------------------------------------------------------------------------------
 class Daemon:
-    def __init__(self, home: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, http: bool = True) -> None:
+    def __init__(self, home: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, http: bool = True,
+                 options: dict[str, Any] | None = None) -> None:
         self.home = home
+        self.options = options or {}  # --read-only / --toolsets: what HTTP clients are limited to
         self.host = host
         self.port = port
         self.http = http
@@ -221,7 +245,7 @@ class Daemon:
         message = services.agents.bootstrap_default()
         if message:
             log.info(message)
-        mcp = build_server(services)
+        mcp = build_server(services, self.options)
         notifier = mcp.notifier  # type: ignore[attr-defined]
         engine = Engine(services, self.home, flush=notifier.flush,
                         on_log=lambda task_id: notifier.mark(f"agentqueue://tasks/{task_id}/log"))
@@ -300,10 +324,17 @@ class Daemon:
         sock_path.unlink(missing_ok=True)
 
     async def _housekeeping(self, services: Services, mcp: MCPServer) -> None:
-        """Publish changes made outside tool calls, and keep the lease fresh."""
+        """Publish changes made outside tool calls, keep the lease fresh, prune the audit log hourly."""
         beat = 0.0
+        pruned = -PRUNE_EVERY_S
         while True:
             await mcp.notifier.flush()  # type: ignore[attr-defined]
+            if time.monotonic() - pruned > PRUNE_EVERY_S:
+                pruned = time.monotonic()
+                gone = await anyio.to_thread.run_sync(services.audit.prune, services.settings.audit_retention_days)
+                if gone:
+                    log.info("audit log: pruned %d row(s) older than %d days", gone,
+                             services.settings.audit_retention_days)
             if time.monotonic() - beat > 10:
                 beat = time.monotonic()
                 with services.store.transaction() as db:
@@ -332,10 +363,10 @@ def next_steps(home: Path, http_url: str | None) -> str:
     return "\n".join(lines)
 
 
-def serve(home: Path, host: str, port: int, http: bool) -> int:
+def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] | None = None) -> int:
     """Entry point of `agentqueue serve`; returns the exit code (or re-executes itself on restart_daemon)."""
     logs.configure(home, "agentqueue")
-    daemon = Daemon(home, host, port, http)
+    daemon = Daemon(home, host, port, http, options)
     try:
         anyio.run(daemon.run)
     except AlreadyRunningError as error:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +49,37 @@ def running_daemon(home: Path) -> dict[str, Any] | None:
 
 
 # -- calling a tool -------------------------------------------------------------------------------
+# A person's answer to the policy's question ("Run `rm -rf build` in project demo?"): True to allow.
+Ask = Callable[[str], bool]
+
+
+def ask_at_terminal(question: str) -> bool:
+    """The policy's question on the terminal, answered y/N by the person who typed the command."""
+    print(question, file=sys.stderr, flush=True)
+    try:
+        return input("Allow it? [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def terminal_asker() -> Ask | None:
+    """Ask on the terminal when there is one; a script gets the policy's refusal, which says how to allow."""
+    return ask_at_terminal if sys.stdin.isatty() and sys.stderr.isatty() else None
+
+
 class _Session:
-    def __init__(self, sock: socket.socket, timeout: float) -> None:
+    def __init__(self, sock: socket.socket, timeout: float, ask: Ask | None = None) -> None:
         sock.settimeout(timeout)
         self.sock = sock
         self.reader = sock.makefile("rb")
         self.next_id = 0
+        self.ask = ask
+
+    def answer_elicitation(self, message: dict[str, Any]) -> None:
+        params = message.get("params") or {}
+        allowed = self.ask is not None and self.ask(str(params.get("message") or "Allow this action?"))
+        result = {"action": "accept", "content": {"approve": True}} if allowed else {"action": "decline"}
+        self.send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(json.dumps(message).encode() + b"\n")
@@ -76,6 +102,9 @@ class _Session:
             if not isinstance(message, dict):
                 continue
             if "method" in message:
+                if message["method"] == "elicitation/create" and "id" in message:
+                    self.answer_elicitation(message)
+                    continue
                 if "id" in message:  # a server request we do not handle: say so rather than leave it hanging
                     self.send({"jsonrpc": "2.0", "id": message["id"],
                                "error": {"code": -32601, "message": "not supported by the agentqueue CLI"}})
@@ -107,10 +136,11 @@ def _error_text(name: str, result: dict[str, Any]) -> str:
 
 
 def call_tool(home: Path, name: str, arguments: dict[str, Any] | None = None, timeout: float = 120.0,
-              start: bool = True) -> dict[str, Any]:
+              start: bool = True, ask: Ask | None = None) -> dict[str, Any]:
     """Call one of the daemon's tools; returns its structured result or raises ToolError with its message.
 
     With `start` (the default) a daemon that is not running is started first, as `agentqueue mcp` does.
+    With `ask`, the client supports elicitation: a question of the policy is put to `ask`.
     """
     from .plugin import DaemonStartError, _connect, connect_or_start
 
@@ -123,9 +153,10 @@ def call_tool(home: Path, name: str, arguments: dict[str, Any] | None = None, ti
         sock = _connect(paths.socket_path(home))
         if sock is None:
             raise DaemonError(f"No AgentQueue daemon is running for {home}; `agentqueue serve` starts one.")
-    session = _Session(sock, timeout)
+    session = _Session(sock, timeout, ask)
+    capabilities = {"elicitation": {"form": {}}} if ask else {}
     try:
-        session.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+        session.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": capabilities,
                                        "clientInfo": {"name": "agentqueue-cli", "version": __version__}})
         session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         result = session.request("tools/call", {"name": name, "arguments": arguments or {}})

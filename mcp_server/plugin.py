@@ -20,8 +20,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from . import paths
+from .toolsets import encode_preamble
 
 CONNECT_TIMEOUT_S = float(os.environ.get("AGENTQUEUE_CONNECT_TIMEOUT", "30"))
 
@@ -81,6 +83,9 @@ def connect_or_start(home: Path, timeout: float = CONNECT_TIMEOUT_S,
     sock = _connect(sock_path)
     if sock is not None:
         return sock
+    if os.environ.get("AGENTQUEUE_NO_START"):
+        # A task agent's own connection: it works for the daemon that runs it and never starts another.
+        raise DaemonStartError(f"No AgentQueue daemon is running for {home}, and AGENTQUEUE_NO_START is set.")
     if progress:
         progress(f"Starting the AgentQueue daemon for {home}…")
     started = time.monotonic()
@@ -134,9 +139,13 @@ def _say(message: str) -> None:
 
 
 class Pipe:
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, options: dict[str, Any] | None = None) -> None:
         self.home = home
+        # Sent first on every connection (restarts too): what this client limits itself to.
+        self.preamble = encode_preamble(options) if options else b""
         self.sock = connect_or_start(home, progress=_say)
+        if self.preamble:
+            self.sock.sendall(self.preamble)
         self.lock = threading.Lock()
         self.handshake: list[bytes] = []  # the client's initialize request and initialized notification
         self.client_gone = threading.Event()
@@ -202,6 +211,8 @@ class Pipe:
         with self.lock:
             self.sock.close()
             self.sock = sock
+            if self.preamble:
+                sock.sendall(self.preamble)
             for line in self.handshake:
                 method, message_id = _method(line)
                 if method == "initialize":
@@ -303,14 +314,14 @@ def refuse_client(message: str) -> None:
             pass
 
 
-def main() -> int:
+def main(options: dict[str, Any] | None = None) -> int:
     # Every exit goes through os._exit: the stdin thread may sit in a blocking read, and normal
     # interpreter shutdown would abort on its lock ("Fatal Python error").
     code = 0
     try:
         home = paths.home()
         try:
-            pipe = Pipe(home)
+            pipe = Pipe(home, options)
         except DaemonStartError as error:
             note(home, str(error))
             refuse_client(str(error))

@@ -18,6 +18,9 @@ from mcp import Client
 
 from .app import build_server
 from .services import Services
+from .services.policy_rules import PRESETS
+from .tools import SPECS
+from .toolsets import NAMED_TOOLSETS, TOOLSETS
 
 DOC = Path("docs") / "reference.md"  # relative to the repository root, where the command is run
 
@@ -93,7 +96,35 @@ def render() -> str:
     for prompt in sorted(found["prompts"], key=lambda p: p.name):
         args = ", ".join(f"`{a.name}`{'*' if a.required else ''}" for a in prompt.arguments or [])
         lines.append(f"- `{prompt.name}`" + (f" ({args})" if args else "") + f" — {prompt.description}")
+    lines += _presets() + _toolsets(found["tools"])
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _presets() -> list[str]:
+    """Each preset's defaults and exact rules, as the policy engine holds them."""
+    lines = ["", "## Policy presets", "",
+             "Rules are checked deny → allow → ask, then the preset's default. `tool:` rules are AgentQueue's own "
+             "tools; the others are agent actions in Claude Code's syntax. Set with `edit_policy(preset=…)`.", ""]
+    for preset in PRESETS.values():
+        lines += [f"### `{preset.name}`", "", preset.summary + ".", "",
+                  f"- default for agent actions: {preset.agent_default}; for AgentQueue tools: {preset.tool_default}"
+                  + (" (read-only tools allowed)" if preset.tool_allow_read_only else "")]
+        for kind in ("deny", "allow", "ask"):
+            rules = getattr(preset, kind)
+            if rules:
+                lines.append(f"- {kind}: " + ", ".join(f"`{rule}`" for rule in rules))
+        lines.append("")
+    return lines
+
+
+def _toolsets(tools: list[Any]) -> list[str]:
+    """What `--toolsets` accepts, with the tools each selects."""
+    groups = {name: sorted(s.name for s in SPECS.values() if s.group == name) for name in TOOLSETS}
+    groups.update({name: sorted(members) for name, members in NAMED_TOOLSETS.items()})
+    lines = ["## Toolsets", "", "`agentqueue mcp --toolsets a,b` (also `--standalone`, and `serve` for HTTP clients) "
+             "offers only these tools; `--read-only` only the read-only ones.", ""]
+    lines += [f"- `{name}`: " + ", ".join(f"`{tool}`" for tool in members) for name, members in groups.items()]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -20,13 +21,13 @@ from .store.db import StoreOpenError
 log = logging.getLogger("agentqueue.standalone")
 
 
-async def _serve(home: Path) -> None:
+async def _serve(home: Path, options: dict[str, Any]) -> None:
     services = Services(home)
     try:
         message = services.agents.bootstrap_default()
         if message:
             log.info(message)
-        mcp = build_server(services)
+        mcp = build_server(services, options)
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(home_lock(home, grace=0))  # a running daemon is the common case
@@ -46,10 +47,10 @@ async def _serve(home: Path) -> None:
         services.close()
 
 
-def run_standalone(home: Path) -> int:
+def run_standalone(home: Path, options: dict[str, Any] | None = None) -> int:
     logs.configure(home, "standalone")
     try:
-        anyio.run(_serve, home)
+        anyio.run(_serve, home, options or {})
     except (ConfigError, StoreOpenError) as error:
         print(f"agentqueue: {error}", file=sys.stderr)  # stderr: stdout is the MCP wire
         return paths.EXIT_CANNOT_START

@@ -1,34 +1,82 @@
-"""Tool groups a connection can be limited to (`--toolsets`), and the connection options' shape.
+"""Tool groups a connection can be limited to (`--toolsets`), and the options a connection carries.
 
 Stdlib only: the plugin (`agentqueue mcp`) validates its flags with it before it relays anything.
-A group is a module of `tools/`; the registry refuses a tool whose module is not listed here.
+A group is a module of `tools/`; the registry refuses a tool whose module is not listed here. A
+named set picks tools across modules: `agent` is what a task's own agent gets.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 TOOLSETS: tuple[str, ...] = ("projects", "channels", "tasks", "repos", "agents", "system", "files", "git", "notes",
                              "hooks", "policy", "requests")
+# Sets of tools by name: an agent working on a task may queue follow-ups and keep notes, nothing more.
+NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
+    "agent": ("create_task", "get_task", "list_tasks", "get_status", "list_notes", "read_note", "write_note",
+              "append_note"),
+}
 # The first line a plugin sends the daemon before the client's bytes: {"agentqueue": {options}}.
 PREAMBLE_KEY = "agentqueue"
+# What a preamble may carry; anything else is dropped (a connection can narrow itself, never widen).
+OPTION_KEYS = ("read_only", "toolsets", "task_id", "actor")
+
+
+def known() -> list[str]:
+    return [*TOOLSETS, *NAMED_TOOLSETS]
 
 
 def parse_toolsets(text: str) -> list[str]:
     """`tasks,git` -> ["tasks", "git"]; an unknown or empty name raises ValueError naming the known ones."""
     names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in TOOLSETS]
+    unknown = [name for name in names if name not in known()]
     if unknown or not names:
         raise ValueError(f"unknown toolset(s) {', '.join(unknown) or '(none given)'}; "
-                         f"choose from {', '.join(TOOLSETS)} (comma-separated)")
+                         f"choose from {', '.join(known())} (comma-separated)")
     return names
 
 
-def connection_options(read_only: bool = False, toolsets: list[str] | None = None) -> dict[str, Any]:
+def offers(toolsets: list[str], name: str, group: str) -> bool:
+    """Whether a selection of toolsets includes the tool `name` of module `group`."""
+    return group in toolsets or any(name in NAMED_TOOLSETS.get(t, ()) for t in toolsets)
+
+
+def connection_options(read_only: bool = False, toolsets: list[str] | None = None, task_id: str | None = None,
+                       actor: str | None = None) -> dict[str, Any]:
     """The options dict a connection carries (the preamble's body): only what was asked for."""
     options: dict[str, Any] = {}
     if read_only:
         options["read_only"] = True
     if toolsets:
         options["toolsets"] = list(toolsets)
+    if task_id:
+        options["task_id"] = task_id
+    if actor:
+        options["actor"] = actor
     return options
+
+
+def client_options(read_only: bool = False, toolsets: list[str] | None = None,
+                   environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`agentqueue mcp`'s options: its flags, plus the task and actor the engine sets for a task's agent."""
+    env = os.environ if environ is None else environ
+    return connection_options(read_only, toolsets, env.get("AGENTQUEUE_TASK_ID") or None,
+                              env.get("AGENTQUEUE_ACTOR") or None)
+
+
+def encode_preamble(options: dict[str, Any]) -> bytes:
+    return json.dumps({PREAMBLE_KEY: options}).encode() + b"\n"
+
+
+def decode_preamble(line: bytes | str) -> dict[str, Any] | None:
+    """The options of a preamble line, or None when the line is not one (it is then the client's own)."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or set(message) != {PREAMBLE_KEY} or not isinstance(message[PREAMBLE_KEY], dict):
+        return None
+    return {k: v for k, v in message[PREAMBLE_KEY].items() if k in OPTION_KEYS}

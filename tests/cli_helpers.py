@@ -63,7 +63,8 @@ class LiveDaemon:
         return self.process.pid
 
     def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
-        return call_tool(self.home, tool, arguments, start=False)
+        """A tool call by the person running the test: the policy's questions are answered yes."""
+        return call_tool(self.home, tool, arguments, start=False, ask=lambda _question: True)
 
     def task_status(self, task_id: str) -> str:
         return cli_json(self.env, "show", task_id)["task"]["status"]

@@ -7,10 +7,12 @@ import signal
 import sqlite3
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from pathlib import Path
 
 import pytest
 from mcp import Client
+from mcp.types import ElicitRequestParams, ElicitResult
 
 from agentqueue.app import build_server
 from agentqueue.services import Services
@@ -99,9 +101,16 @@ def era(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+async def person_says_yes(context: Any, params: ElicitRequestParams) -> ElicitResult:
+    """The person at the client: every question the policy asks (e.g. before a push) is accepted."""
+    return ElicitResult(action="accept", content={"approve": True})
+
+
 @pytest.fixture
 async def client(server, era: str) -> AsyncIterator[Client]:
-    async with Client(server, mode="legacy" if era == "legacy" else "auto") as c:
+    """The official client as a person uses it: it supports elicitation, and the person answers yes."""
+    async with Client(server, mode="legacy" if era == "legacy" else "auto",
+                      elicitation_callback=person_says_yes) as c:
         yield c
 
 

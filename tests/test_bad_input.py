@@ -186,6 +186,22 @@ CASES: dict[str, list[Case]] = {
         ("remember not a boolean", {"request_id": "req-nope", "decision": "deny", "remember": "often"},
          ["remember"]),
     ],
+    "get_policy": [UNKNOWN_PROJECT, ("project_id not a string", {"project_id": 5}, ["project_id", "string"])],
+    "edit_policy": [
+        UNKNOWN_PROJECT,
+        ("nothing to change", {}, ["Nothing to change", "preset"]),
+        ("unknown preset", {"preset": "lenient"}, ["'lenient'", "readonly"]),
+        ("rule in another syntax", {"add_rule": "run npm test"}, ["'run npm test'", "Bash(npm test:*)"]),
+        ("empty parentheses", {"add_rule": "Bash()"}, ["empty parentheses"]),
+        ("unknown list", {"add_rule": "Bash(make:*)", "list": "maybe"}, ["list", "allow"]),
+        ("removing a rule that is not there", {"remove_rule": "Bash(make:*)"}, ["no rule", "get_policy"]),
+        ("ask_timeout not a duration", {"ask_timeout": "soon"}, ["'soon'", "30m"]),
+    ],
+    "get_audit_log": [
+        ("limit 0", {"limit": 0}, ["limit"]),
+        ("unknown decision", {"decision": "maybe"}, ["'maybe'", "ask→accept"]),
+        ("since_hours 0", {"since_hours": 0}, ["since_hours"]),
+    ],
     # -- agents --
     "list_agents": [
         ("limit 0", {"limit": 0}, ["limit"]),

@@ -22,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentqueue import daemon, paths
 
+from .conftest import person_says_yes
 from .processes import alive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -172,7 +173,7 @@ async def test_sigterm_stops_the_daemon_cleanly(live_home: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_restart_daemon_reexecutes_and_the_client_session_survives(live_home: Path, mode: str) -> None:
-    async with Client(plugin_params(live_home), mode=mode) as client:
+    async with Client(plugin_params(live_home), mode=mode, elicitation_callback=person_says_yes) as client:
         await call(client, "create_project", {"name": "Survivor"})
         before = daemon.read_daemon_info(live_home)
         assert (await call(client, "restart_daemon", {}))["status"] == "restarting"

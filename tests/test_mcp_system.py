@@ -22,7 +22,8 @@ EXPECTED_TOOLS = {
     "get_project_for_channel", "list_tasks", "create_task", "get_task", "edit_task", "stop_task", "restart_task",
     "delete_task", "approve_task", "skip_task", "get_task_result", "get_task_diff", "get_chain_health",
     "set_task_status", "get_agent_error", "list_agents", "create_agent", "get_status", "get_recent_events",
-    "get_token_usage", "orchestrator_control", "list_requests", "answer_request",
+    "get_token_usage", "orchestrator_control", "list_requests", "answer_request", "get_policy", "edit_policy",
+    "get_audit_log",
 }
 DESTRUCTIVE = {"delete_project", "delete_task", "stop_task"}
 
@@ -51,7 +52,7 @@ async def test_command_agent_needs_a_command(client):
     agent = await ok(client, "create_agent", name="Script", agent_type="command", command="  ./run-agent.sh ")
     assert (agent["agent_type"], agent["command"]) == ("command", "./run-agent.sh")
     assert "only for agent_type 'command'" in await fail(client, "create_agent", name="Other", command="x")
-    assert "already exists" in await fail(client, "create_agent", name="script", agent_type="command", command="y")
+    assert "already exists" in await fail(client, "create_agent", name="script", agent_type="command", command="./y.sh")
     assert (await ok(client, "list_agents"))["total"] == 1
 
 

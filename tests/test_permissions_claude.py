@@ -26,7 +26,7 @@ from agentqueue.engine.orchestrator import Engine
 from agentqueue.services import Services
 from agentqueue.store.db import Store
 
-from .conftest import ok
+from .conftest import ok, person_says_yes
 from .processes import alive, claude_env, wait_for
 from .test_engine_claude import CLAUDE, engine_for, git, mock_api  # noqa: F401  (mock_api: fixture)
 from .mock_anthropic import MockAnthropic
@@ -197,7 +197,7 @@ async def test_a_pending_request_never_leaves_a_run_waiting_forever(tmp_path: Pa
     store = None
     try:
         params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
-        async with Client(params, mode="legacy") as client:
+        async with Client(params, mode="legacy", elicitation_callback=person_says_yes) as client:
             for tool, args in (("create_project", {"name": "Demo"}),
                                ("add_repo", {"source": "init", "name": "app", "project_id": "demo"}),
                                ("create_task", {"title": "Ask", "project_id": "demo",

@@ -13,7 +13,7 @@ from mcp_types import CLIENT_INFO_META_KEY
 
 from ..services import Services
 from ..services.errors import ServiceError
-from ..toolsets import TOOLSETS
+from ..toolsets import known, offers
 
 log = logging.getLogger("agentqueue.tools")
 
@@ -31,10 +31,10 @@ def clean_options(options: Any) -> dict[str, Any]:
     toolsets = options.get("toolsets")
     if toolsets is not None:
         names = [t for t in toolsets if isinstance(t, str)] if isinstance(toolsets, list) else []
-        unknown = sorted(set(names) - set(TOOLSETS))
+        unknown = sorted(set(names) - set(known()))
         if unknown:
-            log.warning("ignoring unknown toolset(s) %s; known: %s", ", ".join(unknown), ", ".join(TOOLSETS))
-        cleaned["toolsets"] = [t for t in names if t in TOOLSETS]
+            log.warning("ignoring unknown toolset(s) %s; known: %s", ", ".join(unknown), ", ".join(known()))
+        cleaned["toolsets"] = [t for t in names if t in known()]
     return cleaned
 
 
@@ -62,7 +62,7 @@ class ClientState:
         if self.options.get("read_only") and not read_only:
             return "this connection is read-only (--read-only)"
         toolsets = self.options.get("toolsets")
-        if toolsets is not None and group not in toolsets:
+        if toolsets is not None and not offers(toolsets, name, group):
             return f"this connection is limited to the toolsets {', '.join(toolsets) or '(none)'} (--toolsets)"
         return None
 

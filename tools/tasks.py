@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
-from .registry import Limit, Offset, ProjectId, TaskId, project_filter, project_for, services, tool
+from .registry import Limit, Offset, ProjectId, TaskId, client_state, project_filter, project_for, services, tool
 
 
 RepoId = Annotated[str | None, Field(description="default: the project's default or only repo")]
@@ -118,8 +118,13 @@ async def create_task(
     agent_type: AgentType | None = None,
 ) -> Task:
     """Queue a task for an agent (READY, or DEFINED until its dependencies complete). A project without repos runs it in its workspace."""
-    return services(ctx).tasks.create(project_for(ctx, project_id), title, description, priority, repo_id,
-                                      requires_approval, depends_on, max_retries, agent_type)
+    svc, parent = services(ctx), client_state(ctx).options.get("task_id")
+    # A task's own agent queues follow-ups of its task, one level deeper, up to [engine] max_task_depth.
+    depth = int(svc.settings.engine["max_task_depth"]) if parent else None
+    if parent and not project_id and not client_state(ctx).active_project:
+        project_id = svc.tasks.get(parent).project_id  # an agent's follow-up stays in its task's project
+    return svc.tasks.create(project_for(ctx, project_id), title, description, priority, repo_id, requires_approval,
+                            depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth)
 
 
 @tool(read_only=True)

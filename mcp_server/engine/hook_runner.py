@@ -25,7 +25,6 @@ import anyio
 import anyio.abc
 from croniter import croniter
 
-from .. import paths
 from ..services import Services
 from ..services.agents import find_cli
 from ..services.errors import ServiceError
@@ -33,6 +32,7 @@ from ..store.db import now_iso
 from ..store.models import Hook
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig
+from .agent_mcp import agentqueue_server
 from .permissions import PermissionChannel
 from .runner import RunHandle, run_agent
 from .watchdog import WatchdogLimits
@@ -310,9 +310,7 @@ class HookRunner:
         if agent_type not in BUILDERS or agent_type == "command" and not config.get("command"):
             raise ServiceError(f"llm_config.agent_type {agent_type!r} cannot run a hook.")
         binary = find_cli(agent_type, self.services.settings) if agent_type != "command" else None
-        command = paths.self_command("mcp")
-        mcp = {"mcpServers": {"agentqueue": {"type": "stdio", "command": command[0], "args": command[1:],
-                                             "env": {"AGENTQUEUE_HOME": str(self.home)}}}}
+        mcp = agentqueue_server(self.home, f"hook:{hook.id}")
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
                    "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
         policy = self.services.policies.effective(hook.project_id)

@@ -32,6 +32,7 @@ from ..store.models import Agent, Task
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult
 from .hook_runner import HookRunner
+from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
 from .permissions import PermissionChannel
 from .prompting import context_for, task_prompt
 from .runner import RunHandle, run_agent, signal_group
@@ -250,8 +251,10 @@ class Engine:
                  f" on branch {workspace.branch}" if workspace.branch else "")
         if self.flush:
             await self.flush()
+        tools = agent.agent_type in TAKES_MCP_CONFIG
+        mcp = agentqueue_server(self.home, f"agent:{agent.id}", task.id, ("agent",)) if tools else None
         spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id), task_prompt(task),
-                                          context_for(svc, task, workspace), None)
+                                          context_for(svc, task, workspace, agent_tools=tools), mcp)
         started = time.monotonic()
 
         def remember_pid() -> None:

@@ -100,7 +100,7 @@ class PermissionChannel:
                     await anyio.to_thread.run_sync(svc.requests.get, opened.id)
                 break
             await anyio.sleep(POLL_SECONDS)
-        self._audit(action, tool_input, "ask→" + {"allowed": "allow", "denied": "deny"}.get(current.status, "timeout"),
+        self._audit(action, tool_input, "ask→" + {"allowed": "accept", "denied": "decline"}.get(current.status, "timeout"),
                     current.decided_by or "person", started)
         self.write_log(f"[permission] {action}: {current.status} ({current.decided_by})")
         if current.status == "allowed":
@@ -115,12 +115,12 @@ class PermissionChannel:
 
     def _audit(self, action: Action, tool_input: dict[str, Any], decision: str, decided_by: str,
                started: float) -> None:
-        audit = getattr(self.services, "audit", None)
-        if audit is None:
-            return
+        actor = self.agent_id if ":" in (self.agent_id or "") else f"agent:{self.agent_id or 'unknown'}"
+        outcome = "ok" if decision in ("allow", "ask→accept") else "refused"
         try:
-            audit.record(actor=f"agent:{self.agent_id}" if self.agent_id else "agent", task_id=self.task_id,
-                         project_id=self.project_id, action=str(action), arguments=tool_input, decision=decision,
-                         decided_by=decided_by, outcome="ok", duration_ms=int((time.monotonic() - started) * 1000))
+            self.services.audit.record(
+                actor=actor, task_id=self.task_id, project_id=self.project_id, action=str(action),
+                arguments=tool_input, decision=decision, decided_by=decided_by, outcome=outcome,
+                duration_ms=int((time.monotonic() - started) * 1000))
         except Exception:  # the audit must never break a run
             log.exception("could not audit %s", action)

@@ -77,7 +77,7 @@ class Agents:
         caps = [c.strip() for c in capabilities or [] if c.strip()]
         if self.store.scalar("SELECT 1 FROM agents WHERE id = ?", (agent_id,)):
             raise ConflictError(f"An agent with id '{agent_id}' already exists. Choose another name.")
-        self._require_runnable(agent_type, command)
+        self.require_runnable(agent_type, command)
         stamp = now_iso()
         with self.store.transaction() as db:
             db["agents"].insert({
@@ -89,7 +89,7 @@ class Agents:
                                  payload={"name": name.strip(), "agent_type": agent_type})
         return self.get(agent_id)
 
-    def _require_runnable(self, agent_type: str, command: str | None) -> None:
+    def require_runnable(self, agent_type: str, command: str | None) -> None:
         """An agent whose program can't be found would fail every task it takes: refuse it now."""
         if agent_type != "command":
             if find_cli(agent_type, self.settings) is None:

@@ -132,6 +132,9 @@ class CallPolicy:
             own = Step(tool_action(name, f"{tid} {status}"), f"Force task {tid} to {status}")
         elif name == "restart_daemon":
             own = Step(tool_action(name), "Restart the AgentQueue daemon (running agents stop, their tasks are requeued)")
+        if name == "create_agent" and args.get("agent_type") == "command" and _text(args, "command"):
+            # A program that cannot run is refused with the tool's own message, before anyone is asked.
+            self.svc.agents.require_runnable("command", _text(args, "command"))
         extra += [Step(tool_action("run_command", command), f"Let AgentQueue run `{command[:300]}` ({why})")
                   for command, why in self._defined_commands(name, args)]
         return [own, *extra]
