@@ -1,7 +1,8 @@
 """Request middleware: the connection's tool selection, the audit log, and readable validation errors.
 
 - `tools/list` leaves out what the connection's selection hides (`--read-only`, `--toolsets`, a
-  plugin's preamble), so the model never sees those tools; a `tools/call` of one is refused.
+  plugin's preamble) and what the policy denies outright, so the model never sees those tools; a
+  `tools/call` of one is refused.
 - Every `tools/call` is written to the audit log after it ends, in its own transaction: what the
   policy gate decided (noted in the call's `CallRecord`), how it ended, how long it took.
 - Argument-validation errors are rewritten into one sentence a model can act on.
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from typing import Any
@@ -16,10 +18,12 @@ from typing import Any
 import anyio
 from mcp.types import CallToolResult, TextContent
 
+from .services.policy_rules import PolicyError
 from .tools.gate import CURRENT_CALL, CallRecord
 from .tools.registry import SPECS
 from .tools.state import actor_of, state_for
 
+log = logging.getLogger("agentqueue.middleware")
 _VALIDATION = re.compile(r"^Error executing tool (?P<tool>[\w-]+): \d+ validation errors? for \w+\n(?P<body>.*)$", re.S)
 
 
@@ -60,9 +64,15 @@ async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
         result = await call_next(ctx)
         state = state_for(ctx)
         if isinstance(result, dict) and isinstance(result.get("tools"), list):
+            try:
+                policy = await anyio.to_thread.run_sync(state.services.policies.effective, state.active_project)
+            except PolicyError as error:  # a broken policy.toml: every call says so; the list stays whole
+                log.warning("tools/list not filtered by the policy: %s", error)
+                policy = None
             result["tools"] = [t for t in result["tools"]
-                               if not ((spec := SPECS.get(t.get("name"))) and state.hides(spec.name, spec.group,
-                                                                                          spec.read_only))]
+                               if not ((spec := SPECS.get(t.get("name")))
+                                       and (state.hides(spec.name, spec.group, spec.read_only)
+                                            or policy is not None and policy.denies_outright(spec.name, spec.read_only)))]
         return result
     if ctx.method != "tools/call" or ctx.request_id is None:
         return await call_next(ctx)

@@ -105,3 +105,14 @@ async def test_the_readonly_preset_keeps_reads_and_refuses_the_rest(client, serv
     text = await fail(client, "create_task", project_id="demo", title="T", description="d")
     assert "denied" in text and "readonly" in text
     assert services.store.scalar("SELECT count(*) FROM tasks") == 0
+
+
+async def test_tools_the_policy_denies_outright_are_left_out_of_the_list(client, services):
+    everything = {t.name for t in (await client.list_tools()).tools}
+    services.policies.edit(add_rule="tool:delete_project", rule_list="deny")
+    assert {t.name for t in (await client.list_tools()).tools} == everything - {"delete_project"}
+    services.policies.edit(preset="readonly")
+    listed = {t.name for t in (await client.list_tools()).tools}
+    assert "list_tasks" in listed and "create_task" not in listed and "run_command" not in listed
+    services.policies.edit(add_rule="tool:run_command:pytest:*", rule_list="allow")  # a way through: shown again
+    assert "run_command" in {t.name for t in (await client.list_tools()).tools}

@@ -117,6 +117,16 @@ class EffectivePolicy:
         default = self.preset.tool_default if action.tool.startswith("tool:") else self.preset.agent_default
         return Verdict(default, whole, None, f"preset {self.preset.name}")
 
+    def denies_outright(self, tool: str, read_only: bool) -> bool:
+        """Whether every call of AgentQueue's tool `tool` is denied, whatever its detail: a bare deny rule,
+        or a deny default that no allow or ask rule for the tool lifts (such tools are left out of tools/list)."""
+        name = f"tool:{tool}"
+        if any(r.tool in (name, "tool:*") and r.spec is None for r, _ in self.rules["deny"]):
+            return True
+        if self.preset.tool_default != "deny" or read_only and self.preset.tool_allow_read_only:
+            return False
+        return not any(r.tool in (name, "tool:*") for d in ("allow", "ask") for r, _ in self.rules[d])
+
     def describe(self) -> dict[str, Any]:
         return {"preset": self.preset.name, "summary": self.preset.summary, "ask_timeout_seconds": self.ask_timeout,
                 "agent_default": self.preset.agent_default, "tool_default": self.preset.tool_default,
