@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -58,3 +59,9 @@ def run_cli_in_new_repo(argv: list[str], workdir: Path, env: dict[str, str],
     elapsed = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     return proc, events, elapsed
+
+
+def as_terminal_job() -> None:
+    """In a child about to get Ctrl-C: SIGINT as a terminal's foreground job has it (a test run started in
+    the background inherits it ignored, and Python then never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -21,6 +21,7 @@ from agentqueue.install import CLIENTS, config_path, install, read_config, serve
 from agentqueue.services import Services
 
 from .cli_helpers import cli_env, run_cli
+from .processes import as_terminal_job
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
@@ -322,7 +323,7 @@ def _ctrl_c_on_a_tty(env: dict[str, str], wait_for: bytes, *args: str) -> tuple[
 
     master, slave = pty.openpty()
     process = subprocess.Popen([sys.executable, "-m", "agentqueue", *args], stdin=slave, stdout=slave, stderr=slave,
-                               env=env, start_new_session=True)
+                               env=env, start_new_session=True, preexec_fn=as_terminal_job)
     os.close(slave)
     seen = b""
     try:

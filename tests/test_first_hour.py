@@ -21,7 +21,7 @@ import pytest
 
 from agentqueue import daemon, paths
 
-from .processes import alive
+from .processes import alive, as_terminal_job
 from .third_party import npm_bin
 
 pytestmark = [pytest.mark.integration]
@@ -123,7 +123,7 @@ def test_claude_mcp_list_health_checks_leave_no_error_in_the_daemon_log(live_hom
 def test_agentqueue_mcp_typed_in_a_terminal_explains_itself_and_ctrl_c_exits_cleanly(live_home: Path) -> None:
     master, slave = pty.openpty()
     plugin = subprocess.Popen([str(SCRIPT), "mcp"], stdin=slave, stdout=slave, stderr=slave,
-                              env=minimal_env(live_home), start_new_session=True)
+                              env=minimal_env(live_home), start_new_session=True, preexec_fn=as_terminal_job)
     os.close(slave)
     seen = b""
     try:

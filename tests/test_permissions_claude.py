@@ -79,6 +79,12 @@ def on_main(services: Services, name: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def audited(services: Services, task_id: str, action: str) -> list[tuple[str, str]]:
+    """The agent's decisions on `action` in the audit log, oldest first: (decision, outcome)."""
+    rows = services.audit.query(limit=100, task_id=task_id, action=action)
+    return [(r.decision, r.outcome) for r in reversed(rows) if r.actor == "agent:claude"]
+
+
 async def wait_until(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
     await wait_for(condition, timeout, what)
 
@@ -94,6 +100,7 @@ async def test_a_denied_command_never_runs_and_the_model_is_told(queue: Services
     told = last_tool_result(mock_api)
     assert "denied by AgentQueue's policy" in told and "Bash(touch:*)" in told, told
     assert queue.requests.list(None) == []  # a deny asks nobody
+    assert audited(queue, task.id, "Bash(touch DENIED_MARKER)") == [("deny", "refused")]
 
 
 async def test_an_allowed_command_runs(queue: Services, mock_api: MockAnthropic) -> None:
@@ -103,6 +110,7 @@ async def test_an_allowed_command_runs(queue: Services, mock_api: MockAnthropic)
         await wait_until(lambda: status(queue, task.id) in ("COMPLETED", "BLOCKED"), "the run to end")
     assert status(queue, task.id) == "COMPLETED"
     assert on_main(queue, "ALLOWED_MARKER") == ""  # the file the command made landed on main
+    assert audited(queue, task.id, "Bash(touch ALLOWED_MARKER)") == [("allow", "ok")]
 
 
 @pytest.mark.parametrize("decision", ["allow", "deny"])
@@ -140,6 +148,8 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
         assert "A person denied Bash(touch ASKED_MARKER)" in last_tool_result(mock_api)
     events = [e.event_type for e in queue.events.recent(100, task_id=task.id)]
     assert "request.created" in events and "request.answered" in events and "task.waiting_input" in events
+    expected = ("ask→accept", "ok") if decision == "allow" else ("ask→decline", "refused")
+    assert audited(queue, task.id, "Bash(touch ASKED_MARKER)") == [expected]
 
 
 async def test_remember_makes_the_next_identical_call_pass(queue: Services, mock_api: MockAnthropic) -> None:
@@ -154,6 +164,7 @@ async def test_remember_makes_the_next_identical_call_pass(queue: Services, mock
     rules = [r["rule"] for r in queue.policies.effective("demo").describe()["allow"]]
     assert request.suggested_rule in rules
     assert on_main(queue, "TWICE_MARKER") == ""
+    assert audited(queue, task.id, "Bash(touch TWICE_MARKER)") == [("ask→accept", "ok"), ("allow", "ok")]
 
 
 async def test_an_unanswered_request_times_out_into_a_deny(queue: Services, mock_api: MockAnthropic) -> None:
@@ -166,6 +177,7 @@ async def test_an_unanswered_request_times_out_into_a_deny(queue: Services, mock
     assert request.status == "expired" and request.decided_by == "timeout"
     assert on_main(queue, "LATE_MARKER") is None
     assert "Nobody answered" in last_tool_result(mock_api)
+    assert audited(queue, task.id, "Bash(touch LATE_MARKER)") == [("ask→timeout", "refused")]
 
 
 async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: Services,
