@@ -9,16 +9,34 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import re2
 
 from ..store.db import Store
 from .policy import Policies
 from .policy_rules import tool_action
 from .errors import InvalidInputError, NotFoundError, ServiceError
+
+def compile_search(pattern: str) -> tuple[Any, str | None]:
+    """A search pattern for RE2, whose matching time is linear in the text: no pattern a client sends
+    can pin the daemon (Python's `re` backtracks: `(a+)+$` over 40 `a`s runs for minutes).
+    One RE2 cannot take (a backreference, a lookaround) is searched for literally, with a note."""
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print parse errors on stderr
+    try:
+        return re2.compile(pattern, options), None
+    except re2.error as error:
+        reason = error.args[0].decode(errors="replace") if error.args and isinstance(error.args[0], bytes) \
+            else str(error)
+        return re2.compile(re2.escape(pattern), options), (
+            f"pattern is not a regex this search takes ({reason}; RE2 syntax: no backreferences or lookaround, "
+            "so every search runs in linear time); searched for it literally.")
+
 
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 MAX_SEARCH_FILE_BYTES = 5_000_000
@@ -136,11 +154,7 @@ class Files:
         note = None
         regex = None
         if mode == "grep":
-            try:
-                regex = re.compile(pattern)
-            except re.error as error:
-                regex = re.compile(re.escape(pattern))
-                note = f"pattern is not a valid regex ({error}); searched for it literally."
+            regex, note = compile_search(pattern)
         results: list[str] = []
         files = [top] if top.is_file() else self._walk(top)
         for file in files:
@@ -166,13 +180,14 @@ class Files:
                         continue
                 yield file
 
-    def _grep(self, file: Path, rel: str, regex: re.Pattern[str], limit: int) -> list[str]:
+    def _grep(self, file: Path, rel: str, regex: Any, limit: int) -> list[str]:
         try:
             if not file.is_file() or file.stat().st_size > MAX_SEARCH_FILE_BYTES or _is_binary(file):
                 return []
             hits = []
             with file.open("r", encoding="utf-8", errors="replace") as handle:
                 for number, line in enumerate(handle, 1):
+                    line = line.rstrip("\r\n")  # `$` is the end of the line, as in grep
                     if regex.search(line):
                         hits.append(f"{rel}:{number}:{line.rstrip()[:300]}")
                         if len(hits) >= limit:
