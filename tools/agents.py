@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from ..store.models import Agent, AgentType
 
-from .registry import Limit, Offset, services, tool
+from .registry import Command, Limit, Name, Offset, services, tool
 
 
 class AgentList(BaseModel):
@@ -25,12 +25,12 @@ async def list_agents(ctx: Context, limit: Limit = 50, offset: Offset = 0) -> Ag
 @tool()
 async def create_agent(
     ctx: Context,
-    name: str,
+    name: Name,
     agent_type: AgentType = "claude-code",
     repo_id: Annotated[str | None, Field(description="a permanent repo")] = None,
     model: str | None = None,
     capabilities: list[str] | None = None,
-    command: Annotated[str | None, Field(description="executable, for agent_type=command")] = None,
+    command: Annotated[Command | None, Field(description="executable, for agent_type=command")] = None,
 ) -> Agent:
     """Register an agent that runs tasks with a coding CLI (or any command)."""
     return services(ctx).agents.create(name, agent_type, repo_id, model, capabilities, command)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from ..services import Services
 from ..services.errors import NotFoundError
 
-from .registry import ProjectId, client_state, services, tool
+from .registry import Command, Offset, PathText, ProjectId, client_state, services, tool
 
 
 class FileContent(BaseModel):
@@ -42,9 +42,9 @@ def _base(svc: Services, project_id: str | None) -> Path | None:
 @tool(read_only=True)
 def read_file(
     ctx: Context,
-    path: Annotated[str, Field(description="absolute, or relative to the project workspace")],
+    path: Annotated[PathText, Field(description="absolute, or relative to the project workspace")],
     project_id: ProjectId = None,
-    offset: Annotated[int, Field(ge=0)] = 0,
+    offset: Offset = 0,
     max_lines: Annotated[int, Field(ge=1, le=5000)] = 200,
 ) -> FileContent:
     """Read lines of a text file in a project workspace or registered repo."""
@@ -57,8 +57,8 @@ def read_file(
 @tool(read_only=True)
 def search_files(
     ctx: Context,
-    pattern: Annotated[str, Field(description="regex (grep) or glob (find)")],
-    path: str,
+    pattern: Annotated[PathText, Field(description="regex (grep) or glob (find)")],
+    path: PathText,
     mode: Literal["grep", "find"] = "grep",
     max_results: Annotated[int, Field(ge=1, le=1000)] = 50,
 ) -> SearchResults:
@@ -72,8 +72,8 @@ def search_files(
 @tool(destructive=True)
 def run_command(
     ctx: Context,
-    command: str,
-    working_dir: Annotated[str, Field(description="a path in the jail, or a project/repo id")],
+    command: Command,
+    working_dir: Annotated[PathText, Field(description="a path in the jail, or a project/repo id")],
     timeout: Annotated[int, Field(ge=1, le=600)] = 30,
 ) -> CommandOutput:
     """Run a shell command in a workspace or repo; killed (whole process group) after timeout seconds."""

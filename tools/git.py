@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from .registry import ProjectId, project_for, services, tool
+from .registry import Command, Name, ProjectId, project_for, services, tool
 
 RepoId = Annotated[str | None, Field(description="default: the project's first repo")]
 
@@ -61,7 +61,7 @@ def _merged(repo_id: str, outcome: Any) -> Merged:
 
 # -- by repo id ------------------------------------------------------------------------------------
 @tool()
-def git_commit(ctx: Context, repo_id: str, message: str) -> Committed:
+def git_commit(ctx: Context, repo_id: str, message: Command) -> Committed:
     """Stage all changes in a repo and commit (committed=false when there is nothing to commit)."""
     svc = services(ctx)
     committed, sha = svc.vcs.commit(svc.repos.get(repo_id), message)
@@ -69,7 +69,7 @@ def git_commit(ctx: Context, repo_id: str, message: str) -> Committed:
 
 
 @tool()
-def git_push(ctx: Context, repo_id: str, branch: Annotated[str | None, Field(description="default: current")] = None
+def git_push(ctx: Context, repo_id: str, branch: Annotated[Name | None, Field(description="default: current")] = None
              ) -> Pushed:
     """Push a branch to origin."""
     svc = services(ctx)
@@ -77,8 +77,8 @@ def git_push(ctx: Context, repo_id: str, branch: Annotated[str | None, Field(des
 
 
 @tool()
-def git_create_branch(ctx: Context, repo_id: str, branch_name: str,
-                      base: Annotated[str | None, Field(description="default: HEAD")] = None) -> BranchResult:
+def git_create_branch(ctx: Context, repo_id: str, branch_name: Name,
+                      base: Annotated[Name | None, Field(description="default: HEAD")] = None) -> BranchResult:
     """Create a branch and check it out."""
     svc = services(ctx)
     branch, warning = svc.vcs.create_branch(svc.repos.get(repo_id), branch_name, base)
@@ -86,23 +86,23 @@ def git_create_branch(ctx: Context, repo_id: str, branch_name: str,
 
 
 @tool()
-def git_merge(ctx: Context, repo_id: str, branch_name: str,
-              into: Annotated[str | None, Field(description="default: the repo's default branch")] = None) -> Merged:
+def git_merge(ctx: Context, repo_id: str, branch_name: Name,
+              into: Annotated[Name | None, Field(description="default: the repo's default branch")] = None) -> Merged:
     """Merge a branch; on conflict the merge is aborted and the files listed (merged=false)."""
     svc = services(ctx)
     return _merged(repo_id, svc.vcs.merge(svc.repos.get(repo_id), branch_name, into))
 
 
 @tool()
-def git_create_pr(ctx: Context, repo_id: str, title: str, body: str | None = None, branch: str | None = None,
-                  base: str | None = None) -> PullRequest:
+def git_create_pr(ctx: Context, repo_id: str, title: Name, body: Command | None = None, branch: Name | None = None,
+                  base: Name | None = None) -> PullRequest:
     """Push a branch and open a GitHub pull request with the gh CLI."""
     svc = services(ctx)
     return PullRequest(repo_id=repo_id, pr_url=svc.vcs.create_pr(svc.repos.get(repo_id), title, body, branch, base))
 
 
 @tool(read_only=True)
-def git_changed_files(ctx: Context, repo_id: str, base_branch: str | None = None) -> ChangedFiles:
+def git_changed_files(ctx: Context, repo_id: str, base_branch: Name | None = None) -> ChangedFiles:
     """Files changed since the branch left base_branch (default branch), uncommitted included."""
     svc = services(ctx)
     repo = svc.repos.get(repo_id)
@@ -128,7 +128,7 @@ def git_log(ctx: Context, project_id: ProjectId = None, repo_id: str | None = No
 
 @tool(read_only=True)
 def git_diff(ctx: Context, project_id: ProjectId = None, repo_id: str | None = None,
-             base_branch: Annotated[str | None, Field(description="default: uncommitted changes")] = None
+             base_branch: Annotated[Name | None, Field(description="default: uncommitted changes")] = None
              ) -> RepoReports:
     """Diff of every repo of a project (or one): uncommitted, or everything since base_branch."""
     project = project_for(ctx, project_id)
@@ -136,7 +136,7 @@ def git_diff(ctx: Context, project_id: ProjectId = None, repo_id: str | None = N
 
 
 @tool()
-def create_branch(ctx: Context, branch_name: str, project_id: ProjectId = None, repo_id: RepoId = None
+def create_branch(ctx: Context, branch_name: Name, project_id: ProjectId = None, repo_id: RepoId = None
                   ) -> BranchResult:
     """Create a branch in a project's repo and check it out."""
     svc = services(ctx)
@@ -146,7 +146,7 @@ def create_branch(ctx: Context, branch_name: str, project_id: ProjectId = None, 
 
 
 @tool()
-def checkout_branch(ctx: Context, branch_name: str, project_id: ProjectId = None, repo_id: RepoId = None
+def checkout_branch(ctx: Context, branch_name: Name, project_id: ProjectId = None, repo_id: RepoId = None
                     ) -> BranchResult:
     """Switch a project's repo to a branch (refused over uncommitted changes)."""
     svc = services(ctx)
@@ -156,7 +156,7 @@ def checkout_branch(ctx: Context, branch_name: str, project_id: ProjectId = None
 
 
 @tool()
-def commit_changes(ctx: Context, message: str, project_id: ProjectId = None, repo_id: RepoId = None) -> Committed:
+def commit_changes(ctx: Context, message: Command, project_id: ProjectId = None, repo_id: RepoId = None) -> Committed:
     """Stage all changes in a project's repo and commit."""
     svc = services(ctx)
     repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
@@ -166,7 +166,7 @@ def commit_changes(ctx: Context, message: str, project_id: ProjectId = None, rep
 
 @tool()
 def push_branch(ctx: Context, project_id: ProjectId = None, repo_id: RepoId = None,
-                branch_name: str | None = None) -> Pushed:
+                branch_name: Name | None = None) -> Pushed:
     """Push a project repo's branch (default: current) to origin."""
     svc = services(ctx)
     repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
@@ -174,7 +174,7 @@ def push_branch(ctx: Context, project_id: ProjectId = None, repo_id: RepoId = No
 
 
 @tool()
-def merge_branch(ctx: Context, branch_name: str, project_id: ProjectId = None, repo_id: RepoId = None) -> Merged:
+def merge_branch(ctx: Context, branch_name: Name, project_id: ProjectId = None, repo_id: RepoId = None) -> Merged:
     """Merge a branch into the repo's default branch; conflicts abort the merge."""
     svc = services(ctx)
     repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from ..engine.hook_runner import HookRunner
 from ..store.models import Hook, HookRun
 
-from .registry import ProjectId, project_filter, project_for, services, tool
+from .registry import Command, Name, ProjectId, Seconds, project_filter, project_for, services, tool
 
 Trigger = Annotated[dict[str, Any], Field(description='{"type":"periodic","interval_seconds":N} | '
                                                       '{"type":"cron","cron":"0 6 * * *"} | '
@@ -39,14 +39,14 @@ class HookFired(BaseModel):
 @tool()
 def create_hook(
     ctx: Context,
-    name: str,
+    name: Name,
     trigger: Trigger,
     project_id: ProjectId = None,
     action: Literal["llm", "create_task"] = "llm",
-    prompt_template: Annotated[str | None, Field(description="llm prompt; {{step_N}} {{event.x}}")] = None,
+    prompt_template: Annotated[Command | None, Field(description="llm prompt; {{step_N}} {{event.x}}")] = None,
     task_template: TaskTemplate = None,
     context_steps: Steps = None,
-    cooldown_seconds: Annotated[int, Field(ge=0)] = 3600,
+    cooldown_seconds: Seconds = 3600,
     llm_config: dict[str, Any] | None = None,
     enabled: bool = True,
 ) -> Hook:
@@ -65,13 +65,13 @@ def list_hooks(ctx: Context, project_id: ProjectId = None) -> HookList:
 def edit_hook(
     ctx: Context,
     hook_id: str,
-    name: str | None = None,
+    name: Name | None = None,
     trigger: dict[str, Any] | None = None,
     action: Literal["llm", "create_task"] | None = None,
-    prompt_template: str | None = None,
+    prompt_template: Command | None = None,
     task_template: dict[str, Any] | None = None,
     context_steps: list[dict[str, Any]] | None = None,
-    cooldown_seconds: Annotated[int | None, Field(ge=0)] = None,
+    cooldown_seconds: Seconds | None = None,
     llm_config: dict[str, Any] | None = None,
     enabled: bool | None = None,
 ) -> Hook:

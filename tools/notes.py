@@ -6,7 +6,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel
 
-from .registry import ProjectId, project_for, services, tool
+from .registry import Name, PathText, ProjectId, project_for, services, tool
 
 
 class NoteInfo(BaseModel):
@@ -59,31 +59,31 @@ def list_notes(ctx: Context, project_id: ProjectId = None) -> NoteList:
 
 
 @tool(destructive=True)
-def write_note(ctx: Context, title: str, content: str, project_id: ProjectId = None) -> NoteWritten:
+def write_note(ctx: Context, title: Name, content: str, project_id: ProjectId = None) -> NoteWritten:
     """Create or overwrite a note (file name = slug of the title)."""
     return NoteWritten(**services(ctx).notes.write(project_for(ctx, project_id), title, content))
 
 
 @tool(read_only=True)
-def read_note(ctx: Context, title: str, project_id: ProjectId = None) -> NoteContent:
+def read_note(ctx: Context, title: Name, project_id: ProjectId = None) -> NoteContent:
     """Read a note by title, slug or file name."""
     return NoteContent(**services(ctx).notes.read(project_for(ctx, project_id), title))
 
 
 @tool()
-def append_note(ctx: Context, title: str, content: str, project_id: ProjectId = None) -> NoteAppended:
+def append_note(ctx: Context, title: Name, content: str, project_id: ProjectId = None) -> NoteAppended:
     """Append to a note (created with a '# Title' heading if missing)."""
     return NoteAppended(**services(ctx).notes.append(project_for(ctx, project_id), title, content))
 
 
 @tool(destructive=True)
-def delete_note(ctx: Context, title: str, project_id: ProjectId = None) -> NoteDeleted:
+def delete_note(ctx: Context, title: Name, project_id: ProjectId = None) -> NoteDeleted:
     """Delete a note."""
     return NoteDeleted(deleted=services(ctx).notes.delete(project_for(ctx, project_id), title))
 
 
 @tool(read_only=True)
-def compare_specs_notes(ctx: Context, project_id: ProjectId = None, specs_path: str | None = None) -> SpecsAndNotes:
+def compare_specs_notes(ctx: Context, project_id: ProjectId = None, specs_path: PathText | None = None) -> SpecsAndNotes:
     """List spec files (specs_path, a repo's specs/, or the workspace's) beside the notes, to compare."""
     svc = services(ctx)
     project = project_for(ctx, project_id)

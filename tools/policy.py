@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from ..services.policy_rules import PRESETS
 from ..store.models import AuditEntry
 
-from .registry import Limit, project_filter, services, tool
+from .registry import Hours, Limit, project_filter, services, tool
 
 
 class PolicyView(BaseModel):
@@ -76,7 +76,7 @@ def get_audit_log(
     task_id: str | None = None,
     action: Annotated[str | None, Field(description="glob, e.g. tool:run_command*")] = None,
     decision: Annotated[str | None, Field(description="allow|deny|ask→accept|ask→decline|…")] = None,
-    since_hours: Annotated[float | None, Field(gt=0)] = None,
+    since_hours: Hours | None = None,
 ) -> AuditLog:
     """Audit log, newest first: tool calls and agent permission decisions, who decided, outcome."""
     return AuditLog(entries=services(ctx).audit.query(limit, project_id, task_id, action, decision, since_hours))

@@ -7,10 +7,10 @@ from pydantic import BaseModel, Field
 
 from ..store.models import Project
 
-from .registry import Limit, Offset, client_state, services, tool
+from .registry import Agents, Command, Limit, Name, Offset, PathText, Tokens, Weight, client_state, services, tool
 
 
-VerifyCommand = Annotated[str | None, Field(description="shell check run on agent work before merge")]
+VerifyCommand = Annotated[Command | None, Field(description="shell check run on agent work before merge")]
 
 
 class ProjectList(BaseModel):
@@ -41,11 +41,11 @@ async def list_projects(ctx: Context, status: Literal["ACTIVE", "PAUSED"] | None
 @tool()
 async def create_project(
     ctx: Context,
-    name: str,
-    credit_weight: Annotated[float, Field(gt=0, description="fair-share weight")] = 1.0,
-    max_concurrent_agents: Annotated[int, Field(ge=1)] = 2,
-    budget_limit: Annotated[int | None, Field(ge=0, description="tokens per 24 h")] = None,
-    workspace: Annotated[str | None, Field(description="absolute dir; default under AGENTQUEUE_HOME")] = None,
+    name: Name,
+    credit_weight: Annotated[Weight, Field(description="fair-share weight")] = 1.0,
+    max_concurrent_agents: Agents = 2,
+    budget_limit: Annotated[Tokens | None, Field(description="tokens per 24 h")] = None,
+    workspace: Annotated[PathText | None, Field(description="absolute dir; default under AGENTQUEUE_HOME")] = None,
     auto_create_channels: bool = False,
     verify_command: VerifyCommand = None,
 ) -> Project:
@@ -70,10 +70,10 @@ async def resume_project(ctx: Context, project_id: str) -> Project:
 async def edit_project(
     ctx: Context,
     project_id: str,
-    name: str | None = None,
-    credit_weight: Annotated[float | None, Field(gt=0)] = None,
-    max_concurrent_agents: Annotated[int | None, Field(ge=1)] = None,
-    budget_limit: Annotated[int | None, Field(ge=0, description="0 removes it")] = None,
+    name: Name | None = None,
+    credit_weight: Weight | None = None,
+    max_concurrent_agents: Agents | None = None,
+    budget_limit: Annotated[Tokens | None, Field(description="0 removes it")] = None,
     verify_command: VerifyCommand = None,
     default_repo_id: Annotated[str | None, Field(description='runs tasks without repo_id; "" clears')] = None,
 ) -> Project:

@@ -13,12 +13,14 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from ..services.errors import ServiceError
+from ..services import limits
+from ..services.errors import ServiceError, os_limit_error
 from ..toolsets import TOOLSETS
 from .gate import ApprovalParam, settle
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
-__all__ = ["ClientState", "Limit", "Offset", "ProjectId", "SPECS", "TOOLS", "TaskId", "ToolSpec", "client_state",
+__all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Offset", "PathText", "Priority", "ProjectId",
+           "Retries", "SPECS", "Seconds", "TOOLS", "TaskId", "Tokens", "ToolSpec", "Weight", "client_state",
            "project_filter", "project_for", "services", "state_for", "tool"]
 
 log = logging.getLogger("agentqueue.tools")
@@ -27,7 +29,18 @@ log = logging.getLogger("agentqueue.tools")
 ProjectId = Annotated[str | None, Field(description="default: active project")]
 TaskId = Annotated[str, Field(description="e.g. swift-falcon")]
 Limit = Annotated[int, Field(ge=1, le=500)]
-Offset = Annotated[int, Field(ge=0)]
+# Bounds without descriptions (they cost tokens): every number fits SQLite and datetime, every string exec().
+Offset = Annotated[int, Field(ge=0, le=limits.MAX_COUNT)]
+Priority = Annotated[int, Field(ge=-limits.MAX_COUNT, le=limits.MAX_COUNT)]
+Retries = Annotated[int, Field(ge=0, le=limits.MAX_RETRIES)]
+Agents = Annotated[int, Field(ge=1, le=limits.MAX_AGENTS)]
+Tokens = Annotated[int, Field(ge=0, le=limits.MAX_TOKENS)]
+Weight = Annotated[float, Field(gt=0, le=limits.MAX_WEIGHT)]
+Seconds = Annotated[int, Field(ge=0, le=limits.MAX_COUNT)]
+Hours = Annotated[float, Field(gt=0, le=limits.MAX_HOURS)]
+Name = Annotated[str, Field(max_length=limits.MAX_NAME)]
+PathText = Annotated[str, Field(max_length=limits.MAX_PATH)]
+Command = Annotated[str, Field(max_length=limits.MAX_COMMAND)]
 
 # The hidden parameter every tool gets: filled by the policy gate, never in the input schema.
 APPROVAL = "policy_approval"
@@ -44,6 +57,53 @@ class ToolSpec:
 
 TOOLS: list[ToolSpec] = []
 SPECS: dict[str, ToolSpec] = {}
+
+
+def _internal(name: str, error: BaseException) -> str:
+    return (f"Internal error in {name} ({type(error).__name__}: {error}); an unfinished change was rolled back. "
+            "This is a bug in AgentQueue: the traceback is in $AGENTQUEUE_HOME/logs.")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _refuse_surrogates(kwargs: dict[str, Any]) -> None:
+    """A lone UTF-16 surrogate (JSON allows the escape) fits no file, database or process: refuse it up front."""
+    for name, value in kwargs.items():
+        for text in _strings(value):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ToolError(str(os_limit_error(error, name))) from None
+
+
+def _culprit(error: BaseException, kwargs: dict[str, Any]) -> str:
+    """The argument that most likely hit the limit: the one with a NUL, the longest text, the biggest number."""
+    if isinstance(error, OverflowError):
+        sizes = {k: max((abs(v) for v in _numbers(a)), default=-1) for k, a in kwargs.items()}
+    elif isinstance(error, ValueError):
+        sizes = {k: int(any("\0" in s for s in _strings(a))) for k, a in kwargs.items()}
+    else:
+        sizes = {k: max((len(s) for s in _strings(a)), default=-1) for k, a in kwargs.items()}
+    best = max(sizes, key=lambda k: sizes[k], default=None)
+    return best if best is not None and sizes[best] > 0 else "an argument"
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _numbers(v)]
+    return []
 
 
 def _with_approval(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
@@ -68,6 +128,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             settle(kwargs.pop(APPROVAL, None))  # raises when a person declined
+            _refuse_surrogates(kwargs)
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):
@@ -78,12 +139,16 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
                 raise ToolError(str(error)) from None
             except ToolError:
                 raise
+            except (OSError, ValueError, OverflowError) as error:
+                # An OS limit a service did not name the parameter of is still the caller's value.
+                if (refused := os_limit_error(error, _culprit(error, kwargs))) is None:
+                    log.exception("tool %s failed", fn.__name__)
+                    raise ToolError(_internal(fn.__name__, error)) from None
+                log.warning("tool %s: %s", fn.__name__, refused)
+                raise ToolError(str(refused)) from None
             except Exception as error:
                 log.exception("tool %s failed", fn.__name__)
-                raise ToolError(
-                    f"Internal error in {fn.__name__} ({type(error).__name__}: {error}); an unfinished change "
-                    "was rolled back. This is a bug in AgentQueue: the traceback is in $AGENTQUEUE_HOME/logs."
-                ) from None
+                raise ToolError(_internal(fn.__name__, error)) from None
             finally:
                 if ctx is not None:
                     after = client_state(ctx).after_call

@@ -9,7 +9,7 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel
 
 from ..store.models import Repo
-from .registry import ProjectId, project_filter, project_for, services, tool
+from .registry import Name, PathText, ProjectId, project_filter, project_for, services, tool
 
 log = logging.getLogger("agentqueue.tools")
 
@@ -24,10 +24,10 @@ def add_repo(
     ctx: Context,
     source: Literal["clone", "link", "init"],
     project_id: ProjectId = None,
-    url: str | None = None,
-    path: str | None = None,
-    name: str | None = None,
-    default_branch: str | None = None,
+    url: PathText | None = None,
+    path: PathText | None = None,
+    name: Name | None = None,
+    default_branch: Name | None = None,
 ) -> Repo:
     """Register a git repo: clone a url into the workspace, link an existing checkout (path), or init a new one."""
     # git reports progress from its own reader thread: it reaches the event loop through this token.

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from ..store.models import Event
 
-from .registry import ProjectId, project_filter, services, tool
+from .registry import Hours, ProjectId, project_filter, services, tool
 
 
 class TaskOverview(BaseModel):
@@ -72,7 +72,7 @@ async def get_token_usage(
     ctx: Context,
     project_id: ProjectId = None,
     task_id: str | None = None,
-    since_hours: Annotated[float | None, Field(gt=0)] = None,
+    since_hours: Hours | None = None,
 ) -> TokenUsage:
     """Tokens and cost: total, broken down by project, task or agent."""
     svc = services(ctx)

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
-from .registry import Limit, Offset, ProjectId, TaskId, client_state, project_filter, project_for, services, tool
+from .registry import Limit, Offset, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for, services, tool
 
 
 RepoId = Annotated[str | None, Field(description="default: the project's default or only repo")]
@@ -110,11 +110,11 @@ async def create_task(
     title: str,
     description: Annotated[str, Field(description="self-contained: the agent sees only this")],
     project_id: ProjectId = None,
-    priority: Annotated[int, Field(description="lower runs first")] = 100,
+    priority: Annotated[Priority, Field(description="lower runs first")] = 100,
     repo_id: RepoId = None,
     requires_approval: bool = False,
     depends_on: Annotated[list[str], Field(description="task ids")] = [],  # noqa: B006 (pydantic copies it)
-    max_retries: Annotated[int, Field(ge=0)] = 3,
+    max_retries: Retries = 3,
     agent_type: AgentType | None = None,
 ) -> Task:
     """Queue a task for an agent (READY, or DEFINED until its dependencies complete). A project without repos runs it in its workspace."""
@@ -139,7 +139,7 @@ async def edit_task(
     task_id: TaskId,
     title: str | None = None,
     description: str | None = None,
-    priority: int | None = None,
+    priority: Priority | None = None,
     depends_on: Annotated[list[str] | None, Field(description="replaces the list")] = None,
     requires_approval: bool | None = None,
     repo_id: str | None = None,

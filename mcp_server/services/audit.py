@@ -17,6 +17,7 @@ from typing import Any
 from ..store.db import Store, now_iso
 from ..store.models import AuditEntry
 from .errors import InvalidInputError
+from .limits import MAX_HOURS, check_range
 
 # Keys whose values never reach the log: api_key, X-Auth-Token, client_secret, password, Authorization…
 SECRET_KEY = re.compile(r"key|token|secret|passw|authorization|credential|cookie", re.I)
@@ -69,6 +70,8 @@ class Audit:
         row = {"time": now_iso(), "actor": actor, "project_id": project_id, "task_id": task_id, "action": action,
                "arguments": text, "decision": decision, "decided_by": decided_by or "", "outcome": outcome,
                "message": (message or "")[:MAX_MESSAGE] or None, "duration_ms": duration_ms}
+        # A lone surrogate a client sent (JSON allows the escape) cannot be stored as UTF-8: keep it escaped.
+        row = {k: v.encode("utf-8", "backslashreplace").decode() if isinstance(v, str) else v for k, v in row.items()}
         with self.store.transaction() as db:
             cursor = db.execute(
                 "INSERT INTO audit_log (time, actor, project_id, task_id, action, arguments, decision, decided_by, "
@@ -87,6 +90,8 @@ class Audit:
             raise InvalidInputError(f"limit must be between 1 and 1000 (got {limit}).")
         if since_hours is not None and since_hours <= 0:
             raise InvalidInputError(f"since_hours must be more than 0 (got {since_hours}).")
+        if since_hours is not None:
+            check_range("since_hours", since_hours, 0, MAX_HOURS)
         if decision is not None and decision not in DECISIONS:
             raise InvalidInputError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}.")
         clauses, params = [], []

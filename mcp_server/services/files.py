@@ -21,6 +21,7 @@ from ..store.db import Store
 from .policy import Policies
 from .policy_rules import tool_action
 from .errors import InvalidInputError, NotFoundError, ServiceError
+from .limits import check_argument, check_path
 
 def compile_search(pattern: str) -> tuple[Any, str | None]:
     """A search pattern for RE2, whose matching time is linear in the text: no pattern a client sends
@@ -106,6 +107,7 @@ class Files:
             raise InvalidInputError("path is empty. Give a path inside a project workspace or a registered repo.")
         if "\0" in path:
             raise InvalidInputError("path contains a NUL byte.")
+        check_path("path", path)
         candidate = Path(path.strip()).expanduser()
         if not candidate.is_absolute():
             if base is None:
@@ -200,6 +202,7 @@ class Files:
         """Run a shell command in its own process group; on timeout the whole group is killed."""
         if not command or not command.strip():
             raise InvalidInputError("command is empty.")
+        check_argument("command", command)
         if not 1 <= timeout <= 600:
             raise InvalidInputError(f"timeout must be between 1 and 600 seconds (got {timeout}).")
         if not working_dir.is_dir():

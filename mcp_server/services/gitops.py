@@ -16,7 +16,8 @@ from pathlib import Path
 
 import git
 
-from .errors import ConflictError, InvalidInputError, NotFoundError, ServiceError
+from .errors import ConflictError, InvalidInputError, NotFoundError, ServiceError, os_limits
+from .limits import MAX_NAME
 
 # Used only when neither the repo nor the user's git config has an identity.
 FALLBACK_IDENTITY = ("AgentQueue", "agentqueue@localhost")
@@ -41,6 +42,8 @@ def check_ref_name(name: str | None, what: str = "branch") -> str:
     if name is None or not name.strip():
         raise InvalidInputError(f"The {what} name is empty. Give a {what} name such as 'feature/login'.")
     name = name.strip()
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME:  # a ref is a file under .git/refs
+        raise InvalidInputError(f"The {what} name is too long ({len(name)} characters; at most {MAX_NAME} bytes).")
     if name.startswith("-"):
         raise InvalidInputError(f"Refusing {what} {name!r}: names starting with '-' could be read as git options.")
     if (re.search(r"[\x00-\x20\x7f~^:?*\[\\]", name) or ".." in name or "@{" in name or name.endswith(".lock")
@@ -69,7 +72,8 @@ class Checkout:
     # -- running git ---------------------------------------------------------------------------
     def run(self, *args: str, env: dict[str, str] | None = None) -> str:
         try:
-            return self.repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=True)
+            with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
+                return self.repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=True)
         except git.GitCommandError as error:
             stderr = (error.stderr or "").strip().removeprefix("stderr:").strip(" '\n")
             raise GitError(f"git {args[0]} failed in {self.path}: {stderr or error}") from None

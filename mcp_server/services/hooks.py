@@ -18,6 +18,7 @@ from croniter import croniter
 from ..store.db import Store, now_iso
 from ..store.models import Hook, HookRun
 from .errors import ConflictError, InvalidInputError, NotFoundError
+from .limits import MAX_COUNT
 from .ids import slugify
 from .projects import Projects
 
@@ -34,8 +35,8 @@ def check_trigger(trigger: Any) -> dict[str, Any]:
     kind = trigger["type"]
     if kind == "periodic":
         interval = trigger.get("interval_seconds")
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval < 1:
-            raise InvalidInputError("A periodic trigger needs interval_seconds ≥ 1.")
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 1 <= interval <= MAX_COUNT:
+            raise InvalidInputError(f"A periodic trigger needs interval_seconds ≥ 1 (and ≤ {MAX_COUNT}).")
     elif kind == "cron":
         expression = trigger.get("cron")
         if not isinstance(expression, str) or len(expression.split()) != 5 or not croniter.is_valid(expression):
@@ -76,6 +77,10 @@ def check_action(action: str, prompt_template: str | None, task_template: Any) -
         if not isinstance(task_template, dict) or not task_template.get("title") or not task_template.get("description"):
             raise InvalidInputError('A create_task hook needs task_template {"title": …, "description": …} '
                                     '(priority, repo_id, requires_approval optional).')
+        priority = task_template.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool) or not -MAX_COUNT <= priority <= MAX_COUNT:
+            raise InvalidInputError(f"task_template.priority must be a whole number within ±{MAX_COUNT} "
+                                    f"(got {priority!r}).")
 
 
 class Hooks:
@@ -116,8 +121,8 @@ class Hooks:
         check_trigger(trigger)
         steps = check_steps(context_steps or [])
         check_action(action, prompt_template, task_template)
-        if cooldown_seconds < 0:
-            raise InvalidInputError("cooldown_seconds must be ≥ 0.")
+        if not 0 <= cooldown_seconds <= MAX_COUNT:
+            raise InvalidInputError(f"cooldown_seconds must be ≥ 0 (and ≤ {MAX_COUNT}).")
         if llm_config is not None and not isinstance(llm_config, dict):
             raise InvalidInputError('llm_config must be an object, e.g. {"agent_type": "claude-code", "model": "…"}.')
         if self.store.scalar("SELECT 1 FROM hooks WHERE id = ?", (hook_id,)):
@@ -146,8 +151,8 @@ class Hooks:
         check_trigger(merged["trigger"])
         check_steps(merged["context_steps"])
         check_action(merged["action"], merged["prompt_template"], merged["task_template"])
-        if merged["cooldown_seconds"] < 0:
-            raise InvalidInputError("cooldown_seconds must be ≥ 0.")
+        if not 0 <= merged["cooldown_seconds"] <= MAX_COUNT:
+            raise InvalidInputError(f"cooldown_seconds must be ≥ 0 (and ≤ {MAX_COUNT}).")
         row = {k: (json.dumps(v) if k in JSON_FIELDS and v is not None else v) for k, v in changes.items()}
         if "enabled" in row:
             row["enabled"] = int(row["enabled"])

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..store.db import Store
 from .errors import InvalidInputError, NotFoundError
+from .limits import is_file_name
 from .projects import Projects
 
 
@@ -89,7 +90,7 @@ class Notes:
         folder = self.folder(project_id)
         title = title.strip()
         for name in (title, f"{title}.md", f"{note_slug(title)}.md"):
-            if not name.endswith(".md"):
+            if not name.endswith(".md") or not is_file_name(name):  # a title no file can have: found by slug
                 continue
             path = self._inside(folder, name)
             if path is not None and path.is_file():

@@ -8,6 +8,7 @@ from typing import Any
 from ..store.db import Store, now_iso
 from ..store.models import Project
 from .errors import ConflictError, InvalidInputError, NotFoundError
+from .limits import MAX_AGENTS, MAX_TOKENS, MAX_WEIGHT, check_path, check_range
 from .ids import slugify
 
 # Tasks in these states have (or are about to have) a live agent process.
@@ -25,6 +26,11 @@ def _check_limits(
         )
     if budget_limit is not None and budget_limit < 0:
         raise InvalidInputError(f"budget_limit must be a token count ≥ 0 (got {budget_limit}); 0 removes the limit.")
+    for parameter, value, high in (("credit_weight", credit_weight, MAX_WEIGHT),
+                                   ("max_concurrent_agents", max_concurrent_agents, MAX_AGENTS),
+                                   ("budget_limit", budget_limit, MAX_TOKENS)):
+        if value is not None:
+            check_range(parameter, value, 0, high)
 
 
 class Projects:
@@ -82,6 +88,7 @@ class Projects:
                 f"A project with id '{project_id}' already exists. Choose another name, or use edit_project."
             )
         if workspace:
+            check_path("workspace", workspace)
             path = Path(workspace).expanduser()
             if not path.is_absolute():
                 raise InvalidInputError(f"workspace must be an absolute path (got {workspace!r}).")

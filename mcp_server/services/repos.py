@@ -10,6 +10,7 @@ from ..store.db import Store, now_iso
 from ..store.models import Repo
 from . import gitops
 from .errors import ConflictError, InvalidInputError, NotFoundError
+from .limits import check_argument, check_path
 from .ids import slugify
 from .projects import RUNNING_STATUSES, Projects
 
@@ -82,6 +83,8 @@ class Repos:
             raise InvalidInputError("name is empty. Give a repo name, or leave it out to derive one.")
         if default_branch is not None:
             gitops.check_ref_name(default_branch, "default branch")
+        check_argument("url", url)
+        check_path("path", path)
         repo_id = slugify(name or _default_name(source, url, path, project_id), what="repo name")
         if self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)):
             raise ConflictError(f"A repo with id '{repo_id}' already exists. Pass another `name`.")

@@ -11,6 +11,7 @@ from typing import Any
 from ..store.db import Store, now_iso
 from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskStatus, TaskSummary, Tokens
 from .errors import ConflictError, InvalidInputError, NotFoundError
+from .limits import MAX_COUNT, MAX_RETRIES, check_range
 from .failures import FAILURE_KINDS, HELD_STATUSES, MOVE_CODES, describe_failure, explain, move_note
 from .ids import new_task_id
 from .projects import RUNNING_STATUSES, Projects
@@ -284,6 +285,8 @@ class Tasks:
             )
         if max_retries < 0:
             raise InvalidInputError(f"max_retries must be 0 or more (got {max_retries}).")
+        check_range("max_retries", max_retries, 0, MAX_RETRIES)
+        check_range("priority", priority, -MAX_COUNT, MAX_COUNT)  # a hook's task_template reaches here too
         if agent_type is not None and agent_type not in AGENT_TYPES:
             raise InvalidInputError(f"Unknown agent_type {agent_type!r}. Use one of: {', '.join(AGENT_TYPES)}.")
         if repo_id is not None:
@@ -341,6 +344,7 @@ class Tasks:
                 raise InvalidInputError("description is empty. Give a new description, or leave it out.")
             changes["description"] = description.strip()
         if priority is not None:
+            check_range("priority", priority, -MAX_COUNT, MAX_COUNT)
             changes["priority"] = priority
         if requires_approval is not None:
             changes["requires_approval"] = int(requires_approval)

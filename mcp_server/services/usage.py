@@ -7,6 +7,7 @@ from typing import Any
 
 from ..store.db import Store
 from .errors import InvalidInputError
+from .limits import MAX_HOURS, check_range
 
 _SUMS = ("sum(input) AS input, sum(output) AS output, sum(cache_read) AS cache_read, "
          "sum(cache_write) AS cache_write, sum(total) AS total, sum(cost_usd) AS cost_usd")
@@ -42,6 +43,8 @@ class Usage:
         """Totals plus a breakdown: by agent for a task, by task for a project, else by project."""
         if since_hours is not None and since_hours <= 0:
             raise InvalidInputError(f"since_hours must be greater than 0 (got {since_hours}).")
+        if since_hours is not None:
+            check_range("since_hours", since_hours, 0, MAX_HOURS)
         clauses, params = [], []
         if task_id is not None:
             clauses.append("task_id = ?")
