@@ -22,7 +22,7 @@ from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel, Field
 
 from ..services.call_policy import CallDecision
-from ..services.errors import ServiceError
+from ..services.errors import ServiceError, os_limit_error
 from .state import client_state
 
 DECLINED = "Declined: nothing was changed."
@@ -75,11 +75,32 @@ def cannot_ask(decision: CallDecision) -> str:
             "or in $AGENTQUEUE_HOME/policy.toml; or make this call from a client that supports elicitation.")
 
 
+def strings_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*strings_in(k), *strings_in(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in strings_in(v)]
+    return []
+
+
+def refuse_surrogates(kwargs: dict[str, Any]) -> None:
+    """A lone UTF-16 surrogate (JSON allows the escape) fits no file, database or process: refuse it up front."""
+    for name, value in kwargs.items():
+        for text in strings_in(value):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ToolError(str(os_limit_error(error, name))) from None
+
+
 async def gate(ctx: Context) -> Approval | Elicit[Approval]:
     params = ctx.request_context.params or {}
     name = str(params.get("name") or "")
     arguments = params.get("arguments") or {}
     arguments = dict(arguments) if isinstance(arguments, dict) else {}
+    refuse_surrogates(arguments)  # before the policy looks anything up with them
     record = CURRENT_CALL.get() or CallRecord(name, arguments)
     state = client_state(ctx)
     from .registry import SPECS  # the registry imports this module

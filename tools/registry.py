@@ -16,7 +16,7 @@ from pydantic import Field
 from ..services import limits
 from ..services.errors import ServiceError, os_limit_error
 from ..toolsets import TOOLSETS
-from .gate import ApprovalParam, settle
+from .gate import ApprovalParam, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
 __all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Offset", "PathText", "Priority", "ProjectId",
@@ -64,34 +64,14 @@ def _internal(name: str, error: BaseException) -> str:
             "This is a bug in AgentQueue: the traceback is in $AGENTQUEUE_HOME/logs.")
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-def _refuse_surrogates(kwargs: dict[str, Any]) -> None:
-    """A lone UTF-16 surrogate (JSON allows the escape) fits no file, database or process: refuse it up front."""
-    for name, value in kwargs.items():
-        for text in _strings(value):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise ToolError(str(os_limit_error(error, name))) from None
-
-
 def _culprit(error: BaseException, kwargs: dict[str, Any]) -> str:
     """The argument that most likely hit the limit: the one with a NUL, the longest text, the biggest number."""
     if isinstance(error, OverflowError):
         sizes = {k: max((abs(v) for v in _numbers(a)), default=-1) for k, a in kwargs.items()}
     elif isinstance(error, ValueError):
-        sizes = {k: int(any("\0" in s for s in _strings(a))) for k, a in kwargs.items()}
+        sizes = {k: int(any("\0" in s for s in strings_in(a))) for k, a in kwargs.items()}
     else:
-        sizes = {k: max((len(s) for s in _strings(a)), default=-1) for k, a in kwargs.items()}
+        sizes = {k: max((len(s) for s in strings_in(a)), default=-1) for k, a in kwargs.items()}
     best = max(sizes, key=lambda k: sizes[k], default=None)
     return best if best is not None and sizes[best] > 0 else "an argument"
 
@@ -128,7 +108,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             settle(kwargs.pop(APPROVAL, None))  # raises when a person declined
-            _refuse_surrogates(kwargs)
+            refuse_surrogates(kwargs)
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):
