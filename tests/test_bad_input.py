@@ -22,6 +22,9 @@ pytestmark = pytest.mark.anyio
 
 Case = tuple[str, dict[str, Any], list[str]]  # (label, arguments, needles the error text must contain)
 
+HUGE = 2**63  # one past SQLite's largest integer: was "Internal error (OverflowError)"
+OVER = "less than or equal"  # pydantic's words for a schema maximum
+
 MISSING_PROJECT = ("missing project_id", {}, ["project_id", "required"])
 UNKNOWN_PROJECT = ("unknown project", {"project_id": "nope"}, ["'nope' not found", "list_projects"])
 MISSING_TASK = ("missing task_id", {}, ["task_id", "required"])
@@ -35,6 +38,7 @@ CASES: dict[str, list[Case]] = {
         ("limit 0", {"limit": 0}, ["limit"]),
         ("limit over 500", {"limit": 501}, ["limit", "500"]),
         ("negative offset", {"offset": -1}, ["offset"]),
+        ("offset past 2**63", {"offset": HUGE}, ["offset", OVER]),
     ],
     "create_project": [
         ("missing name", {}, ["name", "required"]),
@@ -49,6 +53,11 @@ CASES: dict[str, list[Case]] = {
         ("relative workspace", {"name": "New", "workspace": "rel/dir"}, ["workspace", "absolute"]),
         ("workspace is a file", {"name": "New", "workspace": "$file"}, ["workspace", "not a directory"]),
         ("workspace under a file", {"name": "New", "workspace": "$file/sub"}, ["workspace", "cannot be created"]),
+        ("workspace name too long", {"name": "New", "workspace": "$file-dir/" + "d" * 300}, ["workspace", "too long"]),
+        ("NUL in workspace", {"name": "New", "workspace": "$file-dir/a\0b"}, ["workspace", "NUL"]),
+        ("max_concurrent_agents past 2**63", {"name": "New", "max_concurrent_agents": HUGE},
+         ["max_concurrent_agents", OVER]),
+        ("budget_limit past 2**63", {"name": "New", "budget_limit": HUGE}, ["budget_limit", OVER]),
         ("channel already taken", {"name": "Gamma", "auto_create_channels": True}, ["#gamma", "another project"]),
     ],
     "pause_project": [MISSING_PROJECT, UNKNOWN_PROJECT, ("project_id not a string", {"project_id": 7}, ["project_id"])],
@@ -61,6 +70,9 @@ CASES: dict[str, list[Case]] = {
         ("credit_weight 0", {"project_id": "alpha", "credit_weight": 0}, ["credit_weight"]),
         ("max_concurrent_agents 0", {"project_id": "alpha", "max_concurrent_agents": 0}, ["max_concurrent_agents"]),
         ("negative budget", {"project_id": "alpha", "budget_limit": -5}, ["budget_limit"]),
+        ("max_concurrent_agents past 2**63", {"project_id": "alpha", "max_concurrent_agents": HUGE},
+         ["max_concurrent_agents", OVER]),
+        ("budget_limit past 2**63", {"project_id": "alpha", "budget_limit": HUGE}, ["budget_limit", OVER]),
     ],
     "delete_project": [
         MISSING_PROJECT, UNKNOWN_PROJECT,
@@ -100,6 +112,7 @@ CASES: dict[str, list[Case]] = {
         ("limit 0", {"limit": 0}, ["limit"]),
         ("negative offset", {"offset": -1}, ["offset"]),
         ("include_completed not a bool", {"include_completed": "maybe"}, ["include_completed"]),
+        ("offset past 2**63", {"offset": HUGE}, ["offset", OVER]),
     ],
     "create_task": [
         ("missing title", {"project_id": "alpha", "description": "d"}, ["title", "required"]),
@@ -120,6 +133,10 @@ CASES: dict[str, list[Case]] = {
          ["depends_on", "list"]),
         ("negative max_retries", {"project_id": "alpha", "title": "t", "description": "d", "max_retries": -1},
          ["max_retries"]),
+        ("priority past 2**63", {"project_id": "alpha", "title": "t", "description": "d", "priority": HUGE},
+         ["priority", OVER]),
+        ("max_retries past 2**63", {"project_id": "alpha", "title": "t", "description": "d", "max_retries": HUGE},
+         ["max_retries", OVER]),
         ("unknown agent_type", {"project_id": "alpha", "title": "t", "description": "d", "agent_type": "robot"},
          ["agent_type", "claude-code"]),
         ("requires_approval not a bool", {"project_id": "alpha", "title": "t", "description": "d",
@@ -133,6 +150,7 @@ CASES: dict[str, list[Case]] = {
         ("blank title", {"task_id": "$ready", "title": ""}, ["title", "empty"]),
         ("blank description", {"task_id": "$ready", "description": " "}, ["description", "empty"]),
         ("priority not a number", {"task_id": "$ready", "priority": "x"}, ["priority"]),
+        ("priority past 2**63", {"task_id": "$ready", "priority": HUGE}, ["priority", OVER]),
         ("self dependency", {"task_id": "$ready", "depends_on": ["$ready"]}, ["$ready", "itself"]),
         ("cycle", {"task_id": "$ready", "depends_on": ["$waiting"]}, ["cycle", "$ready -> $waiting -> $ready"]),
         ("unknown dependency", {"task_id": "$waiting", "depends_on": ["ghost-task"]}, ["ghost-task"]),
@@ -201,12 +219,14 @@ CASES: dict[str, list[Case]] = {
         ("limit 0", {"limit": 0}, ["limit"]),
         ("unknown decision", {"decision": "maybe"}, ["'maybe'", "ask→accept"]),
         ("since_hours 0", {"since_hours": 0}, ["since_hours"]),
+        ("since_hours 2**31", {"since_hours": 2**31}, ["since_hours", OVER]),
     ],
     # -- agents --
     "list_agents": [
         ("limit 0", {"limit": 0}, ["limit"]),
         ("limit not a number", {"limit": "all"}, ["limit"]),
         ("negative offset", {"offset": -1}, ["offset"]),
+        ("offset past 2**63", {"offset": HUGE}, ["offset", OVER]),
     ],
     "create_agent": [
         ("missing name", {}, ["name", "required"]),
@@ -236,6 +256,7 @@ CASES: dict[str, list[Case]] = {
         ("since_hours 0", {"since_hours": 0}, ["since_hours", "greater than 0"]),
         ("negative since_hours", {"since_hours": -3}, ["since_hours"]),
         ("since_hours not a number", {"since_hours": "yesterday"}, ["since_hours"]),
+        ("since_hours 2**31", {"since_hours": 2**31}, ["since_hours", OVER]),
     ],
     "orchestrator_control": [
         ("missing action", {}, ["action", "required"]),
@@ -321,3 +342,77 @@ async def test_a_refused_set_active_project_keeps_the_previous_one(client, world
     await ok(client, "set_active_project", project_id="alpha")
     await fail(client, "set_active_project", project_id="nope")
     assert (await ok(client, "create_task", title="t", description="d"))["project_id"] == "alpha"
+
+
+# -- OS and SQLite limits (issue 10): each was "Internal error … This is a bug" -------------------------
+LIMIT_CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
+    ("read_file", "a name past 255 bytes", {"path": "$ws/" + "x" * 300}, ["path", "too long"]),
+    ("compare_specs_notes", "a specs_path past 255 bytes", {"specs_path": "$ws/" + "s" * 300}, ["path", "too long"]),
+    ("read_note", "a note title past 255 characters", {"title": "n" * 300}, ["title", "at most 255"]),
+    ("run_command", "a command over 128 KiB", {"command": "echo " + "a" * 140_000, "working_dir": "alpha"},
+     ["command", "at most"]),
+    ("create_branch", "a 1 MB branch name", {"branch_name": "b" * 1_000_000}, ["branch_name", "at most"]),
+    ("git_merge", "a 1 MB branch name", {"repo_id": "code", "branch_name": "b" * 1_000_000}, ["branch_name"]),
+    ("add_repo", "a 1 MB default branch", {"source": "init", "name": "r2", "default_branch": "b" * 1_000_000},
+     ["default_branch", "at most"]),
+    ("add_repo", "a NUL byte in a clone URL", {"source": "clone", "url": "$ws/a\0b"}, ["url", "NUL"]),
+    ("create_hook", "cooldown_seconds past 2**63",
+     {"name": "h", "trigger": {"type": "periodic", "interval_seconds": 60}, "action": "create_task",
+      "task_template": {"title": "t", "description": "d"}, "cooldown_seconds": HUGE}, ["cooldown_seconds", OVER]),
+    ("create_hook", "interval_seconds past 2**63",
+     {"name": "h", "trigger": {"type": "periodic", "interval_seconds": HUGE}, "action": "create_task",
+      "task_template": {"title": "t", "description": "d"}}, ["interval_seconds"]),
+    ("create_hook", "a task_template priority past 2**63",
+     {"name": "h", "trigger": {"type": "periodic", "interval_seconds": 60}, "action": "create_task",
+      "task_template": {"title": "t", "description": "d", "priority": HUGE}}, ["task_template.priority"]),
+    ("create_task", "a lone surrogate in a title", {"title": "cut \ud83d", "description": "d"}, ["title", "surrogate"]),
+]
+
+
+@pytest.fixture
+def limits_world(services: Services, tmp_path: Path) -> dict[str, str]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    services.projects.create("Alpha", workspace=str(workspace))
+    services.repos.add("alpha", "init", name="code")
+    return {"ws": str(workspace)}
+
+
+@pytest.mark.parametrize("tool,label,args,needles", LIMIT_CASES, ids=[f"{c[0]}-{c[1]}" for c in LIMIT_CASES])
+async def test_os_limits_are_input_errors(client, services, limits_world, tool, label, args, needles):
+    await ok(client, "set_active_project", project_id="alpha")
+    before = db_snapshot(services)
+    result = await client.call_tool(tool, resolve(args, limits_world))
+    text = " ".join(getattr(block, "text", "") for block in result.content)
+    assert result.is_error, f"{label}: accepted"
+    assert not problems_with(tool, text, needles), problems_with(tool, text, needles)
+    assert db_snapshot(services) == before
+
+
+async def test_a_title_too_long_for_a_file_name_is_found_by_its_slug(client, services, limits_world):
+    title = "Plan " + "é" * 130  # 135 characters, but `<title>.md` is 268 bytes: no file can have that name
+    await ok(client, "write_note", project_id="alpha", title=title, content="first")
+    await ok(client, "append_note", project_id="alpha", title=title, content="second")
+    assert "second" in (await ok(client, "read_note", project_id="alpha", title=title))["content"]
+
+
+def test_services_refuse_what_the_os_or_sqlite_cannot_take(services: Services, limits_world):
+    """The same bounds hold for callers that skip the tool schemas (hooks' task templates, the CLI)."""
+    from agentqueue.services.errors import InvalidInputError
+    from agentqueue.services.gitops import check_ref_name
+
+    workspace = Path(limits_world["ws"])
+    refusals = {
+        "priority": lambda: services.tasks.create("alpha", "t", "d", priority=HUGE),
+        "max_retries": lambda: services.tasks.create("alpha", "t", "d", max_retries=HUGE),
+        "max_concurrent_agents": lambda: services.projects.create("X", max_concurrent_agents=HUGE),
+        "since_hours": lambda: services.usage.summary(None, None, 2.0**31),
+        "128 KiB": lambda: services.files.run("echo " + "a" * 140_000, workspace),
+        "NUL": lambda: services.repos.add("alpha", "clone", url=f"{workspace}/a\0b"),
+        "too long": lambda: check_ref_name("b" * 1_000_000),
+    }
+    for needle, call in refusals.items():
+        with pytest.raises(InvalidInputError, match=needle):
+            call()
+    with pytest.raises(InvalidInputError, match="since_hours"):
+        services.audit.query(since_hours=2.0**31)

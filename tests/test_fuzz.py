@@ -39,7 +39,7 @@ from agentqueue.store.models import TaskStatusName
 
 from .test_mcp_system import EXPECTED_TOOLS
 
-EXAMPLES = 30  # per tool; the whole file stays well under 90 s on two cores
+EXAMPLES = 50  # per tool; the whole file stays well under 90 s on two cores
 SLOW = {"fire_hook": 6, "add_repo": 15}  # tools that start processes or wait
 BIG = 2**63
 

@@ -113,6 +113,11 @@ async def gate(ctx: Context) -> Approval | Elicit[Approval]:
     except ServiceError as error:  # an id the action needs names nothing: the tool's own message
         record.decided_by = "not reached: " + str(error)[:120]
         raise ToolError(str(error)) from None
+    except (OSError, ValueError, OverflowError) as error:  # an argument past an OS limit: an input error
+        if (refused := os_limit_error(error, "an argument")) is None:
+            raise
+        record.decided_by = "not reached: " + str(refused)[:120]
+        raise ToolError(str(refused)) from None
     record.note(decision)
     if decision.decision == "allow":
         return Approval()

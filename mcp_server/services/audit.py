@@ -70,8 +70,9 @@ class Audit:
         row = {"time": now_iso(), "actor": actor, "project_id": project_id, "task_id": task_id, "action": action,
                "arguments": text, "decision": decision, "decided_by": decided_by or "", "outcome": outcome,
                "message": (message or "")[:MAX_MESSAGE] or None, "duration_ms": duration_ms}
-        # A lone surrogate a client sent (JSON allows the escape) cannot be stored as UTF-8: keep it escaped.
-        row = {k: v.encode("utf-8", "backslashreplace").decode() if isinstance(v, str) else v for k, v in row.items()}
+        # A lone surrogate a client sent (JSON allows the escape) fits no UTF-8 column or answer: store U+FFFD.
+        row = {k: v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if isinstance(v, str) else v
+               for k, v in row.items()}
         with self.store.transaction() as db:
             cursor = db.execute(
                 "INSERT INTO audit_log (time, actor, project_id, task_id, action, arguments, decision, decided_by, "

@@ -83,6 +83,7 @@ class Files:
 
     def project_of(self, path: Path) -> str | None:
         """The project whose workspace or repo holds `path` (the innermost one), if any."""
+        check_path("path", str(path))  # NUL or too long: no project's, and realpath would raise
         real = Path(os.path.realpath(path))
         best: tuple[int, str] | None = None
         rows = self.store.all("SELECT id AS project_id, workspace AS root FROM projects "
