@@ -5,10 +5,12 @@ The standing classes (fuzzing, load) live in their own files; this one holds the
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import pytest
 
-from .conftest import ok
+from .conftest import fail, ok
 
 pytestmark = pytest.mark.anyio
 
@@ -33,3 +35,44 @@ async def test_a_catastrophic_regex_cannot_freeze_the_daemon(client, services, t
     assert hits["results"] == ["evil.txt:2:plain line"]
     literal = await ok(client, "search_files", pattern=r"(a)\1", path=str(workspace))
     assert literal["results"] == [] and "backreferences" in literal["note"] and "literally" in literal["note"]
+
+
+# -- notes: no lost appends, no way out through a link ------------------------------------------------
+
+async def test_concurrent_appends_are_all_kept(services, tmp_path):
+    services.projects.create("Demo", workspace=str(tmp_path / "ws"))
+
+    def append(n: int) -> None:
+        services.notes.append("demo", "Log", f"entry {n}")
+
+    async with anyio.create_task_group() as tg:  # 8 writers at once, as 8 clients' worker threads
+        for n in range(200):
+            tg.start_soon(anyio.to_thread.run_sync, append, n)
+    text = services.notes.read("demo", "Log")["content"]
+    assert sorted(int(line.split()[1]) for line in text.splitlines() if line.startswith("entry")) == list(range(200))
+
+
+async def test_notes_never_follow_a_link_out(client, services, tmp_path):
+    workspace = tmp_path / "ws"
+    services.projects.create("Demo", workspace=str(workspace))
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Secret\n\nTOP SECRET\n")
+    (workspace / "notes").mkdir(parents=True)
+    (workspace / "notes" / "leak.md").symlink_to(outside)
+    text = await fail(client, "append_note", title="leak", content="more", project_id="demo")
+    assert "symbolic link" in text
+    assert outside.read_text() == "# Secret\n\nTOP SECRET\n"
+    assert "TOP SECRET" not in json.dumps(await ok(client, "list_notes", project_id="demo"))
+    assert "No note 'leak'" in await fail(client, "read_note", title="leak", project_id="demo")
+    # A notes folder that is itself a link is refused for every operation.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.md").write_text("# X\n\nelsewhere\n")
+    for entry in (workspace / "notes").iterdir():
+        entry.unlink()
+    (workspace / "notes").rmdir()
+    (workspace / "notes").symlink_to(elsewhere)
+    for tool, args in (("list_notes", {}), ("read_note", {"title": "x"}), ("write_note", {"title": "y", "content": "c"}),
+                       ("append_note", {"title": "x", "content": "c"}), ("delete_note", {"title": "x"})):
+        assert "symbolic link" in await fail(client, tool, project_id="demo", **args), tool
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["x.md"]

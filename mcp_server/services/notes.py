@@ -7,9 +7,12 @@ inside the folder, so no title can reach another directory. Writes are atomic (t
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,18 @@ def _title_of(path: Path) -> str:
     return path.stem.replace("-", " ").title()
 
 
+@contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on a folder (flock on `.<name>.lock` beside it): across threads and processes alike."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder.parent / f".{folder.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -52,11 +67,19 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def within(folder: Path, path: Path) -> bool:
+    """Whether `path`, with every symlink followed, is still directly in `folder` (itself followed)."""
+    return Path(os.path.realpath(path)).parent == Path(os.path.realpath(folder))
+
+
 def listing(folder: Path) -> list[dict[str, Any]]:
+    """The folder's `.md` files; a link that leads out of the folder is left out (never read or stat'ed)."""
     if not folder.is_dir():
         return []
     out = []
     for path in sorted(folder.glob("*.md")):
+        if not within(folder, path) or not path.is_file():
+            continue
         stat = path.stat()
         out.append({"name": path.name, "title": _title_of(path), "size_bytes": stat.st_size,
                     "modified": datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(timespec="seconds")
@@ -70,17 +93,19 @@ class Notes:
         self.projects = projects
 
     def folder(self, project_id: str) -> Path:
-        return Path(self.projects.get(project_id).workspace) / "notes"
+        """`<workspace>/notes`, refused when it is a link: every note operation would act wherever it points."""
+        folder = Path(self.projects.get(project_id).workspace) / "notes"
+        if folder.is_symlink():
+            raise InvalidInputError(f"{folder} is a symbolic link; notes must live in the project's own folder. "
+                                    "Replace the link with a real folder (move the notes into it).")
+        return folder
 
     def _inside(self, folder: Path, name: str) -> Path | None:
         """`folder/name` if name is a bare file name whose real path stays in the folder."""
         if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
             return None
         path = folder / name
-        real = Path(os.path.realpath(path))
-        if real.parent != Path(os.path.realpath(folder)):
-            return None
-        return path
+        return path if within(folder, path) else None
 
     def resolve(self, project_id: str, title: str, *, must_exist: bool = True) -> Path:
         """By file name (`x.md`), by name without `.md`, or by title (its slug)."""
@@ -96,7 +121,11 @@ class Notes:
                 return path
         if must_exist:
             raise NotFoundError(f"No note {title!r} in project '{project_id}'. list_notes shows the notes.")
-        return folder / f"{note_slug(title)}.md"
+        fresh = folder / f"{note_slug(title)}.md"
+        if fresh.is_symlink():  # a link out of the folder (one inside was found above): never read through it
+            raise InvalidInputError(f"Note file {fresh.name} is a symbolic link out of the notes folder; AgentQueue "
+                                    "does not follow it. Remove the link, or write_note to replace it.")
+        return fresh
 
     def list(self, project_id: str) -> list[dict[str, Any]]:
         return listing(self.folder(project_id))
@@ -106,23 +135,28 @@ class Notes:
         return {"name": path.name, "title": _title_of(path), "content": path.read_text(encoding="utf-8")}
 
     def write(self, project_id: str, title: str, content: str) -> dict[str, Any]:
-        path = self.folder(project_id) / f"{note_slug(title)}.md"
-        status = "updated" if path.exists() else "created"
-        write_atomic(path, content)
+        folder = self.folder(project_id)
+        path = folder / f"{note_slug(title)}.md"
+        with folder_lock(folder):
+            status = "updated" if path.exists() or path.is_symlink() else "created"
+            write_atomic(path, content)  # replaces a link itself, never what it points to
         self._event(project_id, path, status)
         return {"name": path.name, "title": title.strip(), "status": status}
 
     def append(self, project_id: str, title: str, content: str) -> dict[str, Any]:
-        path = self.resolve(project_id, title, must_exist=False)
-        if path.exists():
-            existing = path.read_text(encoding="utf-8")
-            write_atomic(path, existing.rstrip("\n") + "\n\n" + content)
-            status = "appended"
-        else:
-            write_atomic(path, f"# {title.strip()}\n\n{content}")
-            status = "created"
+        folder = self.folder(project_id)
+        with folder_lock(folder):  # read-modify-write: concurrent appends (threads, daemon + standalone) queue here
+            path = self.resolve(project_id, title, must_exist=False)
+            if path.exists():
+                existing = path.read_text(encoding="utf-8")
+                write_atomic(path, existing.rstrip("\n") + "\n\n" + content)
+                status = "appended"
+            else:
+                write_atomic(path, f"# {title.strip()}\n\n{content}")
+                status = "created"
+            size = path.stat().st_size
         self._event(project_id, path, status)
-        return {"name": path.name, "status": status, "size_bytes": path.stat().st_size}
+        return {"name": path.name, "status": status, "size_bytes": size}
 
     def delete(self, project_id: str, title: str) -> str:
         path = self.resolve(project_id, title)
@@ -143,6 +177,10 @@ class Notes:
                                    (project_id,))
             found = [Path(r["checkout_path"]) / "specs" for r in repos if (Path(r["checkout_path"]) / "specs").is_dir()]
             specs_path = found[0] if found else Path(self.projects.get(project_id).workspace) / "specs"
+        if specs_path.is_symlink() and not Path(os.path.realpath(specs_path)).is_relative_to(
+                os.path.realpath(specs_path.parent)):
+            raise InvalidInputError(f"{specs_path} is a symbolic link out of its repo or workspace; AgentQueue does "
+                                    "not follow it. Pass specs_path, or replace the link with a folder.")
         notes = self.folder(project_id)
         strip = ("modified",)
         return {"project_id": project_id, "specs_path": str(specs_path), "notes_path": str(notes),
