@@ -6,9 +6,13 @@ The standing classes (fuzzing, load) live in their own files; this one holds the
 from __future__ import annotations
 
 import json
+import random
+from pathlib import Path
 
 import anyio
 import pytest
+
+from agentqueue.services.ids import new_task_id
 
 from .conftest import fail, ok
 
@@ -76,3 +80,65 @@ async def test_notes_never_follow_a_link_out(client, services, tmp_path):
                        ("append_note", {"title": "x", "content": "c"}), ("delete_note", {"title": "x"})):
         assert "symbolic link" in await fail(client, tool, project_id="demo", **args), tool
     assert sorted(p.name for p in elsewhere.iterdir()) == ["x.md"]
+
+
+# -- races on names, and ids that outlive their task -----------------------------------------------
+
+async def test_two_racing_add_repo_calls_one_wins_and_its_checkout_stays(services):
+    services.projects.create("Demo")
+    for round_ in range(6):
+        name = f"dup{round_}"
+        outcomes: list[object] = []
+
+        def add() -> None:
+            try:
+                outcomes.append(services.repos.add("demo", "init", name=name))
+            except Exception as error:  # noqa: BLE001 (the test inspects what came back)
+                outcomes.append(error)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, add)
+            tg.start_soon(anyio.to_thread.run_sync, add)
+        errors = [o for o in outcomes if isinstance(o, Exception)]
+        assert len(errors) == 1 and "already exists" in str(errors[0]), outcomes
+        repo = services.repos.get(name)
+        assert (Path(repo.checkout_path) / ".git").is_dir(), "the loser removed the winner's checkout"
+
+
+async def test_a_taken_name_is_always_already_exists_never_an_internal_error(client, services):
+    services.projects.create("Demo")
+    hook = {"project_id": "demo", "trigger": {"type": "periodic", "interval_seconds": 3600},
+            "action": "create_task", "task_template": {"title": "t", "description": "d"}}
+
+    async def create(name: str) -> str:
+        result = await client.call_tool("create_hook", {"name": name, **hook})
+        return "ok" if not result.is_error else result.content[0].text
+    for round_ in range(5):
+        async with anyio.create_task_group() as tg:
+            answers: list[str] = []
+            for _ in range(4):
+                tg.start_soon(lambda: _append(answers, create(f"h{round_}")))
+        assert answers.count("ok") == 1 and all("already exists" in a for a in answers if a != "ok"), answers
+
+
+async def _append(into: list[str], call) -> None:
+    into.append(await call)
+
+
+class _OldIdFirst(random.Random):
+    """Draws the parts of `old` first, then random words: replays a collision with a deleted id."""
+
+    def __init__(self, old: str) -> None:
+        super().__init__(1)
+        self.parts = old.split("-", 1)
+
+    def choice(self, seq):  # type: ignore[override]
+        return self.parts.pop(0) if self.parts else super().choice(seq)
+
+
+def test_a_deleted_tasks_id_is_never_given_again(services):
+    services.projects.create("Demo")
+    first = services.tasks.create("demo", "Old", "the first task")
+    services.tasks.delete(first.id)
+    assert new_task_id(services.tasks.exists, _OldIdFirst(first.id)) == first.id  # what happened before
+    fresh = new_task_id(services.tasks.was_used, _OldIdFirst(first.id))
+    assert fresh != first.id and not services.tasks.was_used(fresh)

@@ -11,7 +11,7 @@ from typing import Any
 from ..settings import CLI_FOR_AGENT, CLI_KEYS, Settings
 from ..store.db import Store, now_iso
 from ..store.models import Agent
-from .errors import ConflictError, InvalidInputError, NotFoundError
+from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .ids import slugify
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
@@ -79,7 +79,7 @@ class Agents:
             raise ConflictError(f"An agent with id '{agent_id}' already exists. Choose another name.")
         self.require_runnable(agent_type, command)
         stamp = now_iso()
-        with self.store.transaction() as db:
+        with unique(f"An agent with id '{agent_id}' already exists. Choose another name."), self.store.transaction() as db:
             db["agents"].insert({
                 "id": agent_id, "name": name.strip(), "agent_type": agent_type, "state": "IDLE",
                 "repo_id": repo_id, "model": model, "capabilities": json.dumps(caps),

@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-from .notes import folder_lock, write_atomic
+from .locks import folder_lock
+from .notes import write_atomic
 from .projects import Projects
 
 CONTEXT_CAP = 8000  # characters of memory put into an agent's context

@@ -7,18 +7,16 @@ inside the folder, so no title can reach another directory. Writes are atomic (t
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..store.db import Store
 from .errors import InvalidInputError, NotFoundError
+from .locks import folder_lock
 from .projects import Projects
 
 
@@ -41,18 +39,6 @@ def _title_of(path: Path) -> str:
     if first.startswith("# "):
         return first[2:].strip()
     return path.stem.replace("-", " ").title()
-
-
-@contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on a folder (flock on `.<name>.lock` beside it): across threads and processes alike."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder.parent / f".{folder.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def write_atomic(path: Path, text: str) -> None:
