@@ -142,3 +142,35 @@ def test_a_deleted_tasks_id_is_never_given_again(services):
     assert new_task_id(services.tasks.exists, _OldIdFirst(first.id)) == first.id  # what happened before
     fresh = new_task_id(services.tasks.was_used, _OldIdFirst(first.id))
     assert fresh != first.id and not services.tasks.was_used(fresh)
+
+
+# -- two processes on one home -------------------------------------------------------------------------
+
+WRITER = """
+import sys
+from pathlib import Path
+from agentqueue.services import Services
+svc = Services(Path(sys.argv[1]))
+failed = 0
+for n in range(150):
+    try:
+        svc.tasks.create("demo", f"{sys.argv[2]} {n}", "written by a second process")
+    except Exception as error:
+        failed += 1
+        print(type(error).__name__, error, file=sys.stderr)
+svc.close()
+print(failed)
+"""
+
+
+def test_two_processes_write_one_home_without_lock_errors(services, home):
+    """A daemon and a standalone server on one home: before BEGIN IMMEDIATE a quarter of writes failed."""
+    import subprocess
+    import sys
+
+    services.projects.create("Demo")
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(home), name], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for name in ("one", "two", "three")]
+    results = [w.communicate(timeout=120) for w in writers]
+    assert [out.strip() for out, _ in results] == ["0", "0", "0"], [err[-500:] for _, err in results]
+    assert services.store.scalar("SELECT count(*) FROM tasks") == 450

@@ -247,7 +247,7 @@ class Store:
             if outermost:
                 self._pending_events = []
             try:
-                with self.db.atomic():
+                with self._atomic():
                     yield self.db
             except BaseException:
                 if outermost:
@@ -257,6 +257,25 @@ class Store:
                 events, self._pending_events = self._pending_events, None
                 for listener in list(self._listeners):
                     listener(events)
+
+    @contextmanager
+    def _atomic(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE for the outermost transaction: it takes the write lock at once, waiting out the busy
+        timeout, instead of reading first and failing on the upgrade ("database is locked") when another
+        process writes; nested ones are savepoints."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def add_event(
         self,
