@@ -181,7 +181,7 @@ def http_app(mcp: MCPServer, token: str, host: str) -> Any:
                 await _respond(send, 200, body)
                 return
             supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(supplied, expected):
+            if not hmac.compare_digest(_normal_bearer(supplied), expected):
                 body = json.dumps({"error": "unauthorized",
                                    "message": "Send `Authorization: Bearer <token>`; the token is in "
                                               "AGENTQUEUE_TOKEN or $AGENTQUEUE_HOME/token."}).encode()
@@ -190,6 +190,12 @@ def http_app(mcp: MCPServer, token: str, host: str) -> Any:
         await inner(scope, receive, send)
 
     return app
+
+
+def _normal_bearer(header: bytes) -> bytes:
+    """`bearer x`, `BEARER  x` -> `Bearer x`: the scheme is case-insensitive (RFC 7235); the token is not."""
+    scheme, _, token = header.strip().partition(b" ")
+    return b"Bearer " + token.strip() if scheme.lower() == b"bearer" else header
 
 
 async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]

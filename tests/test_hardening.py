@@ -174,3 +174,43 @@ def test_two_processes_write_one_home_without_lock_errors(services, home):
     results = [w.communicate(timeout=120) for w in writers]
     assert [out.strip() for out, _ in results] == ["0", "0", "0"], [err[-500:] for _, err in results]
     assert services.store.scalar("SELECT count(*) FROM tasks") == 450
+
+
+# -- private files, a private socket folder, the bearer scheme ----------------------------------------------
+
+def test_the_home_and_what_it_holds_are_private(tmp_path):
+    import stat
+
+    from agentqueue import logs, paths
+    from agentqueue.services import Services
+
+    home = tmp_path / "aq"
+    svc = Services(home)
+    try:
+        logs.configure(home, "modes")
+        svc.projects.create("Demo")
+        mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+        assert mode(home) == 0o700 and mode(paths.logs_dir(home)) == 0o700
+        assert mode(paths.db_path(home)) == 0o600 and mode(paths.logs_dir(home) / "modes.log") == 0o600
+        wal = paths.db_path(home).with_name(paths.db_path(home).name + "-wal")
+        assert not wal.exists() or mode(wal) == 0o600
+    finally:
+        svc.close()
+    home.chmod(0o755)  # a home made by an older version is tightened at the next start
+    Services(home).close()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+def test_a_long_home_puts_its_socket_in_a_private_folder_and_refuses_a_planted_one(tmp_path, monkeypatch):
+    from agentqueue import paths
+
+    long_home = tmp_path / ("x" * 120)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    sock = paths.socket_path(long_home)
+    assert sock.parent == tmp_path / "run" / "agentqueue" and (sock.parent.stat().st_mode & 0o077) == 0
+    # Another user's (here: an open) folder at that place is refused, not used.
+    planted = tmp_path / "run" / "agentqueue"
+    planted.chmod(0o777)
+    with pytest.raises(paths.UnsafeRuntimeDir, match="not a private folder"):
+        paths.socket_path(long_home)

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from .. import paths
 from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
@@ -320,7 +321,9 @@ class Engine:
             self.on_log(task_id)
 
     def log_path(self, task_id: str) -> Path:
-        return self.home / "logs" / "tasks" / f"{task_id}.log"
+        """The task's agent transcript, created private (0600 in a 0700 folder) before anything writes it."""
+        path = paths.private_dir(self.home / "logs" / "tasks") / f"{task_id}.log"
+        return paths.private_file(path)
 
     def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
         files: list[str] = []

@@ -30,8 +30,8 @@ class Services:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        home.mkdir(parents=True, exist_ok=True)
-        paths.logs_dir(home).mkdir(exist_ok=True)
+        paths.private_dir(home)
+        paths.private_dir(paths.logs_dir(home))
         self.settings = settings.load(home)  # config.toml + AGENTQUEUE_*; a bad value stops here, clearly
         self.store = Store(paths.db_path(home))
         self.policies = Policies(home)

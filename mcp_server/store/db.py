@@ -7,6 +7,7 @@ SQLite transaction, so a crash or an error leaves either all of a change or none
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -202,6 +203,10 @@ class Store:
     def __init__(self, path: Path, *, migrate_to: int = SCHEMA_VERSION) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Private before SQLite writes a byte (its -wal and -shm files take the database's mode).
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, 0o600)
         self.lock = threading.RLock()
         self._listeners: list[Callable[[list[dict[str, Any]]], None]] = []
         self._pending_events: list[dict[str, Any]] | None = None
