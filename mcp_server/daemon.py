@@ -33,6 +33,7 @@ from . import home_lock as home_lock_module
 from .home_lock import AlreadyRunningError
 from .app import CONNECTION_OPTIONS, build_server
 from .engine.orchestrator import Engine
+from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .services import Services
 from .settings import ConfigError
 from .store.db import StoreOpenError, now_iso
@@ -168,8 +169,10 @@ class _QuietUvicorn(uvicorn.Server):
         yield
 
 
-def http_app(mcp: MCPServer, token: str, host: str) -> Any:
-    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health`."""
+def http_app(mcp: MCPServer, token: str, host: str, metrics: Metrics | None = None,
+             metrics_public: bool = False) -> Any:
+    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health` and
+    `GET /metrics` (Prometheus text; behind the token unless `[server] metrics_public`)."""
     inner = mcp.streamable_http_app(host=host)
     expected = f"Bearer {token}".encode()
 
@@ -179,6 +182,16 @@ def http_app(mcp: MCPServer, token: str, host: str) -> Any:
             if path == "/health":
                 body = json.dumps({"status": "ok", "version": __version__, "pid": os.getpid()}).encode()
                 await _respond(send, 200, body)
+                return
+            if path == "/metrics" and metrics is not None and (metrics_public or hmac.compare_digest(
+                    _normal_bearer(dict(scope.get("headers") or []).get(b"authorization", b"")), expected)):
+                if scope.get("method") not in ("GET", "HEAD"):
+                    await _respond(send, 405, b'{"error": "method not allowed", "message": "GET /metrics"}',
+                                   [(b"allow", b"GET, HEAD")])
+                    return
+                # Off the event loop: the scrape reads the store, whose lock engine threads also take.
+                body = await anyio.to_thread.run_sync(metrics.render)
+                await _respond(send, 200, b"" if scope["method"] == "HEAD" else body, content_type=CONTENT_TYPE_LATEST)
                 return
             supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(_normal_bearer(supplied), expected):
@@ -198,9 +211,10 @@ def _normal_bearer(header: bytes) -> bytes:
     return b"Bearer " + token.strip() if scheme.lower() == b"bearer" else header
 
 
-async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
+                   content_type: str = "application/json") -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), *headers]})
+                "headers": [(b"content-type", content_type.encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -264,7 +278,10 @@ class Daemon:
         server = None
         if http_sock is not None:
             token = load_or_create_token(self.home)
-            config = uvicorn.Config(http_app(mcp, token, self.host), log_config=None, lifespan="on",
+            metrics = Metrics(services.store)
+            services.on_tool_call = metrics.observe_tool_call
+            config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public),
+                                    log_config=None, lifespan="on",
                                     timeout_graceful_shutdown=3)
             server = _QuietUvicorn(config)
             port = http_sock.getsockname()[1]

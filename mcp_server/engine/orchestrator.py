@@ -199,7 +199,7 @@ class Engine:
                                 t["repo_id"])
                       for t in store.all("SELECT * FROM tasks WHERE status = 'READY'"))
         agents = tuple(IdleAgent(a.id, a.agent_type, a.repo_id, tuple(a.capabilities))
-                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE")
+                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE" and not a.paused)
         runs = store.one("SELECT avg(total) AS avg FROM token_ledger WHERE task_id IS NOT NULL") or {}
         return QueueState(projects, tasks, agents, self.services.system.orchestrator_state() == "paused",
                           int(runs.get("avg") or 10_000) or 10_000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths, settings
@@ -51,6 +52,8 @@ class Services:
         self.requests = Requests(self.store, self.tasks, self.policies)
         self.audit = Audit(self.store)
         self.call_policy = CallPolicy(self)
+        # Set by the daemon: told (tool, outcome, seconds) after every tool call, for GET /metrics.
+        self.on_tool_call: Callable[[str, str, float], None] | None = None
 
     def close(self) -> None:
         self.store.close()

@@ -182,10 +182,15 @@ def _m7_audit_log(db: sqlite_utils.Database) -> None:
                "SELECT RAISE(ABORT, 'audit_log is append-only'); END")
 
 
+def _m8_agent_paused(db: sqlite_utils.Database) -> None:
+    """Version 8: an agent can be paused (it takes no new task; a run it has finishes)."""
+    db["agents"].add_column("paused", int, not_null_default=0)
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
-    _m6_permission_requests, _m7_audit_log]
+    _m6_permission_requests, _m7_audit_log, _m8_agent_paused]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
