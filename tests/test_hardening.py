@@ -214,3 +214,46 @@ def test_a_long_home_puts_its_socket_in_a_private_folder_and_refuses_a_planted_o
     planted.chmod(0o777)
     with pytest.raises(paths.UnsafeRuntimeDir, match="not a private folder"):
         paths.socket_path(long_home)
+
+
+# -- output is capped as it streams, not after it was all held -------------------------------------------
+
+MEASURE = """
+import resource, sys
+from pathlib import Path
+from agentqueue.services import Services
+svc = Services(Path(sys.argv[1]))
+done = svc.files.run(sys.argv[2], Path(sys.argv[3]), 120)
+print(len(done.stdout), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_command_that_prints_300_mb_costs_the_daemon_no_more_than_a_small_buffer(home, tmp_path):
+    """Before: `communicate()` held all of it (300 MB of output added ~860 MiB); now the cap applies as it reads."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(home), "head -c 300000000 /dev/zero", str(tmp_path)],
+                          capture_output=True, text=True, timeout=180)
+    kept, peak_mib = map(int, done.stdout.split())
+    assert kept < 50_100 and peak_mib < 200, (kept, peak_mib, done.stderr[-500:])
+
+
+async def test_a_100_mb_agent_line_is_dropped_as_it_streams(services, tmp_path):
+    """The engine's reader held a whole line before looking at it: one 100 MB line cost ~380 MiB."""
+    import resource
+
+    from agentqueue.engine.adapters.base import RunSpec
+    from agentqueue.engine.adapters.command import CommandParser
+    from agentqueue.engine.runner import RunHandle, run_agent
+    from agentqueue.engine.watchdog import WatchdogLimits
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    spec = RunSpec(argv=["sh", "-c", "head -c 100000000 /dev/zero | tr '\\\\0' x; echo; echo after"], stdin=None)
+    log = tmp_path / "task.log"
+    result = await run_agent(spec, tmp_path, CommandParser(), RunHandle(), log,
+                             WatchdogLimits(stall_seconds=60, timeout_seconds=120), None)
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 - before
+    text = log.read_text()
+    assert "was dropped" in text and "after" in text and result.status == "completed", (result, text[-300:])
+    assert grew < 100, f"the reader grew the process by {grew} MiB"
