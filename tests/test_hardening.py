@@ -257,3 +257,28 @@ async def test_a_100_mb_agent_line_is_dropped_as_it_streams(services, tmp_path):
     text = log.read_text()
     assert "was dropped" in text and "after" in text and result.status == "completed", (result, text[-300:])
     assert grew < 100, f"the reader grew the process by {grew} MiB"
+
+
+# -- hook templates are data for the shell, never code -------------------------------------------------
+
+async def test_rendered_values_reach_a_shell_step_quoted(services, tmp_path):
+    from agentqueue.engine.hook_runner import HookRunner
+
+    workspace = tmp_path / "ws"
+    services.projects.create("Web", workspace=str(workspace))
+    marker_step, marker_event = tmp_path / "M1", tmp_path / "M2"
+    hook = services.hooks.create(
+        "web", "echoes", {"type": "periodic", "interval_seconds": 3600}, action="create_task",
+        task_template={"title": "t", "description": "{{step_1}} / {{step_2}}"},
+        context_steps=[
+            {"type": "shell", "command": f"printf '%s' '$(touch {marker_step})'"},  # a hostile step output
+            {"type": "shell", "command": "echo {{step_0}}"},
+            {"type": "shell", "command": "echo {{event.title}}"},
+        ])
+    runner = HookRunner(services, services.home, listen=False)
+    run_id = await anyio.to_thread.run_sync(runner.begin, hook, "event", None)
+    status = await runner.execute(hook, run_id, {"title": f"$(touch {marker_event})", "payload": {}})
+    assert status == "completed"
+    assert not marker_step.exists() and not marker_event.exists()
+    row = services.hooks.run_detail(run_id)
+    assert f"$(touch {marker_step})" in json.dumps(row)  # the value arrived as text
