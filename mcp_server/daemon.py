@@ -27,6 +27,7 @@ import uvicorn
 from anyio.abc import SocketStream
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from . import __version__, logs, paths
 from . import home_lock as home_lock_module
@@ -169,11 +170,34 @@ class _QuietUvicorn(uvicorn.Server):
         yield
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ExposedWithoutHostsError(ConfigError):
+    """A bind beyond loopback with no Host allow-list: the DNS-rebinding check would have nothing to check."""
+
+
+def transport_security(host: str, allowed_hosts: list[str]) -> TransportSecuritySettings | None:
+    """Host/Origin checks for the bind: the SDK's loopback defaults, widened only by an explicit allow-list."""
+    if host in LOOPBACK and not allowed_hosts:
+        return None  # the SDK's own loopback protection
+    if host not in LOOPBACK and not allowed_hosts:
+        raise ExposedWithoutHostsError(
+            f"--host {host} listens beyond this machine, and no Host names are allowed: every Host and Origin "
+            "check would be off. Name the hosts clients use: `agentqueue serve --host "
+            f"{host} --allow-host box.lan` (repeatable), or config.toml [server] allowed_hosts = [\"box.lan\"].")
+    names = [*allowed_hosts, "127.0.0.1", "localhost", "[::1]"]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=[f"{name}:*" for name in names],
+                                     allowed_origins=[f"{scheme}://{name}:*" for name in names
+                                                      for scheme in ("http", "https")])
+
+
 def http_app(mcp: MCPServer, token: str, host: str, metrics: Metrics | None = None,
-             metrics_public: bool = False) -> Any:
+             metrics_public: bool = False, allowed_hosts: list[str] | None = None) -> Any:
     """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health` and
     `GET /metrics` (Prometheus text; behind the token unless `[server] metrics_public`)."""
-    inner = mcp.streamable_http_app(host=host)
+    inner = mcp.streamable_http_app(host=host, transport_security=transport_security(host, allowed_hosts or []))
     expected = f"Bearer {token}".encode()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -240,9 +264,10 @@ PRUNE_EVERY_S = 3600.0
 # -- the daemon ------------------------------------------------------------------------------------
 class Daemon:
     def __init__(self, home: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, http: bool = True,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, allow_hosts: list[str] | None = None) -> None:
         self.home = home
         self.options = options or {}  # --read-only / --toolsets: what HTTP clients are limited to
+        self.allow_hosts = allow_hosts or []  # --allow-host: Host names accepted besides loopback
         self.host = host
         self.port = port
         self.http = http
@@ -280,7 +305,11 @@ class Daemon:
             token = load_or_create_token(self.home)
             metrics = Metrics(services.store)
             services.on_tool_call = metrics.observe_tool_call
-            config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public),
+            hosts = [*services.settings.allowed_hosts, *self.allow_hosts]
+            if self.host not in LOOPBACK:
+                log.warning("HTTP listens on %s, beyond this machine: only Host names %s are accepted, with the "
+                            "bearer token.", self.host, ", ".join(hosts) or "(none)")
+            config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public, hosts),
                                     log_config=None, lifespan="on",
                                     timeout_graceful_shutdown=3)
             server = _QuietUvicorn(config)
@@ -297,7 +326,10 @@ class Daemon:
             # before the handler is installed would kill the daemon without its cleanup.
             info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
                     "started_at": now_iso()}
-            paths.daemon_info_path(self.home).write_text(json.dumps(info))
+            target = paths.daemon_info_path(self.home)
+            partial = target.with_name(f".{target.name}.{os.getpid()}")
+            partial.write_text(json.dumps(info))
+            os.replace(partial, target)  # atomic: a reader never sees a half-written file (and gives up)
             log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
                      f" and {http_url}" if http_url else "")
             print(next_steps(self.home, http_url), flush=True)
@@ -386,10 +418,11 @@ def next_steps(home: Path, http_url: str | None) -> str:
     return "\n".join(lines)
 
 
-def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] | None = None) -> int:
+def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] | None = None,
+          allow_hosts: list[str] | None = None) -> int:
     """Entry point of `agentqueue serve`; returns the exit code (or re-executes itself on restart_daemon)."""
     logs.configure(home, "agentqueue")
-    daemon = Daemon(home, host, port, http, options)
+    daemon = Daemon(home, host, port, http, options, allow_hosts)
     try:
         anyio.run(daemon.run)
     except AlreadyRunningError as error:

@@ -282,3 +282,45 @@ async def test_rendered_values_reach_a_shell_step_quoted(services, tmp_path):
     assert not marker_step.exists() and not marker_event.exists()
     row = services.hooks.run_detail(run_id)
     assert f"$(touch {marker_step})" in json.dumps(row)  # the value arrived as text
+
+
+# -- a bind beyond loopback needs a Host allow-list --------------------------------------------------------
+
+async def test_serving_beyond_loopback_needs_an_allow_list_and_keeps_the_host_check(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import httpx2
+
+    from agentqueue import daemon, paths
+
+    from .processes import wait_for
+
+    home = tmp_path / "aq"
+    env = {**os.environ, "AGENTQUEUE_HOME": str(home)}
+    refused = subprocess.run([sys.executable, "-m", "agentqueue", "serve", "--host", "0.0.0.0", "--port", "0"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--allow-host" in refused.stderr and "allowed_hosts" in refused.stderr
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--host", "0.0.0.0", "--port", "0",
+                               "--allow-host", "box.lan"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("http_url"), 30, "the daemon")
+        port = daemon.read_daemon_info(home)["http_url"].rsplit(":", 1)[1].split("/")[0]
+        token = paths.token_path(home).read_text().strip()
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+        async with httpx2.AsyncClient() as http:
+            url = f"http://127.0.0.1:{port}/mcp"
+            evil = await http.post(url, json=ping, headers={**headers, "Host": f"evil.example:{port}"})
+            assert evil.status_code in (400, 403, 421), evil.status_code
+            named = await http.post(url, json=ping, headers={**headers, "Host": f"box.lan:{port}"})
+            assert named.status_code == 200 and "agentqueue" in named.text, (named.status_code, named.text[:200])
+        assert "beyond this machine" in (paths.logs_dir(home) / "agentqueue.log").read_text()
+    finally:
+        daemon.stop(home, timeout=15)
+        if server.poll() is None:
+            server.kill()
