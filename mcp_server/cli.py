@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None,
                        help="HTTP port (default: config.toml [server] port, AGENTQUEUE_PORT, else 8765; 0 picks a free one)")
     serve.add_argument("--no-http", action="store_true", help="serve only the local socket")
+    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="a Host name HTTP clients use (repeatable); needed with a --host beyond loopback")
     selection_flags(serve, "HTTP clients")
     mcp = add("mcp", "the stdio MCP server that clients launch (not for typing)",
               "The stdio plugin MCP clients launch: it relays to the daemon, starting it if needed.")
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         from .toolsets import connection_options
 
         sys.exit(daemon.serve(home, args.host, port, not args.no_http,
-                              connection_options(args.read_only, args.toolsets)))
+                              connection_options(args.read_only, args.toolsets), args.allow_host))
     sys.exit(_run_command(args, home))
 
 

@@ -27,12 +27,14 @@ import uvicorn
 from anyio.abc import SocketStream
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from . import __version__, logs, paths
 from . import home_lock as home_lock_module
 from .home_lock import AlreadyRunningError
 from .app import CONNECTION_OPTIONS, build_server
 from .engine.orchestrator import Engine
+from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .services import Services
 from .settings import ConfigError
 from .store.db import StoreOpenError, now_iso
@@ -168,9 +170,34 @@ class _QuietUvicorn(uvicorn.Server):
         yield
 
 
-def http_app(mcp: MCPServer, token: str, host: str) -> Any:
-    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health`."""
-    inner = mcp.streamable_http_app(host=host)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ExposedWithoutHostsError(ConfigError):
+    """A bind beyond loopback with no Host allow-list: the DNS-rebinding check would have nothing to check."""
+
+
+def transport_security(host: str, allowed_hosts: list[str]) -> TransportSecuritySettings | None:
+    """Host/Origin checks for the bind: the SDK's loopback defaults, widened only by an explicit allow-list."""
+    if host in LOOPBACK and not allowed_hosts:
+        return None  # the SDK's own loopback protection
+    if host not in LOOPBACK and not allowed_hosts:
+        raise ExposedWithoutHostsError(
+            f"--host {host} listens beyond this machine, and no Host names are allowed: every Host and Origin "
+            "check would be off. Name the hosts clients use: `agentqueue serve --host "
+            f"{host} --allow-host box.lan` (repeatable), or config.toml [server] allowed_hosts = [\"box.lan\"].")
+    names = [*allowed_hosts, "127.0.0.1", "localhost", "[::1]"]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=[f"{name}:*" for name in names],
+                                     allowed_origins=[f"{scheme}://{name}:*" for name in names
+                                                      for scheme in ("http", "https")])
+
+
+def http_app(mcp: MCPServer, token: str, host: str, metrics: Metrics | None = None,
+             metrics_public: bool = False, allowed_hosts: list[str] | None = None) -> Any:
+    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health` and
+    `GET /metrics` (Prometheus text; behind the token unless `[server] metrics_public`)."""
+    inner = mcp.streamable_http_app(host=host, transport_security=transport_security(host, allowed_hosts or []))
     expected = f"Bearer {token}".encode()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -180,8 +207,18 @@ def http_app(mcp: MCPServer, token: str, host: str) -> Any:
                 body = json.dumps({"status": "ok", "version": __version__, "pid": os.getpid()}).encode()
                 await _respond(send, 200, body)
                 return
+            if path == "/metrics" and metrics is not None and (metrics_public or hmac.compare_digest(
+                    _normal_bearer(dict(scope.get("headers") or []).get(b"authorization", b"")), expected)):
+                if scope.get("method") not in ("GET", "HEAD"):
+                    await _respond(send, 405, b'{"error": "method not allowed", "message": "GET /metrics"}',
+                                   [(b"allow", b"GET, HEAD")])
+                    return
+                # Off the event loop: the scrape reads the store, whose lock engine threads also take.
+                body = await anyio.to_thread.run_sync(metrics.render)
+                await _respond(send, 200, b"" if scope["method"] == "HEAD" else body, content_type=CONTENT_TYPE_LATEST)
+                return
             supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(supplied, expected):
+            if not hmac.compare_digest(_normal_bearer(supplied), expected):
                 body = json.dumps({"error": "unauthorized",
                                    "message": "Send `Authorization: Bearer <token>`; the token is in "
                                               "AGENTQUEUE_TOKEN or $AGENTQUEUE_HOME/token."}).encode()
@@ -192,9 +229,16 @@ def http_app(mcp: MCPServer, token: str, host: str) -> Any:
     return app
 
 
-async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+def _normal_bearer(header: bytes) -> bytes:
+    """`bearer x`, `BEARER  x` -> `Bearer x`: the scheme is case-insensitive (RFC 7235); the token is not."""
+    scheme, _, token = header.strip().partition(b" ")
+    return b"Bearer " + token.strip() if scheme.lower() == b"bearer" else header
+
+
+async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
+                   content_type: str = "application/json") -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), *headers]})
+                "headers": [(b"content-type", content_type.encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -220,9 +264,10 @@ PRUNE_EVERY_S = 3600.0
 # -- the daemon ------------------------------------------------------------------------------------
 class Daemon:
     def __init__(self, home: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, http: bool = True,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, allow_hosts: list[str] | None = None) -> None:
         self.home = home
         self.options = options or {}  # --read-only / --toolsets: what HTTP clients are limited to
+        self.allow_hosts = allow_hosts or []  # --allow-host: Host names accepted besides loopback
         self.host = host
         self.port = port
         self.http = http
@@ -258,7 +303,14 @@ class Daemon:
         server = None
         if http_sock is not None:
             token = load_or_create_token(self.home)
-            config = uvicorn.Config(http_app(mcp, token, self.host), log_config=None, lifespan="on",
+            metrics = Metrics(services.store)
+            services.on_tool_call = metrics.observe_tool_call
+            hosts = [*services.settings.allowed_hosts, *self.allow_hosts]
+            if self.host not in LOOPBACK:
+                log.warning("HTTP listens on %s, beyond this machine: only Host names %s are accepted, with the "
+                            "bearer token.", self.host, ", ".join(hosts) or "(none)")
+            config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public, hosts),
+                                    log_config=None, lifespan="on",
                                     timeout_graceful_shutdown=3)
             server = _QuietUvicorn(config)
             port = http_sock.getsockname()[1]
@@ -274,7 +326,10 @@ class Daemon:
             # before the handler is installed would kill the daemon without its cleanup.
             info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
                     "started_at": now_iso()}
-            paths.daemon_info_path(self.home).write_text(json.dumps(info))
+            target = paths.daemon_info_path(self.home)
+            partial = target.with_name(f".{target.name}.{os.getpid()}")
+            partial.write_text(json.dumps(info))
+            os.replace(partial, target)  # atomic: a reader never sees a half-written file (and gives up)
             log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
                      f" and {http_url}" if http_url else "")
             print(next_steps(self.home, http_url), flush=True)
@@ -363,10 +418,11 @@ def next_steps(home: Path, http_url: str | None) -> str:
     return "\n".join(lines)
 
 
-def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] | None = None) -> int:
+def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] | None = None,
+          allow_hosts: list[str] | None = None) -> int:
     """Entry point of `agentqueue serve`; returns the exit code (or re-executes itself on restart_daemon)."""
     logs.configure(home, "agentqueue")
-    daemon = Daemon(home, host, port, http, options)
+    daemon = Daemon(home, host, port, http, options, allow_hosts)
     try:
         anyio.run(daemon.run)
     except AlreadyRunningError as error:

@@ -13,8 +13,9 @@ from . import paths
 def configure(home: Path, name: str, level: int = logging.INFO) -> Path:
     """Route all logging to stderr and `<home>/logs/<name>.log`; returns the log file."""
     log_dir = paths.logs_dir(home)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_file = log_dir / f"{name}.log"
+    paths.private_dir(home)
+    paths.private_dir(log_dir)
+    log_file = paths.private_file(log_dir / f"{name}.log")
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
     file_handler = logging.handlers.RotatingFileHandler(log_file, maxBytes=5_000_000, backupCount=3)
     stderr_handler = logging.StreamHandler(sys.stderr)

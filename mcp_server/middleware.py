@@ -111,6 +111,9 @@ async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
 async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message: str | None, started: float) -> None:
     """The call's audit row, in its own transaction after the call (never inside the call's)."""
     audit = state.services.audit
+    seconds = time.monotonic() - started
+    if state.services.on_tool_call is not None:  # the daemon's GET /metrics histogram
+        state.services.on_tool_call(record.name, outcome, seconds)
     task_id = record.task_id or (record.arguments.get("task_id") if isinstance(record.arguments.get("task_id"), str)
                                  else None) or state.options.get("task_id")
     project_id = record.project_id or (record.arguments.get("project_id") if isinstance(
@@ -118,7 +121,7 @@ async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message
     row = dict(actor=actor_of(ctx, state), action=record.action or f"tool:{record.name}", decision=record.decision,
                decided_by=record.decided_by, outcome=outcome, message=message, project_id=project_id,
                task_id=task_id, arguments=record.arguments,
-               duration_ms=int((time.monotonic() - started) * 1000))
+               duration_ms=int(seconds * 1000))
     await anyio.to_thread.run_sync(lambda: audit.record(**row))
     if state.after_call is not None:
         await state.after_call()  # agentqueue://audit subscribers hear of the row at once

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -70,9 +71,49 @@ def restart_marker(root: Path) -> Path:
 
 
 def socket_path(root: Path) -> Path:
-    """The daemon's Unix socket: inside the home unless that path is too long for AF_UNIX."""
+    """The daemon's Unix socket: inside the home unless that path is too long for AF_UNIX, then in this
+    user's private runtime folder (never a predictable name in a folder other users can write to)."""
     candidate = root / "agentqueue.sock"
     if len(str(candidate)) <= _MAX_SOCKET_PATH:
         return candidate
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"agentqueue-{digest}.sock"
+    return runtime_dir() / f"{digest}.sock"
+
+
+class UnsafeRuntimeDir(RuntimeError):
+    """The folder for the socket exists but is not this user's private folder."""
+
+
+def runtime_dir() -> Path:
+    """`$XDG_RUNTIME_DIR/agentqueue`, else `<tmp>/agentqueue-<uid>`: created 0700, and checked to be a real
+    folder owned by this user that nobody else can enter (another user may have made it first)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    uid = os.getuid()
+    if base and os.path.isdir(base) and os.stat(base).st_uid == uid:
+        folder = Path(base) / "agentqueue"
+    else:
+        folder = Path(tempfile.gettempdir()) / f"agentqueue-{uid}"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
+        raise UnsafeRuntimeDir(f"{folder} is not a private folder of this user (another user or program made "
+                               "it); AgentQueue will not put its socket there. Remove it, or use a shorter "
+                               "AGENTQUEUE_HOME path so the socket fits inside the home.")
+    return folder
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` (and parents) and make it 0700: AgentQueue's home holds keys, transcripts and the token."""
+    path.mkdir(parents=True, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create `path` 0600 if it is missing (before anything writes it with the default mode)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    return path

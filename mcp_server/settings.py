@@ -12,7 +12,8 @@ A bad value is refused with one sentence naming where it came from, the key and 
     [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
                  pass = ["NAME", …]  when given, agents inherit only these (plus a base set)
     [agent_env]  NAME = "value"      set for every agent run
-    [server]     port
+    [server]     port, metrics_public                      (GET /metrics without the token: true/false)
+                 allowed_hosts = ["box.lan", …]            (Host names HTTP clients use; needed off loopback)
     [audit]      retention_days                            (audit log rows older than this are pruned)
 """
 
@@ -50,7 +51,8 @@ CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 # What an agent keeps of the daemon's environment when [env] pass restricts it.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
 SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
-            "agent_env": None, "server": {"port"}, "audit": {"retention_days"}}
+            "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}}
+_HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -69,6 +71,8 @@ class Settings:
     pass_env: list[str] | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
     port: int = DEFAULT_PORT
+    allowed_hosts: list[str] = field(default_factory=list)  # Host headers accepted besides loopback
+    metrics_public: bool = False  # GET /metrics answers without the bearer token (a scraper on a trusted network)
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
     sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
 
@@ -239,6 +243,25 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
             raise ConfigError(f"{where} = {raw!r} is not a port: give a number from 1 to 65535, or 0 for any free port.")
         settings.port = port
         settings.sources["server.port"] = source
+    chosen = pick("server", "metrics_public", "AGENTQUEUE_METRICS_PUBLIC")
+    if chosen:
+        raw, where, source = chosen
+        flag = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(
+            str(raw).strip().lower()) if isinstance(raw, (bool, str)) else None
+        if flag is None:
+            raise ConfigError(f"{where} = {raw!r} is not true or false: say `metrics_public = true` to serve "
+                              "GET /metrics without the token, or false (the default) to require it.")
+        settings.metrics_public = flag
+        settings.sources["server.metrics_public"] = source
+    chosen = pick("server", "allowed_hosts", "AGENTQUEUE_ALLOWED_HOSTS")
+    if chosen:
+        raw, where, source = chosen
+        hosts = [h.strip() for h in raw.split(",")] if isinstance(raw, str) else raw
+        if not isinstance(hosts, list) or not all(isinstance(h, str) and _HOST.fullmatch(h) for h in hosts):
+            raise ConfigError(f"{where} = {raw!r} is not a list of host names: give the names or addresses HTTP "
+                              'clients use to reach this machine, e.g. ["box.lan", "10.0.0.5"] (no ports, no URLs).')
+        settings.allowed_hosts = [h for h in hosts if h]
+        settings.sources["server.allowed_hosts"] = source
     chosen = pick("audit", "retention_days", "AGENTQUEUE_AUDIT_RETENTION_DAYS")
     if chosen:
         raw, where, source = chosen
@@ -274,6 +297,10 @@ def describe(settings: Settings) -> list[dict[str, str]]:
         rows.append({"key": f"agent_env.{name}", "value": shown, "source": "config.toml"})
     rows.append({"key": "server.port", "value": str(settings.port), "source": settings.sources.get("server.port",
                                                                                                    "default")})
+    rows.append({"key": "server.allowed_hosts", "value": ", ".join(settings.allowed_hosts) or "(loopback only)",
+                 "source": settings.sources.get("server.allowed_hosts", "default")})
+    rows.append({"key": "server.metrics_public", "value": str(settings.metrics_public).lower(),
+                 "source": settings.sources.get("server.metrics_public", "default")})
     rows.append({"key": "audit.retention_days", "value": str(settings.audit_retention_days),
                  "source": settings.sources.get("audit.retention_days", "default")})
     return rows

@@ -55,6 +55,7 @@ async def test_an_agent_queues_a_follow_up_of_its_task_and_the_depth_limit_holds
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     store = None
     try:
+        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, 60, "the daemon")
         params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
         async with Client(params, mode="legacy") as client:
             await ok(client, "create_project", name="Demo")

@@ -243,6 +243,29 @@ CASES: dict[str, list[Case]] = {
         ("a command with broken quotes", {"name": "bot", "agent_type": "command", "command": "sh -c 'x"},
          ["quotes"]),
     ],
+    "edit_agent": [
+        ("missing agent_id", {"model": "opus"}, ["agent_id", "required"]),
+        ("unknown agent", {"agent_id": "ghost", "model": "opus"}, ["'ghost' not found", "list_agents"]),
+        ("nothing to change", {"agent_id": "worker"}, ["Nothing to change", "model"]),
+        ("command on a CLI agent", {"agent_id": "worker", "command": "./x"}, ["command", "only for agent_type"]),
+        ("a command that is not installed", {"agent_id": "worker", "command": "no-such-program"},
+         ["'no-such-program'", "executable"]),
+        ("unknown repo", {"agent_id": "worker", "repo_id": "nope-repo"}, ["'nope-repo' not found"]),
+        ("capabilities not a list", {"agent_id": "worker", "capabilities": "python"}, ["capabilities", "list"]),
+    ],
+    "pause_agent": [
+        ("missing agent_id", {}, ["agent_id", "required"]),
+        ("unknown agent", {"agent_id": "ghost"}, ["'ghost' not found", "list_agents"]),
+    ],
+    "resume_agent": [
+        ("missing agent_id", {}, ["agent_id", "required"]),
+        ("unknown agent", {"agent_id": "ghost"}, ["'ghost' not found", "list_agents"]),
+        ("agent_id not a string", {"agent_id": 5}, ["agent_id", "string"]),
+    ],
+    "delete_agent": [
+        ("missing agent_id", {}, ["agent_id", "required"]),
+        ("unknown agent", {"agent_id": "ghost"}, ["'ghost' not found", "list_agents"]),
+    ],
     # -- system --
     "get_recent_events": [
         ("limit 0", {"limit": 0}, ["limit"]),

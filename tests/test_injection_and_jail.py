@@ -358,7 +358,7 @@ async def test_run_command_caps_output(client, world):
     done = await ok(client, "run_command", command="head -c 60000 /dev/zero | tr '\\0' a", working_dir="proj")
     assert done["returncode"] == 0 and not done["timed_out"]
     assert done["stdout"].startswith("a" * 50_000)
-    assert done["stdout"].endswith("[output truncated: 10000 more characters]")
+    assert done["stdout"].endswith("[output truncated: 10,000 more bytes]")
     assert len(done["stdout"]) < 50_100
 
 

@@ -142,6 +142,14 @@ async def test_http_requires_the_token_and_serves_both_eras(live_home: Path) -> 
         assert denied.status_code == 401
         wrong = await http.post(url, json={}, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
+        wrong_case = await http.post(url, json={}, headers={"Authorization": f"bearer {token.upper()}"})
+        assert wrong_case.status_code == 401  # the scheme is case-insensitive, the token is not
+    for scheme in ("bearer", "BEARER"):  # RFC 7235: any case of the scheme is the same scheme
+        transport = streamable_http_client(url, http_client=httpx2.AsyncClient(
+            headers={"Authorization": f"{scheme} {token}"}))
+        async with Client(transport, mode="legacy") as client:
+            assert (await call(client, "list_projects", {}))["projects"][0]["id"] == "web"
+    async with httpx2.AsyncClient() as http:
         rebinding = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                                     headers={"Authorization": f"Bearer {token}", "Host": "evil.example:80",
                                              "Content-Type": "application/json",

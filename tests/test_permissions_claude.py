@@ -208,6 +208,9 @@ async def test_a_pending_request_never_leaves_a_run_waiting_forever(tmp_path: Pa
     server = start()
     store = None
     try:
+        # Connect only once this daemon serves: a plugin that finds none starts its own, and this one, still
+        # importing on a loaded machine, would take the home over later (after the kill below).
+        await wait_until(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, "the daemon", 60)
         params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
         async with Client(params, mode="legacy", elicitation_callback=person_says_yes) as client:
             for tool, args in (("create_project", {"name": "Demo"}),
@@ -228,7 +231,7 @@ async def test_a_pending_request_never_leaves_a_run_waiting_forever(tmp_path: Pa
             if how == "restart_daemon":
                 await ok(client, "restart_daemon")  # the client's session survives this one
         if how == "kill -9":
-            os.kill(daemon.read_daemon_info(home)["pid"], signal.SIGKILL)
+            os.kill(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
             server = start()
         # The old run is gone, its request closed; the task runs again and asks again.

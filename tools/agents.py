@@ -34,3 +34,42 @@ async def create_agent(
 ) -> Agent:
     """Register an agent that runs tasks with a coding CLI (or any command)."""
     return services(ctx).agents.create(name, agent_type, repo_id, model, capabilities, command)
+
+
+AgentId = Annotated[str, Field(description="e.g. claude-1")]
+
+
+class AgentDeleted(BaseModel):
+    deleted: str
+
+
+@tool()
+async def edit_agent(
+    ctx: Context,
+    agent_id: AgentId,
+    model: Annotated[str | None, Field(description='"" clears')] = None,
+    command: str | None = None,
+    repo_id: Annotated[str | None, Field(description='"" unbinds')] = None,
+    capabilities: list[str] | None = None,
+) -> Agent:
+    """Change an agent's model, command, repo or capabilities (from its next task)."""
+    return services(ctx).agents.edit(agent_id, model, command, repo_id, capabilities)
+
+
+@tool(idempotent=True)
+async def pause_agent(ctx: Context, agent_id: AgentId) -> Agent:
+    """Pause an agent: it takes no new task; a running one finishes."""
+    return services(ctx).agents.set_paused(agent_id, True)
+
+
+@tool(idempotent=True)
+async def resume_agent(ctx: Context, agent_id: AgentId) -> Agent:
+    """Let a paused agent take tasks again."""
+    return services(ctx).agents.set_paused(agent_id, False)
+
+
+@tool(destructive=True)
+async def delete_agent(ctx: Context, agent_id: AgentId) -> AgentDeleted:
+    """Delete an agent (stop_task its task first if running); its history stays."""
+    services(ctx).agents.delete(agent_id)
+    return AgentDeleted(deleted=agent_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 import time
 import urllib.error
 import urllib.request
@@ -55,10 +56,16 @@ def _main_text(result: dict[str, Any]) -> str:
     return json.dumps(result, default=str)
 
 
-def render(template: str, steps: list[dict[str, Any]], event: dict[str, Any] | None, project_id: str) -> str:
-    """{{step_N}}, {{step_N.field}}, {{event}}, {{event.field}}, {{project_id}}; unknown ones stay as written."""
+def render(template: str, steps: list[dict[str, Any]], event: dict[str, Any] | None, project_id: str,
+           quote: Callable[[str], str] | None = None) -> str:
+    """{{step_N}}, {{step_N.field}}, {{event}}, {{event.field}}, {{project_id}}; unknown ones stay as written.
+    `quote` is applied to every value put in (shell steps: `shlex.quote`, so a value is data, never code)."""
 
     def value(match: re.Match[str]) -> str:
+        found = lookup(match)
+        return found if quote is None or found is match.group(0) else quote(found)
+
+    def lookup(match: re.Match[str]) -> str:
         expr = match.group(1).strip()
         if expr == "project_id":
             return project_id
@@ -82,6 +89,14 @@ def render(template: str, steps: list[dict[str, Any]], event: dict[str, Any] | N
         return match.group(0)
 
     return _PLACEHOLDER.sub(value, template)
+
+
+def render_step(step: dict[str, Any], *args: Any) -> dict[str, Any]:
+    """A context step with its templates filled in; a shell step's command gets its values shell-quoted."""
+    rendered = _render_deep(step, *args)
+    if step.get("type") == "shell" and isinstance(step.get("command"), str):
+        rendered["command"] = render(step["command"], *args, quote=shlex.quote)
+    return rendered
 
 
 def _render_deep(value: Any, *args: Any) -> Any:
@@ -268,7 +283,7 @@ class HookRunner:
         finish = self.services.hooks.finish_run
         results: list[dict[str, Any]] = []
         for index, step in enumerate(hook.context_steps):
-            result = await anyio.to_thread.run_sync(self.step, hook, _render_deep(step, results, event, hook.project_id))
+            result = await anyio.to_thread.run_sync(self.step, hook, render_step(step, results, event, hook.project_id))
             results.append(result)
             why = should_skip(step, result)
             if why:

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from .. import paths
 from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
@@ -198,7 +199,7 @@ class Engine:
                                 t["repo_id"])
                       for t in store.all("SELECT * FROM tasks WHERE status = 'READY'"))
         agents = tuple(IdleAgent(a.id, a.agent_type, a.repo_id, tuple(a.capabilities))
-                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE")
+                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE" and not a.paused)
         runs = store.one("SELECT avg(total) AS avg FROM token_ledger WHERE task_id IS NOT NULL") or {}
         return QueueState(projects, tasks, agents, self.services.system.orchestrator_state() == "paused",
                           int(runs.get("avg") or 10_000) or 10_000)
@@ -320,7 +321,9 @@ class Engine:
             self.on_log(task_id)
 
     def log_path(self, task_id: str) -> Path:
-        return self.home / "logs" / "tasks" / f"{task_id}.log"
+        """The task's agent transcript, created private (0600 in a 0700 folder) before anything writes it."""
+        path = paths.private_dir(self.home / "logs" / "tasks") / f"{task_id}.log"
+        return paths.private_file(path)
 
     def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
         files: list[str] = []

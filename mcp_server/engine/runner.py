@@ -25,6 +25,8 @@ from .watchdog import LoopDetector, WatchdogLimits
 
 log = logging.getLogger("agentqueue.runner")
 
+# One stream-json line can be a big tool result; a single line beyond this is dropped, not buffered whole.
+MAX_LINE_BYTES = 8 * 1024 * 1024
 # Env vars of an outer Claude Code session that would confuse a nested one.
 _DROP_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
 
@@ -156,14 +158,29 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
         async def read_stdout(tg: anyio.abc.TaskGroup) -> None:
             nonlocal last_output
             buffer = bytearray()
+            cut = -1  # >= 0 while dropping the rest of an over-long line: how many bytes it had so far
             async for chunk in process.stdout:  # type: ignore[union-attr]
                 last_output = time.monotonic()
                 buffer += chunk
-                while (newline := buffer.find(b"\n")) >= 0:
+                while True:
+                    newline = buffer.find(b"\n")
+                    if cut >= 0:  # a line over MAX_LINE_BYTES: dropped as it arrives, never held whole
+                        cut += len(buffer) if newline < 0 else newline
+                        if newline < 0:
+                            buffer.clear()
+                            break
+                        del buffer[: newline + 1]
+                        write(f"[runner] an output line of {cut:,} bytes was dropped (over {MAX_LINE_BYTES:,})")
+                        cut = -1
+                        continue
+                    if newline < 0:
+                        if len(buffer) > MAX_LINE_BYTES:
+                            cut, _ = len(buffer), buffer.clear()
+                        break
                     line = buffer[:newline].decode("utf-8", errors="replace")
                     del buffer[: newline + 1]
                     await handle_line(tg, line)
-            if buffer:
+            if buffer and cut < 0:
                 await handle_line(tg, buffer.decode("utf-8", errors="replace"))
 
         async def handle_line(tg: anyio.abc.TaskGroup, line: str) -> None:

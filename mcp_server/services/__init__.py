@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths, settings
@@ -30,8 +31,8 @@ class Services:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        home.mkdir(parents=True, exist_ok=True)
-        paths.logs_dir(home).mkdir(exist_ok=True)
+        paths.private_dir(home)
+        paths.private_dir(paths.logs_dir(home))
         self.settings = settings.load(home)  # config.toml + AGENTQUEUE_*; a bad value stops here, clearly
         self.store = Store(paths.db_path(home))
         self.policies = Policies(home)
@@ -51,6 +52,8 @@ class Services:
         self.requests = Requests(self.store, self.tasks, self.policies)
         self.audit = Audit(self.store)
         self.call_policy = CallPolicy(self)
+        # Set by the daemon: told (tool, outcome, seconds) after every tool call, for GET /metrics.
+        self.on_tool_call: Callable[[str, str, float], None] | None = None
 
     def close(self) -> None:
         self.store.close()

@@ -11,7 +11,7 @@ from typing import Any
 from ..settings import CLI_FOR_AGENT, CLI_KEYS, Settings
 from ..store.db import Store, now_iso
 from ..store.models import Agent
-from .errors import ConflictError, InvalidInputError, NotFoundError
+from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .ids import slugify
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
@@ -79,7 +79,7 @@ class Agents:
             raise ConflictError(f"An agent with id '{agent_id}' already exists. Choose another name.")
         self.require_runnable(agent_type, command)
         stamp = now_iso()
-        with self.store.transaction() as db:
+        with unique(f"An agent with id '{agent_id}' already exists. Choose another name."), self.store.transaction() as db:
             db["agents"].insert({
                 "id": agent_id, "name": name.strip(), "agent_type": agent_type, "state": "IDLE",
                 "repo_id": repo_id, "model": model, "capabilities": json.dumps(caps),
@@ -88,6 +88,67 @@ class Agents:
             self.store.add_event("agent.created", agent_id=agent_id,
                                  payload={"name": name.strip(), "agent_type": agent_type})
         return self.get(agent_id)
+
+    def edit(
+        self,
+        agent_id: str,
+        model: str | None = None,
+        command: str | None = None,
+        repo_id: str | None = None,
+        capabilities: list[str] | None = None,
+    ) -> Agent:
+        """Change what an agent runs; None leaves a field alone, "" clears model or repo_id. A run in progress
+        keeps what it started with: the change applies from its next task."""
+        agent = self.get(agent_id)
+        changes: dict[str, Any] = {}
+        if model is not None:
+            changes["model"] = model.strip() or None
+        if command is not None:
+            if agent.agent_type != "command":
+                raise InvalidInputError(f"`command` is only for agent_type 'command'; '{agent_id}' is a "
+                                        f"{agent.agent_type} agent and runs its CLI.")
+            if not command.strip():
+                raise InvalidInputError("command is empty; a command agent needs the executable to run.")
+            self.require_runnable("command", command)
+            changes["command"] = command.strip()
+        if repo_id is not None:
+            if repo_id and self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)) is None:
+                raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids (\"\" unbinds the agent).")
+            changes["repo_id"] = repo_id or None
+        if capabilities is not None:
+            changes["capabilities"] = json.dumps([c.strip() for c in capabilities if c.strip()])
+        if not changes:
+            raise InvalidInputError("Nothing to change: give model, command, repo_id or capabilities.")
+        with self.store.transaction() as db:
+            db["agents"].update(agent_id, {**changes, "updated_at": now_iso()})
+            self.store.add_event("agent.updated", agent_id=agent_id, payload={"changed": sorted(changes)})
+        return self.get(agent_id)
+
+    def set_paused(self, agent_id: str, paused: bool) -> Agent:
+        """A paused agent takes no new task; a task it is running finishes. Idempotent."""
+        agent = self.get(agent_id)
+        if agent.paused != paused:
+            with self.store.transaction() as db:
+                db["agents"].update(agent_id, {"paused": int(paused), "updated_at": now_iso()})
+                self.store.add_event("agent.paused" if paused else "agent.resumed", agent_id=agent_id)
+        return self.get(agent_id)
+
+    def delete(self, agent_id: str) -> None:
+        """Remove an idle agent. Its history (results, ledger, events, tasks' assigned_agent) keeps the id as text."""
+        self.get(agent_id)
+        with self.store.transaction() as db:
+            # Checked inside the transaction: a claim takes the same lock, so no run can start in between.
+            row = self.store.one("SELECT state, current_task FROM agents WHERE id = ?", (agent_id,)) or {}
+            running = self.store.scalar(
+                "SELECT id FROM tasks WHERE assigned_agent = ? AND status IN "
+                "('ASSIGNED', 'IN_PROGRESS', 'WAITING_INPUT', 'VERIFYING') LIMIT 1", (agent_id,))
+            task = row.get("current_task") or running
+            if task or row.get("state") != "IDLE":
+                raise ConflictError(f"Agent '{agent_id}' is running task {task or '(starting)'}. stop_task it first "
+                                    "(or pause_agent and wait for the run to end), then delete_agent.")
+            db.execute("DELETE FROM agents WHERE id = ?", (agent_id,))
+            self.store.set_setting("agents_bootstrapped", "1")  # deleting the last agent sticks across restarts
+            self.store.add_event("agent.deleted", agent_id=agent_id)
 
     def require_runnable(self, agent_type: str, command: str | None) -> None:
         """An agent whose program can't be found would fail every task it takes: refuse it now."""

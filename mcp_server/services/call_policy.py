@@ -132,7 +132,8 @@ class CallPolicy:
             own = Step(tool_action(name, f"{tid} {status}"), f"Force task {tid} to {status}")
         elif name == "restart_daemon":
             own = Step(tool_action(name), "Restart the AgentQueue daemon (running agents stop, their tasks are requeued)")
-        if name == "create_agent" and args.get("agent_type") == "command" and _text(args, "command"):
+        if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
+                and _text(args, "command"):
             # A program that cannot run is refused with the tool's own message, before anyone is asked.
             self.svc.agents.require_runnable("command", _text(args, "command"))
         extra += [Step(tool_action("run_command", command), f"Let AgentQueue run `{command[:300]}` ({why})")
@@ -157,7 +158,8 @@ class CallPolicy:
     def _defined_commands(name: str, args: dict[str, Any]) -> list[tuple[str, str]]:
         """Commands this call defines for AgentQueue to execute later (checked now, as run_command)."""
         found: list[tuple[str, str]] = []
-        if name == "create_agent" and args.get("agent_type") == "command" and _text(args, "command"):
+        if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
+                and _text(args, "command"):
             found.append((_text(args, "command") or "", "as a command agent's program"))
         if name in ("create_hook", "edit_hook"):
             for step in args.get("context_steps") or []:

@@ -1,6 +1,7 @@
 """Errors the caller can act on; every message says what was wrong and what to do next."""
 
 import errno
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -53,3 +54,13 @@ def os_limits(parameter: str) -> Iterator[None]:
         if (refused := os_limit_error(error, parameter)) is None:
             raise
         raise refused from None
+@contextmanager
+def unique(message: str) -> Iterator[None]:
+    """A racing insert of a taken id (another client won between our check and our insert): the same
+    "already exists" answer the check gives, not an internal error."""
+    try:
+        yield
+    except sqlite3.IntegrityError as error:
+        if "UNIQUE" in str(error) or "PRIMARY KEY" in str(error):
+            raise ConflictError(message) from None
+        raise

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import re2
 from ..store.db import Store
 from .policy import Policies
 from .policy_rules import tool_action
+from .capped import run_capped
 from .errors import InvalidInputError, NotFoundError, ServiceError
 from .limits import check_argument, check_path
 
@@ -68,12 +67,6 @@ class CommandResult:
 def _is_binary(path: Path) -> bool:
     with path.open("rb") as handle:
         return b"\0" in handle.read(8192)
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[output truncated: {len(text) - limit} more characters]"
 
 
 class Files:
@@ -211,32 +204,9 @@ class Files:
         # A deny rule always wins, whoever runs the command (a tool call, a hook step, a verify command).
         self.policies.require(tool_action("run_command", command), self.project_of(working_dir),
                               f"Running `{command[:200]}`")
-        process = subprocess.Popen(["/bin/sh", "-c", command], cwd=working_dir, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        timed_out = False
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            self._kill_group(process)
-            out, err = process.communicate()
+        code, out, err = run_capped(["/bin/sh", "-c", command], working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT)
         return CommandResult(
-            returncode=None if timed_out else process.returncode,
-            stdout=_cap(out.decode("utf-8", errors="replace"), STDOUT_LIMIT),
-            stderr=_cap(err.decode("utf-8", errors="replace"), STDERR_LIMIT)
-            + (f"\n[killed: timed out after {timeout} s]" if timed_out else ""),
-            timed_out=timed_out,
+            returncode=code, stdout=out.text(),
+            stderr=err.text() + (f"\n[killed: timed out after {timeout} s]" if code is None else ""),
+            timed_out=code is None,
         )
-
-    @staticmethod
-    def _kill_group(process: subprocess.Popen[bytes]) -> None:
-        """SIGTERM the group, give it 2 s, then SIGKILL whatever of it is left (children included)."""
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=2)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

@@ -17,7 +17,7 @@ from croniter import croniter
 
 from ..store.db import Store, now_iso
 from ..store.models import Hook, HookRun
-from .errors import ConflictError, InvalidInputError, NotFoundError
+from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .limits import MAX_COUNT
 from .ids import slugify
 from .projects import Projects
@@ -128,7 +128,7 @@ class Hooks:
         if self.store.scalar("SELECT 1 FROM hooks WHERE id = ?", (hook_id,)):
             raise ConflictError(f"A hook with id '{hook_id}' already exists. Choose another name or edit_hook.")
         stamp = now_iso()
-        with self.store.transaction() as db:
+        with unique(f"A hook with id '{hook_id}' already exists. Choose another name or edit_hook."), self.store.transaction() as db:
             db["hooks"].insert({
                 "id": hook_id, "project_id": project_id, "name": name.strip(), "enabled": int(enabled),
                 "trigger": json.dumps(trigger), "action": action, "prompt_template": prompt_template,

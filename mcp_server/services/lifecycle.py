@@ -32,11 +32,11 @@ class Lifecycle:
         self.usage = usage
 
     def claim(self, task_id: str, agent_id: str) -> bool:
-        """READY -> ASSIGNED and the agent IDLE -> BUSY, or nothing if either moved meanwhile."""
+        """READY -> ASSIGNED and the agent IDLE -> BUSY, or nothing if either moved (or was paused) meanwhile."""
         with self.store.transaction() as db:
             row = self.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
-            agent = self.store.one("SELECT state FROM agents WHERE id = ?", (agent_id,))
-            if not row or row["status"] != "READY" or not agent or agent["state"] != "IDLE":
+            agent = self.store.one("SELECT state, paused FROM agents WHERE id = ?", (agent_id,))
+            if not row or row["status"] != "READY" or not agent or agent["state"] != "IDLE" or agent["paused"]:
                 return False
             self.tasks._move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id}, details={"agent_id": agent_id})
             db.execute("UPDATE agents SET state = 'BUSY', current_task = ?, updated_at = ? WHERE id = ?",

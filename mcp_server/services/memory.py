@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
+from .locks import folder_lock
 from .notes import write_atomic
 from .projects import Projects
 
@@ -31,11 +32,14 @@ class Memory:
     def append_today(self, project_id: str, line: str, now: datetime | None = None) -> Path:
         now = now or datetime.now(timezone.utc)
         path = self.daily_path(project_id, now.date())
-        if path.exists():
-            text = path.read_text(encoding="utf-8").rstrip("\n") + "\n" + line.rstrip("\n") + "\n"
-        else:
-            text = f"# {now.date().isoformat()}\n\n{line.rstrip()}\n"
-        write_atomic(path, text)
+        with folder_lock(path.parent):  # two tasks completing together must both be recorded
+            if path.is_symlink():
+                path.unlink()  # a link placed here is replaced, never read through
+            if path.exists():
+                text = path.read_text(encoding="utf-8").rstrip("\n") + "\n" + line.rstrip("\n") + "\n"
+            else:
+                text = f"# {now.date().isoformat()}\n\n{line.rstrip()}\n"
+            write_atomic(path, text)
         return path
 
     def context(self, project_id: str, days: int = 3, cap: int = CONTEXT_CAP, today: date | None = None) -> str:

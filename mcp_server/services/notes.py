@@ -17,6 +17,7 @@ from typing import Any
 from ..store.db import Store
 from .errors import InvalidInputError, NotFoundError
 from .limits import is_file_name
+from .locks import folder_lock
 from .projects import Projects
 
 
@@ -53,11 +54,19 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def within(folder: Path, path: Path) -> bool:
+    """Whether `path`, with every symlink followed, is still directly in `folder` (itself followed)."""
+    return Path(os.path.realpath(path)).parent == Path(os.path.realpath(folder))
+
+
 def listing(folder: Path) -> list[dict[str, Any]]:
+    """The folder's `.md` files; a link that leads out of the folder is left out (never read or stat'ed)."""
     if not folder.is_dir():
         return []
     out = []
     for path in sorted(folder.glob("*.md")):
+        if not within(folder, path) or not path.is_file():
+            continue
         stat = path.stat()
         out.append({"name": path.name, "title": _title_of(path), "size_bytes": stat.st_size,
                     "modified": datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(timespec="seconds")
@@ -71,17 +80,19 @@ class Notes:
         self.projects = projects
 
     def folder(self, project_id: str) -> Path:
-        return Path(self.projects.get(project_id).workspace) / "notes"
+        """`<workspace>/notes`, refused when it is a link: every note operation would act wherever it points."""
+        folder = Path(self.projects.get(project_id).workspace) / "notes"
+        if folder.is_symlink():
+            raise InvalidInputError(f"{folder} is a symbolic link; notes must live in the project's own folder. "
+                                    "Replace the link with a real folder (move the notes into it).")
+        return folder
 
     def _inside(self, folder: Path, name: str) -> Path | None:
         """`folder/name` if name is a bare file name whose real path stays in the folder."""
         if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
             return None
         path = folder / name
-        real = Path(os.path.realpath(path))
-        if real.parent != Path(os.path.realpath(folder)):
-            return None
-        return path
+        return path if within(folder, path) else None
 
     def resolve(self, project_id: str, title: str, *, must_exist: bool = True) -> Path:
         """By file name (`x.md`), by name without `.md`, or by title (its slug)."""
@@ -97,7 +108,11 @@ class Notes:
                 return path
         if must_exist:
             raise NotFoundError(f"No note {title!r} in project '{project_id}'. list_notes shows the notes.")
-        return folder / f"{note_slug(title)}.md"
+        fresh = folder / f"{note_slug(title)}.md"
+        if fresh.is_symlink():  # a link out of the folder (one inside was found above): never read through it
+            raise InvalidInputError(f"Note file {fresh.name} is a symbolic link out of the notes folder; AgentQueue "
+                                    "does not follow it. Remove the link, or write_note to replace it.")
+        return fresh
 
     def list(self, project_id: str) -> list[dict[str, Any]]:
         return listing(self.folder(project_id))
@@ -107,23 +122,28 @@ class Notes:
         return {"name": path.name, "title": _title_of(path), "content": path.read_text(encoding="utf-8")}
 
     def write(self, project_id: str, title: str, content: str) -> dict[str, Any]:
-        path = self.folder(project_id) / f"{note_slug(title)}.md"
-        status = "updated" if path.exists() else "created"
-        write_atomic(path, content)
+        folder = self.folder(project_id)
+        path = folder / f"{note_slug(title)}.md"
+        with folder_lock(folder):
+            status = "updated" if path.exists() or path.is_symlink() else "created"
+            write_atomic(path, content)  # replaces a link itself, never what it points to
         self._event(project_id, path, status)
         return {"name": path.name, "title": title.strip(), "status": status}
 
     def append(self, project_id: str, title: str, content: str) -> dict[str, Any]:
-        path = self.resolve(project_id, title, must_exist=False)
-        if path.exists():
-            existing = path.read_text(encoding="utf-8")
-            write_atomic(path, existing.rstrip("\n") + "\n\n" + content)
-            status = "appended"
-        else:
-            write_atomic(path, f"# {title.strip()}\n\n{content}")
-            status = "created"
+        folder = self.folder(project_id)
+        with folder_lock(folder):  # read-modify-write: concurrent appends (threads, daemon + standalone) queue here
+            path = self.resolve(project_id, title, must_exist=False)
+            if path.exists():
+                existing = path.read_text(encoding="utf-8")
+                write_atomic(path, existing.rstrip("\n") + "\n\n" + content)
+                status = "appended"
+            else:
+                write_atomic(path, f"# {title.strip()}\n\n{content}")
+                status = "created"
+            size = path.stat().st_size
         self._event(project_id, path, status)
-        return {"name": path.name, "status": status, "size_bytes": path.stat().st_size}
+        return {"name": path.name, "status": status, "size_bytes": size}
 
     def delete(self, project_id: str, title: str) -> str:
         path = self.resolve(project_id, title)
@@ -144,6 +164,10 @@ class Notes:
                                    (project_id,))
             found = [Path(r["checkout_path"]) / "specs" for r in repos if (Path(r["checkout_path"]) / "specs").is_dir()]
             specs_path = found[0] if found else Path(self.projects.get(project_id).workspace) / "specs"
+        if specs_path.is_symlink() and not Path(os.path.realpath(specs_path)).is_relative_to(
+                os.path.realpath(specs_path.parent)):
+            raise InvalidInputError(f"{specs_path} is a symbolic link out of its repo or workspace; AgentQueue does "
+                                    "not follow it. Pass specs_path, or replace the link with a folder.")
         notes = self.folder(project_id)
         strip = ("modified",)
         return {"project_id": project_id, "specs_path": str(specs_path), "notes_path": str(notes),

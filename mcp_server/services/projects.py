@@ -7,7 +7,7 @@ from typing import Any
 
 from ..store.db import Store, now_iso
 from ..store.models import Project
-from .errors import ConflictError, InvalidInputError, NotFoundError
+from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .limits import MAX_AGENTS, MAX_TOKENS, MAX_WEIGHT, check_path, check_range
 from .ids import slugify
 
@@ -97,7 +97,8 @@ class Projects:
         else:
             path = self.workspaces_root / project_id
         stamp = now_iso()
-        with self.store.transaction() as db:
+        taken = f"A project with id '{project_id}' already exists. Choose another name, or use edit_project."
+        with unique(taken), self.store.transaction() as db:
             db["projects"].insert({
                 "id": project_id, "name": name.strip(), "status": "ACTIVE",
                 "credit_weight": float(credit_weight), "max_concurrent_agents": max_concurrent_agents,

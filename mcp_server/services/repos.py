@@ -10,8 +10,9 @@ from ..store.db import Store, now_iso
 from ..store.models import Repo
 from . import gitops
 from .errors import ConflictError, InvalidInputError, NotFoundError
-from .limits import check_argument, check_path
 from .ids import slugify
+from .limits import check_argument, check_path
+from .locks import file_lock
 from .projects import RUNNING_STATUSES, Projects
 
 SOURCES = ("clone", "link", "init")
@@ -86,42 +87,45 @@ class Repos:
         check_argument("url", url)
         check_path("path", path)
         repo_id = slugify(name or _default_name(source, url, path, project_id), what="repo name")
-        if self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)):
-            raise ConflictError(f"A repo with id '{repo_id}' already exists. Pass another `name`.")
-        if path is not None and not Path(path).expanduser().is_absolute():
-            raise InvalidInputError(f"path must be absolute (got {path!r}).")
-        target = Path(path).expanduser() if path else Path(project.workspace) / "repos" / repo_id
-        created = False
-        if source == "clone":
-            gitops.require_free(target, "pass another `name`")
-            checkout = gitops.clone(url.strip(), target, progress)
-            created = True
-        elif source == "link":
-            checkout = self._linkable(target)
-        else:
-            checkout = gitops.init(target, default_branch or "main")
-            created = True
-        try:
-            branch = default_branch or checkout.remote_default_branch() or checkout.current_branch() or "main"
-            if source == "clone" and not checkout.branch_exists(branch) and \
-                    checkout.ref_exists(f"refs/remotes/origin/{branch}"):
-                checkout.run("switch", "-q", "--track", "-c", branch, f"origin/{branch}")  # like clone -b
-            if source != "init" and not checkout.branch_exists(branch):
-                raise NotFoundError(f"The repo has no branch '{branch}'; pass default_branch with one it has.")
-            row: dict[str, Any] = {
-                "id": repo_id, "project_id": project_id, "source_type": source,
-                "url": url.strip() if url else checkout.remote_url(),
-                "source_path": str(target) if source == "link" else None,
-                "default_branch": branch, "checkout_path": str(target), "created_at": now_iso(),
-            }
-            with self.store.transaction() as db:
-                db["repos"].insert(row)
-                self.store.add_event("repo.added", project_id=project_id,
-                                     payload={"repo_id": repo_id, "source_type": source, "path": str(target)})
-        except BaseException:
-            if created:  # never leave a half-registered clone behind
-                shutil.rmtree(target, ignore_errors=True)
-            raise
+        # Check, create and register under one lock: a racing add of the same id waits, then is told it exists
+        # (it never creates, so its cleanup can never remove the winner's checkout).
+        with file_lock(Path(self.store.path).parent / "locks" / f"repo-{repo_id}.lock"):
+            if self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)):
+                raise ConflictError(f"A repo with id '{repo_id}' already exists. Pass another `name`.")
+            if path is not None and not Path(path).expanduser().is_absolute():
+                raise InvalidInputError(f"path must be absolute (got {path!r}).")
+            target = Path(path).expanduser() if path else Path(project.workspace) / "repos" / repo_id
+            created = False
+            if source == "clone":
+                gitops.require_free(target, "pass another `name`")
+                checkout = gitops.clone(url.strip(), target, progress)
+                created = True
+            elif source == "link":
+                checkout = self._linkable(target)
+            else:
+                created = not target.exists()  # an existing folder is the user's: never removed on failure
+                checkout = gitops.init(target, default_branch or "main")
+            try:
+                branch = default_branch or checkout.remote_default_branch() or checkout.current_branch() or "main"
+                if source == "clone" and not checkout.branch_exists(branch) and \
+                        checkout.ref_exists(f"refs/remotes/origin/{branch}"):
+                    checkout.run("switch", "-q", "--track", "-c", branch, f"origin/{branch}")  # like clone -b
+                if source != "init" and not checkout.branch_exists(branch):
+                    raise NotFoundError(f"The repo has no branch '{branch}'; pass default_branch with one it has.")
+                row: dict[str, Any] = {
+                    "id": repo_id, "project_id": project_id, "source_type": source,
+                    "url": url.strip() if url else checkout.remote_url(),
+                    "source_path": str(target) if source == "link" else None,
+                    "default_branch": branch, "checkout_path": str(target), "created_at": now_iso(),
+                }
+                with self.store.transaction() as db:
+                    db["repos"].insert(row)
+                    self.store.add_event("repo.added", project_id=project_id,
+                                         payload={"repo_id": repo_id, "source_type": source, "path": str(target)})
+            except BaseException:
+                if created:  # never leave a half-registered clone behind
+                    shutil.rmtree(target, ignore_errors=True)
+                raise
         return self.get(repo_id)
 
     def _linkable(self, target: Path) -> gitops.Checkout:

@@ -115,6 +115,12 @@ class Tasks:
     def exists(self, task_id: str) -> bool:
         return self.store.scalar("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is not None
 
+    def was_used(self, task_id: str) -> bool:
+        """Whether an id names a task now or ever did (its events, ledger rows and log outlive it)."""
+        # Every task ever created has events (task.created, task.deleted), indexed by task_id.
+        return self.exists(task_id) or \
+            self.store.scalar("SELECT 1 FROM events WHERE task_id = ? LIMIT 1", (task_id,)) is not None
+
     def list(
         self,
         project_id: str | None = None,
@@ -296,7 +302,7 @@ class Tasks:
         deps = self._check_deps(None, depends_on or [])
         stamp = now_iso()
         with self.store.transaction() as db:
-            task_id = new_task_id(self.exists)
+            task_id = new_task_id(self.was_used)
             db["tasks"].insert({
                 "id": task_id, "project_id": project_id, "title": title.strip(),
                 "description": description.strip(), "status": "DEFINED", "priority": priority,

@@ -7,6 +7,7 @@ SQLite transaction, so a crash or an error leaves either all of a change or none
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -181,10 +182,15 @@ def _m7_audit_log(db: sqlite_utils.Database) -> None:
                "SELECT RAISE(ABORT, 'audit_log is append-only'); END")
 
 
+def _m8_agent_paused(db: sqlite_utils.Database) -> None:
+    """Version 8: an agent can be paused (it takes no new task; a run it has finishes)."""
+    db["agents"].add_column("paused", int, not_null_default=0)
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
-    _m6_permission_requests, _m7_audit_log]
+    _m6_permission_requests, _m7_audit_log, _m8_agent_paused]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -202,6 +208,10 @@ class Store:
     def __init__(self, path: Path, *, migrate_to: int = SCHEMA_VERSION) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Private before SQLite writes a byte (its -wal and -shm files take the database's mode).
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, 0o600)
         self.lock = threading.RLock()
         self._listeners: list[Callable[[list[dict[str, Any]]], None]] = []
         self._pending_events: list[dict[str, Any]] | None = None
@@ -247,7 +257,7 @@ class Store:
             if outermost:
                 self._pending_events = []
             try:
-                with self.db.atomic():
+                with self._atomic():
                     yield self.db
             except BaseException:
                 if outermost:
@@ -257,6 +267,25 @@ class Store:
                 events, self._pending_events = self._pending_events, None
                 for listener in list(self._listeners):
                     listener(events)
+
+    @contextmanager
+    def _atomic(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE for the outermost transaction: it takes the write lock at once, waiting out the busy
+        timeout, instead of reading first and failing on the upgrade ("database is locked") when another
+        process writes; nested ones are savepoints."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def add_event(
         self,

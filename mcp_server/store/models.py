@@ -123,6 +123,7 @@ class Agent(BaseModel):
     model: str | None = None
     capabilities: list[str] = Field(default_factory=list)
     command: str | None = None
+    paused: bool = False
     created_at: str
 
 
