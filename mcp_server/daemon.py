@@ -444,6 +444,12 @@ def stop(home: Path, timeout: float = 20.0) -> tuple[bool, str]:
     info = read_daemon_info(home)
     if not lock_is_held(home):
         return False, f"No AgentQueue daemon is running for {home}."
+    starting = time.monotonic() + min(timeout, 30.0)
+    while not info and time.monotonic() < starting and lock_is_held(home):
+        time.sleep(0.1)  # a daemon that is still starting writes daemon.json once its signals are handled
+        info = read_daemon_info(home)
+    if not lock_is_held(home):
+        return True, "The daemon stopped."
     if not info:
         return False, f"A daemon holds {paths.lock_path(home)} but wrote no daemon.json; stop it by its pid."
     try:
