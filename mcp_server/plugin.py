@@ -24,6 +24,7 @@ from typing import Any
 
 from . import paths
 from .toolsets import encode_preamble
+from .wire import refusal
 
 CONNECT_TIMEOUT_S = float(os.environ.get("AGENTQUEUE_CONNECT_TIMEOUT", "30"))
 
@@ -151,6 +152,10 @@ class Pipe:
         self.client_gone = threading.Event()
         # While the daemon restarts, the client's messages wait here and go to the new daemon.
         self.backlog: list[bytes] | None = None
+        # stdout is shared: the daemon's answers (whole lines only) and the plugin's own error answers.
+        self.out_lock = threading.Lock()
+        self.out_partial = False  # the last bytes written ended mid-line
+        self.out_waiting: list[bytes] = []  # own answers held until the daemon's current line is complete
 
     def send(self, data: bytes) -> None:
         with self.lock:
@@ -167,6 +172,11 @@ class Pipe:
         stdin = sys.stdin.buffer
         try:
             for line in iter(stdin.readline, b""):
+                forward, answer = refusal(line)
+                if answer is not None:
+                    self.write_out(answer, own=True)
+                if not forward:
+                    continue
                 method, _ = _method(line) if len(self.handshake) < 2 else (None, None)
                 if method in ("initialize", "notifications/initialized"):
                     self.handshake.append(line if line.endswith(b"\n") else line + b"\n")
@@ -228,7 +238,6 @@ class Pipe:
         return swallow
 
     def pump_daemon(self) -> None:
-        stdout = sys.stdout.buffer
         swallow: bytes | None = None
         pending = b""
         while True:
@@ -264,8 +273,22 @@ class Pipe:
                 if swallow is None:
                     pending = b""
             if chunk:
-                stdout.write(chunk)
-                stdout.flush()
+                self.write_out(chunk)
+
+    def write_out(self, data: bytes, own: bool = False) -> None:
+        """Write to the client; an answer of our own never lands inside one of the daemon's lines."""
+        stdout = sys.stdout.buffer
+        with self.out_lock:
+            if own and self.out_partial:
+                self.out_waiting.append(data)
+                return
+            stdout.write(data)
+            if not own:
+                self.out_partial = not data.endswith(b"\n")
+                if not self.out_partial and self.out_waiting:
+                    stdout.write(b"".join(self.out_waiting))
+                    self.out_waiting.clear()
+            stdout.flush()
 
 
 def _answer_id(line: bytes) -> bytes | None:

@@ -324,3 +324,41 @@ async def test_serving_beyond_loopback_needs_an_allow_list_and_keeps_the_host_ch
         daemon.stop(home, timeout=15)
         if server.poll() is None:
             server.kill()
+
+
+# -- lines that are not one JSON-RPC message get a JSON-RPC error, from the plugin ---------------------------
+
+def test_the_plugin_answers_what_the_sdk_would_leave_unanswered(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from agentqueue import daemon
+
+    home = tmp_path / "aq"
+    plugin = subprocess.Popen([sys.executable, "-m", "agentqueue", "mcp"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_PORT": "0"})
+    try:
+        def ask(raw: bytes) -> dict:
+            plugin.stdin.write(raw + b"\n")
+            plugin.stdin.flush()
+            return json.loads(plugin.stdout.readline())
+
+        init = ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode())
+        assert init["result"]["serverInfo"]["name"] == "agentqueue"
+        plugin.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        assert ask(b"this is not json")["error"]["code"] == -32700
+        assert ask(b'[{"jsonrpc": "2.0", "id": 2, "method": "ping"}]')["error"]["code"] == -32600
+        cut_emoji = b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "create_project", ' \
+                    b'"arguments": {"name": "x\\ud83d"}}}'
+        answer = ask(cut_emoji)
+        assert answer["id"] == 3 and answer["error"]["code"] == -32602 and "surrogate" in answer["error"]["message"]
+        # The session goes on: a valid call right after is answered by the daemon.
+        listed = ask(b'{"jsonrpc": "2.0", "id": 4, "method": "tools/list"}')
+        assert listed["id"] == 4 and listed["result"]["tools"]
+    finally:
+        plugin.stdin.close()
+        plugin.wait(timeout=15)
+        daemon.stop(home, timeout=15)
