@@ -362,3 +362,70 @@ def test_the_plugin_answers_what_the_sdk_would_leave_unanswered(tmp_path):
         plugin.stdin.close()
         plugin.wait(timeout=15)
         daemon.stop(home, timeout=15)
+
+
+# -- event hooks: every event runs, waits, or is recorded as skipped ----------------------------------------
+
+def _emit(services, title: str) -> None:
+    with services.store.transaction():
+        services.store.add_event("task.completed", project_id="web", payload={"title": title})
+
+
+async def _run_hooks_until(runner, condition, timeout: float) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run_forever)
+        with anyio.fail_after(timeout):
+            while not condition():
+                await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+
+
+async def test_events_during_a_run_wait_for_it_and_none_is_dropped(services, tmp_path):
+    from agentqueue.engine.hook_runner import HookRunner
+
+    services.projects.create("Web", workspace=str(tmp_path / "ws"))
+    _emit(services, "before the hook existed")  # must not fire the hook created after it
+    runner = HookRunner(services, services.home)
+    hook = services.hooks.create("web", "slow", {"type": "event", "event_type": "task.completed"},
+                                 action="create_task", cooldown_seconds=0,
+                                 task_template={"title": "after {{event.title}}", "description": "d"},
+                                 context_steps=[{"type": "shell", "command": "sleep 2"}])
+
+    async def emit_four() -> None:
+        for n in range(4):
+            await anyio.to_thread.run_sync(_emit, services, f"e{n}")
+            await anyio.sleep(0.4)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(emit_four)
+        tg.start_soon(_run_hooks_until, runner,
+                      lambda: len([r for r in services.hooks.runs(hook.id, 50) if r.status == "completed"]) >= 4, 40)
+    runs = services.hooks.runs(hook.id, 50)
+    assert sorted(r.status for r in runs) == ["completed"] * 4, [(r.status, r.skipped_reason) for r in runs]
+    titles = sorted(t.title for t in services.tasks.list("web")[0])
+    assert titles == [f"after e{n}" for n in range(4)]
+
+
+async def test_events_inside_the_cooldown_are_recorded_as_skipped(services, tmp_path):
+    from agentqueue.engine.hook_runner import HookRunner
+
+    services.projects.create("Web", workspace=str(tmp_path / "ws"))
+    runner = HookRunner(services, services.home)
+    hook = services.hooks.create("web", "cool", {"type": "event", "event_type": "task.completed"},
+                                 action="create_task", cooldown_seconds=3600,
+                                 task_template={"title": "t {{event.title}}", "description": "d"})
+    for n in range(3):
+        _emit(services, f"e{n}")  # three in one tick
+    await _run_hooks_until(runner, lambda: len(services.hooks.runs(hook.id, 50)) >= 3, 20)
+    runs = services.hooks.runs(hook.id, 50)
+    assert sorted(r.status for r in runs) == ["completed", "skipped", "skipped"]
+    assert all("cooldown" in r.skipped_reason for r in runs if r.status == "skipped")
+
+
+def test_an_unknown_step_flag_is_refused(services):
+    from agentqueue.services.errors import InvalidInputError
+
+    services.projects.create("Web")
+    with pytest.raises(InvalidInputError, match="skip_if_ok"):
+        services.hooks.create("web", "typo", {"type": "event", "event_type": "task.completed"}, action="create_task",
+                              task_template={"title": "t", "description": "d"},
+                              context_steps=[{"type": "shell", "command": "true", "skip_if_ok": True}])

@@ -125,6 +125,9 @@ def should_skip(step: dict[str, Any], result: dict[str, Any]) -> str | None:
     return None
 
 
+MAX_QUEUED_EVENTS = 100  # per hook; beyond, each further event is recorded as skipped
+
+
 # -- the runner -----------------------------------------------------------------------------------------
 class HookRunner:
     def __init__(self, services: Services, home: Path, clock: Callable[[], datetime] | None = None,
@@ -137,6 +140,8 @@ class HookRunner:
         self._events: list[dict[str, Any]] = []
         # Event firings the global cap held back: they go first on the next tick (events are not re-sent).
         self._held: list[tuple[Hook, str, dict[str, Any]]] = []
+        # Events for a hook whose run is going: each runs after it, in order (or is recorded as skipped).
+        self._queued: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         if listen:
             services.store.on_commit(self._on_commit)
@@ -198,15 +203,40 @@ class HookRunner:
                 firings.append((hook, reason, None))
         events, self._events = self._events, []
         held, self._held = self._held, []
-        if events or held:
-            hooks = {h.id: h for h in self.services.hooks.list() if h.trigger["type"] == "event" and h.enabled}
-            candidates = [(hooks[h.id], reason, event) for h, reason, event in held if h.id in hooks]
-            candidates += [(hook, f"event:{event['event_type']}", event)
-                           for event in events for hook in hooks.values() if self.event_matches(hook, event)]
-            for hook, reason, event in candidates:
-                if hook.id not in self.active and all(h.id != hook.id for h, _, _ in firings) \
-                        and self.cooled(hook, now):
-                    firings.append((hook, reason, event))
+        if events or held or self._queued:
+            firings += self._event_firings(events, held, now, {h.id for h, _, _ in firings})
+        return firings
+
+    def _event_firings(self, events: list[dict[str, Any]], held: list[tuple[Hook, str, dict[str, Any]]],
+                       now: datetime, firing: set[str]) -> list[tuple[Hook, str, dict[str, Any] | None]]:
+        """Every matching event runs now, waits for the hook's current run, or is recorded as skipped (why)."""
+        hooks = {h.id: h for h in self.services.hooks.list() if h.trigger["type"] == "event" and h.enabled}
+        candidates: list[tuple[Hook, str, dict[str, Any]]] = []
+        for hook_id in list(self._queued):  # oldest first: what waited for a run that has ended
+            if hook_id not in self.active and hook_id not in firing and hook_id in hooks and self._queued[hook_id]:
+                reason, event = self._queued[hook_id].pop(0)
+                candidates.append((hooks[hook_id], reason, event))
+            if not self._queued.get(hook_id) or hook_id not in hooks:
+                self._queued.pop(hook_id, None)
+        candidates += [(hooks[h.id], reason, event) for h, reason, event in held if h.id in hooks]
+        candidates += [(hook, f"event:{event['event_type']}", event) for event in events for hook in hooks.values()
+                       if self.event_matches(hook, event) and event.get("timestamp", "") >= hook.created_at]
+        firings: list[tuple[Hook, str, dict[str, Any] | None]] = []
+        for hook, reason, event in candidates:
+            if hook.id in self.active or hook.id in firing:
+                queue = self._queued.setdefault(hook.id, [])
+                if len(queue) < MAX_QUEUED_EVENTS:
+                    queue.append((reason, event))
+                else:
+                    self.services.hooks.record_skip(hook, reason, f"{MAX_QUEUED_EVENTS} events already wait for "
+                                                    "this hook's run (queue full)", fired_at=self._stamp(now))
+            elif not self.cooled(hook, now):
+                left = hook.cooldown_seconds - (now - parse_iso(hook.last_fired_at or "")).total_seconds()
+                self.services.hooks.record_skip(hook, reason, f"cooldown: {left:.0f} s of {hook.cooldown_seconds} s "
+                                                "left", fired_at=hook.last_fired_at)
+            else:
+                firings.append((hook, reason, event))
+                firing.add(hook.id)
         return firings
 
     async def run_forever(self) -> None:
@@ -372,7 +402,8 @@ class HookRunner:
         return {"content": found.content, "total_lines": found.total_lines}
 
     def _step_http(self, hook: Hook, step: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(str(step["url"]), headers={"User-Agent": "agentqueue-hook"})
+        headers = {"User-Agent": "agentqueue-hook", **(step.get("headers") or {})}
+        request = urllib.request.Request(str(step["url"]), headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=float(step.get("timeout", 30))) as response:
                 body = response.read(OUTPUT_CAP + 1).decode("utf-8", errors="replace")

@@ -23,6 +23,9 @@ from .ids import slugify
 from .projects import Projects
 
 STEP_TYPES = ("shell", "read_file", "http", "db_query", "git_diff")
+# What each step type reads, besides `type` and the skip flags.
+STEP_KEYS = {"shell": ("command", "timeout"), "read_file": ("path", "max_lines"), "http": ("url", "timeout", "headers"),
+             "db_query": ("query", "params"), "git_diff": ("repo_id", "base_branch")}
 SKIP_FLAGS = ("skip_llm_if_exit_zero", "skip_llm_if_empty", "skip_llm_if_status_ok")
 NAMED_QUERIES = ("recent_task_results", "task_detail", "recent_events", "hook_runs", "task_counts")
 JSON_FIELDS = ("trigger", "task_template", "context_steps", "llm_config")
@@ -57,6 +60,15 @@ def check_steps(steps: Any) -> list[dict[str, Any]]:
         kind = step.get("type")
         if kind not in STEP_TYPES:
             raise InvalidInputError(f"context_steps[{index}].type {kind!r} is unknown; use one of {', '.join(STEP_TYPES)}.")
+        unknown = sorted(set(step) - {"type", *SKIP_FLAGS} - set(STEP_KEYS[kind]))
+        if unknown:  # a misspelt flag (skip_if_ok) would silently do nothing
+            raise InvalidInputError(f"context_steps[{index}] ({kind}) has unknown key(s) {', '.join(unknown)}; a {kind} "
+                                    f"step takes {', '.join(STEP_KEYS[kind])} and the flags {', '.join(SKIP_FLAGS)}.")
+        headers = step.get("headers")
+        if headers is not None and not (isinstance(headers, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
+            raise InvalidInputError(f"context_steps[{index}].headers must be an object of strings, e.g. "
+                                    '{"Authorization": "Bearer …"}.')
         needs = {"shell": "command", "read_file": "path", "http": "url", "db_query": "query"}.get(kind)
         if needs and not step.get(needs):
             raise InvalidInputError(f"context_steps[{index}] ({kind}) needs `{needs}`.")
