@@ -14,6 +14,7 @@ A bad value is refused with one sentence naming where it came from, the key and 
     [agent_env]  NAME = "value"      set for every agent run
     [server]     port, metrics_public                      (GET /metrics without the token: true/false)
                  allowed_hosts = ["box.lan", …]            (Host names HTTP clients use; needed off loopback)
+    [files]      roots = ["~/code", …]                     (where workspaces and linked repos may be without asking)
     [audit]      retention_days                            (audit log rows older than this are pruned)
 """
 
@@ -51,7 +52,7 @@ CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 # What an agent keeps of the daemon's environment when [env] pass restricts it.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
 SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
-            "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}}
+            "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}, "files": {"roots"}}
 _HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
@@ -71,7 +72,8 @@ class Settings:
     pass_env: list[str] | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
     port: int = DEFAULT_PORT
-    allowed_hosts: list[str] = field(default_factory=list)  # Host headers accepted besides loopback
+    allowed_hosts: list[str] = field(default_factory=list)
+    roots: list[Path] = field(default_factory=list)  # folders a workspace or linked repo may be in without asking  # Host headers accepted besides loopback
     metrics_public: bool = False  # GET /metrics answers without the bearer token (a scraper on a trusted network)
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
     sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
@@ -262,6 +264,19 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
                               'clients use to reach this machine, e.g. ["box.lan", "10.0.0.5"] (no ports, no URLs).')
         settings.allowed_hosts = [h for h in hosts if h]
         settings.sources["server.allowed_hosts"] = source
+    chosen = pick("files", "roots", "AGENTQUEUE_ROOTS")
+    if chosen:
+        raw, where, source = chosen
+        items = [p for p in raw.split(os.pathsep) if p.strip()] if isinstance(raw, str) else raw
+        if not isinstance(items, list) or not all(isinstance(p, str) and p.strip() for p in items):
+            raise ConfigError(f"{where} = {raw!r} is not a list of folders: give absolute paths (or ~/…), e.g. "
+                              '["~/code", "/srv/repos"].')
+        roots = [Path(os.path.expanduser(p.strip())) for p in items]
+        relative = [str(p) for p in roots if not p.is_absolute()]
+        if relative:
+            raise ConfigError(f"{where}: {', '.join(relative)} is not absolute; give absolute paths or ~/….")
+        settings.roots = roots
+        settings.sources["files.roots"] = source
     chosen = pick("audit", "retention_days", "AGENTQUEUE_AUDIT_RETENTION_DAYS")
     if chosen:
         raw, where, source = chosen
@@ -297,6 +312,8 @@ def describe(settings: Settings) -> list[dict[str, str]]:
         rows.append({"key": f"agent_env.{name}", "value": shown, "source": "config.toml"})
     rows.append({"key": "server.port", "value": str(settings.port), "source": settings.sources.get("server.port",
                                                                                                    "default")})
+    rows.append({"key": "files.roots", "value": ", ".join(map(str, settings.roots)) or "(none: only the home's "
+                 "workspaces/)", "source": settings.sources.get("files.roots", "default")})
     rows.append({"key": "server.allowed_hosts", "value": ", ".join(settings.allowed_hosts) or "(loopback only)",
                  "source": settings.sources.get("server.allowed_hosts", "default")})
     rows.append({"key": "server.metrics_public", "value": str(settings.metrics_public).lower(),

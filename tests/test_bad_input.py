@@ -53,6 +53,7 @@ CASES: dict[str, list[Case]] = {
         ("relative workspace", {"name": "New", "workspace": "rel/dir"}, ["workspace", "absolute"]),
         ("workspace is a file", {"name": "New", "workspace": "$file"}, ["workspace", "not a directory"]),
         ("workspace under a file", {"name": "New", "workspace": "$file/sub"}, ["workspace", "cannot be created"]),
+        ("workspace in AgentQueue's home", {"name": "New", "workspace": "$home/sub"}, ["never a workspace"]),
         ("workspace name too long", {"name": "New", "workspace": "$file-dir/" + "d" * 300}, ["workspace", "too long"]),
         ("NUL in workspace", {"name": "New", "workspace": "$file-dir/a\0b"}, ["workspace", "NUL"]),
         ("max_concurrent_agents past 2**63", {"name": "New", "max_concurrent_agents": HUGE},
@@ -304,9 +305,10 @@ def world(services: Services, home: Path, agent_clis: dict[str, str]) -> dict[st
     done = services.tasks.create("alpha", "done", "d").id
     services.tasks.set_status(done, "COMPLETED")
     services.agents.create("Worker")
-    a_file = home / "a-file"
+    a_file = home.parent / "a-file"  # outside the home, which is never a workspace (a case of its own)
     a_file.write_text("not a directory")
-    return {"ready": ready, "waiting": waiting, "running": running, "done": done, "file": str(a_file)}
+    return {"ready": ready, "waiting": waiting, "running": running, "done": done, "file": str(a_file),
+            "home": str(home)}
 
 
 def resolve(value: Any, ids: dict[str, str]) -> Any:

@@ -136,6 +136,9 @@ class CallPolicy:
                 and _text(args, "command"):
             # A program that cannot run is refused with the tool's own message, before anyone is asked.
             self.svc.agents.require_runnable("command", _text(args, "command"))
+        extra += [Step(tool_action("outside_roots", folder), f"Let AgentQueue use {folder} ({why}), outside the "
+                       "folders it may use without asking ([files] roots in config.toml)")
+                  for folder, why in self._outside_roots(name, args)]
         extra += [Step(tool_action("run_command", command), f"Let AgentQueue run `{command[:300]}` ({why})")
                   for command, why in self._defined_commands(name, args)]
         return [own, *extra]
@@ -153,6 +156,25 @@ class CallPolicy:
             return self.svc.repos.checkout(repo).current_branch() or "HEAD"
         except Exception:  # a missing checkout: the tool reports it; the rule still sees the repo
             return "HEAD"
+
+    def _outside_roots(self, name: str, args: dict[str, Any]) -> list[tuple[str, str]]:
+        """Folders a call would let the jail open (a workspace, a linked repo) that lie outside the allowed roots."""
+        wanted = []
+        if name == "create_project" and _text(args, "workspace"):
+            wanted.append((_text(args, "workspace") or "", "as a project's workspace"))
+        if name == "add_repo" and _text(args, "path"):
+            wanted.append((_text(args, "path") or "", "as a repo's checkout"))
+        home = self.svc.home
+        roots = [home / "workspaces", *self.svc.settings.roots]
+        found = []
+        for folder, why in wanted:
+            if "\0" in folder:
+                continue  # the tool refuses it, naming the parameter
+            real = Path(os.path.realpath(os.path.expanduser(folder)))
+            if not any(real == Path(os.path.realpath(root)) or real.is_relative_to(os.path.realpath(root))
+                       for root in roots):
+                found.append((str(real), why))
+        return found
 
     @staticmethod
     def _defined_commands(name: str, args: dict[str, Any]) -> list[tuple[str, str]]:

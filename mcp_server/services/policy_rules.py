@@ -231,7 +231,7 @@ ASK_COMMANDS = [
 ]
 # AgentQueue's own tools that change shared state beyond the queue: asked about in `standard`.
 RISKY_TOOLS = ["run_command", "git_push", "push_branch", "merge_into_default", "delete_project", "restart_daemon",
-               "edit_policy"]
+               "edit_policy", "outside_roots"]
 EDIT_TOOLS = ["Edit", "Write", "MultiEdit", "NotebookEdit"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,13 @@ class Projects:
                 raise InvalidInputError(f"workspace must be an absolute path (got {workspace!r}).")
             if path.exists() and not path.is_dir():
                 raise InvalidInputError(f"workspace {workspace!r} exists and is not a directory.")
+            home = Path(os.path.realpath(self.workspaces_root.parent))
+            real = Path(os.path.realpath(path))
+            if (real == home or real.is_relative_to(home)) and not real.is_relative_to(
+                    os.path.realpath(self.workspaces_root)):
+                raise InvalidInputError(f"workspace {workspace!r} is AgentQueue's own folder ({home}), which holds its "
+                                        "database and token; it is never a workspace. Omit workspace for the default "
+                                        f"({self.workspaces_root}/<id>), or give a folder outside it.")
         else:
             path = self.workspaces_root / project_id
         stamp = now_iso()
