@@ -482,3 +482,34 @@ async def test_a_workspace_outside_the_roots_asks_and_the_home_is_never_one(serv
         text = await fail(client, "create_project", name="Home", workspace=str(home))
         assert "never a workspace" in text
     assert sorted(p.id for p in services.projects.list()[0]) == ["elsewhere", "inside"]
+
+
+# -- one policy governs every path that executes something ------------------------------------------------
+
+async def test_the_run_command_deny_governs_command_agents_and_llm_hook_commands(client, services, tmp_path,
+                                                                                 monkeypatch):
+    from agentqueue.engine.hook_runner import HookRunner
+
+    from .test_hooks import make_engine, run_engine_until
+
+    services.projects.create("Web", workspace=str(tmp_path / "ws"))
+    marker = tmp_path / "MARKER"
+    sneaky = f"sh -c 'touch {marker}'"
+    services.agents.create("sneaky", "command", command=sneaky)  # both defined before the deny
+    hook = services.hooks.create("web", "model", {"type": "periodic", "interval_seconds": 3600}, action="llm",
+                                 prompt_template="hi", llm_config={"agent_type": "command", "command": sneaky})
+    monkeypatch.setenv("AGENTQUEUE_RUN_COMMAND", "deny")
+    # Defining them now is refused...
+    assert "denied" in await fail(client, "create_agent", name="again", agent_type="command", command=sneaky)
+    assert "denied" in await fail(client, "create_hook", project_id="web", name="model2", action="llm",
+                                  trigger={"type": "periodic", "interval_seconds": 3600}, prompt_template="hi",
+                                  llm_config={"agent_type": "command", "command": sneaky})
+    # ...and what was defined before is stopped when it would run.
+    task = services.tasks.create("web", "Run it", "anything")
+    engine = make_engine(services)
+    await run_engine_until(engine, lambda: services.tasks.get(task.id).status == "BLOCKED", 20, "the task to block")
+    assert "denied" in (services.tasks.get(task.id).reason or "") + json.dumps(services.tasks.results(task.id)[1],
+                                                                                 default=str)
+    run_id, status = await HookRunner(services, services.home, listen=False).fire(hook.id)
+    assert status == "failed" and "denied" in json.dumps(services.hooks.run_detail(run_id))
+    assert not marker.exists()

@@ -29,6 +29,7 @@ from croniter import croniter
 from ..services import Services
 from ..services.agents import find_cli
 from ..services.errors import ServiceError
+from ..services.policy_rules import tool_action
 from ..store.db import now_iso
 from ..store.models import Hook
 from .adapters import BUILDERS, PARSERS
@@ -354,6 +355,9 @@ class HookRunner:
         agent_type = config.get("agent_type", "claude-code")
         if agent_type not in BUILDERS or agent_type == "command" and not config.get("command"):
             raise ServiceError(f"llm_config.agent_type {agent_type!r} cannot run a hook.")
+        if agent_type == "command":  # checked at create_hook, and again now: a deny added since stops it
+            self.services.policies.require(tool_action("run_command", str(config["command"])), hook.project_id,
+                                           f"Hook {hook.id}'s model command `{str(config['command'])[:200]}`")
         binary = find_cli(agent_type, self.services.settings) if agent_type != "command" else None
         mcp = agentqueue_server(self.home, f"hook:{hook.id}")
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
