@@ -513,3 +513,15 @@ async def test_the_run_command_deny_governs_command_agents_and_llm_hook_commands
     run_id, status = await HookRunner(services, services.home, listen=False).fire(hook.id)
     assert status == "failed" and "denied" in json.dumps(services.hooks.run_detail(run_id))
     assert not marker.exists()
+
+
+async def test_by_default_the_users_home_is_a_root_but_not_its_hidden_folders(server, services, tmp_path, monkeypatch):
+    from mcp import Client
+
+    user = tmp_path / "user"
+    (user / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(user))
+    async with Client(server) as cannot_ask:
+        await ok(cannot_ask, "create_project", name="Code", workspace=str(user / "code" / "app"))
+        text = await fail(cannot_ask, "create_project", name="Keys", workspace=str(user / ".ssh"))
+        assert "outside_roots" in text and ".ssh" in text

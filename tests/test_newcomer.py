@@ -131,7 +131,7 @@ def test_the_first_hour_as_a_newcomer_walks_it(person: dict[str, str], tmp_path:
             conf.write(f'\n[agent_env]\nANTHROPIC_API_KEY = "test-key"\nANTHROPIC_BASE_URL = "{mock.base_url}"\n'
                        'CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1"\nDISABLE_TELEMETRY = "1"\n')
         run([str(script), "stop", "--force"], person)  # the config is read at start
-        repo = make_repo(tmp_path / "webapp")
+        repo = make_repo(user_home / "webapp")  # their code, in their home folder (outside it, linking asks)
         params = StdioServerParameters(command=str(script), args=["mcp"], env=gui, cwd=str(project))
 
         async def as_a_model_would() -> dict:

@@ -50,6 +50,12 @@ class CallDecision:
         return f"{self.step.what}{where}? AgentQueue's policy asks before this ({self.verdict.decided_by})."
 
 
+def _in_user_home(real: Path) -> bool:
+    """The default root: the user's home folder, but none of its hidden folders (~/.ssh, ~/.aws, ~/.config…)."""
+    home = Path(os.path.realpath(Path.home()))
+    return real.is_relative_to(home) and not any(part.startswith(".") for part in real.relative_to(home).parts)
+
+
 def _text(args: dict[str, Any], key: str) -> str | None:
     value = args.get(key)
     return value.strip() if isinstance(value, str) and value.strip() else None
@@ -164,15 +170,16 @@ class CallPolicy:
             wanted.append((_text(args, "workspace") or "", "as a project's workspace"))
         if name == "add_repo" and _text(args, "path"):
             wanted.append((_text(args, "path") or "", "as a repo's checkout"))
-        home = self.svc.home
-        roots = [home / "workspaces", *self.svc.settings.roots]
+        roots = [self.svc.home / "workspaces", *self.svc.settings.roots]
         found = []
         for folder, why in wanted:
             if "\0" in folder:
                 continue  # the tool refuses it, naming the parameter
             real = Path(os.path.realpath(os.path.expanduser(folder)))
-            if not any(real == Path(os.path.realpath(root)) or real.is_relative_to(os.path.realpath(root))
-                       for root in roots):
+            inside = any(real.is_relative_to(os.path.realpath(root)) for root in roots)
+            if not inside and "files.roots" not in self.svc.settings.sources:
+                inside = _in_user_home(real)
+            if not inside:
                 found.append((str(real), why))
         return found
 
