@@ -112,18 +112,24 @@ def config_path(home: Path) -> Path:
     return home / CONFIG_NAME
 
 
+def duration_seconds(value: Any) -> float | None:
+    """Seconds from 90, 1.5, "90s", "10m", "1h" or "1d"; None when `value` is not a duration (a bool neither)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = _DURATION.match(str(value))
+    return float(match[1]) * _UNITS[match[2]] if match else None
+
+
 def parse_duration(value: Any, where: str) -> float:
     """Seconds from 90, 1.5, "90s", "10m", "1h" or "1d"; anything else is a ConfigError."""
     if isinstance(value, bool):
         raise ConfigError(f"{where} = {value!r} is not a duration: give seconds (90) or a string like \"10m\" or \"1h\".")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ConfigError(f"{where} = {value!r} is not a duration: give seconds (90) or a number with s, m, h "
-                              "or d (\"90s\", \"10m\", \"1h\").")
-        seconds = float(match[1]) * _UNITS[match[2]]
+    seconds = duration_seconds(value)
+    if seconds is None:
+        raise ConfigError(f"{where} = {value!r} is not a duration: give seconds (90) or a number with s, m, h "
+                          "or d (\"90s\", \"10m\", \"1h\").")
     if not math.isfinite(seconds):
         raise ConfigError(f"{where} = {value!r} is not a finite duration.")
     return seconds

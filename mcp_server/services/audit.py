@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..store.db import Store, now_iso
 from ..store.models import AuditEntry
 from .errors import InvalidInputError
 from .limits import MAX_HOURS, check_range
+from .usage import since_iso
 
 # Keys whose values never reach the log: api_key, X-Auth-Token, client_secret, password, Authorization…
 SECRET_KEY = re.compile(r"key|token|secret|passw|authorization|credential|cookie", re.I)
@@ -44,11 +44,6 @@ def redact(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return redact(str(value), depth + 1)
-
-
-def _since(hours: float) -> str:
-    stamp = datetime.now(timezone.utc) - timedelta(hours=hours)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Audit:
@@ -106,14 +101,14 @@ class Audit:
             params.append(action if any(c in action for c in "*?[") else action + "*")
         if since_hours is not None:
             clauses.append("time >= ?")
-            params.append(_since(since_hours))
+            params.append(since_iso(since_hours))
         where = " AND ".join(clauses) or "1"
         rows = self.store.all(f"SELECT * FROM audit_log WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [AuditEntry(**{**r, "arguments": json.loads(r["arguments"] or "{}")}) for r in rows]
 
     def prune(self, retention_days: float) -> int:
         """Delete rows older than `retention_days`; returns how many went."""
-        cutoff = _since(retention_days * 24)
+        cutoff = since_iso(retention_days * 24)
         with self.store.transaction() as db:
             cursor = db.execute("DELETE FROM audit_log WHERE time < ?", (cutoff,))
         return int(cursor.rowcount or 0)

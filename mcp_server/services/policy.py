@@ -30,6 +30,7 @@ from typing import Any
 
 import tomllib
 
+from ..settings import duration_seconds
 from .errors import ServiceError
 from .policy_rules import (
     DECISIONS, DEFAULT_PRESET, PRESETS, Action, Decision, PolicyError, Preset, Rule, parse_rule, rule_matches, split_action,
@@ -38,8 +39,6 @@ from .policy_rules import (
 POLICY_NAME = "policy.toml"
 DEFAULT_ASK_TIMEOUT = 1800.0
 _KEYS = {"preset", "ask_timeout", "allow", "ask", "deny"}
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class PermissionDeniedError(ServiceError):
@@ -136,13 +135,9 @@ class EffectivePolicy:
 def parse_duration(value: Any, where: str) -> float:
     if isinstance(value, bool):
         raise PolicyError(f"{where} = {value!r} is not a duration: give seconds or e.g. \"30m\".")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise PolicyError(f"{where} = {value!r} is not a duration: give seconds or e.g. \"30m\", \"2h\".")
-        seconds = float(match[1]) * _UNITS[match[2]]
+    seconds = duration_seconds(value)
+    if seconds is None:
+        raise PolicyError(f"{where} = {value!r} is not a duration: give seconds or e.g. \"30m\", \"2h\".")
     if not math.isfinite(seconds) or seconds < 1:
         raise PolicyError(f"{where} = {value!r} must be at least one second.")
     return seconds
