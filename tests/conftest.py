@@ -6,14 +6,15 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.types import ElicitRequestParams, ElicitResult
 
+from agentqueue import daemon
 from agentqueue.app import build_server
 from agentqueue.services import Services
 
@@ -81,6 +82,14 @@ def agent_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
         monkeypatch.setenv(variable, path)
         found[name] = path
     return found
+
+
+@pytest.fixture
+def live_home(tmp_path: Path) -> Iterator[Path]:
+    """A home for a real daemon (started by a plugin or `serve`); stopped after the test."""
+    root = tmp_path / "home"
+    yield root
+    daemon.stop(root, timeout=15)
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import time
@@ -65,3 +67,52 @@ def as_terminal_job() -> None:
     """In a child about to get Ctrl-C: SIGINT as a terminal's foreground job has it (a test run started in
     the background inherits it ignored, and Python then never raises KeyboardInterrupt)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Terminal:
+    """A command on a pseudo-terminal, as a person's shell runs it: read what it shows, type, press Ctrl-C.
+
+    `foreground=True` gives it its own session with a terminal's SIGINT (for Ctrl-C tests).
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str], foreground: bool = False) -> None:
+        master, slave = pty.openpty()
+        self.process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                                        start_new_session=foreground,
+                                        preexec_fn=as_terminal_job if foreground else None)
+        os.close(slave)
+        self.master = master
+        self.seen = b""
+
+    def read_until(self, needle: bytes, timeout: float = 60) -> bool:
+        deadline = time.monotonic() + timeout
+        while needle not in self.seen and time.monotonic() < deadline:
+            if select.select([self.master], [], [], 0.2)[0]:
+                self.seen += os.read(self.master, 65536)
+        return needle in self.seen
+
+    def type(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def drain(self) -> None:
+        """What it printed after the last read, up to its end."""
+        while select.select([self.master], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.seen += chunk
+
+    @property
+    def text(self) -> str:
+        return self.seen.decode(errors="replace")
+
+    def __enter__(self) -> "Terminal":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        os.close(self.master)

@@ -21,7 +21,7 @@ from agentqueue.install import CLIENTS, config_path, install, read_config, serve
 from agentqueue.services import Services
 
 from .cli_helpers import cli_env, run_cli
-from .processes import as_terminal_job
+from .processes import Terminal
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
@@ -316,37 +316,14 @@ def test_reads_refuse_in_one_sentence(tmp_path: Path) -> None:
 
 def _ctrl_c_on_a_tty(env: dict[str, str], wait_for: bytes, *args: str) -> tuple[int, str]:
     """Run the CLI on a pseudo-terminal, wait until it shows `wait_for`, press Ctrl-C (SIGINT)."""
-    import pty
-    import select
     import signal
-    import time
 
-    master, slave = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "agentqueue", *args], stdin=slave, stdout=slave, stderr=slave,
-                               env=env, start_new_session=True, preexec_fn=as_terminal_job)
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 60
-        while wait_for not in seen and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                seen += os.read(master, 65536)
-        assert wait_for in seen, seen.decode(errors="replace")
-        process.send_signal(signal.SIGINT)
-        code = process.wait(timeout=30)
-        while select.select([master], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(master)
-    return code, seen.decode(errors="replace")
+    with Terminal([sys.executable, "-m", "agentqueue", *args], env, foreground=True) as term:
+        assert term.read_until(wait_for), term.text
+        term.process.send_signal(signal.SIGINT)
+        code = term.process.wait(timeout=30)
+        term.drain()
+    return code, term.text
 
 
 def test_status_watch_and_logs_follow_end_cleanly_on_ctrl_c(tmp_path: Path) -> None:

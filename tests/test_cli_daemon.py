@@ -7,11 +7,8 @@ writes into a real linked git repo.
 from __future__ import annotations
 
 import os
-import pty
-import select
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +18,7 @@ from agentqueue import daemon
 
 from .cli_helpers import AGENT_COMMAND, LiveDaemon, Output, cli_env, cli_json, run_cli, start_daemon, stop_daemon
 from .git_fixtures import git, make_repo
-from .processes import alive
+from .processes import Terminal, alive
 
 pytestmark = [pytest.mark.integration]
 
@@ -102,31 +99,12 @@ def test_pause_and_resume_go_through_the_daemon(live: LiveDaemon) -> None:
 
 def _answer_on_a_tty(env: dict[str, str], answer: bytes, *args: str) -> tuple[int, str]:
     """Run the CLI on a pseudo-terminal, type `answer` at its question; returns (status, what it showed)."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "agentqueue", *args], stdin=slave, stdout=slave,
-                               stderr=slave, env=env)
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 60
-        while b"[y/N]" not in seen and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                seen += os.read(master, 4096)
-        os.write(master, answer + b"\n")
-        code = process.wait(timeout=60)
-        while select.select([master], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(master)
-    return code, seen.decode(errors="replace")
+    with Terminal([sys.executable, "-m", "agentqueue", *args], env) as term:
+        term.read_until(b"[y/N]")
+        term.type(answer + b"\n")
+        code = term.process.wait(timeout=60)
+        term.drain()
+    return code, term.text
 
 
 def test_stop_lists_the_agents_it_interrupts_and_asks(live: LiveDaemon, tmp_path: Path) -> None:

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agentqueue import daemon, paths
 
-from .processes import alive, as_terminal_job
+from .processes import Terminal, alive
 from .third_party import npm_bin
 
 pytestmark = [pytest.mark.integration]
@@ -31,13 +28,6 @@ CLAUDE = npm_bin("claude")
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
-
-
-@pytest.fixture
-def live_home(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "home"
-    yield root
-    daemon.stop(root, timeout=15)
 
 
 def shadowing_project(root: Path) -> Path:
@@ -121,32 +111,13 @@ def test_claude_mcp_list_health_checks_leave_no_error_in_the_daemon_log(live_hom
 
 
 def test_agentqueue_mcp_typed_in_a_terminal_explains_itself_and_ctrl_c_exits_cleanly(live_home: Path) -> None:
-    master, slave = pty.openpty()
-    plugin = subprocess.Popen([str(SCRIPT), "mcp"], stdin=slave, stdout=slave, stderr=slave,
-                              env=minimal_env(live_home), start_new_session=True, preexec_fn=as_terminal_job)
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 60
-        while b"Ctrl-C" not in seen and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.5)[0]:
-                seen += os.read(master, 4096)
-        assert b"agentqueue install claude-code" in seen, seen.decode(errors="replace")
-        plugin.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
-        assert plugin.wait(timeout=10) == 130
-        while select.select([master], [], [], 0.2)[0]:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        if plugin.poll() is None:
-            plugin.kill()
-        os.close(master)
-    text = seen.decode(errors="replace")
+    with Terminal([str(SCRIPT), "mcp"], minimal_env(live_home), foreground=True) as term:
+        term.read_until(b"Ctrl-C")
+        assert b"agentqueue install claude-code" in term.seen, term.text
+        term.process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        assert term.process.wait(timeout=10) == 130
+        term.drain()
+    text = term.text
     assert "Traceback" not in text and "Fatal Python error" not in text, text
 
 

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -26,13 +25,6 @@ from .conftest import person_says_yes
 from .processes import alive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
-
-
-@pytest.fixture
-def live_home(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "home"
-    yield root
-    daemon.stop(root, timeout=15)
 
 
 def plugin_env(home: Path) -> dict[str, str]:

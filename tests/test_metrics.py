@@ -6,7 +6,6 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -24,13 +23,6 @@ from .processes import wait_for
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 ECHO = shlex.join([sys.executable, "-c", "print('hi')"])
-
-
-@pytest.fixture
-def live_home(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "home"
-    yield root
-    daemon.stop(root, timeout=15)
 
 
 def env_for(home: Path) -> dict[str, str]:

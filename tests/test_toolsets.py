@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -27,13 +26,6 @@ from .conftest import ok
 from .processes import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
-
-
-@pytest.fixture
-def live_home(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "home"
-    yield root
-    daemon.stop(root, timeout=15)
 
 
 def env_for(home: Path, **extra: str) -> dict[str, str]:
