@@ -335,11 +335,13 @@ class Daemon:
             print(next_steps(self.home, http_url), flush=True)
 
         async def accept() -> None:
-            async with listener:
-                async with anyio.create_task_group() as connections:
+            async with anyio.create_task_group() as connections:
+                try:
                     while True:
                         stream = await listener.accept()
                         connections.start_soon(serve_connection, mcp, stream)
+                except anyio.ClosedResourceError:
+                    await anyio.sleep_forever()  # stopping: no new connections; open ones end with the daemon
 
         http_done = anyio.Event()
 
@@ -360,7 +362,9 @@ class Daemon:
                 tg.start_soon(soon)
 
             services.system.restart_hook = restart
-            paths.restart_marker(self.home).unlink(missing_ok=True)  # a restart that got here is done
+            if paths.restart_marker(self.home).exists():  # a restart that got here is done
+                paths.restart_record(self.home).write_text(repr(time.time()))
+                paths.restart_marker(self.home).unlink()
             tg.start_soon(accept)
             if server is not None:
                 tg.start_soon(run_http)
@@ -370,6 +374,9 @@ class Daemon:
             tg.start_soon(engine.run)
             await self.stopping.wait()
             log.info("daemon stopping")
+            # First stop listening: a plugin reconnecting for a restart must reach the new daemon, never this one.
+            await listener.aclose()
+            sock_path.unlink(missing_ok=True)
             await engine.shutdown()
             if server is not None:
                 server.should_exit = True

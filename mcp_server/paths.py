@@ -70,6 +70,12 @@ def restart_marker(root: Path) -> Path:
     return root / "restarting"
 
 
+def restart_record(root: Path) -> Path:
+    """When the last restart finished (epoch seconds): a plugin that noticed its connection drop only
+    after the new daemon was up (and the marker gone) still knows to reconnect."""
+    return root / "restarted"
+
+
 def socket_path(root: Path) -> Path:
     """The daemon's Unix socket: inside the home unless that path is too long for AF_UNIX, then in this
     user's private runtime folder (never a predictable name in a folder other users can write to)."""

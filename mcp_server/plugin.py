@@ -145,6 +145,7 @@ class Pipe:
         # Sent first on every connection (restarts too): what this client limits itself to.
         self.preamble = encode_preamble(options) if options else b""
         self.sock = connect_or_start(home, progress=_say)
+        self.connected_at = time.time()
         if self.preamble:
             self.sock.sendall(self.preamble)
         self.lock = threading.Lock()
@@ -191,6 +192,20 @@ class Pipe:
                 except OSError:
                     pass
 
+    def _daemon_restarting(self) -> bool:
+        """Whether the lost connection is a restart (reconnect) rather than a stop or crash (end the session).
+
+        The marker says a restart is under way; the record says one finished after this connection
+        was made, for when this plugin noticed the drop only after the new daemon was already up.
+        """
+        if paths.restart_marker(self.home).exists():
+            return True
+        try:
+            finished = float(paths.restart_record(self.home).read_text())
+        except (OSError, ValueError):
+            return False
+        return finished >= self.connected_at
+
     def _await_restarted_daemon(self) -> socket.socket:
         """The daemon that is re-executing itself, once it listens again.
 
@@ -221,6 +236,7 @@ class Pipe:
         with self.lock:
             self.sock.close()
             self.sock = sock
+            self.connected_at = time.time()
             if self.preamble:
                 sock.sendall(self.preamble)
             for line in self.handshake:
@@ -251,8 +267,7 @@ class Pipe:
                 with self.lock:
                     if self.backlog is None:
                         self.backlog = []  # hold what the client sends from now on
-                restarting = paths.restart_marker(self.home).exists()
-                if self.client_gone.is_set() or not restarting:
+                if self.client_gone.is_set() or not self._daemon_restarting():
                     return  # the client left, or the daemon stopped for good: end the session
                 time.sleep(0.2)  # a restarting daemon needs a moment to let go of its lock
                 swallow = self.reconnect()

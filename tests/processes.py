@@ -32,6 +32,20 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def own_children(*words: str) -> list[int]:
+    """Pids of this process's children whose command line holds all of `words`."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and all(word.encode() in cmdline for word in words):
+            found.append(int(proc.name))
+    return found
+
+
 async def wait_for(condition: Callable[[], object], timeout: float = 20, what: str = "the condition") -> None:
     try:
         with anyio.fail_after(timeout):

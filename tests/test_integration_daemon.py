@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agentqueue import daemon, paths
 
 from .conftest import person_says_yes
-from .processes import alive
+from .processes import alive, own_children, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -191,6 +191,25 @@ async def test_restart_daemon_reexecutes_and_the_client_session_survives(live_ho
         assert [p["id"] for p in projects["projects"]] == ["survivor"]
         events = await call(client, "get_recent_events", {"event_type": "daemon.restarting"})
         assert len(events["events"]) == 1
+
+
+async def test_a_plugin_that_notices_the_restart_late_still_reconnects(live_home: Path) -> None:
+    """The plugin may see its connection drop only after the new daemon is up and the marker gone."""
+    async with Client(plugin_params(live_home), elicitation_callback=person_says_yes) as client:
+        await call(client, "create_project", {"name": "Late"})
+        [plugin] = own_children("agentqueue", "mcp")
+        before = daemon.read_daemon_info(live_home)
+        assert (await call(client, "restart_daemon", {}))["status"] == "restarting"
+        os.kill(plugin, signal.SIGSTOP)  # the plugin is descheduled through the whole restart
+        try:
+            await wait_for(lambda: (info := daemon.read_daemon_info(live_home)) is not None
+                           and info["started_at"] != before["started_at"]
+                           and not paths.restart_marker(live_home).exists(), 30, "the restarted daemon")
+        finally:
+            os.kill(plugin, signal.SIGCONT)
+        with anyio.fail_after(30):
+            projects = await call(client, "list_projects", {})
+        assert [p["id"] for p in projects["projects"]] == ["late"]
 
 
 async def test_after_agentqueue_stop_the_plugin_exits_instead_of_restarting(live_home: Path) -> None:
