@@ -124,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
     usage.add_argument("--since", type=float, metavar="HOURS", help="only the last HOURS hours")
     json_flag(usage)
 
+    board = add("board", "open the board in a browser (starts the daemon if needed)",
+                "Open the board: the queue, a kanban per project, agents, task pages with live logs and diffs, "
+                "usage. Logs in with a one-time link (2 minutes); the session lasts 12 hours.")
+    board.add_argument("--no-open", action="store_true", help="print the login link instead of opening a browser")
+    json_flag(board)
+
     # -- acting on it (through the daemon, with the same checks as the MCP tools) ----------------------
     approve = add("approve", "approve a task AWAITING_APPROVAL (its work lands, dependents may start)")
     approve.add_argument("task", help="task id")
@@ -233,6 +239,10 @@ def _dispatch(args: argparse.Namespace, home: Path) -> int:
         from .status_view import print_status
 
         return print_status(home, as_json=args.json, watch=args.watch)
+    if command == "board":
+        from .cli_board import open_board
+
+        return open_board(home, args.no_open, args.json)
     if command in ("approve", "pause", "resume"):
         from . import cli_actions
 

@@ -33,6 +33,8 @@ from . import __version__, logs, paths
 from . import home_lock as home_lock_module
 from .home_lock import AlreadyRunningError
 from .app import CONNECTION_OPTIONS, build_server
+from .board import board_app
+from .board.live import Broadcaster
 from .engine.orchestrator import Engine
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .services import Services
@@ -194,15 +196,20 @@ def transport_security(host: str, allowed_hosts: list[str]) -> TransportSecurity
 
 
 def http_app(mcp: MCPServer, token: str, host: str, metrics: Metrics | None = None,
-             metrics_public: bool = False, allowed_hosts: list[str] | None = None) -> Any:
-    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health` and
-    `GET /metrics` (Prometheus text; behind the token unless `[server] metrics_public`)."""
+             metrics_public: bool = False, allowed_hosts: list[str] | None = None, board: Any = None) -> Any:
+    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health`,
+    `GET /metrics` (Prometheus text; behind the token unless `[server] metrics_public`) and the
+    board (every other path, behind its own session check)."""
     inner = mcp.streamable_http_app(host=host, transport_security=transport_security(host, allowed_hosts or []))
     expected = f"Bearer {token}".encode()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             path = scope.get("path", "")
+            if board is not None and path != "/mcp" and not path.startswith("/mcp/") \
+                    and path not in ("/health", "/metrics"):
+                await board(scope, receive, send)
+                return
             if path == "/health":
                 body = json.dumps({"status": "ok", "version": __version__, "pid": os.getpid()}).encode()
                 await _respond(send, 200, body)
@@ -292,8 +299,14 @@ class Daemon:
             log.info(message)
         mcp = build_server(services, self.options)
         notifier = mcp.notifier  # type: ignore[attr-defined]
-        engine = Engine(services, self.home, flush=notifier.flush,
-                        on_log=lambda task_id: notifier.mark(f"agentqueue://tasks/{task_id}/log"))
+        live = Broadcaster()  # the board's pages hear the same changes as subscribed clients
+        services.store.on_commit(live.on_commit)
+
+        def on_log(task_id: str) -> None:
+            notifier.mark(f"agentqueue://tasks/{task_id}/log")
+            live.on_log(task_id)
+        engine = Engine(services, self.home, flush=notifier.flush, on_log=on_log)
+        board = None
         sock_path = paths.socket_path(self.home)
         sock_path.unlink(missing_ok=True)  # we hold the lock, so any socket file left is stale
         listener = await anyio.create_unix_listener(sock_path)
@@ -309,7 +322,11 @@ class Daemon:
             if self.host not in LOOPBACK:
                 log.warning("HTTP listens on %s, beyond this machine: only Host names %s are accepted, with the "
                             "bearer token.", self.host, ", ".join(hosts) or "(none)")
-            config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public, hosts),
+            expected = f"Bearer {token}".encode()
+            board, board_asgi = board_app(services, token, hosts, live, lambda request: hmac.compare_digest(
+                _normal_bearer(request.headers.get("authorization", "").encode()), expected))
+            config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public, hosts,
+                                             board_asgi),
                                     log_config=None, lifespan="on",
                                     timeout_graceful_shutdown=3)
             server = _QuietUvicorn(config)
@@ -377,6 +394,8 @@ class Daemon:
             # First stop listening: a plugin reconnecting for a restart must reach the new daemon, never this one.
             await listener.aclose()
             sock_path.unlink(missing_ok=True)
+            if board is not None:
+                board.close()  # open pages' streams end now, not at the HTTP server's grace timeout
             await engine.shutdown()
             if server is not None:
                 server.should_exit = True

@@ -1,0 +1,84 @@
+"""Who may use the board: one-time login codes, signed session cookies, CSRF tokens, Host/Origin checks.
+
+A session is a cookie signed with the daemon's bearer token (HMAC), not a row anywhere: it survives
+a daemon restart (the page reconnects without logging in again) and rotating the token ends every
+session. Login codes are the only state: single-use and short-lived, so a link in a shell history
+or a browser's history is worthless a minute later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from urllib.parse import urlsplit
+
+COOKIE = "agentqueue_board"
+CODE_TTL_S = 120.0
+SESSION_TTL_S = 12 * 3600.0
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+class BoardAuth:
+    def __init__(self, token: str, allowed_hosts: list[str] | None = None) -> None:
+        self._key = hashlib.sha256(b"agentqueue board session\0" + token.encode()).digest()
+        self._codes: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.hosts = {*LOOPBACK_NAMES, *(h.lower() for h in allowed_hosts or [])}
+
+    # -- one-time login codes -----------------------------------------------------------------
+    def issue_code(self) -> str:
+        code = secrets.token_urlsafe(24)
+        with self._lock:
+            now = time.monotonic()
+            self._codes = {c: t for c, t in self._codes.items() if t > now}
+            self._codes[code] = now + CODE_TTL_S
+        return code
+
+    def redeem(self, code: str) -> str | None:
+        """A new session cookie value for a valid unused code; the code is spent either way."""
+        with self._lock:
+            expires = self._codes.pop(code, None)
+        if expires is None or expires < time.monotonic():
+            return None
+        return self._sign(f"{int(time.time() + SESSION_TTL_S)}.{secrets.token_urlsafe(16)}")
+
+    # -- sessions and CSRF --------------------------------------------------------------------
+    def _sign(self, body: str) -> str:
+        return f"{body}.{hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()}"
+
+    def session_ok(self, cookie: str | None) -> bool:
+        if not cookie or cookie.count(".") != 2:
+            return False
+        body, _, signature = cookie.rpartition(".")
+        expected = hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(signature, expected):
+            return False
+        try:
+            return int(body.split(".")[0]) > time.time()
+        except ValueError:
+            return False
+
+    def csrf_token(self, cookie: str) -> str:
+        """Bound to the session: a page of this session can post; another site cannot read it."""
+        return hmac.new(self._key, b"csrf\0" + cookie.encode(), hashlib.sha256).hexdigest()
+
+    def csrf_ok(self, cookie: str, supplied: str | None) -> bool:
+        return bool(supplied) and hmac.compare_digest(self.csrf_token(cookie), supplied or "")
+
+    # -- where the request comes from ---------------------------------------------------------
+    def host_ok(self, host_header: str | None) -> bool:
+        """Host must name this machine or an allowed host: a DNS-rebinding page names its own."""
+        if not host_header:
+            return False
+        name = urlsplit(f"//{host_header}").hostname or ""
+        return name.lower() in self.hosts or f"[{name.lower()}]" in self.hosts
+
+    def origin_ok(self, origin: str | None, host_header: str | None) -> bool:
+        """A browser's Origin, when sent, must be the board's own address (same host and port)."""
+        if origin is None:
+            return True
+        parts = urlsplit(origin)
+        return parts.scheme in ("http", "https") and parts.netloc.lower() == (host_header or "").lower()

@@ -1,0 +1,99 @@
+"""The board's front door: Host and Origin first, then a session (or the bearer token), then CSRF on actions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+
+from .auth import COOKIE, BoardAuth
+
+OPEN_PATHS = ("/login", "/board/login-code")  # they check their own credential (a code, the bearer token)
+MAX_FORM_BYTES = 1 << 20
+SAFE_METHODS = ("GET", "HEAD")
+
+
+def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -> Any:
+    """`inner` (the board's routes) behind the checks; refusals say what was wrong and what to do."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await inner(scope, receive, send)
+            return
+        request = Request(scope)
+        host = request.headers.get("host")
+        if not auth.host_ok(host):
+            await _refuse(send, 421, f"Host {host!r} is not this board's address: open it at 127.0.0.1 (or a host "
+                                     "named in [server] allowed_hosts).")
+            return
+        if not auth.origin_ok(request.headers.get("origin"), host):
+            await _refuse(send, 403, "A page from another site may not use the board (foreign Origin).")
+            return
+        if scope["path"] in OPEN_PATHS or bearer_ok(request):
+            await inner(scope, receive, send)
+            return
+        cookie = request.cookies.get(COOKIE)
+        if not auth.session_ok(cookie):
+            await _refuse(send, 401, "Not logged in, or the session ended. Run `agentqueue board` in a terminal: it "
+                                     "opens the board with a one-time login link.")
+            return
+        if scope["method"] in SAFE_METHODS:
+            await inner(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await _refuse(send, 413, f"The form is larger than {MAX_FORM_BYTES} bytes.")
+            return
+        supplied = request.headers.get("x-csrf-token") or _form_field(body, "csrf")
+        if not auth.csrf_ok(cookie or "", supplied):
+            await _refuse(send, 403, "Missing or wrong CSRF token: reload the board page and try again.")
+            return
+        await inner(scope, _replay(body), send)
+
+    return app
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Any:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def _form_field(body: bytes, name: str) -> str | None:
+    try:
+        values = parse_qs(body.decode("utf-8"), max_num_fields=1000).get(name)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return values[0] if values else None
+
+
+async def _refuse(send: Any, status: int, message: str) -> None:
+    body = (f"<!doctype html><meta charset=utf-8><title>AgentQueue board</title>"
+            f"<p>{message.replace('&', '&amp;').replace('<', '&lt;')}</p>").encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/html; charset=utf-8"), (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": body})

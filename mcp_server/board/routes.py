@@ -1,0 +1,314 @@
+"""The board's HTTP routes (Starlette, in the daemon's own HTTP server), behind BoardAuth.
+
+Pages are rendered on the server (Jinja2); htmx posts the actions and the live feed (Server-Sent
+Events) tells open pages what changed. Every action goes through the same services as the MCP tools,
+with their validation and errors, and is written to the audit log as the board's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..services import Services
+from ..services.errors import NotFoundError, ServiceError
+from . import data
+from .auth import COOKIE, SESSION_TTL_S, BoardAuth
+from .live import Broadcaster
+
+log = logging.getLogger("agentqueue.board")
+HERE = Path(__file__).resolve().parent
+KEEPALIVE_S = 15.0
+ACTIONS = ("approve", "restart", "stop", "skip", "changes")
+QUIET = object()  # nothing happened for KEEPALIVE_S
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+    env.globals["columns"] = [name for name, _ in data.COLUMNS]
+    env.filters["tokens"] = lambda n: f"{int(n or 0):,}"
+    env.filters["usd"] = lambda x: f"${float(x or 0):.2f}"
+    return env
+
+
+class Board:
+    """The board's pages and actions for one daemon."""
+
+    def __init__(self, services: Services, auth: BoardAuth, live: Broadcaster,
+                 bearer_ok: Callable[[Request], bool]) -> None:
+        self.svc = services
+        self.auth = auth
+        self.live = live
+        self.bearer_ok = bearer_ok
+        self.templates = _environment()
+        self.closing = False
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        cookie = request.cookies.get(COOKIE) or ""
+        context.setdefault("feed", "")
+        html = self.templates.get_template(name).render(
+            request=request, csrf=self.auth.csrf_token(cookie) if cookie else "", **context)
+        return HTMLResponse(html, status_code=status)
+
+    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Store reads off the event loop: the store's lock is also taken by engine threads."""
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    async def act(self, request: Request, action: str, fn: Callable[..., Any], *args: Any,
+                  project_id: str | None = None, task_id: str | None = None,
+                  arguments: dict[str, Any] | None = None, done: str = "Done.") -> Response:
+        """Run one action through the services, audit it, and answer htmx (a flash) or a plain form (303)."""
+        started = time.monotonic()
+        try:
+            await anyio.to_thread.run_sync(fn, *args)
+        except ServiceError as error:
+            message, outcome = str(error), "refused"
+        else:
+            message, outcome = done, "ok"
+        await anyio.to_thread.run_sync(lambda: self.svc.audit.record(
+            actor="board", action=f"board:{action}", decision="allow", decided_by="board session",
+            outcome=outcome, message=None if outcome == "ok" else message, project_id=project_id,
+            task_id=task_id, arguments=arguments, duration_ms=int((time.monotonic() - started) * 1000)))
+        if request.headers.get("hx-request"):
+            return self._flash(request, outcome == "ok", message)
+        if outcome != "ok":
+            return self.render(request, "error.html", status=400, message=message)
+        return RedirectResponse(request.headers.get("referer") or "/", status_code=303)
+
+    def _flash(self, request: Request, ok: bool, message: str) -> HTMLResponse:
+        response = self.render(request, "_flash.html", ok=ok, message=message)
+        response.headers["HX-Retarget"] = "#flash"
+        response.headers["HX-Reswap"] = "innerHTML"
+        return response
+
+    # -- pages --------------------------------------------------------------------------------
+    async def overview(self, request: Request) -> Response:
+        view = await self.read(data.overview, self.svc)
+        return self.render(request, "overview.html", feed="/events", **view)
+
+    async def kanban(self, request: Request) -> Response:
+        project_id = request.path_params["project_id"]
+        query, agent = request.query_params.get("q", ""), request.query_params.get("agent", "")
+        view = await self.read(data.kanban, self.svc, project_id, query, agent)
+        return self.render(request, "kanban.html", feed=f"/events?project={project_id}", **view)
+
+    async def card(self, request: Request) -> Response:
+        task = await self.read(data.card, self.svc, request.path_params["task_id"])
+        return self.render(request, "_card.html", task=task, column=data.COLUMN_OF.get(task.status, "Stuck"))
+
+    async def agents(self, request: Request) -> Response:
+        rows = await self.read(data.agents, self.svc)
+        return self.render(request, "agents.html", feed="/events", rows=rows)
+
+    async def task(self, request: Request) -> Response:
+        view = await self.read(data.task_page, self.svc, request.path_params["task_id"])
+        task_id = view["task"].id
+        return self.render(request, "task.html", feed=f"/events?task={task_id}&offset={view['log_offset']}", **view)
+
+    async def panel(self, request: Request) -> Response:
+        view = await self.read(data.task_page, self.svc, request.path_params["task_id"])
+        return self.render(request, "_panel.html", **view)
+
+    async def usage(self, request: Request) -> Response:
+        view = await self.read(data.usage_by_day, self.svc)
+        return self.render(request, "usage.html", feed="/events", usage=view)
+
+    # -- actions ------------------------------------------------------------------------------
+    async def create_task(self, request: Request) -> Response:
+        project_id = request.path_params["project_id"]
+        form = await request.form()
+        title, description = str(form.get("title") or ""), str(form.get("description") or "")
+        try:
+            priority = int(str(form.get("priority") or "100"))
+        except ValueError:
+            return self._answer_error(request, f"priority must be a whole number (got {form.get('priority')!r}).")
+        depends_on = [str(d) for d in form.getlist("depends_on") if d]
+        approval = form.get("requires_approval") in ("on", "true", "1")
+        repo_id = str(form.get("repo_id") or "") or None
+        arguments = {"title": title, "priority": priority, "depends_on": depends_on, "requires_approval": approval}
+        return await self.act(request, "create_task", lambda: self.svc.tasks.create(
+            project_id, title, description, priority, repo_id, approval, depends_on, 3, None),
+            project_id=project_id, arguments=arguments, done=f"Task “{title}” queued.")
+
+    def _answer_error(self, request: Request, message: str) -> Response:
+        if request.headers.get("hx-request"):
+            return self._flash(request, False, message)
+        return self.render(request, "error.html", status=400, message=message)
+
+    async def task_action(self, request: Request) -> Response:
+        task_id, action = request.path_params["task_id"], request.path_params["action"]
+        if action not in ACTIONS:
+            return self._answer_error(request, f"Unknown action {action!r}: one of {', '.join(ACTIONS)}.")
+        tasks = self.svc.tasks
+        if action == "changes":
+            form = await request.form()
+            comment = str(form.get("comment") or "")
+            file, line = str(form.get("file") or "") or None, str(form.get("line") or "")
+            if line and not line.isdigit():
+                return self._answer_error(request, f"line must be a line number (got {line!r}).")
+            call = lambda: request_changes(self.svc, task_id, comment, file, int(line) if line else None)  # noqa: E731
+            arguments = {"comment": comment, "file": file, "line": line or None}
+            done = "Changes requested: the task is queued again with your comment."
+        else:
+            call = {"approve": lambda: tasks.approve(task_id), "restart": lambda: tasks.restart(task_id),
+                    "stop": lambda: tasks.stop(task_id), "skip": lambda: tasks.skip(task_id)}[action]
+            arguments = {}
+            done = {"approve": "Approved.", "restart": "Queued again.", "stop": "Stopped.", "skip": "Skipped."}[action]
+        project_id = None
+        try:
+            project_id = (await self.read(tasks.get, task_id)).project_id
+        except NotFoundError as error:
+            return self._answer_error(request, str(error))
+        return await self.act(request, action, call, project_id=project_id, task_id=task_id,
+                              arguments=arguments, done=done)
+
+    async def answer(self, request: Request) -> Response:
+        request_id = request.path_params["request_id"]
+        form = await request.form()
+        decision = str(form.get("decision") or "")
+        remember = form.get("remember") in ("on", "true", "1")
+        message = str(form.get("message") or "") or None
+        return await self.act(request, "answer_request", lambda: self.svc.requests.answer(
+            request_id, decision, remember, message, by="person (board)"),
+            arguments={"request_id": request_id, "decision": decision, "remember": remember},
+            done=f"Answered: {decision}.")
+
+    async def project_state(self, request: Request) -> Response:
+        project_id, state = request.path_params["project_id"], request.path_params["state"]
+        if state not in ("pause", "resume"):
+            return self._answer_error(request, f"Unknown action {state!r}: pause or resume.")
+        return await self.act(request, f"{state}_project", lambda: self.svc.projects.set_status(
+            project_id, "PAUSED" if state == "pause" else "ACTIVE"), project_id=project_id,
+            done=f"Project {'paused' if state == 'pause' else 'resumed'}.")
+
+    async def orchestrator(self, request: Request) -> Response:
+        state = request.path_params["state"]
+        if state not in ("pause", "resume"):
+            return self._answer_error(request, f"Unknown action {state!r}: pause or resume.")
+
+        def change() -> None:
+            self.svc.system.set_orchestrator("paused" if state == "pause" else "running")
+            self.live.publish({"kind": "event", "event_type": "orchestrator." + state, "project_id": None,
+                               "task_id": None, "status": None})
+        return await self.act(request, f"orchestrator_{state}", change,
+                              done=f"Orchestrator {'paused' if state == 'pause' else 'running'}.")
+
+    # -- access -------------------------------------------------------------------------------
+    async def login(self, request: Request) -> Response:
+        cookie = self.auth.redeem(request.query_params.get("code", ""))
+        if cookie is None:
+            return self.render(request, "login.html", status=401,
+                               message="This login link is used up or expired. Run `agentqueue board` for a new one.")
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, cookie, max_age=int(SESSION_TTL_S), httponly=True, samesite="strict",
+                            path="/")
+        return response
+
+    async def login_code(self, request: Request) -> Response:
+        """For `agentqueue board`: the bearer token buys a one-time code (never a session directly)."""
+        if not self.bearer_ok(request):
+            return JSONResponse({"error": "unauthorized", "message": "Send the daemon's bearer token."}, 401)
+        return JSONResponse({"code": self.auth.issue_code()})
+
+    # -- the live feed ------------------------------------------------------------------------
+    async def events(self, request: Request) -> Response:
+        project_id = request.query_params.get("project") or None
+        task_id = request.query_params.get("task") or None
+        try:
+            offset = int(request.query_params.get("offset", "0"))
+        except ValueError:
+            offset = 0
+        feed = self.live.open(project_id, task_id)
+
+        async def stream() -> AsyncIterator[str]:
+            nonlocal offset
+            try:
+                yield "retry: 1000\n\n"
+                if task_id:  # lines written between the page's render and this connection
+                    text, offset = await self.read(data.log_tail, self.svc, task_id, offset)
+                    if text:
+                        yield _sse("log", {"task_id": task_id, "text": text})
+                while not self.closing:
+                    item: Any = QUIET
+                    with anyio.move_on_after(KEEPALIVE_S):  # no yield inside a cancel scope
+                        item = await feed.queue.get()
+                    if item is QUIET:
+                        yield ": keep-alive\n\n"
+                        continue
+                    if item is None:
+                        yield _sse("resync", {})
+                        continue
+                    if item.get("kind") == "bye":
+                        return
+                    if item["kind"] == "log":
+                        text, offset = await self.read(data.log_tail, self.svc, item["task_id"], offset)
+                        if text:
+                            yield _sse("log", {"task_id": item["task_id"], "text": text})
+                    else:
+                        yield _sse("change", item)
+            finally:
+                self.live.close(feed)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    def close(self) -> None:
+        """The daemon stops: end every open stream (pages reconnect to the next daemon)."""
+        self.closing = True
+        self.live.publish({"kind": "bye"})
+
+
+def request_changes(svc: Services, task_id: str, comment: str, file: str | None, line: int | None) -> Any:
+    """The request-changes service (its own module once it lands in services)."""
+    return svc.tasks.request_changes(task_id, comment, file=file, line=line, author="board")
+
+
+def _sse(event: str, payload: dict[str, Any]) -> str:
+    body = json.dumps(payload, ensure_ascii=False)
+    return f"event: {event}\n" + "".join(f"data: {line}\n" for line in body.split("\n")) + "\n"
+
+
+def routes(board: Board) -> Starlette:
+    return Starlette(routes=[
+        Route("/", board.overview),
+        Route("/login", board.login),
+        Route("/board/login-code", board.login_code, methods=["POST"]),
+        Route("/projects/{project_id}", board.kanban),
+        Route("/projects/{project_id}/cards/{task_id}", board.card),
+        Route("/projects/{project_id}/tasks", board.create_task, methods=["POST"]),
+        Route("/projects/{project_id}/{state}", board.project_state, methods=["POST"]),
+        Route("/agents", board.agents),
+        Route("/usage", board.usage),
+        Route("/tasks/{task_id}", board.task),
+        Route("/tasks/{task_id}/panel", board.panel),
+        Route("/tasks/{task_id}/{action}", board.task_action, methods=["POST"]),
+        Route("/requests/{request_id}", board.answer, methods=["POST"]),
+        Route("/orchestrator/{state}", board.orchestrator, methods=["POST"]),
+        Route("/events", board.events),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ], exception_handlers={NotFoundError: _not_found, ServiceError: _refused})
+
+
+async def _not_found(request: Request, error: Exception) -> Response:
+    return HTMLResponse(f"<p class='error'>{_escape(str(error))}</p>", status_code=404)
+
+
+async def _refused(request: Request, error: Exception) -> Response:
+    return HTMLResponse(f"<p class='error'>{_escape(str(error))}</p>", status_code=400)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

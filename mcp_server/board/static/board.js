@@ -1,0 +1,116 @@
+// The board's live parts: one EventSource per page; htmx does the fetching and swapping.
+(function () {
+  "use strict";
+  var body = document.body;
+  var feedUrl = body.dataset.feed;
+  var live = document.getElementById("live");
+
+  // -- the kanban: cards move between columns, dependency links are drawn between them ----------
+  function kanban() { return document.getElementById("kanban"); }
+
+  function filtered(card) {
+    var board = kanban(), q = (board.dataset.query || "").toLowerCase(), agent = board.dataset.agent || "";
+    if (agent && card.dataset.agent !== agent) return true;
+    if (q && card.textContent.toLowerCase().indexOf(q) < 0) return true;
+    return false;
+  }
+
+  function placeCard(html, taskId) {
+    var board = kanban();
+    var old = document.getElementById("card-" + taskId);
+    var holder = document.createElement("div");
+    holder.innerHTML = html.trim();
+    var card = holder.firstElementChild;
+    if (!card || filtered(card)) { if (old) old.remove(); countColumns(); drawLinks(); return; }
+    var column = board.querySelector('.column[data-column="' + card.dataset.column + '"] .cards');
+    if (old && old.dataset.column === card.dataset.column) { old.replaceWith(card); }
+    else { if (old) old.remove(); column.prepend(card); card.classList.add("moved"); }
+    htmx.process(card);
+    countColumns();
+    drawLinks();
+  }
+
+  function countColumns() {
+    document.querySelectorAll("#kanban .column").forEach(function (column) {
+      column.querySelector(".count").textContent = column.querySelectorAll(".card").length;
+    });
+  }
+
+  function drawLinks() {
+    var board = kanban();
+    if (!board) return;
+    var svg = document.getElementById("links"), origin = board.getBoundingClientRect(), paths = [];
+    board.querySelectorAll(".card[data-deps]").forEach(function (card) {
+      if (!card.dataset.deps) return;
+      var to = card.getBoundingClientRect();
+      card.dataset.deps.split(",").forEach(function (dep) {
+        var from = document.getElementById("card-" + dep);
+        if (!from) return;
+        var a = from.getBoundingClientRect();
+        var x1 = a.right - origin.left, y1 = a.top + a.height / 2 - origin.top;
+        var x2 = to.left - origin.left, y2 = to.top + to.height / 2 - origin.top;
+        if (x2 < x1) { x1 = a.left - origin.left; x2 = to.right - origin.left; }  // same or earlier column
+        var bend = Math.max(30, Math.abs(x2 - x1) / 2) * (x2 >= x1 ? 1 : -1);
+        paths.push('<path data-from="' + dep + '" data-to="' + card.dataset.id + '" d="M' + x1 + "," + y1 +
+                   " C" + (x1 + bend) + "," + y1 + " " + (x2 - bend) + "," + y2 + " " + x2 + "," + y2 + '"/>');
+      });
+    });
+    svg.innerHTML = paths.join("");
+  }
+
+  function onKanbanChange(change) {
+    if (!change.task_id) return;
+    if (change.event_type === "task.deleted") {
+      var gone = document.getElementById("card-" + change.task_id);
+      if (gone) gone.remove();
+      countColumns(); drawLinks();
+      return;
+    }
+    var project = kanban().dataset.project;
+    fetch("/projects/" + project + "/cards/" + encodeURIComponent(change.task_id), {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.text() : ""; })
+      .then(function (html) { if (html) placeCard(html, change.task_id); });
+  }
+
+  // -- the task page: the panel refreshes, the log grows -------------------------------------------
+  function onTaskChange() {
+    var panel = document.getElementById("panel");
+    if (panel) htmx.ajax("GET", location.pathname + "/panel", {target: "#panel", swap: "outerHTML"});
+    // The changes section follows the branch (a run commits, a landing fixes the range).
+    htmx.ajax("GET", location.pathname, {target: "#diff", select: "#diff", swap: "outerHTML"});
+  }
+
+  function onLog(data) {
+    var log = document.getElementById("log");
+    if (!log) return;
+    var atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.appendChild(document.createTextNode(data.text));
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  // -- the feed ------------------------------------------------------------------------------------
+  function resync() {  // after a daemon restart or falling behind: re-render this page's content in place
+    htmx.ajax("GET", location.pathname + location.search, {target: "#main", select: "#main", swap: "outerHTML"})
+      .then(function () { drawLinks(); });
+  }
+
+  function connect() {
+    if (!feedUrl) return;
+    var source = new EventSource(feedUrl), lost = false;
+    source.onopen = function () { live.classList.add("on"); if (lost) { lost = false; resync(); } };
+    source.onerror = function () { live.classList.remove("on"); lost = true; };
+    source.addEventListener("resync", resync);
+    source.addEventListener("log", function (e) { onLog(JSON.parse(e.data)); });
+    source.addEventListener("change", function (e) {
+      var change = JSON.parse(e.data);
+      if (kanban()) onKanbanChange(change);
+      else if (document.getElementById("panel")) onTaskChange();
+      else resync();
+    });
+    window.agentqueueFeed = source;  // tests and curious people can see its state
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { drawLinks(); connect(); });
+  window.addEventListener("resize", drawLinks);
+  document.body.addEventListener("htmx:afterSwap", function () { if (kanban()) { countColumns(); drawLinks(); } });
+})();

@@ -1,0 +1,78 @@
+"""`agentqueue board`: open the board in a browser, logged in through a one-time link."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+import webbrowser
+from pathlib import Path
+
+from . import paths
+from .cli_output import CliError
+
+WAIT_FOR_INFO_S = 15.0
+
+
+def board_address(home: Path) -> str:
+    """The running (or just started) daemon's board address, e.g. http://127.0.0.1:8765."""
+    from .plugin import DaemonStartError, connect_or_start
+
+    try:
+        connect_or_start(home, progress=lambda message: print(message, file=sys.stderr)).close()
+    except DaemonStartError as error:
+        raise CliError(str(error)) from None
+    deadline = time.monotonic() + WAIT_FOR_INFO_S
+    info: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            info = json.loads(paths.daemon_info_path(home).read_text())
+            break
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    url = info.get("http_url")
+    if not url:
+        raise CliError("The daemon runs without HTTP (started with --no-http, or its port was taken; see "
+                       f"{paths.logs_dir(home) / 'agentqueue.log'}). Restart it with a free port: "
+                       "`agentqueue stop`, then `agentqueue serve --port 8766`.")
+    base = url.removesuffix("/mcp")
+    for wildcard in ("//0.0.0.0:", "//[::]:"):
+        base = base.replace(wildcard, "//127.0.0.1:")
+    return base
+
+
+def login_link(home: Path, base: str) -> str:
+    token = os.environ.get("AGENTQUEUE_TOKEN", "").strip()
+    if not token:
+        try:
+            token = paths.token_path(home).read_text().strip()
+        except OSError:
+            raise CliError(f"No token in AGENTQUEUE_TOKEN or {paths.token_path(home)}: is this the daemon's home?") from None
+    request = urllib.request.Request(f"{base}/board/login-code", method="POST", data=b"",
+                                     headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            code = json.loads(answer.read())["code"]
+    except urllib.error.HTTPError as error:
+        raise CliError(f"The daemon refused the login ({error.code}): the token in this terminal is not the "
+                       "daemon's (AGENTQUEUE_TOKEN differs from the one it started with?).") from None
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
+        raise CliError(f"Could not reach the board at {base}: {error}.") from None
+    return f"{base}/login?code={code}"
+
+
+def open_board(home: Path, no_open: bool, as_json: bool) -> int:
+    base = board_address(home)
+    link = login_link(home, base)
+    if as_json:
+        print(json.dumps({"board": base + "/", "login_url": link}))
+    else:
+        print(f"The board: {base}/\nLogin link (works once, for 2 minutes): {link}")
+    if not no_open and not as_json:
+        opened = webbrowser.open(link)
+        if not opened:
+            print("No browser could be opened here: open the login link above in yours.", file=sys.stderr)
+    return 0
