@@ -230,8 +230,8 @@ async def test_a_permission_request_is_answered_in_the_app_and_the_run_goes_on(
                     app_in_host(client, BOARD_URI, "get_status", {}, "Anything waiting for me?") as host:
                 request = host.app.locator(".request")
                 await expect(request).to_contain_text("Bash(touch ASKED_MARKER)")
-                await expect(host.app.locator(f'.column[data-status="WAITING_INPUT"] .card[data-task-id="{task.id}"]')) \
-                    .to_be_visible()
+                waiting = host.app.locator(f'.column[data-status="WAITING_INPUT"] .card[data-task-id="{task.id}"]')
+                await expect(waiting).to_be_visible()
                 await request.get_by_role("button", name="Allow").click()
                 await expect(host.app.locator("#message")).to_contain_text("allow: req-")
                 await wait_for(lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED"), 60,
