@@ -16,6 +16,7 @@ from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
 from . import __version__, prompts, resources, tools
+from .apps import page as app_pages
 from .middleware import readable_tool_errors, selection_and_audit
 from .services import Services
 from .services.errors import NotFoundError
@@ -49,7 +50,7 @@ def compact_schema(schema: Any) -> Any:
 
 def _register_tools(mcp: MCPServer) -> None:
     for spec in tools.TOOLS:
-        mcp.add_tool(spec.fn, annotations=spec.annotations)
+        mcp.add_tool(spec.fn, annotations=spec.annotations, meta=spec.meta)
     for registered in mcp._tool_manager.list_tools():
         registered.parameters = compact_schema(registered.parameters)
 
@@ -140,6 +141,7 @@ def build_server(services: Services, connection_options: dict[str, Any] | None =
         "agentqueue", title="AgentQueue", version=__version__, instructions=prompts.load("instructions"),
         lifespan=lifespan, subscriptions=bus, warn_on_duplicate_tools=False,
         middleware=[selection_and_audit, readable_tool_errors],
+        extensions=[app_pages.extension()],  # MCP Apps: declares io.modelcontextprotocol/ui, serves ui:// pages
     )
     mcp.notifier = notifier  # type: ignore[attr-defined]  # the daemon flushes engine changes through it
     _register_tools(mcp)

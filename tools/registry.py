@@ -53,6 +53,7 @@ class ToolSpec:
     name: str
     group: str  # the tools/ module: what --toolsets selects
     read_only: bool
+    meta: dict[str, Any] | None = None  # the tool's `_meta` in tools/list (e.g. its MCP Apps page)
 
 
 TOOLS: list[ToolSpec] = []
@@ -94,7 +95,8 @@ def _with_approval(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
     wrapper.__annotations__ = {**inspect.get_annotations(fn, eval_str=True), APPROVAL: ApprovalParam}
 
 
-def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False) -> Callable:
+def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
+         meta: dict[str, Any] | None = None) -> Callable:
     """Register a tool (async, or sync to run in a worker thread) behind the policy gate.
 
     ServiceErrors become tool errors; a question the person declined refuses the call before it runs.
@@ -138,7 +140,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
         _with_approval(wrapper, fn)
         spec = ToolSpec(wrapper, ToolAnnotations(
             read_only_hint=read_only, destructive_hint=destructive, idempotent_hint=idempotent or read_only,
-            open_world_hint=False), fn.__name__, group, read_only)
+            open_world_hint=False), fn.__name__, group, read_only, meta)
         TOOLS.append(spec)
         SPECS[spec.name] = spec
         return wrapper

@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
+from ..apps import BOARD_URI, tool_meta
 from ..store.models import Event
 
 from .registry import Hours, ProjectId, project_filter, services, tool
@@ -48,7 +49,7 @@ class OrchestratorState(BaseModel):
     running_tasks: int
 
 
-@tool(read_only=True)
+@tool(read_only=True, meta=tool_meta(BOARD_URI))
 async def get_status(ctx: Context) -> Status:
     """The whole queue at a glance: task counts, running and ready tasks, agents, warnings."""
     return Status(**services(ctx).system.status())

@@ -5,6 +5,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
+from ..apps import BOARD_URI, TASK_URI, tool_meta
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import Limit, Offset, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for, services, tool
@@ -89,7 +90,7 @@ class AgentError(BaseModel):
     message: str | None = None
 
 
-@tool(read_only=True)
+@tool(read_only=True, meta=tool_meta(BOARD_URI))
 async def list_tasks(
     ctx: Context,
     project_id: ProjectId = None,
@@ -127,7 +128,7 @@ async def create_task(
                             depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth)
 
 
-@tool(read_only=True)
+@tool(read_only=True, meta=tool_meta(TASK_URI))
 async def get_task(ctx: Context, task_id: TaskId) -> Task:
     """A task with its dependencies, dependents, branch and PR."""
     return services(ctx).tasks.get(task_id)
