@@ -20,6 +20,8 @@ from agentqueue import paths
 from .browser import SCREENSHOTS, chromium, needs_chromium
 from .cli_helpers import AGENT_COMMAND, LiveDaemon, cli_env, cli_json, start_daemon, stop_daemon, wait_until
 from .git_fixtures import git, make_repo
+from .mock_anthropic import MockAnthropic
+from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
 
 pytestmark = [pytest.mark.integration]
 
@@ -199,3 +201,40 @@ async def test_an_open_page_reconnects_after_a_daemon_restart(board: LiveDaemon)
         made = board.call("create_task", project_id="demo", title="After the restart", description="SAY x")
         await page.locator(f"#col-Ready #card-{made['id']}").wait_for(timeout=10_000)
         assert await page.evaluate("window.loadedOnce")  # the same page, never reloaded
+
+
+@needs_chromium()
+@pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")
+@pytest.mark.anyio
+async def test_a_permission_request_is_answered_on_the_task_page_and_the_same_run_goes_on(
+        tmp_path: Path, mock_api: MockAnthropic) -> None:  # noqa: F811
+    """The real `claude` CLI asks (the standard preset asks before Bash), the person clicks Allow on the board."""
+    env = cli_env(tmp_path / "aq", tmp_path / "user", AGENTQUEUE_CLAUDE_BIN=CLAUDE)
+    live = start_daemon(env, "--port", str(free_port()))
+    try:
+        live.call("create_project", name="Demo")
+        live.call("add_repo", source="init", project_id="demo", name="app")
+        live.call("create_agent", name="asker", agent_type="claude-code")
+        task = live.call("create_task", project_id="demo", title="Ask first", max_retries=0,
+                         description="SCENARIO:run_cmd CMD[touch ASKED_MARKER]")
+        live.wait_status(task["id"], "WAITING_INPUT", timeout=90)
+        base = json.loads(paths.daemon_info_path(live.home).read_text())["http_url"].removesuffix("/mcp")
+        live.base = base  # type: ignore[attr-defined]
+        async with chromium() as browser:
+            page = await browser.new_page(viewport={"width": 1300, "height": 900})
+            await page.goto(login_link(live))
+            await page.goto(f"{base}/tasks/{task['id']}")
+            request = page.locator(".request")
+            await request.wait_for()
+            assert "touch ASKED_MARKER" in await request.inner_text()
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(SCREENSHOTS / "board-permission-request.png"), full_page=True)
+            await request.get_by_role("button", name="Allow").click()
+            await page.wait_for_selector("#flash .ok")
+            await page.wait_for_function("document.getElementById('task-status').textContent === 'COMPLETED'",
+                                         timeout=60_000)
+        requests = live.call("list_requests", status="allowed")["requests"]
+        assert [(r["task_id"], r["decided_by"]) for r in requests] == [(task["id"], "person (board)")]
+        assert cli_json(live.env, "show", task["id"])["attempts"] == 1  # the same run went on: no retry
+    finally:
+        stop_daemon(live)
