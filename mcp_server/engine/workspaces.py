@@ -77,11 +77,23 @@ class Workspaces:
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
         main.run("worktree", "prune")
-        if main.branch_exists(branch):
+        if main.branch_exists(branch) and self._merged(main, branch, repo.default_branch):
+            # Merged already (a rerun after request_changes): start it again from the default branch, which
+            # has all its commits, so the rerun's diff is only the new work.
+            main.run("worktree", "add", "--quiet", "-B", branch, str(path), repo.default_branch)
+        elif main.branch_exists(branch):
             main.run("worktree", "add", "--quiet", str(path), branch)
         else:
             main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
         return Workspace(path, branch, repo)
+
+    @staticmethod
+    def _merged(main: gitops.Checkout, branch: str, default: str) -> bool:
+        try:
+            main.run("merge-base", "--is-ancestor", f"refs/heads/{branch}", f"refs/heads/{default}")
+            return True
+        except ServiceError:
+            return False
 
     @staticmethod
     def refresh_default(main: gitops.Checkout, repo: Repo) -> None:
