@@ -7,6 +7,7 @@ change-<n>.txt in its worktree, so each run leaves one commit and the test reads
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from .conftest import db_snapshot, fail, ok
 from .git_fixtures import commit_file, git, git_env, sha  # noqa: F401  (git_env: fixture)
 from .processes import wait_for
 from .test_engine_lifecycle import engine_running, events, make_engine
+from .test_engine_pr_poll import gh_states  # noqa: F401  (fixture: a fake `gh` on PATH)
 
 pytestmark = pytest.mark.anyio
 
@@ -171,3 +173,43 @@ async def test_refusals_change_nothing(svc, client):
     # A stopped (BLOCKED) task may be sent back: it is queued again.
     result = await ok(client, "request_changes", task_id=stopped["id"], comment="Try again, smaller.")
     assert result["previous_status"] == "BLOCKED" and result["status"] == "READY"
+
+
+async def test_the_rerun_updates_an_open_pr_and_a_merged_pr_gets_a_new_one(services, git_env, dumps, tmp_path,
+                                                                           gh_states):
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    git(seed, "init", "-q", "-b", "main")
+    git(seed, "commit", "-q", "--allow-empty", "-m", "init")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), "origin.git")
+    origin = tmp_path / "origin.git"
+    services.projects.create("Demo")
+    services.repos.add("demo", "clone", url=str(origin), name="app")
+    services.agents.create("worker", "command", command=shlex.join([sys.executable, "-c", AGENT, str(dumps)]))
+    task = services.tasks.create("demo", "Greeting", DESCRIPTION, requires_approval=True)
+    prs = lambda: [e.payload["pr_url"] for e in events(services, task.id, "pr.created")]  # noqa: E731
+
+    async with engine_running(make_engine(services)):
+        await wait_for(lambda: status(services, task.id) == "AWAITING_APPROVAL", 20, "the first run")
+    url = services.tasks.get(task.id).pr_url
+    assert url and prs() == [url]
+    services.feedback.request_changes(task.id, "Open PR: add a second file.", author="board")
+    assert services.tasks.get(task.id).pr_url == url  # still under review
+    async with engine_running(make_engine(services)):
+        await wait_for(lambda: (dumps / "run-2.txt").exists() and status(services, task.id) == "AWAITING_APPROVAL",
+                       20, "the rerun")
+    branch = services.tasks.get(task.id).branch
+    assert services.tasks.get(task.id).pr_url == url and prs() == [url]  # pushed to, not opened again
+    assert "change-2.txt" in set(git(tmp_path, "--git-dir", str(origin), "ls-tree", "--name-only", branch).split())
+
+    # GitHub merged it: a rerun cannot reuse a merged PR, it opens a new one.
+    gh_states.write_text(json.dumps({url: {"state": "MERGED", "mergedAt": "2026-11-23T00:00:00Z"}}))
+    async with engine_running(make_engine(services)):  # its first tick asks gh about the PR
+        await wait_for(lambda: status(services, task.id) == "COMPLETED", 20, "the PR to be seen merged")
+    result = services.feedback.request_changes(task.id, "Merged PR: one more file.", author="board")
+    assert result.branch_restarted and services.tasks.get(task.id).pr_url is None
+    async with engine_running(make_engine(services)):
+        await wait_for(lambda: (dumps / "run-3.txt").exists() and status(services, task.id) == "AWAITING_APPROVAL",
+                       20, "the third run")
+    assert len(prs()) == 2 and services.tasks.get(task.id).pr_url == prs()[-1]
+    assert "Merged PR: one more file." in (dumps / "run-3.txt").read_text()
