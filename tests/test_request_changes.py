@@ -202,7 +202,13 @@ async def test_the_rerun_updates_an_open_pr_and_a_merged_pr_gets_a_new_one(servi
     assert services.tasks.get(task.id).pr_url == url and prs() == [url]  # pushed to, not opened again
     assert "change-2.txt" in set(git(tmp_path, "--git-dir", str(origin), "ls-tree", "--name-only", branch).split())
 
-    # GitHub merged it: a rerun cannot reuse a merged PR, it opens a new one.
+    # GitHub squash-merged it: the rerun starts the branch again from that main and opens a new PR.
+    merger = tmp_path / "merger"
+    git(tmp_path, "clone", "-q", str(origin), str(merger))
+    git(merger, "merge", "-q", "--squash", f"origin/{branch}")
+    git(merger, "commit", "-q", "-m", "Greeting (#1)")
+    git(merger, "push", "-q", "origin", "main")
+    squashed = sha(merger, "HEAD")
     gh_states.write_text(json.dumps({url: {"state": "MERGED", "mergedAt": "2026-11-23T00:00:00Z"}}))
     async with engine_running(make_engine(services)):  # its first tick asks gh about the PR
         await wait_for(lambda: status(services, task.id) == "COMPLETED", 20, "the PR to be seen merged")
@@ -212,4 +218,9 @@ async def test_the_rerun_updates_an_open_pr_and_a_merged_pr_gets_a_new_one(servi
         await wait_for(lambda: (dumps / "run-3.txt").exists() and status(services, task.id) == "AWAITING_APPROVAL",
                        20, "the third run")
     assert len(prs()) == 2 and services.tasks.get(task.id).pr_url == prs()[-1]
+    rerun = services.tasks.get(task.id).branch
+    assert rerun == f"{branch}-2"  # the merged PR's head is not rewritten
+    repo = checkout(services)
+    git(repo, "merge-base", "--is-ancestor", squashed, rerun)  # on main as GitHub left it
+    assert git(repo, "rev-list", "--count", f"{squashed}..{rerun}") == "1"  # only the third run's commit
     assert "Merged PR: one more file." in (dumps / "run-3.txt").read_text()

@@ -71,8 +71,8 @@ class Feedback:
         merged = status == "COMPLETED" and bool(row["landed_sha"] or row["pr_url"])
         new = self.tasks._entry_status(task_id)
         fields: dict[str, Any] = {"retry_count": 0, "assigned_agent": None, "resume_after": None}
-        if merged:  # its landed range describes the old work; the rerun's diff is its branch again
-            fields |= {"base_sha": None, "landed_sha": None}
+        if merged:  # the old work is in the default branch: the rerun starts its branch again from there
+            fields |= {"base_sha": None, "landed_sha": None, "branch": None}
         if status != "AWAITING_APPROVAL":  # a merged or closed PR: the rerun opens a new one (an open PR is updated)
             fields["pr_url"] = None
         stamp = now_iso()
@@ -131,7 +131,9 @@ def _message(task_id: str, status: str, branch: str | None, merged: bool, repo_i
         return f"Task '{task_id}' is {queued} with your comment in its prompt (it has no branch yet)."
     if merged:
         return (f"Task '{task_id}' is {queued} with your comment in its prompt. Its branch '{branch}' was merged "
-                "already, so the rerun starts it again from the current default branch (which has the earlier work).")
+                "already, so the rerun starts again from the current default branch (which has the earlier work), "
+                f"on a new branch '{branch}-2' if '{branch}' is still there and the default branch lacks its commits "
+                "(a squash-merged PR).")
     return f"Task '{task_id}' is {queued} on its branch '{branch}' (its earlier commits stay) with your comment."
 
 
