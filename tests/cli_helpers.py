@@ -100,6 +100,7 @@ def stop_daemon(live: LiveDaemon) -> None:
 
 # An agent (the `command` type) that obeys lines of its prompt:
 #   WRITE <file> <text>  write a file   SAY <text>  print a line   WAITFOR <path>  wait until it exists
+#   ECHO  print the whole prompt (what the engine told the agent)
 AGENT = r"""
 import pathlib, re, sys, time
 prompt = sys.stdin.read()
@@ -110,6 +111,8 @@ for line in prompt.splitlines():
         pathlib.Path(name).write_text(text + "\n")
     elif word == "SAY":
         print(rest, flush=True)
+    elif word == "ECHO":
+        print(prompt, flush=True)
     elif word == "WAITFOR":
         while not pathlib.Path(rest).exists():
             time.sleep(0.05)

@@ -172,6 +172,16 @@ CASES: dict[str, list[Case]] = {
         MISSING_TASK, UNKNOWN_TASK,
         ("ready task", {"task_id": "$ready"}, ["$ready", "READY", "AWAITING_APPROVAL"]),
     ],
+    "request_changes": [
+        MISSING_TASK,
+        ("unknown task", {"task_id": "ghost-task", "comment": "x"}, ["'ghost-task' not found", "list_tasks"]),
+        ("running task", {"task_id": "$running", "comment": "x"}, ["$running", "IN_PROGRESS", "stop_task"]),
+        ("ready task", {"task_id": "$ready", "comment": "x"}, ["$ready", "READY", "edit_task"]),
+        ("blank comment", {"task_id": "$done", "comment": " "}, ["comment is empty"]),
+        ("line without file", {"task_id": "$done", "comment": "x", "line": 2}, ["line needs a file"]),
+        ("line 0", {"task_id": "$done", "comment": "x", "file": "a.py", "line": 0}, ["line", "greater than"]),
+        ("comment too long", {"task_id": "$done", "comment": "x" * 10_001}, ["comment", "10000"]),
+    ],
     "skip_task": [
         MISSING_TASK, UNKNOWN_TASK,
         ("ready task", {"task_id": "$ready"}, ["$ready", "READY", "BLOCKED or FAILED"]),

@@ -238,3 +238,41 @@ async def test_a_permission_request_is_answered_on_the_task_page_and_the_same_ru
         assert cli_json(live.env, "show", task["id"])["attempts"] == 1  # the same run went on: no retry
     finally:
         stop_daemon(live)
+
+
+@needs_chromium()
+@pytest.mark.anyio
+async def test_request_changes_reruns_with_the_comment_then_approve_lands_it(board: LiveDaemon) -> None:
+    task = board.call("create_task", project_id="demo", title="Needs review", requires_approval=True,
+                      description="ECHO\nWRITE review.txt first draft")
+    board.wait_status(task["id"], "AWAITING_APPROVAL")
+    async with chromium() as browser:
+        page = await browser.new_page(viewport={"width": 1300, "height": 1100})
+        await page.goto(login_link(board))
+        await page.goto(f"{board.base}/tasks/{task['id']}")  # type: ignore[attr-defined]
+        await page.evaluate("window.loadedOnce = true")
+        await page.wait_for_function("window.agentqueueFeed && window.agentqueueFeed.readyState === 1")
+        await page.fill("textarea[name=comment]", "Say banana in the second draft.")
+        await page.select_option("select[name=file]", "review.txt")
+        await page.fill("input[name=line]", "1")
+        await page.click("text=Request changes >> nth=-1")
+        await page.wait_for_selector("#flash .ok")
+        # The rerun's agent printed its prompt: the comment is in it, with where it was made.
+        await page.wait_for_function("document.getElementById('log').textContent.includes('Say banana')",
+                                     timeout=60_000)
+        log = await page.inner_text("#log")
+        assert "Changes requested by the reviewer" in log and "on review.txt:1] Say banana" in log
+        await page.locator("#comments li", has_text="Say banana").wait_for(timeout=30_000)
+        await page.wait_for_function("document.getElementById('task-status').textContent === 'AWAITING_APPROVAL'"
+                                     " && document.getElementById('panel').textContent.includes('Attempts (2)')",
+                                     timeout=60_000)
+        await page.click("#panel button.primary")  # Approve
+        await page.wait_for_function("document.getElementById('task-status').textContent === 'COMPLETED'",
+                                     timeout=60_000)
+        assert await page.evaluate("window.loadedOnce")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SCREENSHOTS / "board-request-changes.png"), full_page=True)
+    assert git(board.repo, "show", "main:review.txt") == "first draft"  # type: ignore[attr-defined]
+    shown = cli_json(board.env, "show", task["id"])
+    assert shown["attempts"] == 2 and shown["task"]["status"] == "COMPLETED"
+    assert len(board.call("get_recent_events", event_type="task.changes_requested")["events"]) == 1

@@ -23,7 +23,7 @@ EXPECTED_TOOLS = {
     "delete_task", "approve_task", "skip_task", "get_task_result", "get_task_diff", "get_chain_health",
     "set_task_status", "get_agent_error", "list_agents", "create_agent", "get_status", "get_recent_events",
     "get_token_usage", "orchestrator_control", "list_requests", "answer_request", "get_policy", "edit_policy",
-    "get_audit_log", "edit_agent", "pause_agent", "resume_agent", "delete_agent",
+    "get_audit_log", "edit_agent", "pause_agent", "resume_agent", "delete_agent", "request_changes",
 }
 DESTRUCTIVE = {"delete_project", "delete_task", "stop_task", "delete_agent"}
 

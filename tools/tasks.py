@@ -6,6 +6,8 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from ..apps import BOARD_URI, TASK_URI, tool_meta
+from ..services import limits
+from ..services.feedback import MAX_COMMENT
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import Limit, Offset, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for, services, tool
@@ -174,6 +176,29 @@ async def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
 def approve_task(ctx: Context, task_id: TaskId) -> Task:
     """Approve a task AWAITING_APPROVAL: it completes and its dependents may start."""
     return services(ctx).tasks.approve(task_id)
+
+
+class ChangesRequested(BaseModel):
+    task_id: str
+    previous_status: TaskStatusName
+    status: TaskStatusName
+    branch: str | None
+    branch_restarted: bool = Field(description="merged already: rerun starts it from the default branch")
+    comments: int
+    message: str
+
+
+@tool()
+async def request_changes(
+    ctx: Context,
+    task_id: TaskId,
+    comment: Annotated[str, Field(max_length=MAX_COMMENT)],
+    file: Annotated[str | None, Field(max_length=limits.MAX_PATH, description="a path in its diff")] = None,
+    line: Annotated[int | None, Field(ge=1, le=limits.MAX_COUNT)] = None,
+) -> ChangesRequested:
+    """Send a finished, failed or awaiting-approval task back with a comment: it reruns on its branch with the comment in its prompt."""
+    done = services(ctx).feedback.request_changes(task_id, comment, file, line, author="mcp")
+    return ChangesRequested(**vars(done))
 
 
 @tool()

@@ -111,7 +111,7 @@ def task_page(svc: Services, task_id: str) -> dict[str, Any]:
         html_diff = highlight(text, DiffLexer(), HtmlFormatter(nowrap=True))
     error = svc.tasks.agent_error(task_id) if task.status in ("BLOCKED", "FAILED", "PAUSED") else None
     log, offset = log_tail(svc, task_id)
-    return {"task": task, "attempts": attempts, "diff": diff, "diff_html": html_diff, "diff_note": diff_note,
+    return {"task": task, "attempts": attempts, "comments": svc.feedback.comments(task_id), "diff": diff, "diff_html": html_diff, "diff_note": diff_note,
             "error": error, "log": log, "log_offset": offset,
             "project": svc.projects.get(task.project_id), "column": COLUMN_OF.get(task.status, "Stuck")}
 

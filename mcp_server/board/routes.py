@@ -159,7 +159,8 @@ class Board:
             file, line = str(form.get("file") or "") or None, str(form.get("line") or "")
             if line and not line.isdigit():
                 return self._answer_error(request, f"line must be a line number (got {line!r}).")
-            call = lambda: request_changes(self.svc, task_id, comment, file, int(line) if line else None)  # noqa: E731
+            call = lambda: self.svc.feedback.request_changes(  # noqa: E731
+                task_id, comment, file, int(line) if line else None, author="board")
             arguments = {"comment": comment, "file": file, "line": line or None}
             done = "Changes requested: the task is queued again with your comment."
         else:
@@ -269,11 +270,6 @@ class Board:
         """The daemon stops: end every open stream (pages reconnect to the next daemon)."""
         self.closing = True
         self.live.publish({"kind": "bye"})
-
-
-def request_changes(svc: Services, task_id: str, comment: str, file: str | None, line: int | None) -> Any:
-    """The request-changes service (its own module once it lands in services)."""
-    return svc.tasks.request_changes(task_id, comment, file=file, line=line, author="board")
 
 
 def _sse(event: str, payload: dict[str, Any]) -> str:

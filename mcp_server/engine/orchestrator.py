@@ -254,7 +254,8 @@ class Engine:
             await self.flush()
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, f"agent:{agent.id}", task.id, ("agent",)) if tools else None
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id), task_prompt(task),
+        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id),
+                                          task_prompt(task, svc.feedback.comments(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools), mcp)
         started = time.monotonic()
 
@@ -414,7 +415,14 @@ class Engine:
     def _open_pr(self, task: Task, workspace: Workspace) -> str | None:
         """A PR when the repo has a remote and gh works; otherwise approve_task will merge."""
         repo = workspace.repo
-        assert repo is not None
+        assert repo is not None and workspace.branch is not None
+        if task.pr_url:  # a rerun after request_changes: pushing its branch updates the PR under review
+            try:
+                self.services.repos.checkout(repo).push(workspace.branch)
+                return task.pr_url
+            except ServiceError as error:
+                log.info("could not update the PR of %s (%s); approve_task will merge it", task.id, error)
+                return None
         try:
             return self.services.vcs.create_pr(repo, task.title, f"AgentQueue task `{task.id}`.\n\n"
                                                f"{task.description[:2000]}", workspace.branch, repo.default_branch,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..services import Services
+from ..services.feedback import Comment, prompt_section
 from ..store.models import Task
 from .workspaces import Workspace
 
@@ -17,8 +18,11 @@ TOOLS_NOTE = """- AgentQueue's own tools (mcp__agentqueue__*) let you queue foll
   lands), read and add to the project's notes, and see the queue. Queue only work that is out of scope."""
 
 
-def task_prompt(task: Task) -> str:
-    return f"# Task {task.id}: {task.title}\n\n{task.description}\n"
+def task_prompt(task: Task, comments: list[Comment] | None = None) -> str:
+    """The task as written, then what reviewers asked to change (request_changes), newest last."""
+    prompt = f"# Task {task.id}: {task.title}\n\n{task.description}\n"
+    review = prompt_section(comments or [])
+    return f"{prompt}\n{review}" if review else prompt
 
 
 def context_for(services: Services, task: Task, workspace: Workspace, agent_tools: bool = False) -> str:

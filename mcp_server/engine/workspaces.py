@@ -77,11 +77,28 @@ class Workspaces:
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
         main.run("worktree", "prune")
-        if main.branch_exists(branch):
+        merged = main.branch_exists(branch) and self._merged(main, branch, repo.default_branch)
+        if existing_branch is None and main.branch_exists(branch) and not merged:
+            # A branch the task no longer claims (request_changes after its PR was squash-merged): never
+            # rewrite a published branch, start a new one.
+            branch = next(f"{branch}-{n}" for n in range(2, 1000) if not main.branch_exists(f"{branch}-{n}"))
+        if merged:
+            # The default branch has all its commits (a rerun of merged work): move it up to the default
+            # branch (a fast-forward), so its diff is only the new work.
+            main.run("worktree", "add", "--quiet", "-B", branch, str(path), repo.default_branch)
+        elif main.branch_exists(branch):
             main.run("worktree", "add", "--quiet", str(path), branch)
         else:
             main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
         return Workspace(path, branch, repo)
+
+    @staticmethod
+    def _merged(main: gitops.Checkout, branch: str, default: str) -> bool:
+        try:
+            main.run("merge-base", "--is-ancestor", f"refs/heads/{branch}", f"refs/heads/{default}")
+            return True
+        except ServiceError:
+            return False
 
     @staticmethod
     def refresh_default(main: gitops.Checkout, repo: Repo) -> None:

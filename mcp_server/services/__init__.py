@@ -12,6 +12,7 @@ from .audit import Audit
 from .call_policy import CallPolicy
 from .channels import Channels
 from .events import Events
+from .feedback import Feedback
 from .files import Files
 from .hooks import Hooks
 from .memory import Memory
@@ -38,6 +39,7 @@ class Services:
         self.policies = Policies(home)
         self.projects = Projects(self.store, paths.workspaces_dir(home))
         self.tasks = Tasks(self.store, self.projects)
+        self.feedback = Feedback(self.store, self.tasks)
         self.agents = Agents(self.store, self.settings)
         self.channels = Channels(self.store, self.projects)
         self.events = Events(self.store)

@@ -187,10 +187,23 @@ def _m8_agent_paused(db: sqlite_utils.Database) -> None:
     db["agents"].add_column("paused", int, not_null_default=0)
 
 
+def _m9_task_feedback(db: sqlite_utils.Database) -> None:
+    """Version 9: reviewers' requested changes on a task (request_changes), fed to its next runs' prompts."""
+    db["task_feedback"].create(
+        {"id": int, "task_id": str, "project_id": str, "comment": str, "file": str, "line": int, "author": str,
+         "from_status": str, "created_at": str},
+        pk="id", not_null={"task_id", "comment", "author", "created_at"},
+    )
+    db["task_feedback"].create_index(["task_id", "id"], if_not_exists=True)
+    # Comments belong to their task: deleting it (or its project) deletes them, whichever path deletes it.
+    db.execute("CREATE TRIGGER IF NOT EXISTS task_feedback_cleanup AFTER DELETE ON tasks BEGIN "
+               "DELETE FROM task_feedback WHERE task_id = OLD.id; END")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
-    _m6_permission_requests, _m7_audit_log, _m8_agent_paused]
+    _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -5,6 +5,20 @@
   var feedUrl = body.dataset.feed;
   var live = document.getElementById("live");
 
+  // Changes come in bursts (READY→ASSIGNED→IN_PROGRESS in a few ms): one fetch at a time per thing,
+  // and one more after it if something changed meanwhile, so the last state always wins.
+  function coalesced(run) {
+    var busy = false, again = false;
+    return function trigger() {
+      if (busy) { again = true; return; }
+      busy = true;
+      Promise.resolve(run()).catch(function () {}).then(function () {
+        busy = false;
+        if (again) { again = false; trigger(); }
+      });
+    };
+  }
+
   // -- the kanban: cards move between columns, dependency links are drawn between them ----------
   function kanban() { return document.getElementById("kanban"); }
 
@@ -31,6 +45,7 @@
   }
 
   function countColumns() {
+    if (!kanban()) return;
     document.querySelectorAll("#kanban .column").forEach(function (column) {
       column.querySelector(".count").textContent = column.querySelectorAll(".card").length;
     });
@@ -66,19 +81,36 @@
       countColumns(); drawLinks();
       return;
     }
-    var project = kanban().dataset.project;
-    fetch("/projects/" + project + "/cards/" + encodeURIComponent(change.task_id), {credentials: "same-origin"})
-      .then(function (r) { return r.ok ? r.text() : ""; })
-      .then(function (html) { if (html) placeCard(html, change.task_id); });
+    var id = change.task_id;
+    if (!cardFetchers[id]) {
+      cardFetchers[id] = coalesced(function () {
+        return fetch("/projects/" + kanban().dataset.project + "/cards/" + encodeURIComponent(id),
+                     {credentials: "same-origin"})
+          .then(function (r) { return r.ok ? r.text() : ""; })
+          .then(function (html) { if (html) placeCard(html, id); });
+      });
+    }
+    cardFetchers[id]();
   }
+  var cardFetchers = {};
 
   // -- the task page: the panel refreshes, the log grows -------------------------------------------
-  function onTaskChange() {
-    var panel = document.getElementById("panel");
-    if (panel) htmx.ajax("GET", location.pathname + "/panel", {target: "#panel", swap: "outerHTML"});
-    // The changes section follows the branch (a run commits, a landing fixes the range).
-    htmx.ajax("GET", location.pathname, {target: "#diff", select: "#diff", swap: "outerHTML"});
+  // Replace the element `id` with the one of the same id in the page at `url` (htmx wires it up again).
+  function refresh(url, id) {
+    return fetch(url, {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html === null) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
+        var old = document.getElementById(id);
+        if (fresh && old) { old.replaceWith(fresh); htmx.process(fresh); }
+      });
   }
+
+  var onTaskChange = coalesced(function () {
+    // The changes section follows the branch too (a run commits, a landing fixes the range).
+    return Promise.all([refresh(location.pathname + "/panel", "panel"), refresh(location.pathname, "diff")]);
+  });
 
   function onLog(data) {
     var log = document.getElementById("log");
@@ -89,10 +121,10 @@
   }
 
   // -- the feed ------------------------------------------------------------------------------------
-  function resync() {  // after a daemon restart or falling behind: re-render this page's content in place
-    htmx.ajax("GET", location.pathname + location.search, {target: "#main", select: "#main", swap: "outerHTML"})
-      .then(function () { drawLinks(); });
-  }
+  // After a daemon restart or falling behind: re-render this page's content in place.
+  var resync = coalesced(function () {
+    return refresh(location.pathname + location.search, "main").then(function () { countColumns(); drawLinks(); });
+  });
 
   function connect() {
     if (!feedUrl) return;
