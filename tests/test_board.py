@@ -107,6 +107,8 @@ async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_w
     board.call("orchestrator_control", action="pause")  # so the new card is seen READY first
     async with chromium() as browser:
         context = await browser.new_context(viewport={"width": 1500, "height": 900})
+        asked: list[str] = []
+        context.on("request", lambda request: asked.append(request.url))
         page = await context.new_page()
         await page.goto(login_link(board))
         assert await page.title() == "Projects · AgentQueue"
@@ -136,6 +138,7 @@ async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_w
         await task_page.wait_for_function("document.getElementById('task-status').textContent === 'COMPLETED'",
                                           timeout=30_000)
         assert await page.evaluate("window.loadedOnce") and await task_page.evaluate("window.loadedOnce")
+        assert asked and all(url.startswith(board.base + "/") for url in asked), asked  # nothing from outside
         assert await page.locator(f"#col-Ready #card-{task_id}").count() == 0
         assert git(board.repo, "show", "main:said.txt") == "done"  # type: ignore[attr-defined]
         await task_page.locator("#diff .files code", has_text="said.txt").wait_for()
