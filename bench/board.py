@@ -78,12 +78,21 @@ def call(home: Path, tool: str, **arguments: Any) -> dict[str, Any]:
 
 async def first_paint(page: Any, url: str) -> dict[str, float]:
     await page.goto(url, wait_until="load")
-    return await page.evaluate("""() => {
-      const nav = performance.getEntriesByType('navigation')[0];
-      const fcp = performance.getEntriesByName('first-contentful-paint')[0];
-      return {server_ms: nav.responseStart - nav.requestStart, fcp_ms: fcp ? fcp.startTime : NaN,
-              cards: document.querySelectorAll('.card').length, links: document.querySelectorAll('#links path').length};
-    }""")
+    # A small page can finish loading before its first paint is reported: wait for the entry.
+    return await page.evaluate("""() => new Promise(resolve => {
+      const report = fcp => {
+        const nav = performance.getEntriesByType('navigation')[0];
+        resolve({server_ms: nav.responseStart - nav.requestStart, fcp_ms: fcp.startTime,
+                 cards: document.querySelectorAll('.card').length,
+                 links: document.querySelectorAll('#links path').length});
+      };
+      const seen = performance.getEntriesByName('first-contentful-paint')[0];
+      if (seen) return report(seen);
+      new PerformanceObserver((list, observer) => {
+        const fcp = list.getEntriesByName('first-contentful-paint')[0];
+        if (fcp) { observer.disconnect(); report(fcp); }
+      }).observe({type: 'paint', buffered: true});
+    })""")
 
 
 async def measure(tasks: int, loads: int, runs: int) -> dict[str, Any]:
