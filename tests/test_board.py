@@ -120,6 +120,7 @@ async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_w
         await page.fill("textarea[name=description]", f"SAY first line\nWAITFOR {gate}\nSAY second line\nWRITE said.txt done")
         await page.click("text=Queue task")
         await page.wait_for_selector("#flash .ok")
+        assert await page.input_value("input[name=title]") == ""  # the form is cleared for the next task
         card = page.locator("#col-Ready .card", has_text="Say and write")
         await card.wait_for()
         task_id = await card.get_attribute("data-id")
@@ -160,6 +161,8 @@ async def test_dependency_links_filters_and_the_other_views(board: LiveDaemon) -
         await page.goto(f"{board.base}/projects/demo")  # type: ignore[attr-defined]
         links = page.locator("#links path")
         assert await links.count() == 2
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SCREENSHOTS / "board-dependencies.png"), full_page=True)
         assert await links.first.get_attribute("data-from") == first["id"]
         await page.fill("input[name=q]", "API")
         await page.click("text=Filter")

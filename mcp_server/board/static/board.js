@@ -49,6 +49,8 @@
     document.querySelectorAll("#kanban .column").forEach(function (column) {
       column.querySelector(".count").textContent = column.querySelectorAll(".card").length;
     });
+    var shown = document.getElementById("shown-count");
+    if (shown) shown.textContent = document.querySelectorAll("#kanban .card").length;
   }
 
   function drawLinks() {
@@ -142,6 +144,11 @@
     window.agentqueueFeed = source;  // tests and curious people can see its state
   }
 
+  // A form whose action succeeded is cleared for the next one (a refusal keeps what was typed).
+  document.body.addEventListener("htmx:afterRequest", function (e) {
+    var form = e.detail.elt.closest ? e.detail.elt.closest("form") : null;
+    if (form && e.detail.successful && e.detail.xhr.responseText.indexOf("flash ok") >= 0) form.reset();
+  });
   document.addEventListener("DOMContentLoaded", function () { drawLinks(); connect(); });
   window.addEventListener("resize", drawLinks);
   document.body.addEventListener("htmx:afterSwap", function () { if (kanban()) { countColumns(); drawLinks(); } });
