@@ -281,6 +281,9 @@ def check_invariants(world: World, after: str) -> None:
         for task_id, depends_on in conn.execute("SELECT task_id, depends_on FROM task_dependencies"):
             edges.setdefault(task_id, set()).add(depends_on)
         assert not _cycle(edges), f"after {after}: a dependency cycle {_cycle(edges)}"
+        kept = set(conn.execute("SELECT project_id, status, n FROM task_counts WHERE n != 0"))
+        actual = set(conn.execute("SELECT project_id, status, count(*) FROM tasks GROUP BY project_id, status"))
+        assert kept == actual, f"after {after}: task_counts {kept} disagree with the tasks {actual}"
     finally:
         conn.close()
 

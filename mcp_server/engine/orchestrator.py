@@ -44,6 +44,13 @@ from .workspaces import Workspace, Workspaces
 log = logging.getLogger("agentqueue.engine")
 
 
+# Events after which a scheduling pass may find something new to start.
+WAKING_EVENTS = frozenset({"task.created", "task.ready", "task.restarted", "task.updated", "task.status_overridden",
+                           "task.changes_requested", "orchestrator.resumed", "project.created", "project.resumed",
+                           "project.updated", "agent.created", "agent.updated", "agent.resumed"})
+RESCAN_SECONDS = 30.0  # a pass even when nothing woke the engine (a rolling budget window frees a project)
+
+
 @dataclass
 class EngineConfig:
     """Tunables (config.toml [engine] and AGENTQUEUE_* variables; see settings.py)."""
@@ -80,6 +87,7 @@ class Engine:
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
+        self._last_pass = 0.0
         services.tasks.stop_hook = self.stop_task
         services.tasks.approve_hook = self.land_approved
         services.store.on_commit(self._on_commit)
@@ -142,8 +150,7 @@ class Engine:
         return changed
 
     def _on_commit(self, events: list[dict[str, Any]]) -> None:
-        if any(e["event_type"] in ("task.ready", "orchestrator.resumed", "project.resumed", "agent.created",
-                                   "project.updated") for e in events):
+        if any(e["event_type"] in WAKING_EVENTS for e in events):
             self._poked = True
 
     # -- the loop ------------------------------------------------------------------------------
@@ -159,9 +166,12 @@ class Engine:
 
             tg.start_soon(hooks_loop)
             while not self.shutting_down:
+                # Schedule only when something that can start a run happened (or, as a safety net, now
+                # and then: a budget window that slid); otherwise a tick is the few cheap periodic checks.
+                full = self._poked or time.monotonic() - self._last_pass >= RESCAN_SECONDS
                 self._poked = False
                 try:
-                    for task_id, agent_id in await anyio.to_thread.run_sync(self.tick):
+                    for task_id, agent_id in await anyio.to_thread.run_sync(self.tick, full):
                         tg.start_soon(self.execute, task_id, agent_id)
                 except Exception:
                     log.exception("engine tick failed")
@@ -173,12 +183,16 @@ class Engine:
                     waited += 0.02
             hooks_scope.cancel()  # the hook runner goes with the engine; runs in flight finish first
 
-    def tick(self) -> list[tuple[str, str]]:
-        """Resume due PAUSED tasks, check PRs (every 60 s), schedule, and claim; returns the runs to start."""
+    def tick(self, full: bool = True) -> list[tuple[str, str]]:
+        """Resume due PAUSED tasks, check PRs (every 60 s), and with `full` schedule and claim; returns the
+        runs to start."""
         self.lifecycle.resume_due()
         if time.monotonic() - self._last_pr_poll >= self.config.pr_poll_seconds:
             self._last_pr_poll = time.monotonic()
             self.poll_pull_requests()
+        if not full:
+            return []
+        self._last_pass = time.monotonic()
         state = self.queue_state()
         claims = []
         for assignment in schedule(state):
@@ -187,7 +201,14 @@ class Engine:
         return claims
 
     def queue_state(self) -> QueueState:
+        """What the scheduler needs, and no more: per project only the few best READY tasks that an idle
+        agent could take (never the whole READY set), so a pass costs the same at 100 or 100,000 tasks."""
         store = self.services.store
+        paused = self.services.system.orchestrator_state() == "paused"
+        agents = tuple(IdleAgent(a.id, a.agent_type, a.repo_id, tuple(a.capabilities))
+                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE" and not a.paused)
+        if paused or not agents:
+            return QueueState((), (), agents, paused)
         usage = self.services.usage.window_totals(24)
         running = {r["project_id"]: r["n"] for r in store.all(
             "SELECT project_id, count(*) AS n FROM tasks WHERE status IN "
@@ -195,14 +216,23 @@ class Engine:
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
                          for p in store.all("SELECT * FROM projects"))
-        tasks = tuple(ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"], t["agent_type"],
-                                t["repo_id"])
-                      for t in store.all("SELECT * FROM tasks WHERE status = 'READY'"))
-        agents = tuple(IdleAgent(a.id, a.agent_type, a.repo_id, tuple(a.capabilities))
-                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE" and not a.paused)
-        runs = store.one("SELECT avg(total) AS avg FROM token_ledger WHERE task_id IS NOT NULL") or {}
-        return QueueState(projects, tasks, agents, self.services.system.orchestrator_state() == "paused",
-                          int(runs.get("avg") or 10_000) or 10_000)
+        tasks: dict[str, ReadyTask] = {}
+        kinds = {(a.agent_type, a.repo_id) for a in agents}
+        for project in projects:
+            room = min(len(agents), project.max_concurrent_agents - project.running)
+            if project.paused or room <= 0 or (project.budget_limit and project.tokens_24h >= project.budget_limit):
+                continue
+            for agent_type, repo_id in kinds:  # each kind of idle agent sees its own best candidates
+                for t in store.all(
+                        "SELECT id, project_id, priority, created_at, agent_type, repo_id FROM tasks "
+                        "WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
+                        "AND (? IS NULL OR repo_id = ?) ORDER BY priority, created_at, id LIMIT ?",
+                        (project.id, agent_type, repo_id, repo_id, room)):
+                    tasks[t["id"]] = ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"],
+                                               t["agent_type"], t["repo_id"])
+        runs = store.one("SELECT avg(total) AS avg FROM (SELECT total FROM token_ledger WHERE task_id IS NOT NULL "
+                         "ORDER BY id DESC LIMIT 200)") or {}  # the recent runs' size, without reading every row
+        return QueueState(projects, tuple(tasks.values()), agents, paused, int(runs.get("avg") or 10_000) or 10_000)
 
     # -- one run ---------------------------------------------------------------------------------
     async def execute(self, task_id: str, agent_id: str) -> None:

@@ -56,32 +56,40 @@ class System:
 
     def warnings(self) -> list[str]:
         warnings = []
-        ready = self.store.all("SELECT id, agent_type, repo_id FROM tasks WHERE status = 'READY'")
+        # The kinds of agent READY tasks need (a handful), from a partial index; rows are read only for
+        # the kinds no agent can run.
+        kinds = self.store.all("SELECT DISTINCT agent_type, repo_id FROM tasks WHERE status = 'READY'")
         agents, _ = self.agents.list(limit=500)
-        orphans = [t for t in ready if not any(self.agents.can_run(a, t["agent_type"], t["repo_id"]) for a in agents)]
+        orphans = [k for k in kinds if not any(self.agents.can_run(a, k["agent_type"], k["repo_id"]) for a in agents)]
         if orphans:
-            example = orphans[0]
-            need = f" (e.g. '{example['id']}' needs agent_type {example['agent_type']})" if example["agent_type"] else ""
+            stuck = [self.store.one("SELECT count(*) AS n, min(id) AS example FROM tasks WHERE status = 'READY' "
+                                    "AND agent_type IS ? AND repo_id IS ?", (k["agent_type"], k["repo_id"]))
+                     for k in orphans]
+            need = (f" (e.g. '{stuck[0]['example']}' needs agent_type {orphans[0]['agent_type']})"
+                    if orphans[0]["agent_type"] else "")
             warnings.append(
-                f"{len(orphans)} READY task(s) have no agent that can run them{need}. "
+                f"{sum(r['n'] for r in stuck)} READY task(s) have no agent that can run them{need}. "
                 "create_agent registers one (claude-code, codex, gemini or command)."
             )
+        ready = self.store.scalar("SELECT coalesce(sum(n), 0) FROM task_counts WHERE status = 'READY'")
         if ready and self.orchestrator_state() == "paused":
-            warnings.append(f"The orchestrator is paused with {len(ready)} READY task(s); "
+            warnings.append(f"The orchestrator is paused with {ready} READY task(s); "
                             "orchestrator_control action=resume starts them.")
         return warnings + self._held_warnings() + self._no_change_warnings()
 
     def _held_warnings(self) -> list[str]:
         """Every BLOCKED, FAILED or PAUSED task with its reason and next step (the newest first, capped)."""
-        held = self.store.all(
+        held = self.store.all(  # the newest few, from the partial index of held tasks
             "SELECT id, title, status, reason, next_step FROM tasks WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', "
-            "'WAITING_INPUT') "
-            "ORDER BY updated_at DESC, id")
-        lines = [held_line(t) for t in held[:HELD_LINES]]
-        rest = held[HELD_LINES:]
-        if rest:
-            statuses = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED") if any(t["status"] == s for t in rest))
-            lines.append(f"and {len(rest)} more: list_tasks status={statuses}")
+            "'WAITING_INPUT') ORDER BY updated_at DESC, id DESC LIMIT ?", (HELD_LINES,))
+        lines = [held_line(t) for t in held]
+        counts = {r["status"]: int(r["n"]) for r in self.store.all(
+            "SELECT status, sum(n) AS n FROM task_counts WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', "
+            "'WAITING_INPUT') GROUP BY status")}
+        rest = sum(counts.values()) - len(held)
+        if rest > 0:
+            statuses = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED") if counts.get(s))
+            lines.append(f"and {rest} more: list_tasks status={statuses}")
         return lines
 
     def _no_change_warnings(self) -> list[str]:
@@ -99,8 +107,8 @@ class System:
         return lines
 
     def status(self) -> dict[str, Any]:
-        by_status = {r["status"]: r["n"] for r in self.store.all(
-            "SELECT status, count(*) AS n FROM tasks GROUP BY status")}
+        by_status = {r["status"]: int(r["n"]) for r in self.store.all(  # trigger-kept counts: no table scan
+            "SELECT status, sum(n) AS n FROM task_counts GROUP BY status HAVING sum(n) > 0")}
         in_progress = self.store.all(
             "SELECT id, title, project_id, assigned_agent FROM tasks WHERE status IN "
             f"{RUNNING_STATUSES} ORDER BY updated_at LIMIT 50")

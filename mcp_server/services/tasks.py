@@ -121,6 +121,12 @@ class Tasks:
         return self.exists(task_id) or \
             self.store.scalar("SELECT 1 FROM events WHERE task_id = ? LIMIT 1", (task_id,)) is not None
 
+    def status_counts(self, project_id: str | None = None) -> dict[str, int]:
+        """Tasks per status (of one project, or all), from the trigger-kept counts: no table scan."""
+        where, params = ("WHERE project_id = ?", (project_id,)) if project_id is not None else ("", ())
+        return {r["status"]: int(r["n"]) for r in self.store.all(
+            f"SELECT status, sum(n) AS n FROM task_counts {where} GROUP BY status HAVING sum(n) > 0", params)}
+
     def list(
         self,
         project_id: str | None = None,
@@ -137,15 +143,18 @@ class Tasks:
             clauses.append("project_id = ?")
             params.append(project_id)
         hidden = 0
+        counts = self.status_counts(project_id)
         if statuses:
             clauses.append(f"status IN ({','.join('?' * len(statuses))})")
             params.extend(statuses)
+            total = sum(counts.get(s, 0) for s in statuses)
         elif not include_completed:
-            base = " AND ".join(clauses) or "1"
-            hidden = int(self.store.scalar(f"SELECT count(*) FROM tasks WHERE {base} AND status = 'COMPLETED'", params))
-            clauses.append("status != 'COMPLETED'")
+            hidden = counts.get("COMPLETED", 0)
+            clauses.append("status != 'COMPLETED'")  # verbatim: it selects the partial index of open tasks
+            total = sum(counts.values()) - hidden
+        else:
+            total = sum(counts.values())
         where = " AND ".join(clauses) or "1"
-        total = int(self.store.scalar(f"SELECT count(*) FROM tasks WHERE {where}", params))
         rows = self.store.all(
             f"SELECT id, project_id, title, status, priority, assigned_agent FROM tasks WHERE {where} "
             "ORDER BY priority, created_at, id LIMIT ? OFFSET ?", (*params, limit, offset))

@@ -200,10 +200,42 @@ def _m9_task_feedback(db: sqlite_utils.Database) -> None:
                "DELETE FROM task_feedback WHERE task_id = OLD.id; END")
 
 
+def _m10_flat_costs(db: sqlite_utils.Database) -> None:
+    """Version 10: costs flat in the task count (issue 13).
+
+    `task_counts` keeps the number of tasks per project and status, maintained by triggers on every
+    path that writes `tasks`, so counts never scan the table. Partial indexes hold only the rows the
+    hot queries read: open tasks in queue order, READY tasks per project, held tasks by age.
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS task_counts (project_id TEXT NOT NULL, status TEXT NOT NULL, "
+               "n INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (project_id, status)) WITHOUT ROWID")
+    db.execute("DELETE FROM task_counts")
+    db.execute("INSERT INTO task_counts (project_id, status, n) "
+               "SELECT project_id, status, count(*) FROM tasks GROUP BY project_id, status")
+    up = ("INSERT INTO task_counts (project_id, status, n) VALUES (NEW.project_id, NEW.status, 1) "
+          "ON CONFLICT (project_id, status) DO UPDATE SET n = n + 1;")
+    down = "UPDATE task_counts SET n = n - 1 WHERE project_id = OLD.project_id AND status = OLD.status;"
+    db.execute(f"CREATE TRIGGER IF NOT EXISTS task_counts_insert AFTER INSERT ON tasks BEGIN {up} END")
+    db.execute(f"CREATE TRIGGER IF NOT EXISTS task_counts_delete AFTER DELETE ON tasks BEGIN {down} END")
+    db.execute("CREATE TRIGGER IF NOT EXISTS task_counts_update AFTER UPDATE OF status, project_id ON tasks "
+               f"WHEN OLD.status IS NOT NEW.status OR OLD.project_id IS NOT NEW.project_id BEGIN {down} {up} END")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_open_order ON tasks (priority, created_at, id) "
+               "WHERE status != 'COMPLETED'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_open_project_order ON tasks (project_id, priority, created_at, id) "
+               "WHERE status != 'COMPLETED'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_ready_order ON tasks (project_id, priority, created_at, id) "
+               "WHERE status = 'READY'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_ready_kind ON tasks (agent_type, repo_id) WHERE status = 'READY'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_held_age ON tasks (updated_at, id) "
+               "WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', 'WAITING_INPUT')")
+    db.execute("CREATE INDEX IF NOT EXISTS token_ledger_window ON token_ledger (timestamp, project_id, total)")
+    db.execute("CREATE INDEX IF NOT EXISTS task_results_recent ON task_results (created_at)")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
-    _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback]
+    _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

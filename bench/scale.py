@@ -1,0 +1,165 @@
+"""Costs against the task count: 1k / 10k / 100k-task stores, each 10 % READY, built by this script.
+
+Per store: a warm daemon (orchestrator paused, so nothing runs) and the official MCP client through
+the stdio plugin measure `get_task` (p50 over random ids), `get_chain_health` for a whole project,
+`list_tasks` (default filter, first page of 50), `get_status`; and, in-process on the same store,
+one scheduler pass (`queue_state` + `schedule`, as every engine tick does it). Medians of repeated
+calls; the ratio column is 100k against 1k (1.0 is flat).
+
+    python bench/scale.py [--sizes 1000,10000,100000] [--repeat 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+PROJECTS = 10
+AGENTS = 4
+STATUSES = ["COMPLETED"] * 78 + ["READY"] * 10 + ["DEFINED"] * 4 + ["BLOCKED"] * 3 + ["FAILED"] * 2 + \
+           ["AWAITING_APPROVAL"] * 2 + ["PAUSED"] * 1
+GOALS_MS = {"get_task": 5, "get_chain_health": 100, "list_tasks": 10, "get_status": 25, "scheduler_pass": 20}
+
+
+def build(home: Path, count: int) -> list[str]:
+    """A store of `count` tasks over PROJECTS projects (with dependency chains, results, ledger rows)."""
+    from agentqueue.services import Services
+
+    svc = Services(home)
+    rng = random.Random(count)
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    stamp = lambda n: (start + timedelta(seconds=n)).isoformat(timespec="milliseconds").replace("+00:00", "Z")  # noqa: E731
+    try:
+        for p in range(PROJECTS):
+            svc.projects.create(f"Project {p}", max_concurrent_agents=4)
+        for a in range(AGENTS):
+            svc.agents.create(f"worker {a}", "command", command="true")
+        ids = [f"task-{n:06d}" for n in range(count)]
+        tasks, deps, ledger, events = [], [], [], []
+        for n, task_id in enumerate(ids):
+            status = STATUSES[rng.randrange(len(STATUSES))]
+            project = f"project-{n % PROJECTS}"
+            tasks.append((task_id, project, f"Task {n}", f"Work item {n} " + "x" * 200, status, rng.randrange(200),
+                          0, 3, 0, stamp(n), stamp(n), "why it is held" if status in ("BLOCKED", "FAILED") else None))
+            if n % 10 and n >= PROJECTS:
+                deps.append((task_id, ids[n - PROJECTS]))  # a chain per project
+            if status == "COMPLETED":
+                ledger.append((project, task_id, "worker-0", 1000, 200, 1200, 0.01, stamp(n)))
+            events.append(("task.created", project, task_id, json.dumps({"title": f"Task {n}"}), stamp(n)))
+        with svc.store.transaction() as db:
+            db.conn.executemany("INSERT INTO tasks (id, project_id, title, description, status, priority, retry_count, "
+                           "max_retries, requires_approval, created_at, updated_at, reason) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tasks)
+            db.conn.executemany("INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", deps)
+            db.conn.executemany("INSERT INTO token_ledger (project_id, task_id, agent_id, input, output, total, cost_usd, "
+                           "timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", ledger)
+            db.conn.executemany("INSERT INTO events (event_type, project_id, task_id, payload, timestamp) "
+                           "VALUES (?, ?, ?, ?, ?)", events)
+        svc.system.set_orchestrator("paused")
+        svc.store.db.conn.execute("ANALYZE")
+        return ids
+    finally:
+        svc.close()
+
+
+def scheduler_pass_ms(home: Path, repeat: int) -> float:
+    from agentqueue.engine.orchestrator import Engine
+    from agentqueue.engine.scheduler import schedule
+    from agentqueue.services import Services
+
+    svc = Services(home)
+    try:
+        svc.system.set_orchestrator("running")  # the daemon is stopped by now: nothing starts a run
+        engine = Engine(svc, home)
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            state = engine.queue_state()
+            assignments = schedule(state)
+            times.append((time.perf_counter() - started) * 1000)
+        assert assignments, "the pass assigned nothing: the store has no runnable READY task"
+        return statistics.median(times)
+    finally:
+        svc.close()
+
+
+async def tool_ms(home: Path, ids: list[str], repeat: int) -> dict[str, float]:
+    env = {**os.environ, "AGENTQUEUE_HOME": str(home)}
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not (home / "daemon.json").exists():
+            await anyio.sleep(0.05)
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        rng = random.Random(7)
+        calls = {"get_task": lambda: {"task_id": rng.choice(ids)},
+                 "get_chain_health": lambda: {"project_id": "project-3"},
+                 "list_tasks": lambda: {},
+                 "get_status": lambda: {}}
+        figures = {}
+        async with Client(params) as client:
+            for name, arguments in calls.items():
+                await client.call_tool(name, arguments())  # warm
+                times = []
+                for _ in range(repeat):
+                    started = time.perf_counter()
+                    result = await client.call_tool(name, arguments())
+                    times.append((time.perf_counter() - started) * 1000)
+                    assert not result.is_error, result.content[0].text
+                figures[name] = statistics.median(times)
+        return figures
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+async def measure(sizes: list[int], repeat: int) -> dict[int, dict[str, float]]:
+    table = {}
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"agentqueue-scale-{size}-") as scratch:
+            home = Path(scratch) / "aq"
+            started = time.monotonic()
+            ids = build(home, size)
+            built = time.monotonic() - started
+            figures = await tool_ms(home, ids, repeat)
+            figures["scheduler_pass"] = scheduler_pass_ms(home, repeat)
+            figures["build_s"] = built
+            table[size] = figures
+            print(f"{size:>7} tasks (built in {built:.1f} s): "
+                  + ", ".join(f"{k} {v:.1f} ms" for k, v in figures.items() if k != "build_s"), flush=True)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--repeat", type=int, default=25)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    table = anyio.run(measure, sizes, args.repeat)
+    first, last = sizes[0], sizes[-1]
+    print(f"\n| call | " + " | ".join(f"{s:,}" for s in sizes) + f" | ratio {last:,}/{first:,} | goal |")
+    print("|---|" + "---|" * len(sizes) + "---|---|")
+    for name, goal in GOALS_MS.items():
+        cells = " | ".join(f"{table[s][name]:.1f} ms" for s in sizes)
+        ratio = table[last][name] / table[first][name]
+        mark = "✔" if table[last][name] <= goal else "✘"
+        print(f"| {name} | {cells} | {ratio:.2f} | ≤ {goal} ms {mark} |")
+    print(json.dumps({str(s): {k: round(v, 2) for k, v in f.items()} for s, f in table.items()}))
+
+
+if __name__ == "__main__":
+    main()

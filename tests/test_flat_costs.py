@@ -1,0 +1,116 @@
+"""Costs flat in the task count (issue 13): trigger-kept counts, partial indexes, a scheduler pass that
+reads only what it can assign, and an engine that schedules on events rather than on every poll."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agentqueue.engine.orchestrator import Engine
+from agentqueue.engine.scheduler import schedule
+from agentqueue.services import Services
+from agentqueue.store.db import MIGRATIONS, Store
+
+
+def plan(services: Services, sql: str, params: tuple = ()) -> str:
+    return " / ".join(r["detail"] for r in services.store.all("EXPLAIN QUERY PLAN " + sql, params))
+
+
+def counted(services: Services) -> set[tuple[str, str, int]]:
+    return {(r["project_id"], r["status"], r["n"]) for r in services.store.all(
+        "SELECT project_id, status, n FROM task_counts WHERE n != 0")}
+
+
+def actual(services: Services) -> set[tuple[str, str, int]]:
+    return {(r["project_id"], r["status"], r["n"]) for r in services.store.all(
+        "SELECT project_id, status, count(*) AS n FROM tasks GROUP BY project_id, status")}
+
+
+def test_the_counts_follow_every_path_that_writes_tasks(services: Services) -> None:
+    services.projects.create("One")
+    services.projects.create("Two")
+    a = services.tasks.create("one", "a", "d")
+    b = services.tasks.create("one", "b", "d", depends_on=[a.id])
+    c = services.tasks.create("two", "c", "d")
+    assert counted(services) == actual(services) == {("one", "READY", 1), ("one", "DEFINED", 1), ("two", "READY", 1)}
+    services.tasks.stop(a.id)
+    services.tasks.skip(a.id)  # COMPLETED: b becomes READY
+    services.tasks.set_status(c.id, "FAILED")
+    assert counted(services) == actual(services)
+    services.tasks.delete(b.id)
+    services.projects.delete("two")
+    assert counted(services) == actual(services) == {("one", "COMPLETED", 1)}
+    assert services.tasks.status_counts() == {"COMPLETED": 1}
+    assert services.projects.get("one").task_counts == {"COMPLETED": 1}
+
+
+def test_an_existing_store_gets_its_counts_when_it_upgrades(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
+    for migration in MIGRATIONS[:-1]:
+        migration(db)
+    conn.execute(f"PRAGMA user_version={len(MIGRATIONS) - 1}")
+    conn.execute("INSERT INTO projects (id, name, status, credit_weight, max_concurrent_agents, workspace, created_at, "
+                 "updated_at) VALUES ('p', 'P', 'ACTIVE', 1, 2, '/tmp', 'x', 'x')")
+    conn.executemany("INSERT INTO tasks (id, project_id, title, description, status, priority, retry_count, "
+                     "max_retries, requires_approval, created_at, updated_at) VALUES (?, 'p', 't', 'd', ?, 1, 0, 3, 0, "
+                     "'x', 'x')", [(f"t{n}", "READY" if n % 3 else "COMPLETED") for n in range(30)])
+    conn.commit()
+    conn.close()
+    store = Store(path)
+    try:
+        assert {(r["status"], r["n"]) for r in store.all("SELECT status, n FROM task_counts")} == \
+            {("READY", 20), ("COMPLETED", 10)}
+    finally:
+        store.close()
+
+
+def test_the_hot_queries_read_partial_indexes(services: Services) -> None:
+    services.projects.create("One")
+    default_page = ("SELECT id FROM tasks WHERE status != 'COMPLETED' ORDER BY priority, created_at, id LIMIT 50")
+    assert "tasks_open_order" in plan(services, default_page) and "TEMP B-TREE" not in plan(services, default_page)
+    project_page = ("SELECT id FROM tasks WHERE project_id = ? AND status != 'COMPLETED' "
+                    "ORDER BY priority, created_at, id LIMIT 50")
+    assert "tasks_open_project_order" in plan(services, project_page, ("one",))
+    ready = ("SELECT id FROM tasks WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
+             "AND (? IS NULL OR repo_id = ?) ORDER BY priority, created_at, id LIMIT ?")
+    assert "tasks_ready_order" in plan(services, ready, ("one", "command", None, None, 2))
+
+
+def test_a_scheduler_pass_reads_only_what_it_can_assign(agent_clis: dict[str, str], services: Services) -> None:
+    services.projects.create("Big", max_concurrent_agents=3)
+    services.agents.create("general", "command", command="true")
+    services.agents.create("codex one", "codex")
+    for n in range(300):  # first in queue order, but for an agent type nobody has
+        services.tasks.create("big", f"t{n}", "d", priority=10, agent_type="gemini")
+    wanted = services.tasks.create("big", "for codex", "d", priority=50, agent_type="codex")
+    anyone = services.tasks.create("big", "for anyone", "d", priority=90)
+    state = Engine(services, services.home).queue_state()
+    # Two idle agents, two kinds: at most two candidates per kind, not 302 tasks.
+    assert len(state.tasks) <= 4
+    assignments = {a.agent_id: a.task_id for a in schedule(state)}
+    assert assignments == {"codex-one": wanted.id, "general": anyone.id}  # each finds its task behind 300 others
+    services.system.set_orchestrator("paused")
+    assert Engine(services, services.home).queue_state().tasks == ()  # paused: nothing is read
+
+
+@pytest.mark.anyio
+async def test_the_engine_schedules_on_events_not_on_every_poll(services: Services) -> None:
+    services.projects.create("P")
+    engine = Engine(services, services.home)
+    passes = []
+    original = engine.queue_state
+    engine.queue_state = lambda: passes.append(1) or original()  # type: ignore[method-assign]
+    for _ in range(5):
+        engine.tick(full=False)  # a quiet poll: the periodic checks only
+    assert passes == []
+    engine.tick(full=True)
+    assert passes == [1]
+    engine._poked = False
+    services.tasks.create("p", "new", "d")  # task.created wakes the engine
+    assert engine._poked
