@@ -24,8 +24,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import anyio
-from mcp import Client, StdioServerParameters
 
 PROJECTS = 10
 AGENTS = 4
@@ -96,37 +94,67 @@ def scheduler_pass_ms(home: Path, repeat: int) -> float:
         svc.close()
 
 
-async def tool_ms(home: Path, ids: list[str], repeat: int) -> dict[str, float]:
+class RawClient:
+    """JSON-RPC lines over the stdio plugin, as a client sends them: the measure is the server's and the
+    pipe's, not a client library's own result validation (the Python SDK's jsonschema check of a
+    50-task list costs more than the server's answer)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "agentqueue", "mcp"], env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.next_id = 0
+        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                    "clientInfo": {"name": "bench", "version": "0"}})
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.process.stdin.write(json.dumps(message).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        self._send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        while True:
+            answer = json.loads(self.process.stdout.readline())
+            if answer.get("id") == self.next_id:
+                return answer
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def tool_ms(home: Path, ids: list[str], repeat: int) -> dict[str, float]:
     env = {**os.environ, "AGENTQUEUE_HOME": str(home)}
     server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while not (home / "daemon.json").exists():
-            await anyio.sleep(0.05)
-        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+            time.sleep(0.05)
+        client = RawClient(env)
         rng = random.Random(7)
         calls = {"get_task": lambda: {"task_id": rng.choice(ids)},
                  "get_chain_health": lambda: {"project_id": "project-3"},
                  "list_tasks": lambda: {},
                  "get_status": lambda: {}}
         figures = {}
-        async with Client(params) as client:
-            for name, arguments in calls.items():
-                await client.call_tool(name, arguments())  # warm
-                times = []
-                for _ in range(repeat):
-                    started = time.perf_counter()
-                    result = await client.call_tool(name, arguments())
-                    times.append((time.perf_counter() - started) * 1000)
-                    assert not result.is_error, result.content[0].text
-                figures[name] = statistics.median(times)
+        for name, arguments in calls.items():
+            client.request("tools/call", {"name": name, "arguments": arguments()})  # warm
+            times = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                answer = client.request("tools/call", {"name": name, "arguments": arguments()})
+                times.append((time.perf_counter() - started) * 1000)
+                assert not answer["result"].get("isError"), answer
+            figures[name] = statistics.median(times)
+        client.close()
         return figures
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
-async def measure(sizes: list[int], repeat: int) -> dict[int, dict[str, float]]:
+def measure(sizes: list[int], repeat: int) -> dict[int, dict[str, float]]:
     table = {}
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix=f"agentqueue-scale-{size}-") as scratch:
@@ -134,7 +162,7 @@ async def measure(sizes: list[int], repeat: int) -> dict[int, dict[str, float]]:
             started = time.monotonic()
             ids = build(home, size)
             built = time.monotonic() - started
-            figures = await tool_ms(home, ids, repeat)
+            figures = tool_ms(home, ids, repeat)
             figures["scheduler_pass"] = scheduler_pass_ms(home, repeat)
             figures["build_s"] = built
             table[size] = figures
@@ -149,7 +177,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=25)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    table = anyio.run(measure, sizes, args.repeat)
+    table = measure(sizes, args.repeat)
     first, last = sizes[0], sizes[-1]
     print(f"\n| call | " + " | ".join(f"{s:,}" for s in sizes) + f" | ratio {last:,}/{first:,} | goal |")
     print("|---|" + "---|" * len(sizes) + "---|---|")
