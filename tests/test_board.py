@@ -18,7 +18,7 @@ import pytest
 from agentqueue import paths
 
 from .browser import SCREENSHOTS, chromium, needs_chromium
-from .cli_helpers import AGENT_COMMAND, LiveDaemon, cli_env, cli_json, start_daemon, stop_daemon, wait_until
+from .cli_helpers import AGENT_COMMAND, LiveDaemon, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
 from .git_fixtures import git, make_repo
 from .mock_anthropic import MockAnthropic
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
@@ -282,3 +282,14 @@ async def test_request_changes_reruns_with_the_comment_then_approve_lands_it(boa
     shown = cli_json(board.env, "show", task["id"])
     assert shown["attempts"] == 2 and shown["task"]["status"] == "COMPLETED"
     assert len(board.call("get_recent_events", event_type="task.changes_requested")["events"]) == 1
+
+
+def test_agentqueue_board_says_what_to_do_when_the_daemon_has_no_http(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "aq", tmp_path / "user")
+    live = start_daemon(env)  # --no-http
+    try:
+        done = run_cli(env, "board", "--no-open")
+        assert done.returncode == 1 and "without HTTP" in done.stderr and "--port" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        stop_daemon(live)
