@@ -197,7 +197,7 @@ def test_a_task_finishing_while_the_chat_idles_prints_its_line(live: LiveDaemon)
     go = live.home / "go"
     with Chat(live) as chat:
         chat.wait("you › ")
-        task = live.call("create_task", project_id="demo", title="Quick one", description=f"WAITFOR {go}\nSAY done")
+        task = live.call("create_task", project_id="demo", title="Quick one", agent_type="command", description=f"WAITFOR {go}\nSAY done")
         live.wait_status(task["id"], "IN_PROGRESS")
         go.write_text("")
         chat.wait(f"✔ {task['id']} completed: Quick one", timeout=60)
