@@ -130,6 +130,17 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--no-open", action="store_true", help="print the login link instead of opening a browser")
     json_flag(board)
 
+    chat = add("chat", "talk to the queue in this terminal (the claude CLI with AgentQueue's tools)",
+               "Chat with the dispatcher: the real `claude` CLI (as the engine finds it) with AgentQueue's MCP "
+               "server and the dispatcher prompt. The queue speaks up when a task completes, fails, blocks or "
+               "asks permission; /allow and /deny answer. Ctrl-C stops a reply, Ctrl-D leaves.")
+    chat.add_argument("--project", help="the active project (the dispatcher creates tasks in it)")
+    chat.add_argument("--model", help="the model claude uses (e.g. sonnet, opus)")
+    chat.add_argument("--resume", action="store_true", help="continue the last conversation")
+    chat.add_argument("-p", "--print", dest="prompt", metavar="MESSAGE",
+                      help="one turn, no prompt: print the answer (for scripts)")
+    json_flag(chat)
+
     # -- acting on it (through the daemon, with the same checks as the MCP tools) ----------------------
     approve = add("approve", "approve a task AWAITING_APPROVAL (its work lands, dependents may start)")
     approve.add_argument("task", help="task id")
@@ -217,6 +228,8 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
 
 
 def _dispatch(args: argparse.Namespace, home: Path) -> int:
+    from .cli_output import CliError
+
     command = args.command
     if command == "install":
         from .install import run
@@ -243,6 +256,12 @@ def _dispatch(args: argparse.Namespace, home: Path) -> int:
         from .cli_board import open_board
 
         return open_board(home, args.no_open, args.json)
+    if command == "chat":
+        from .chat.repl import run as chat
+
+        if args.json and args.prompt is None:
+            raise CliError("--json goes with -p MESSAGE (one turn for a script); the interactive chat has no JSON.")
+        return chat(home, args.project, args.model, args.resume, args.prompt, args.json)
     if command in ("approve", "pause", "resume"):
         from . import cli_actions
 

@@ -10,6 +10,7 @@ Scenarios:
   auth         HTTP 401 (invalid API key) on every request
   prompt_too_long  HTTP 400 "prompt is too long" on every request
   hang         never answers (until the mock stops)
+  stall        never answers while the newest message holds the marker; later turns get a plain answer
   loop         the same Bash call forever
   slow_write   waits SLOW_SECONDS, then like write_file
   hook_create_task  calls AgentQueue's MCP tool create_task (HOOK_TASK), then "Created."
@@ -18,6 +19,8 @@ Scenarios:
   write_tool   the Write tool creates written.txt, then "Done."
   ping_pong    Bash `echo ping`, `echo pong`, alternating forever
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
+  chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
+               conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
   (none)       a plain text answer
 """
 
@@ -142,7 +145,7 @@ class MockAnthropic:
         if scenario == "prompt_too_long":
             return self._json(handler, 400, {"type": "error", "error": {
                 "type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}})
-        if scenario == "hang":
+        if scenario == "hang" or (scenario == "stall" and "SCENARIO:stall" in json.dumps(messages[-1:])):
             self.stopping.wait(600)
             return None
         if scenario == "slow_write" and not answered_tool:
@@ -166,6 +169,13 @@ class MockAnthropic:
         elif scenario == "ping_pong":
             word = "ping" if len(_tool_results(messages)) % 2 == 0 else "pong"
             blocks = [("tool_use", {"name": "Bash", "input": {"command": f"echo {word}", "description": word}})]
+        elif scenario == "chat_create" and not answered_tool:
+            titles = re.findall(r"TITLE\[(.*?)\]", text)
+            blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": {
+                "project_id": "demo", "title": titles[-1] if titles else "Untitled",
+                "description": "Queued from agentqueue chat."}})]
+        elif scenario == "chat_create":
+            blocks = [("text", f"Created: {_tool_results(messages)[-1]}")]
         elif scenario == "followup" and not answered_tool:
             blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
         elif scenario == "followup":

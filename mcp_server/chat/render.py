@@ -1,0 +1,149 @@
+"""How a chat looks in a terminal (rich): streamed text, one line per tool call and result, a footer per
+turn, the queue's lines printed above the prompt without breaking what the person is typing."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from .turns import Permission, TurnResult
+
+PROMPT = "you › "
+
+
+def money(cost: float) -> str:
+    return f"${cost:.4f}" if cost >= 0.01 else f"${cost:.6f}"
+
+
+def footer_text(turn: TurnResult) -> str:
+    u = turn.usage
+    cache = f" · {u.get('cache_read', 0)} cache read · {u.get('cache_write', 0)} cache write" \
+        if u.get("cache_read") or u.get("cache_write") else ""
+    return (f"{u.get('input', 0)} in · {u.get('output', 0)} out{cache} tokens · {money(turn.cost_usd)} · "
+            f"{turn.duration_ms / 1000:.1f} s")
+
+
+def fold(arguments: dict[str, Any], width: int) -> str:
+    """`key=value` pairs on one line, each value cut short: a tool call never takes more than a line."""
+    parts = []
+    for key, value in arguments.items():
+        shown = value if isinstance(value, str) else json.dumps(value)
+        shown = " ".join(str(shown).split())
+        parts.append(f"{key}={shown[:40] + '…' if len(shown) > 41 else shown}")
+    line = "  ".join(parts)
+    return line[: max(width - 1, 10)] + "…" if len(line) > width else line
+
+
+class TerminalView:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(highlight=False, soft_wrap=True)
+        self.lock = threading.RLock()  # the queue watcher prints from its own thread
+        self.at_line_start = True
+        self.prompting = False
+
+    def _print(self, text: Text | str, end: str = "\n") -> None:
+        with self.lock:
+            if not self.at_line_start:
+                self.console.print()
+            self.console.print(text, end=end, markup=False) if isinstance(text, str) else \
+                self.console.print(text, end=end)
+            self.at_line_start = end.endswith("\n")
+
+    # -- the turn ---------------------------------------------------------------------------------
+    def text(self, chunk: str) -> None:
+        with self.lock:
+            self.console.print(chunk, end="", markup=False)
+            self.at_line_start = chunk.endswith("\n")
+
+    def tool_call(self, name: str, arguments: dict[str, Any]) -> None:
+        width = self.console.width - len(name) - 5
+        self._print(Text.assemble(("⚙ ", "cyan"), (name, "bold cyan"), "  ", (fold(arguments, width), "dim")))
+
+    def tool_result(self, summary: str, is_error: bool) -> None:
+        self._print(Text.assemble(("  ✗ " if is_error else "  ↳ ", "red" if is_error else "green"),
+                                  (summary, "red" if is_error else "dim")))
+
+    def note(self, message: str) -> None:
+        self._print(Text(message, style="yellow"))
+
+    def error(self, message: str) -> None:
+        self._print(Text("✗ " + message, style="bold red"))
+
+    def footer(self, turn: TurnResult) -> None:
+        label = "interrupted · " if turn.interrupted else ""
+        self._print(Text(f"── {label}{footer_text(turn)}", style="dim"))
+
+    def ask(self, question: str, choices: str) -> str:
+        self._print(Text(question, style="bold yellow"))
+        try:
+            return input(choices).strip().lower()
+        except EOFError:
+            return ""
+        finally:
+            self.at_line_start = True
+
+    def ask_permission(self, tool: str, arguments: dict[str, Any], description: str) -> Permission:
+        what = fold(arguments, self.console.width - len(tool) - 12)
+        answer = self.ask(f"claude wants to use {tool}: {what}" + (f" ({description})" if description else ""),
+                          "Allow? [y]es / [n]o / [a]lways: ")
+        return "allow" if answer in ("y", "yes") else "always" if answer in ("a", "always") else "deny"
+
+    def ask_question(self, message: str) -> bool:
+        return self.ask(message, "Allow it? [y/N] ") in ("y", "yes")
+
+    # -- the queue, from another thread -----------------------------------------------------------
+    def announce(self, line: Text) -> None:
+        """A line from the queue: above the prompt (which is shown again with what was typed)."""
+        with self.lock:
+            if self.prompting:
+                buffer = _readline_buffer()
+                self.console.file.write("\r\x1b[K")
+                self.console.print(line)
+                self.console.file.write(PROMPT + buffer)
+                self.console.file.flush()
+            else:
+                self._print(line)
+
+
+def _readline_buffer() -> str:
+    try:
+        import readline
+    except ImportError:
+        return ""
+    return readline.get_line_buffer()
+
+
+class ScriptView:
+    """`chat -p`: the text goes to stdout as it comes (unless --json); nobody can be asked, so questions
+    get a no that says why."""
+
+    def __init__(self, stream_text: bool) -> None:
+        self.stream_text = stream_text
+
+    def text(self, chunk: str) -> None:
+        if self.stream_text:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
+    def tool_call(self, name: str, arguments: dict[str, Any]) -> None:
+        return None
+
+    def tool_result(self, summary: str, is_error: bool) -> None:
+        return None
+
+    def note(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def ask_permission(self, tool: str, arguments: dict[str, Any], description: str) -> Permission:
+        self.note(f"claude asked to use {tool}; `agentqueue chat -p` cannot ask a person, so it was refused.")
+        return "deny"
+
+    def ask_question(self, message: str) -> bool:
+        self.note(f"{message} — refused: `agentqueue chat -p` cannot ask a person. Allow it with a policy rule "
+                  "(edit_policy) or use the interactive chat.")
+        return False
