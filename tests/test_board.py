@@ -53,6 +53,16 @@ def login_link(live: LiveDaemon) -> str:
     return link
 
 
+async def live_page(browser: object, live: LiveDaemon, path: str, width: int = 1400, height: int = 900) -> object:
+    """A logged-in page at `path` with its live feed open; `window.loadedOnce` tells a reload apart."""
+    page = await browser.new_page(viewport={"width": width, "height": height})  # type: ignore[attr-defined]
+    await page.goto(login_link(live))
+    await page.goto(f"{live.base}{path}")  # type: ignore[attr-defined]
+    await page.evaluate("window.loadedOnce = true")
+    await page.wait_for_function("window.agentqueueFeed && window.agentqueueFeed.readyState === 1")
+    return page
+
+
 # -- access ------------------------------------------------------------------------------------------
 def test_pages_and_actions_need_the_session_and_the_board_refuses_foreign_origins(board: LiveDaemon) -> None:
     base = board.base  # type: ignore[attr-defined]
@@ -192,11 +202,7 @@ async def test_dependency_links_filters_and_the_other_views(board: LiveDaemon) -
 async def test_an_open_page_reconnects_after_a_daemon_restart(board: LiveDaemon) -> None:
     board.call("orchestrator_control", action="pause")
     async with chromium() as browser:
-        page = await browser.new_page(viewport={"width": 1400, "height": 800})
-        await page.goto(login_link(board))
-        await page.goto(f"{board.base}/projects/demo")  # type: ignore[attr-defined]
-        await page.evaluate("window.loadedOnce = true")
-        await page.wait_for_function("window.agentqueueFeed.readyState === 1")
+        page = await live_page(browser, board, "/projects/demo", height=800)
         before = paths.daemon_info_path(board.home).read_text()
         board.call("restart_daemon")
         await page.wait_for_function("window.agentqueueFeed.readyState !== 1", timeout=30_000)
@@ -253,11 +259,7 @@ async def test_request_changes_reruns_with_the_comment_then_approve_lands_it(boa
                       description="ECHO\nWRITE review.txt first draft")
     board.wait_status(task["id"], "AWAITING_APPROVAL")
     async with chromium() as browser:
-        page = await browser.new_page(viewport={"width": 1300, "height": 1100})
-        await page.goto(login_link(board))
-        await page.goto(f"{board.base}/tasks/{task['id']}")  # type: ignore[attr-defined]
-        await page.evaluate("window.loadedOnce = true")
-        await page.wait_for_function("window.agentqueueFeed && window.agentqueueFeed.readyState === 1")
+        page = await live_page(browser, board, f"/tasks/{task['id']}", width=1300, height=1100)
         await page.fill("textarea[name=comment]", "Say banana in the second draft.")
         await page.select_option("select[name=file]", "review.txt")
         await page.fill("input[name=line]", "1")
