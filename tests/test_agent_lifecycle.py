@@ -121,9 +121,9 @@ async def test_a_paused_agent_finishes_its_run_takes_no_new_task_and_resumes(ser
     ticks = 0
     tick = engine.tick
 
-    def counted_tick() -> list[tuple[str, str]]:
+    def counted_tick(full: bool = True) -> list[tuple[str, str]]:
         nonlocal ticks
-        claims = tick()
+        claims = tick(full)
         ticks += 1
         return claims
 

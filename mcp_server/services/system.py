@@ -86,10 +86,11 @@ class System:
         counts = {r["status"]: int(r["n"]) for r in self.store.all(
             "SELECT status, sum(n) AS n FROM task_counts WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', "
             "'WAITING_INPUT') GROUP BY status")}
-        rest = sum(counts.values()) - len(held)
-        if rest > 0:
-            statuses = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED") if counts.get(s))
-            lines.append(f"and {rest} more: list_tasks status={statuses}")
+        shown = {s: sum(1 for t in held if t["status"] == s) for s in counts}
+        rest = {s: n - shown[s] for s, n in counts.items() if n > shown[s]}
+        if rest:
+            statuses = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED") if s in rest)
+            lines.append(f"and {sum(rest.values())} more: list_tasks status={statuses}")
         return lines
 
     def _no_change_warnings(self) -> list[str]:
