@@ -17,6 +17,7 @@ class FileContent(BaseModel):
     content: str
     total_lines: int
     truncated: bool
+    note: str | None = None
 
 
 class SearchResults(BaseModel):
@@ -51,7 +52,7 @@ def read_file(
     svc = services(ctx)
     found = svc.files.read(path, _base(svc, project_id or client_state(ctx).active_project), offset, max_lines)
     return FileContent(path=found.path, content=found.content, total_lines=found.total_lines,
-                       truncated=found.truncated)
+                       truncated=found.truncated, note=found.note)
 
 
 @tool(read_only=True)
@@ -61,11 +62,12 @@ def search_files(
     path: PathText,
     mode: Literal["grep", "find"] = "grep",
     max_results: Annotated[int, Field(ge=1, le=1000)] = 50,
+    offset: Offset = 0,
 ) -> SearchResults:
     """Search file contents (grep) or names (find) under a path in the jail."""
     svc = services(ctx)
     results, truncated, note = svc.files.search(pattern, path, _base(svc, client_state(ctx).active_project),
-                                                mode, max_results)
+                                                mode, max_results, offset)
     return SearchResults(results=results, truncated=truncated, note=note)
 
 

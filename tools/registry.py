@@ -11,9 +11,9 @@ import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from ..services import limits
+from ..services import limits, result_size
 from ..services.errors import ServiceError, os_limit_error
 from ..toolsets import TOOLSETS
 from .gate import ApprovalParam, refuse_surrogates, settle, strings_in
@@ -95,6 +95,38 @@ def _with_approval(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
     wrapper.__annotations__ = {**inspect.get_annotations(fn, eval_str=True), APPROVAL: ApprovalParam}
 
 
+def fit(fn: Callable[..., Any], result: Any, kwargs: dict[str, Any]) -> Any:
+    """The net under every result: one over result_size.MAX_RESULT_CHARS loses list items or text ends until
+    it fits, and its `note` (or `message`) says what was cut and how to ask for the rest."""
+    if not isinstance(result, BaseModel):
+        return result
+    data = result.model_dump(mode="json")
+    if result_size.result_cost(data) <= result_size.MAX_RESULT_CHARS:
+        return result
+    field = next((f for f in ("note", "message") if f in type(result).model_fields), None)
+    if field:
+        data[field] = None  # room for the note, measured below
+    cuts = result_size.shrink(data, result_size.MAX_RESULT_CHARS - (600 if field else 0))
+    if field:
+        said = result.model_dump().get(field)
+        data[field] = ((said + " ") if said else "") + (
+            f"Cut to stay under {result_size.MAX_RESULT_CHARS:,} characters: "
+            f"{'; '.join(c.phrase for c in cuts)[:300]}. {_rest_hint(fn, kwargs, cuts)}")
+    if "truncated" in type(result).model_fields:
+        data["truncated"] = True
+    return type(result).model_validate(data)
+
+
+def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result_size.Cut]) -> str:
+    params = inspect.signature(fn).parameters
+    rows = next((c for c in cuts if c.items), None)
+    if rows and "offset" in params:
+        return f"Call {fn.__name__} with offset={(kwargs.get('offset') or 0) + rows.kept} for the next part."
+    if rows and "limit" in params:
+        return f"Call {fn.__name__} with limit={rows.kept} or narrower filters."
+    return "Ask for one item at a time (get_task, read_file with offset, read_note with offset)."
+
+
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
          meta: dict[str, Any] | None = None) -> Callable:
     """Register a tool (async, or sync to run in a worker thread) behind the policy gate.
@@ -114,9 +146,9 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):
-                    return await fn(*args, **kwargs)
+                    return fit(fn, await fn(*args, **kwargs), kwargs)
                 # Sync tools do slow work (git, subprocesses, disk walks): off the event loop.
-                return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                return fit(fn, await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs)), kwargs)
             except ServiceError as error:
                 raise ToolError(str(error)) from None
             except ToolError:
