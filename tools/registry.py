@@ -95,7 +95,7 @@ def _with_approval(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
     wrapper.__annotations__ = {**inspect.get_annotations(fn, eval_str=True), APPROVAL: ApprovalParam}
 
 
-def fit(fn: Callable[..., Any], result: Any, kwargs: dict[str, Any]) -> Any:
+def fit(fn: Callable[..., Any], result: Any, kwargs: dict[str, Any], rest: str | None = None) -> Any:
     """The net under every result: one over result_size.MAX_RESULT_CHARS loses list items or text ends until
     it fits, and its `note` (or `message`) says what was cut and how to ask for the rest."""
     if not isinstance(result, BaseModel):
@@ -111,13 +111,15 @@ def fit(fn: Callable[..., Any], result: Any, kwargs: dict[str, Any]) -> Any:
         said = result.model_dump().get(field)
         data[field] = ((said + " ") if said else "") + (
             f"Cut to stay under {result_size.MAX_RESULT_CHARS:,} characters: "
-            f"{'; '.join(c.phrase for c in cuts)[:300]}. {_rest_hint(fn, kwargs, cuts)}")
+            f"{'; '.join(c.phrase for c in cuts)[:300]}. {_rest_hint(fn, kwargs, cuts, rest)}")
     if "truncated" in type(result).model_fields:
         data["truncated"] = True
     return type(result).model_validate(data)
 
 
-def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result_size.Cut]) -> str:
+def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result_size.Cut], rest: str | None) -> str:
+    if rest:
+        return rest.format(**kwargs)
     params = inspect.signature(fn).parameters
     rows = next((c for c in cuts if c.items), None)
     if rows and "offset" in params:
@@ -128,9 +130,10 @@ def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result
 
 
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
-         meta: dict[str, Any] | None = None) -> Callable:
+         meta: dict[str, Any] | None = None, rest: str | None = None) -> Callable:
     """Register a tool (async, or sync to run in a worker thread) behind the policy gate.
 
+    `rest` says where the whole of a result cut to size is (formatted with the call's arguments).
     ServiceErrors become tool errors; a question the person declined refuses the call before it runs.
     """
 
@@ -146,9 +149,9 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):
-                    return fit(fn, await fn(*args, **kwargs), kwargs)
+                    return fit(fn, await fn(*args, **kwargs), kwargs, rest)
                 # Sync tools do slow work (git, subprocesses, disk walks): off the event loop.
-                return fit(fn, await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs)), kwargs)
+                return fit(fn, await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs)), kwargs, rest)
             except ServiceError as error:
                 raise ToolError(str(error)) from None
             except ToolError:
