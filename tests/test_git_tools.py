@@ -440,7 +440,7 @@ async def test_git_changed_files_committed_uncommitted_and_untracked(client, wor
 
 async def test_git_changed_files_of_a_clean_branch_and_refusals(client, services, world: World):
     assert await ok(client, "git_changed_files", repo_id="app") == {"repo_id": "app", "base": "main", "files": [],
-                                                                     "count": 0, "note": None}
+                                                                     "count": 0}
     await refused(client, services, "git_changed_files", "No base branch 'nope'", repo_id="app", base_branch="nope")
     await refused(client, services, "git_changed_files", "'ghost' not found", repo_id="ghost")
 

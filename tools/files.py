@@ -9,15 +9,14 @@ from pydantic import BaseModel, Field
 from ..services import Services
 from ..services.errors import NotFoundError
 
-from .registry import Command, Offset, PathText, ProjectId, client_state, services, tool
+from .registry import Command, Noted, Offset, PathText, ProjectId, client_state, services, tool
 
 
-class FileContent(BaseModel):
+class FileContent(Noted):
     path: str
     content: str
     total_lines: int
     truncated: bool
-    note: str | None = None
 
 
 class SearchResults(BaseModel):

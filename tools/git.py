@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from ..services import result_size
 
-from .registry import Command, Name, Offset, PathText, ProjectId, project_for, services, tool
+from .registry import Command, Name, Noted, Offset, PathText, ProjectId, project_for, services, tool
 
 RepoId = Annotated[str | None, Field(description="default: the project's first repo")]
 
@@ -44,18 +44,16 @@ class PullRequest(BaseModel):
     pr_url: str
 
 
-class ChangedFiles(BaseModel):
+class ChangedFiles(Noted):
     repo_id: str
     base: str
     files: list[dict[str, str]]
     count: int
-    note: str | None = None
 
 
-class RepoReports(BaseModel):
+class RepoReports(Noted):
     project_id: str
     repos: list[dict[str, Any]]
-    note: str | None = None
 
 
 def _merged(repo_id: str, outcome: Any) -> Merged:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from ..services import result_size
 
-from .registry import Name, Offset, PathText, ProjectId, project_for, services, tool
+from .registry import Name, Noted, Offset, PathText, ProjectId, project_for, services, tool
 
 
 class NoteInfo(BaseModel):
@@ -18,7 +18,7 @@ class NoteInfo(BaseModel):
     modified: str | None = None
 
 
-class NoteList(BaseModel):
+class NoteList(Noted):
     project_id: str
     notes: list[NoteInfo]
 
@@ -29,13 +29,12 @@ class NoteWritten(BaseModel):
     status: str
 
 
-class NoteContent(BaseModel):
+class NoteContent(Noted):
     name: str
     title: str
     content: str
     total_chars: int = 0
     truncated: bool = False
-    note: str | None = None
 
 
 class NoteAppended(BaseModel):

@@ -11,7 +11,7 @@ import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from ..services import limits, result_size
 from ..services.errors import ServiceError, os_limit_error
@@ -19,7 +19,7 @@ from ..toolsets import TOOLSETS
 from .gate import ApprovalParam, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
-__all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Offset", "PathText", "Priority", "ProjectId",
+__all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Noted", "Offset", "PathText", "Priority", "ProjectId",
            "Retries", "SPECS", "Seconds", "TOOLS", "TaskId", "Tokens", "ToolSpec", "Weight", "client_state",
            "project_filter", "project_for", "services", "state_for", "tool"]
 
@@ -41,6 +41,19 @@ Hours = Annotated[float, Field(gt=0, le=limits.MAX_HOURS)]
 Name = Annotated[str, Field(max_length=limits.MAX_NAME)]
 PathText = Annotated[str, Field(max_length=limits.MAX_PATH)]
 Command = Annotated[str, Field(max_length=limits.MAX_COMMAND)]
+
+class Noted(BaseModel):
+    """A result that may be cut to size: `note`, absent unless set, says what was cut and how to get the rest."""
+
+    note: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_note(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("note") is None:
+            data.pop("note", None)
+        return data
+
 
 # The hidden parameter every tool gets: filled by the policy gate, never in the input schema.
 APPROVAL = "policy_approval"

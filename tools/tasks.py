@@ -10,13 +10,16 @@ from ..services import limits, result_size
 from ..services.feedback import MAX_COMMENT
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
-from .registry import Limit, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for, services, tool
+from .registry import (
+    Limit, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for,
+    services, tool,
+)
 
 
 RepoId = Annotated[str | None, Field(description="default: the project's default or only repo")]
 
 
-class TaskList(BaseModel):
+class TaskList(Noted):
     tasks: list[TaskSummary]
     total: int
     hidden_completed: int
@@ -46,7 +49,7 @@ class TaskResultInfo(BaseModel):
     message: str | None = None
 
 
-class TaskDiff(BaseModel):
+class TaskDiff(Noted):
     task_id: str
     branch: str | None
     base: str | None
@@ -54,7 +57,6 @@ class TaskDiff(BaseModel):
     files_changed: list[str]
     total_chars: int = 0
     truncated: bool = False
-    note: str | None = None
 
 
 class StuckChain(BaseModel):
@@ -65,7 +67,7 @@ class StuckChain(BaseModel):
     stuck_count: int
 
 
-class ChainHealth(BaseModel):
+class ChainHealth(Noted):
     task_id: str | None = None
     status: TaskStatusName | None = None
     reason: str | None = None
