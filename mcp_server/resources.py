@@ -105,14 +105,19 @@ def _json(value: Any, rest: str = "") -> str:
 def log_page(path: Path, task_id: str, offset: int | None) -> str:
     """One page of a task log (bytes from offset, or its end), headed by where it is and how to read on."""
     uri = f"agentqueue://tasks/{task_id}/log"
+    budget = result_size.RESOURCE_CHARS - 400  # the header line
     with path.open("rb") as handle:
         size = handle.seek(0, 2)
-        start = max(0, size - result_size.RESOURCE_CHARS) if offset is None else min(max(offset, 0), size)
+        start = max(0, size - budget) if offset is None else min(max(offset, 0), size)
         handle.seek(start)
-        raw = handle.read(result_size.RESOURCE_CHARS)
+        raw = handle.read(budget)
     decoded = raw.decode("utf-8", errors="replace")
-    text = result_size.cut(decoded, result_size.RESOURCE_CHARS - 400)
-    end = start + (len(raw) if text == decoded else len(text.encode("utf-8", errors="replace")))
+    if offset is None:  # the end: keep the last of it (escaping costs the same read backwards)
+        text = result_size.cut(decoded[::-1], budget)[::-1]
+        start, end = (start, start + len(raw)) if text == decoded else (size - len(text.encode()), size)
+    else:
+        text = result_size.cut(decoded, budget)
+        end = start + (len(raw) if text == decoded else len(text.encode("utf-8", errors="replace")))
     if start == 0 and end == size:
         return text  # the whole log fits
     before = f"earlier: {uri}?offset={max(0, start - result_size.RESOURCE_CHARS)}" if start else "this is the start"

@@ -132,14 +132,17 @@ def fit(fn: Callable[..., Any], result: Any, kwargs: dict[str, Any], rest: str |
 
 def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result_size.Cut], rest: str | None) -> str:
     if rest:
-        return rest.format(**kwargs)
+        try:
+            return rest.format(**kwargs)
+        except (KeyError, IndexError):
+            return rest
     params = inspect.signature(fn).parameters
     rows = next((c for c in cuts if c.items), None)
     if rows and "offset" in params:
         return f"Call {fn.__name__} with offset={(kwargs.get('offset') or 0) + rows.kept} for the next part."
     if rows and "limit" in params:
         return f"Call {fn.__name__} with limit={rows.kept} or narrower filters."
-    return "Ask for one item at a time (get_task, read_file with offset, read_note with offset)."
+    return "Narrower calls get the rest: one item, filters, or a list tool's limit and offset."
 
 
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
@@ -162,9 +165,11 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):
-                    return fit(fn, await fn(*args, **kwargs), kwargs, rest)
-                # Sync tools do slow work (git, subprocesses, disk walks): off the event loop.
-                return fit(fn, await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs)), kwargs, rest)
+                    result = await fn(*args, **kwargs)
+                else:  # sync tools do slow work (git, subprocesses, disk walks): off the event loop
+                    result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                # Measuring and cutting a big result takes a while too.
+                return await anyio.to_thread.run_sync(functools.partial(fit, fn, result, kwargs, rest))
             except ServiceError as error:
                 raise ToolError(str(error)) from None
             except ToolError:

@@ -212,7 +212,7 @@ async def skip_task(ctx: Context, task_id: TaskId) -> TaskSkipped:
     return TaskSkipped(skipped=task_id, unblocked=services(ctx).tasks.skip(task_id))
 
 
-@tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: .../log/<offset>).")
+@tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
 async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
     """The latest agent run's result: summary, files, tokens, cost, error."""
     attempts, result = services(ctx).tasks.results(task_id)
@@ -265,7 +265,7 @@ async def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName)
     return StatusOverride(task_id=task_id, old_status=old, new_status=new)
 
 
-@tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: .../log/<offset>).")
+@tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
 async def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
     """Why a task is BLOCKED, FAILED or PAUSED, or its last run failed, with a suggested fix."""
     return AgentError(**services(ctx).tasks.agent_error(task_id))

@@ -68,25 +68,19 @@ def result_cost(data: Any) -> int:
     return cost(json.dumps(data, indent=2, ensure_ascii=False)) + len(json.dumps(data, ensure_ascii=True))
 
 
-def _biggest(data: Any, path: str = "") -> tuple[int, str, Any, Any]:
-    """(cost, path, container, key) of the biggest list (of 2+ items) or string anywhere in data."""
-    best: tuple[int, str, Any, Any] = (0, "", None, None)
+def _parts(data: Any, path: str = "") -> list[tuple[int, str, Any, Any]]:
+    """(cost, path, container, key) of every list (of 2+ items) and string anywhere in data."""
+    found: list[tuple[int, str, Any, Any]] = []
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for key, value in items:
-        where = f"{path}.{key}" if isinstance(data, dict) else f"{path}[{key}]"
+        where = (f"{path}.{key}" if isinstance(data, dict) else f"{path}[{key}]").lstrip(".")
         if isinstance(value, str):
-            found = (escaped_cost(value), where.lstrip("."), data, key)
+            found.append((escaped_cost(value), where, data, key))
         elif isinstance(value, (dict, list)):
-            found = _biggest(value, where)
+            found += _parts(value, where)
             if isinstance(value, list) and len(value) > 1:
-                size = len(json.dumps(value, ensure_ascii=True))
-                if size >= found[0]:
-                    found = (size, where.lstrip("."), data, key)
-        else:
-            continue
-        if found[0] > best[0]:
-            best = found
-    return best
+                found.append((len(json.dumps(value, ensure_ascii=True)), where, data, key))
+    return found
 
 
 @dataclass
@@ -109,23 +103,31 @@ def shrink(data: Any, budget: int = MAX_RESULT_CHARS, measure: Any = result_cost
     biggest string its end, until it fits. Returns the cuts."""
     cuts: list[Cut] = []
     while (size := measure(data)) > budget:
-        _, where, container, key = _biggest(data)
-        if container is None:
-            break
+        parts = sorted(_parts(data), key=lambda part: part[0], reverse=True)
+        if not parts or parts[0][0] < 200:
+            break  # nothing left worth cutting
+        biggest, where, container, key = parts[0]
+        second = parts[1][0] if len(parts) > 1 else 0
+        # Level the biggest down to the next one (or by what is over, if less): big parts share the cut.
+        # The text and the structure both hold each part, so a part's cost counts about twice.
+        target = max(biggest - (size - budget) // 2 - 200, min(int(second * 0.9), biggest - 1), 0)
         value = container[key]
         if isinstance(value, list):
             full, low, high = list(value), 1, len(value) - 1
-            while low < high:  # the most items that fit
+            while low < high:  # the most items within target
                 middle = (low + high + 1) // 2
-                container[key] = full[:middle]
-                low, high = (middle, high) if measure(data) <= budget else (low, middle - 1)
+                low, high = (middle, high) if len(json.dumps(full[:middle], ensure_ascii=True)) <= target \
+                    else (low, middle - 1)
             container[key] = full[:low]
-            cuts.append(Cut(where, low, len(full), True))
+            total = next((c.total for c in cuts if c.where == where), len(full))
+            cuts = [c for c in cuts if c.where != where] + [Cut(where, low, total, True)]
         else:
-            keep = max(0, escaped_cost(value) - (size - budget) // 2 - 200)  # the text and the structure hold it
-            kept = cut(value, keep)
-            if len(kept) >= len(value):
+            before = next((c for c in cuts if c.where == where), None)
+            text = value[: value.rindex(" [… ")] if before else value  # cut before: cut its text again
+            original = before.total if before else len(value)
+            kept = cut(text, target)
+            if len(kept) >= len(text):
                 break
-            container[key] = kept + f" [… {len(value) - len(kept):,} more characters cut]"
-            cuts.append(Cut(where, len(kept), len(value), False))
+            container[key] = kept + f" [… {original - len(kept):,} more characters cut]"
+            cuts = [c for c in cuts if c.where != where] + [Cut(where, len(kept), original, False)]
     return cuts
