@@ -211,6 +211,13 @@ async def test_lists_at_their_largest_limit_stay_within_the_budget(client, servi
                               project_id="proj")
     audit = await call(client, "get_audit_log", limit=500)
     assert 1 <= len(audit["entries"]) < 500 and "limit=" in audit["note"]
+    hook = services.hooks.create("proj", "Loud", {"type": "periodic", "interval_seconds": 3600},
+                                 prompt_template="say")
+    for n in range(500):
+        run_id = services.hooks.start_run(hook, "periodic", None, f"2026-01-01T00:{n // 60:02d}:{n % 60:02d}+00:00")
+        services.hooks.finish_run(hook, run_id, "failed", response="r" * 10_000)
+    runs = await call(client, "list_hook_runs", hook_id=hook.id, limit=500)
+    assert 1 <= len(runs["runs"]) < 500 and "limit=" in runs["note"]
     for uri in ("agentqueue://audit", "agentqueue://projects/proj/tasks", "agentqueue://events/recent"):
         text = (await client.read_resource(uri)).contents[0].text
         assert len(text) <= result_size.RESOURCE_CHARS, uri
