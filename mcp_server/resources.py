@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import weakref
+from pathlib import Path
 from typing import Any
 
 import mcp.types as types
@@ -19,7 +20,7 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 
-from .services import Services
+from .services import Services, result_size
 from .services.errors import NotFoundError
 
 log = logging.getLogger("agentqueue.resources")
@@ -86,8 +87,42 @@ class Notifier:
                     self.unsubscribe(uri, connection)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, default=lambda m: m.model_dump(mode="json"), indent=1)
+def _json(value: Any, rest: str = "") -> str:
+    """JSON text of value, cut to result_size.RESOURCE_CHARS (an object then says so in `truncated`/`note`)."""
+    text = json.dumps(value, default=lambda m: m.model_dump(mode="json"), indent=1)
+    if len(text) + 5 * (len(text) - len(text.encode("ascii", "ignore"))) <= result_size.RESOURCE_CHARS:
+        return text
+    data = json.loads(text)
+    cuts = result_size.shrink(data, result_size.RESOURCE_CHARS - 1000,
+                              lambda d: len(json.dumps(d, indent=1, ensure_ascii=True)))
+    if isinstance(data, dict):
+        data["truncated"] = True
+        data["note"] = f"Cut to stay under {result_size.RESOURCE_CHARS:,} characters: " \
+                       f"{'; '.join(c.phrase for c in cuts)[:300]}. {rest}".strip()
+    return json.dumps(data, indent=1)
+
+
+def log_page(path: Path, task_id: str, offset: int | None) -> str:
+    """One page of a task log (bytes from offset, or its end), headed by where it is and how to read on."""
+    uri = f"agentqueue://tasks/{task_id}/log"
+    budget = result_size.RESOURCE_CHARS - 400  # the header line
+    with path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        start = max(0, size - budget) if offset is None else min(max(offset, 0), size)
+        handle.seek(start)
+        raw = handle.read(budget)
+    decoded = raw.decode("utf-8", errors="replace")
+    if offset is None:  # the end: keep the last of it (escaping costs the same read backwards)
+        text = result_size.cut(decoded[::-1], budget)[::-1]
+        start, end = (start, start + len(raw)) if text == decoded else (size - len(text.encode()), size)
+    else:
+        text = result_size.cut(decoded, budget)
+        end = start + (len(raw) if text == decoded else len(text.encode("utf-8", errors="replace")))
+    if start == 0 and end == size:
+        return text  # the whole log fits
+    before = f"earlier: {uri}?offset={max(0, start - result_size.RESOURCE_CHARS)}" if start else "this is the start"
+    after = f"next: {uri}?offset={end}" if end < size else "this is the end (so far)"
+    return f"[log bytes {start:,}–{end:,} of {size:,}; {before}; {after}]\n{text}"
 
 
 def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
@@ -118,7 +153,8 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
                   description="A project's tasks, completed included")
     def project_tasks(project_id: str) -> str:
         tasks, total, _ = found(services.tasks.list, project_id, None, True, 500, 0)
-        return _json({"project_id": project_id, "tasks": tasks, "total": total})
+        return _json({"project_id": project_id, "tasks": tasks, "total": total},
+                     "list_tasks with offset pages them all.")
 
     @mcp.resource("agentqueue://tasks/{task_id}", mime_type="application/json", description="One task")
     def task(task_id: str) -> str:
@@ -127,17 +163,22 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
     @mcp.resource("agentqueue://projects/{project_id}/notes/{name}", mime_type="text/markdown",
                   description="A project note (markdown)")
     def note(project_id: str, name: str) -> str:
-        return found(services.notes.read, project_id, name)["content"]
+        content = found(services.notes.read, project_id, name)["content"]
+        part = result_size.page(content, 0, result_size.RESOURCE_CHARS - 300)
+        if part.next_offset is None:
+            return content
+        return part.text + (f"\n\n[note cut: {part.span()} shown; read_note title={name!r} "
+                            f"offset={part.next_offset} gives the next part]")
 
-    @mcp.resource("agentqueue://tasks/{task_id}/log", mime_type="text/plain",
-                  description="A task's agent output as it streams (the last 200 000 characters)")
-    def task_log(task_id: str) -> str:
+    @mcp.resource("agentqueue://tasks/{task_id}/log{?offset}", mime_type="text/plain",
+                  description="A task's agent output as it streams: the end, or from ?offset=<byte> on, "
+                              "one page at a time")
+    def task_log(task_id: str, offset: int | None = None) -> str:
         found(services.tasks.get, task_id)
         path = services.home / "logs" / "tasks" / f"{task_id}.log"
         if not path.exists():
             return "(no agent has run this task yet)"
-        text = path.read_text(encoding="utf-8", errors="replace")
-        return text[-200_000:]
+        return log_page(path, task_id, offset)
 
     @mcp.resource(EVENTS, mime_type="application/json", description="The 50 most recent events")
     def events() -> str:
@@ -148,12 +189,13 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
     def approvals() -> str:
         tasks, total, _ = services.tasks.list(None, "AWAITING_APPROVAL", True, 500, 0)
         requests = services.requests.list("pending", limit=500)
-        return _json({"tasks": tasks, "total": total, "requests": requests})
+        return _json({"tasks": tasks, "total": total, "requests": requests},
+                     "list_tasks status=AWAITING_APPROVAL and list_requests page them.")
 
     @mcp.resource(AUDIT, mime_type="application/json",
                   description="The 100 latest audit rows: tool calls and agent permission decisions")
     def audit() -> str:
-        return _json({"entries": services.audit.query(limit=100)})
+        return _json({"entries": services.audit.query(limit=100)}, "get_audit_log filters and pages them.")
 
     # 2025-era clients subscribe per URI; MCPServer leaves these methods unserved (reference §2).
     lowlevel = mcp._lowlevel_server

@@ -21,7 +21,7 @@ def test_the_reference_is_generated_from_the_live_server() -> None:
 
 def test_the_reference_lists_every_resource_including_logs_and_notes() -> None:
     text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
-    for uri in ("agentqueue://tasks/{task_id}/log", "agentqueue://projects/{project_id}/notes/{name}",
+    for uri in ("agentqueue://tasks/{task_id}/log{?offset}", "agentqueue://projects/{project_id}/notes/{name}",
                 "agentqueue://approvals", "agentqueue://status"):
         assert f"`{uri}`" in text, uri
 

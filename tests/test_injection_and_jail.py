@@ -357,9 +357,9 @@ async def test_run_command_working_dirs(client, world, jail):
 async def test_run_command_caps_output(client, world):
     done = await ok(client, "run_command", command="head -c 60000 /dev/zero | tr '\\0' a", working_dir="proj")
     assert done["returncode"] == 0 and not done["timed_out"]
-    assert done["stdout"].startswith("a" * 50_000)
-    assert done["stdout"].endswith("[output truncated: 10,000 more bytes]")
-    assert len(done["stdout"]) < 50_100
+    assert done["stdout"].startswith("a" * 24_000)  # the first 24,000 bytes (services/files.py STDOUT_LIMIT)
+    assert "[output truncated: 36,000 more bytes of 60,000;" in done["stdout"]
+    assert len(done["stdout"]) < 24_300
 
 
 @pytest.mark.parametrize("era", ["modern"])  # slow (4 s) and nothing era-specific: run once

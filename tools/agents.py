@@ -7,10 +7,10 @@ from pydantic import BaseModel, Field
 
 from ..store.models import Agent, AgentType
 
-from .registry import Command, Limit, Name, Offset, services, tool
+from .registry import Command, Limit, Name, Noted, Offset, services, tool
 
 
-class AgentList(BaseModel):
+class AgentList(Noted):
     agents: list[Agent]
     total: int
 

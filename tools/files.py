@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field
 from ..services import Services
 from ..services.errors import NotFoundError
 
-from .registry import Command, Offset, PathText, ProjectId, client_state, services, tool
+from .registry import Command, Noted, Offset, PathText, ProjectId, client_state, services, tool
 
 
-class FileContent(BaseModel):
+class FileContent(Noted):
     path: str
     content: str
     total_lines: int
@@ -51,7 +51,7 @@ def read_file(
     svc = services(ctx)
     found = svc.files.read(path, _base(svc, project_id or client_state(ctx).active_project), offset, max_lines)
     return FileContent(path=found.path, content=found.content, total_lines=found.total_lines,
-                       truncated=found.truncated)
+                       truncated=found.truncated, note=found.note)
 
 
 @tool(read_only=True)
@@ -61,11 +61,12 @@ def search_files(
     path: PathText,
     mode: Literal["grep", "find"] = "grep",
     max_results: Annotated[int, Field(ge=1, le=1000)] = 50,
+    offset: Offset = 0,
 ) -> SearchResults:
     """Search file contents (grep) or names (find) under a path in the jail."""
     svc = services(ctx)
     results, truncated, note = svc.files.search(pattern, path, _base(svc, client_state(ctx).active_project),
-                                                mode, max_results)
+                                                mode, max_results, offset)
     return SearchResults(results=results, truncated=truncated, note=note)
 
 

@@ -5,7 +5,9 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from .registry import Command, Name, ProjectId, project_for, services, tool
+from ..services import result_size
+
+from .registry import Command, Name, Noted, Offset, PathText, ProjectId, project_for, services, tool
 
 RepoId = Annotated[str | None, Field(description="default: the project's first repo")]
 
@@ -42,14 +44,14 @@ class PullRequest(BaseModel):
     pr_url: str
 
 
-class ChangedFiles(BaseModel):
+class ChangedFiles(Noted):
     repo_id: str
     base: str
     files: list[dict[str, str]]
     count: int
 
 
-class RepoReports(BaseModel):
+class RepoReports(Noted):
     project_id: str
     repos: list[dict[str, Any]]
 
@@ -102,12 +104,14 @@ def git_create_pr(ctx: Context, repo_id: str, title: Name, body: Command | None 
 
 
 @tool(read_only=True)
-def git_changed_files(ctx: Context, repo_id: str, base_branch: Name | None = None) -> ChangedFiles:
+def git_changed_files(ctx: Context, repo_id: str, base_branch: Name | None = None, offset: Offset = 0
+                      ) -> ChangedFiles:
     """Files changed since the branch left base_branch (default branch), uncommitted included."""
     svc = services(ctx)
     repo = svc.repos.get(repo_id)
     files = svc.vcs.changed_files(repo, base_branch)
-    return ChangedFiles(repo_id=repo_id, base=base_branch or repo.default_branch, files=files, count=len(files))
+    return ChangedFiles(repo_id=repo_id, base=base_branch or repo.default_branch, files=files[offset:],
+                        count=len(files))
 
 
 # -- by project ------------------------------------------------------------------------------------
@@ -120,19 +124,28 @@ def get_git_status(ctx: Context, project_id: ProjectId = None) -> RepoReports:
 
 @tool(read_only=True)
 def git_log(ctx: Context, project_id: ProjectId = None, repo_id: str | None = None,
-            count: Annotated[int, Field(ge=1, le=500)] = 10) -> RepoReports:
-    """Recent commits of every repo of a project, or of one repo."""
+            count: Annotated[int, Field(ge=1, le=500)] = 10, offset: Offset = 0) -> RepoReports:
+    """Recent commits of every repo of a project, or of one repo (offset skips the newest)."""
     project = project_for(ctx, project_id)
-    return RepoReports(project_id=project, repos=services(ctx).vcs.log(project, repo_id, count))
+    return RepoReports(project_id=project, repos=services(ctx).vcs.log(project, repo_id, count, offset))
 
 
 @tool(read_only=True)
 def git_diff(ctx: Context, project_id: ProjectId = None, repo_id: str | None = None,
-             base_branch: Annotated[Name | None, Field(description="default: uncommitted changes")] = None
-             ) -> RepoReports:
-    """Diff of every repo of a project (or one): uncommitted, or everything since base_branch."""
+             base_branch: Annotated[Name | None, Field(description="default: uncommitted changes")] = None,
+             path: Annotated[PathText | None, Field(description="one file")] = None,
+             offset: Annotated[Offset, Field(description="in characters, per repo")] = 0) -> RepoReports:
+    """Diff of every repo of a project (or one): uncommitted, or everything since base_branch; paged (see note)."""
     project = project_for(ctx, project_id)
-    return RepoReports(project_id=project, repos=services(ctx).vcs.diff(project, repo_id, base_branch))
+    reports = services(ctx).vcs.diff(project, repo_id, base_branch, path, limit=None)
+    budget = result_size.PAGE_CHARS // max(1, len(reports))  # the repos share one page
+    for report in reports:
+        part = result_size.page(report["diff"], offset, budget)
+        report.update(diff=part.text, total_chars=part.total, truncated=part.next_offset is not None)
+        if part.next_offset is not None:
+            report["note"] = (f"{part.span()} shown; call git_diff with repo_id={report['repo_id']} "
+                              f"offset={part.next_offset} for the next part, or path=<a file> for one file.")
+    return RepoReports(project_id=project, repos=reports)
 
 
 @tool()

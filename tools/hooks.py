@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from ..engine.hook_runner import HookRunner
 from ..store.models import Hook, HookRun
 
-from .registry import Command, Name, ProjectId, Seconds, project_filter, project_for, services, tool
+from .registry import Command, Name, Noted, ProjectId, Seconds, project_filter, project_for, services, tool
 
 Trigger = Annotated[dict[str, Any], Field(description='{"type":"periodic","interval_seconds":N} | '
                                                       '{"type":"cron","cron":"0 6 * * *"} | '
@@ -17,7 +17,7 @@ Steps = Annotated[list[dict[str, Any]] | None, Field(description="shell|read_fil
 TaskTemplate = Annotated[dict[str, Any] | None, Field(description="{title, description, priority?, repo_id?}")]
 
 
-class HookList(BaseModel):
+class HookList(Noted):
     hooks: list[Hook]
 
 
@@ -25,7 +25,7 @@ class HookDeleted(BaseModel):
     deleted: str
 
 
-class HookRuns(BaseModel):
+class HookRuns(Noted):
     hook_id: str
     runs: list[HookRun]
 

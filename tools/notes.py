@@ -1,12 +1,14 @@
 """Note tools: markdown notes in a project's workspace (`notes/<slug>.md`)."""
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from .registry import Name, PathText, ProjectId, project_for, services, tool
+from ..services import result_size
+
+from .registry import Name, Noted, Offset, PathText, ProjectId, project_for, services, tool
 
 
 class NoteInfo(BaseModel):
@@ -16,7 +18,7 @@ class NoteInfo(BaseModel):
     modified: str | None = None
 
 
-class NoteList(BaseModel):
+class NoteList(Noted):
     project_id: str
     notes: list[NoteInfo]
 
@@ -27,10 +29,12 @@ class NoteWritten(BaseModel):
     status: str
 
 
-class NoteContent(BaseModel):
+class NoteContent(Noted):
     name: str
     title: str
     content: str
+    total_chars: int = 0
+    truncated: bool = False
 
 
 class NoteAppended(BaseModel):
@@ -65,9 +69,18 @@ def write_note(ctx: Context, title: Name, content: str, project_id: ProjectId = 
 
 
 @tool(read_only=True)
-def read_note(ctx: Context, title: Name, project_id: ProjectId = None) -> NoteContent:
-    """Read a note by title, slug or file name."""
-    return NoteContent(**services(ctx).notes.read(project_for(ctx, project_id), title))
+def read_note(ctx: Context, title: Name, project_id: ProjectId = None,
+              offset: Annotated[Offset, Field(description="in characters")] = 0) -> NoteContent:
+    """Read a note by title, slug or file name; paged (see note)."""
+    found = services(ctx).notes.read(project_for(ctx, project_id), title)
+    part = result_size.page(found["content"], offset)
+    note = None
+    if part.next_offset is not None:
+        note = f"{part.span()} shown; call read_note with offset={part.next_offset} for the next part."
+    elif part.offset:
+        note = f"{part.span()} shown (the end)."
+    return NoteContent(name=found["name"], title=found["title"], content=part.text, total_chars=part.total,
+                       truncated=part.next_offset is not None, note=note)
 
 
 @tool()

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from ..services.policy_rules import PRESETS
 from ..store.models import AuditEntry
 
-from .registry import Hours, Limit, project_filter, services, tool
+from .registry import Hours, Limit, Noted, project_filter, services, tool
 
 
 class PolicyView(BaseModel):
@@ -29,7 +29,7 @@ class PolicyView(BaseModel):
     file: str
 
 
-class AuditLog(BaseModel):
+class AuditLog(Noted):
     entries: list[AuditEntry]
 
 

@@ -7,13 +7,15 @@ from pydantic import BaseModel, Field
 
 from ..store.models import Project
 
-from .registry import Agents, Command, Limit, Name, Offset, PathText, Tokens, Weight, client_state, services, tool
+from .registry import (
+    Agents, Command, Limit, Name, Noted, Offset, PathText, Tokens, Weight, client_state, services, tool,
+)
 
 
 VerifyCommand = Annotated[Command | None, Field(description="shell check run on agent work before merge")]
 
 
-class ProjectList(BaseModel):
+class ProjectList(Noted):
     projects: list[Project]
     total: int
 

@@ -11,15 +11,15 @@ import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field, model_serializer
 
-from ..services import limits
+from ..services import limits, result_size
 from ..services.errors import ServiceError, os_limit_error
 from ..toolsets import TOOLSETS
 from .gate import ApprovalParam, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
-__all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Offset", "PathText", "Priority", "ProjectId",
+__all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Noted", "Offset", "PathText", "Priority", "ProjectId",
            "Retries", "SPECS", "Seconds", "TOOLS", "TaskId", "Tokens", "ToolSpec", "Weight", "client_state",
            "project_filter", "project_for", "services", "state_for", "tool"]
 
@@ -41,6 +41,19 @@ Hours = Annotated[float, Field(gt=0, le=limits.MAX_HOURS)]
 Name = Annotated[str, Field(max_length=limits.MAX_NAME)]
 PathText = Annotated[str, Field(max_length=limits.MAX_PATH)]
 Command = Annotated[str, Field(max_length=limits.MAX_COMMAND)]
+
+class Noted(BaseModel):
+    """A result that may be cut to size: `note`, absent unless set, says what was cut and how to get the rest."""
+
+    note: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_note(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("note") is None:
+            data.pop("note", None)
+        return data
+
 
 # The hidden parameter every tool gets: filled by the policy gate, never in the input schema.
 APPROVAL = "policy_approval"
@@ -95,10 +108,48 @@ def _with_approval(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
     wrapper.__annotations__ = {**inspect.get_annotations(fn, eval_str=True), APPROVAL: ApprovalParam}
 
 
+def fit(fn: Callable[..., Any], result: Any, kwargs: dict[str, Any], rest: str | None = None) -> Any:
+    """The net under every result: one over result_size.MAX_RESULT_CHARS loses list items or text ends until
+    it fits, and its `note` (or `message`) says what was cut and how to ask for the rest."""
+    if not isinstance(result, BaseModel):
+        return result
+    data = result.model_dump(mode="json")
+    if result_size.result_cost(data) <= result_size.MAX_RESULT_CHARS:
+        return result
+    field = next((f for f in ("note", "message") if f in type(result).model_fields), None)
+    if field:
+        data[field] = None  # room for the note, measured below
+    cuts = result_size.shrink(data, result_size.MAX_RESULT_CHARS - (600 if field else 0))
+    if field:
+        said = result.model_dump().get(field)
+        data[field] = ((said + " ") if said else "") + (
+            f"Cut to stay under {result_size.MAX_RESULT_CHARS:,} characters: "
+            f"{'; '.join(c.phrase for c in cuts)[:300]}. {_rest_hint(fn, kwargs, cuts, rest)}")
+    if "truncated" in type(result).model_fields:
+        data["truncated"] = True
+    return type(result).model_validate(data)
+
+
+def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result_size.Cut], rest: str | None) -> str:
+    if rest:
+        try:
+            return rest.format(**kwargs)
+        except (KeyError, IndexError):
+            return rest
+    params = inspect.signature(fn).parameters
+    rows = next((c for c in cuts if c.items), None)
+    if rows and "offset" in params:
+        return f"Call {fn.__name__} with offset={(kwargs.get('offset') or 0) + rows.kept} for the next part."
+    if rows and "limit" in params:
+        return f"Call {fn.__name__} with limit={rows.kept} or narrower filters."
+    return "Narrower calls get the rest: one item, filters, or a list tool's limit and offset."
+
+
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
-         meta: dict[str, Any] | None = None) -> Callable:
+         meta: dict[str, Any] | None = None, rest: str | None = None) -> Callable:
     """Register a tool (async, or sync to run in a worker thread) behind the policy gate.
 
+    `rest` says where the whole of a result cut to size is (formatted with the call's arguments).
     ServiceErrors become tool errors; a question the person declined refuses the call before it runs.
     """
 
@@ -114,9 +165,11 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):
-                    return await fn(*args, **kwargs)
-                # Sync tools do slow work (git, subprocesses, disk walks): off the event loop.
-                return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                    result = await fn(*args, **kwargs)
+                else:  # sync tools do slow work (git, subprocesses, disk walks): off the event loop
+                    result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                # Measuring and cutting a big result takes a while too.
+                return await anyio.to_thread.run_sync(functools.partial(fit, fn, result, kwargs, rest))
             except ServiceError as error:
                 raise ToolError(str(error)) from None
             except ToolError:

@@ -9,12 +9,12 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel
 
 from ..store.models import Repo
-from .registry import Name, PathText, ProjectId, project_filter, project_for, services, tool
+from .registry import Name, Noted, PathText, ProjectId, project_filter, project_for, services, tool
 
 log = logging.getLogger("agentqueue.tools")
 
 
-class RepoList(BaseModel):
+class RepoList(Noted):
     repos: list[Repo]
     total: int
 

@@ -6,10 +6,10 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from ..store.models import PermissionRequest
-from .registry import ProjectId, project_filter, services, tool
+from .registry import Noted, ProjectId, project_filter, services, tool
 
 
-class RequestList(BaseModel):
+class RequestList(Noted):
     requests: list[PermissionRequest]
     total: int
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from ..apps import BOARD_URI, tool_meta
 from ..store.models import Event
 
-from .registry import Hours, ProjectId, project_filter, services, tool
+from .registry import Hours, Noted, ProjectId, project_filter, services, tool
 
 
 class TaskOverview(BaseModel):
@@ -18,7 +18,7 @@ class TaskOverview(BaseModel):
     ready: list[dict[str, Any]]
 
 
-class Status(BaseModel):
+class Status(Noted):
     projects: int
     agents: list[dict[str, Any]]
     tasks: TaskOverview
@@ -26,7 +26,7 @@ class Status(BaseModel):
     warnings: list[str]
 
 
-class EventList(BaseModel):
+class EventList(Noted):
     events: list[Event]
 
 
@@ -39,7 +39,7 @@ class UsageTotals(BaseModel):
     cost_usd: float
 
 
-class TokenUsage(BaseModel):
+class TokenUsage(Noted):
     total: UsageTotals
     breakdown: list[dict[str, Any]]
 

@@ -6,17 +6,20 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from ..apps import BOARD_URI, TASK_URI, tool_meta
-from ..services import limits
+from ..services import limits, result_size
 from ..services.feedback import MAX_COMMENT
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
-from .registry import Limit, Offset, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for, services, tool
+from .registry import (
+    Limit, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for,
+    services, tool,
+)
 
 
 RepoId = Annotated[str | None, Field(description="default: the project's default or only repo")]
 
 
-class TaskList(BaseModel):
+class TaskList(Noted):
     tasks: list[TaskSummary]
     total: int
     hidden_completed: int
@@ -46,12 +49,14 @@ class TaskResultInfo(BaseModel):
     message: str | None = None
 
 
-class TaskDiff(BaseModel):
+class TaskDiff(Noted):
     task_id: str
     branch: str | None
     base: str | None
     diff: str
     files_changed: list[str]
+    total_chars: int = 0
+    truncated: bool = False
 
 
 class StuckChain(BaseModel):
@@ -62,7 +67,7 @@ class StuckChain(BaseModel):
     stuck_count: int
 
 
-class ChainHealth(BaseModel):
+class ChainHealth(Noted):
     task_id: str | None = None
     status: TaskStatusName | None = None
     reason: str | None = None
@@ -207,7 +212,7 @@ async def skip_task(ctx: Context, task_id: TaskId) -> TaskSkipped:
     return TaskSkipped(skipped=task_id, unblocked=services(ctx).tasks.skip(task_id))
 
 
-@tool(read_only=True)
+@tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
 async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
     """The latest agent run's result: summary, files, tokens, cost, error."""
     attempts, result = services(ctx).tasks.results(task_id)
@@ -216,10 +221,21 @@ async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
 
 
 @tool(read_only=True)
-def get_task_diff(ctx: Context, task_id: TaskId) -> TaskDiff:
-    """The diff of a task's branch against its base."""
+def get_task_diff(ctx: Context, task_id: TaskId,
+                  path: Annotated[PathText | None, Field(description="one file of files_changed")] = None,
+                  offset: Annotated[Offset, Field(description="in characters")] = 0) -> TaskDiff:
+    """The diff of a task's branch against its base, paged (see note)."""
     svc = services(ctx)
-    return TaskDiff(**svc.vcs.task_diff(svc.tasks.get(task_id)))
+    found = svc.vcs.task_diff(svc.tasks.get(task_id), path)
+    part = result_size.page(found["diff"], offset)
+    note = None
+    if part.next_offset is not None or part.offset:
+        note = (f"The diff{f' of {path}' if path else ''} is {part.total:,} characters; {part.span()} are shown."
+                + (f" Call get_task_diff with offset={part.next_offset} for the next part"
+                   + ("." if path else ", or path=<one of files_changed> for one file.")
+                   if part.next_offset is not None else ""))
+    return TaskDiff(**{**found, "diff": part.text}, total_chars=part.total, truncated=part.next_offset is not None,
+                    note=note)
 
 
 @tool(read_only=True)
@@ -249,7 +265,7 @@ async def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName)
     return StatusOverride(task_id=task_id, old_status=old, new_status=new)
 
 
-@tool(read_only=True)
+@tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
 async def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
     """Why a task is BLOCKED, FAILED or PAUSED, or its last run failed, with a suggested fix."""
     return AgentError(**services(ctx).tasks.agent_error(task_id))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from .policy_rules import tool_action
 from .capped import run_capped
 from .errors import InvalidInputError, NotFoundError, ServiceError
 from .limits import check_argument, check_path
+from .result_size import PAGE_CHARS, cut, escaped_cost
 
 def compile_search(pattern: str) -> tuple[Any, str | None]:
     """A search pattern for RE2, whose matching time is linear in the text: no pattern a client sends
@@ -40,8 +42,8 @@ def compile_search(pattern: str) -> tuple[Any, str | None]:
 
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 MAX_SEARCH_FILE_BYTES = 5_000_000
-STDOUT_LIMIT = 50_000
-STDERR_LIMIT = 20_000
+STDOUT_LIMIT = 24_000  # bytes kept: both together, escaped, stay inside one result (result_size)
+STDERR_LIMIT = 8_000
 
 
 class AccessDeniedError(ServiceError):
@@ -54,6 +56,7 @@ class FileSlice:
     content: str
     total_lines: int
     truncated: bool
+    note: str | None = None
 
 
 @dataclass
@@ -129,21 +132,42 @@ class Files:
             raise InvalidInputError(f"{path!r} is a directory; search_files with mode=find lists its files.")
         if _is_binary(real):
             raise InvalidInputError(f"{path!r} is a binary file; read_file shows text files only.")
+        chosen: list[str] = []
+        size, total, long_line = 0, 0, 0
         with real.open("r", encoding="utf-8", errors="replace") as handle:
-            lines = handle.readlines()
-        chosen = lines[offset: offset + max_lines]
-        return FileSlice(path=str(real), content="".join(chosen), total_lines=len(lines),
-                         truncated=offset + max_lines < len(lines))
+            for total, line in enumerate(handle, 1):  # counted, never all held: a file may be gigabytes
+                if offset < total <= offset + max_lines and size < PAGE_CHARS:
+                    if size + (line_cost := escaped_cost(line)) > PAGE_CHARS:
+                        if not chosen:  # one line longer than a page: its start, and how to see the rest
+                            chosen.append(cut(line, PAGE_CHARS))
+                            long_line = len(line.rstrip("\n"))
+                        size = PAGE_CHARS
+                        continue
+                    chosen.append(line)
+                    size += line_cost
+        end = min(offset, total) + len(chosen)
+        truncated = end < total or bool(long_line)
+        note = None
+        if long_line:
+            shown = len(chosen[0])
+            note = (f"line {end:,} is {long_line:,} characters; its first {shown:,} are shown. run_command "
+                    f"`cut -c {shown + 1}-{shown + PAGE_CHARS // 2} {shlex.quote(str(real))}` shows more of it"
+                    + (f"; read_file with offset={end} goes on after it." if end < total else "."))
+        elif truncated:
+            note = (f"showing lines {min(offset, total) + 1:,}–{end:,} of {total:,}; call read_file with "
+                    f"offset={end} for the next part.")
+        return FileSlice(path=str(real), content="".join(chosen), total_lines=total, truncated=truncated, note=note)
 
     def search(self, pattern: str, path: str, base: Path | None, mode: str = "grep",
-               max_results: int = 50) -> tuple[list[str], bool, str | None]:
-        """(results, truncated, note). grep: `file:line:text` (a regex, else literal); find: glob on names."""
+               max_results: int = 50, offset: int = 0) -> tuple[list[str], bool, str | None]:
+        """(results, truncated, note). grep: `file:line:text` (a regex, else literal); find: glob on names.
+        Results are skipped up to offset, then at most max_results are kept, fewer if they would not fit a page."""
         if not pattern:
             raise InvalidInputError("pattern is empty. Give text or a regex (grep), or a glob like '*.py' (find).")
         if mode not in ("grep", "find"):
             raise InvalidInputError(f"Unknown mode {mode!r}. Use grep (search contents) or find (match file names).")
-        if max_results < 1:
-            raise InvalidInputError("max_results must be at least 1.")
+        if max_results < 1 or offset < 0:
+            raise InvalidInputError("max_results must be at least 1 and offset at least 0.")
         top = self.resolve(path, base)
         if not top.exists():
             raise NotFoundError(f"{path!r} does not exist.")
@@ -151,6 +175,7 @@ class Files:
         regex = None
         if mode == "grep":
             regex, note = compile_search(pattern)
+        wanted = offset + max_results + 1
         results: list[str] = []
         files = [top] if top.is_file() else self._walk(top)
         for file in files:
@@ -159,10 +184,22 @@ class Files:
                 if fnmatch.fnmatch(file.name, pattern) or fnmatch.fnmatch(rel, pattern):
                     results.append(rel)
             else:
-                results.extend(self._grep(file, rel, regex, max_results + 1 - len(results)))
-            if len(results) > max_results:
-                return results[:max_results], True, note
-        return results, False, note
+                results.extend(self._grep(file, rel, regex, wanted - len(results)))
+            if len(results) >= wanted:
+                break
+        more = len(results) >= wanted
+        kept, size = [], 0
+        for hit in results[offset: offset + max_results]:
+            size += escaped_cost(hit) + 8  # quotes, comma, indentation
+            if size > PAGE_CHARS:
+                more = True
+                break
+            kept.append(hit)
+        if more:
+            page_note = (f"showing results {offset + 1:,}–{offset + len(kept):,}; call search_files with "
+                         f"offset={offset + len(kept)} for more.")
+            note = f"{note} {page_note}" if note else page_note
+        return kept, more, note
 
     def _walk(self, top: Path):
         for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
@@ -206,7 +243,19 @@ class Files:
                               f"Running `{command[:200]}`")
         code, out, err = run_capped(["/bin/sh", "-c", command], working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT)
         return CommandResult(
-            returncode=code, stdout=out.text(),
-            stderr=err.text() + (f"\n[killed: timed out after {timeout} s]" if code is None else ""),
+            returncode=code, stdout=_shown(out, STDOUT_LIMIT, "stdout"),
+            stderr=_shown(err, STDERR_LIMIT, "stderr") + (f"\n[killed: timed out after {timeout} s]" if code is None else ""),
             timed_out=code is None,
         )
+
+
+def _shown(captured: Any, limit: int, stream: str) -> str:
+    """The kept output, cut again if escaping inflates it, and how to see all of it when some was dropped."""
+    body = captured.kept.decode("utf-8", errors="replace")
+    shown = cut(body, limit)
+    dropped = captured.total - len(shown.encode("utf-8", errors="replace"))
+    if dropped <= 0 and len(shown) == len(body):
+        return body
+    redirect = ">" if stream == "stdout" else "2>"
+    return shown + (f"\n[output truncated: {max(dropped, 0):,} more bytes of {captured.total:,}; run the command "
+                    f"with `{redirect} out.txt` and read_file out.txt with offset to see it all]")

@@ -129,11 +129,11 @@ class Checkout:
     def is_clean(self) -> bool:
         return not self.changes()
 
-    def log(self, count: int = 10, ref: str = "HEAD") -> list[dict[str, str]]:
+    def log(self, count: int = 10, ref: str = "HEAD", skip: int = 0) -> list[dict[str, str]]:
         if self.head_sha() is None:
             return []
         sep = "\x1f"
-        out = self.run("log", f"-n{int(count)}", f"--format=%H{sep}%an{sep}%aI{sep}%s", "--end-of-options", ref)
+        out = self.run("log", f"-n{int(count)}", f"--skip={int(skip)}", f"--format=%H{sep}%an{sep}%aI{sep}%s", "--end-of-options", ref)
         commits = []
         for line in out.splitlines():
             sha, author, date, message = line.split(sep, 3)
@@ -155,16 +155,18 @@ class Checkout:
     def merge_base(self, base: str, ref: str = "HEAD") -> str:
         return self.run("merge-base", "--end-of-options", base, ref)
 
-    def diff(self, base: str | None = None, ref: str | None = None) -> tuple[str, bool]:
-        """(diff text, truncated). base only: working tree vs merge-base; base+ref: ref vs merge-base."""
+    def diff(self, base: str | None = None, ref: str | None = None, paths: tuple[str, ...] = (),
+             limit: int | None = DIFF_LIMIT) -> tuple[str, bool]:
+        """(diff text, truncated). base only: working tree vs merge-base; base+ref: ref vs merge-base.
+        paths narrow it to those files; limit=None keeps it whole (the caller pages it)."""
         if base is None:
-            text = self.run("diff", "HEAD") if self.head_sha() else ""
+            text = self.run("diff", "HEAD", "--", *paths) if self.head_sha() else ""
         elif ref is None:
-            text = self.run("diff", self.merge_base(base), "--")
+            text = self.run("diff", self.merge_base(base), "--", *paths)
         else:
-            text = self.run("diff", f"{self.merge_base(base, ref)}..{ref}", "--")
-        if len(text) > DIFF_LIMIT:
-            return text[:DIFF_LIMIT] + f"\n[diff truncated: {len(text) - DIFF_LIMIT} more characters]", True
+            text = self.run("diff", f"{self.merge_base(base, ref)}..{ref}", "--", *paths)
+        if limit is not None and len(text) > limit:
+            return text[:limit] + f"\n[diff truncated: {len(text) - limit} more characters]", True
         return text, False
 
     def changed_files(self, base: str, ref: str | None = None) -> list[dict[str, str]]:

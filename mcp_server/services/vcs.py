@@ -10,6 +10,7 @@ from ..store.db import Store
 from ..store.models import Repo, Task
 from . import gitops
 from .errors import ConflictError, InvalidInputError, ServiceError
+from .limits import check_path
 from .repos import Repos
 
 
@@ -126,7 +127,7 @@ class Vcs:
             report.append(entry)
         return report
 
-    def log(self, project_id: str, repo_id: str | None, count: int = 10) -> list[dict[str, Any]]:
+    def log(self, project_id: str, repo_id: str | None, count: int = 10, skip: int = 0) -> list[dict[str, Any]]:
         if not 1 <= count <= 500:
             raise InvalidInputError(f"count must be between 1 and 500 (got {count}).")
         report = []
@@ -134,22 +135,24 @@ class Vcs:
             try:
                 checkout = self.repos.checkout(repo)
                 report.append({"repo_id": repo.id, "branch": checkout.current_branch(),
-                               "commits": checkout.log(count)})
+                               "commits": checkout.log(count, skip=skip)})
             except ServiceError as error:
                 if repo_id:
                     raise
                 report.append({"repo_id": repo.id, "branch": None, "commits": [], "error": str(error)})
         return report
 
-    def diff(self, project_id: str, repo_id: str | None, base: str | None = None) -> list[dict[str, Any]]:
+    def diff(self, project_id: str, repo_id: str | None, base: str | None = None, path: str | None = None,
+             limit: int | None = gitops.DIFF_LIMIT) -> list[dict[str, Any]]:
         if base is not None:  # a bad name is the caller's error, not a per-repo one
             base = gitops.check_ref_name(base, "base branch")
+        paths = _paths(path)
         report = []
         for repo in self._repos(project_id, repo_id):
             try:
                 checkout = self.repos.checkout(repo)
                 ref = checkout.verify_ref(base, "base branch") if base else None
-                text, truncated = checkout.diff(ref)
+                text, truncated = checkout.diff(ref, paths=paths, limit=limit)
                 report.append({"repo_id": repo.id, "base": ref or "HEAD (uncommitted changes)", "diff": text,
                                "truncated": truncated})
             except ServiceError as error:
@@ -158,8 +161,9 @@ class Vcs:
                 report.append({"repo_id": repo.id, "base": base, "diff": "", "error": str(error)})
         return report
 
-    def task_diff(self, task: Task) -> dict[str, Any]:
-        """A task's branch against its repo's default branch (committed work on the branch)."""
+    def task_diff(self, task: Task, path: str | None = None) -> dict[str, Any]:
+        """A task's branch against its repo's default branch (committed work on the branch), whole;
+        path narrows the diff to one file (files_changed stays the whole list)."""
         if not task.branch:
             raise ConflictError(
                 f"Task '{task.id}' has no branch yet ({task.status}): a branch exists once an agent has "
@@ -167,19 +171,27 @@ class Vcs:
             )
         if not task.repo_id:
             raise ConflictError(f"Task '{task.id}' ran without a repo (in the project workspace); it has no diff.")
+        paths = _paths(path)
         repo = self.repos.get(task.repo_id)
         checkout = self.repos.checkout(repo)
         row = self.store.one("SELECT base_sha, landed_sha FROM tasks WHERE id = ?", (task.id,)) or {}
         if row.get("landed_sha") and row.get("base_sha"):
             # Landed: the branch may be gone, the range it added to the default branch is not.
             span = f"{row['base_sha']}..{row['landed_sha']}"
-            text = checkout.run("diff", span, "--")
+            text = checkout.run("diff", span, "--", *paths)
             files = checkout.run("diff", "--name-only", span, "--").splitlines()
             return {"task_id": task.id, "branch": task.branch, "base": row["base_sha"], "diff": text,
                     "files_changed": files}
         branch = checkout.verify_ref(task.branch)
         base = checkout.verify_ref(repo.default_branch, "default branch")
-        text, _ = checkout.diff(base, branch)
+        text, _ = checkout.diff(base, branch, paths=paths, limit=None)
         files = [f["path"] for f in checkout.changed_files(base, branch)]
         return {"task_id": task.id, "branch": branch, "base": base, "diff": text, "files_changed": files}
 
+
+def _paths(path: str | None) -> tuple[str, ...]:
+    """One file to narrow a diff to, taken literally (no pathspec magic such as ':(glob)')."""
+    if not path:
+        return ()
+    check_path("path", path)
+    return (f":(literal){path}",)
