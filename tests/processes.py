@@ -89,9 +89,9 @@ class Terminal:
     `foreground=True` gives it its own session with a terminal's SIGINT (for Ctrl-C tests).
     """
 
-    def __init__(self, argv: list[str], env: dict[str, str], foreground: bool = False) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], foreground: bool = False, cwd: Path | None = None) -> None:
         master, slave = pty.openpty()
-        self.process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+        self.process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
                                         start_new_session=foreground,
                                         preexec_fn=as_terminal_job if foreground else None)
         os.close(slave)

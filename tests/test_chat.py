@@ -44,8 +44,8 @@ def live(tmp_path: Path, mock_api: MockAnthropic) -> Iterator[LiveDaemon]:  # no
 class Chat(Terminal):
     """`agentqueue chat` on a pseudo-terminal; `screen` is what a person sees, without the colours."""
 
-    def __init__(self, live: LiveDaemon, *args: str) -> None:
-        super().__init__([sys.executable, "-m", "agentqueue", "chat", *args], live.env, foreground=True)
+    def __init__(self, live: LiveDaemon, *args: str, cwd: Path | None = None) -> None:
+        super().__init__([sys.executable, "-m", "agentqueue", "chat", *args], live.env, foreground=True, cwd=cwd)
 
     @property
     def screen(self) -> str:
@@ -207,4 +207,27 @@ def test_a_task_finishing_while_the_chat_idles_prints_its_line(live: LiveDaemon)
         delay = shown - committed
         print(f"task.completed -> chat line: {delay:.3f} s")
         assert delay < 5, delay  # generous under a loaded machine; docs/benchmarks.md has the measured figure
+        assert chat.leave() == 0
+
+
+def test_claude_asks_before_its_own_tools_and_the_person_answers_yes_or_no(live: LiveDaemon, tmp_path: Path) -> None:
+    """A tool outside AgentQueue's (Bash) is put to the person; yes runs it, no refuses it and the model is told."""
+    workdir = tmp_path / "here"
+    workdir.mkdir()
+    with Chat(live, cwd=workdir) as chat:
+        chat.wait("you › ")
+        chat.say("SCENARIO:run_cmd CMD[touch YES_MARKER]")
+        chat.wait("claude wants to use Bash")
+        chat.type(b"y\r")
+        chat.wait("Tool said:")
+        assert (workdir / "YES_MARKER").exists()
+        assert chat.leave() == 0
+    with Chat(live, cwd=workdir) as chat:  # a new conversation
+        chat.wait("you › ")
+        chat.say("SCENARIO:run_cmd CMD[touch NO_MARKER]")
+        chat.wait("claude wants to use Bash")
+        chat.type(b"n\r")
+        screen = chat.wait("Tool said:")
+        assert not (workdir / "NO_MARKER").exists()
+        assert "Tool said: (Bash completed" not in screen  # the model was told it was refused
         assert chat.leave() == 0
