@@ -10,7 +10,7 @@ Scenarios:
   auth         HTTP 401 (invalid API key) on every request
   prompt_too_long  HTTP 400 "prompt is too long" on every request
   hang         never answers (until the mock stops)
-  stall        never answers while the newest message holds the marker; later turns get a plain answer
+  stall        never answers while the person's newest words hold the marker; later turns get a plain answer
   loop         the same Bash call forever
   slow_write   waits SLOW_SECONDS, then like write_file
   hook_create_task  calls AgentQueue's MCP tool create_task (HOOK_TASK), then "Created."
@@ -145,7 +145,7 @@ class MockAnthropic:
         if scenario == "prompt_too_long":
             return self._json(handler, 400, {"type": "error", "error": {
                 "type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}})
-        if scenario == "hang" or (scenario == "stall" and "SCENARIO:stall" in json.dumps(messages[-1:])):
+        if scenario == "hang" or (scenario == "stall" and "SCENARIO:stall" in _newest_user_text(messages)):
             self.stopping.wait(600)
             return None
         if scenario == "slow_write" and not answered_tool:
@@ -224,3 +224,19 @@ class MockAnthropic:
         handler.wfile.write(b"".join(out))
         handler.wfile.flush()
         handler.close_connection = True
+
+
+def _newest_user_text(messages: list[dict[str, Any]]) -> str:
+    """What the person said last: the newest user text block, past the CLI's own additions
+    (<system-reminder> blocks or messages, e.g. when an MCP server finishes connecting)."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        texts = [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+                 and not b.get("text", "").lstrip().startswith(("<system-reminder>", "[Request interrupted"))]
+        texts = [t for t in texts if t.strip()]
+        if texts:
+            return texts[-1]  # a turn after an interrupt may share the interrupted turn's message
+    return ""
