@@ -22,7 +22,7 @@ FOLLOW_STATES = ("READY", "ASSIGNED", "IN_PROGRESS", "VERIFYING")
 
 
 def log_path(home: Path, task_id: str) -> Path:
-    return paths.logs_dir(home) / "tasks" / f"{task_id}.log"
+    return paths.task_log(home, task_id)
 
 
 def _status(status: str) -> Text:

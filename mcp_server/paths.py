@@ -48,6 +48,11 @@ def logs_dir(root: Path) -> Path:
     return root / "logs"
 
 
+def task_log(root: Path, task_id: str) -> Path:
+    """A task's agent output, appended by every run."""
+    return root / "logs" / "tasks" / f"{task_id}.log"
+
+
 def workspaces_dir(root: Path) -> Path:
     return root / "workspaces"
 

@@ -20,6 +20,7 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 
+from . import paths
 from .services import Services, result_size
 from .services.errors import NotFoundError
 
@@ -175,7 +176,7 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
                               "one page at a time")
     def task_log(task_id: str, offset: int | None = None) -> str:
         found(services.tasks.get, task_id)
-        path = services.home / "logs" / "tasks" / f"{task_id}.log"
+        path = paths.task_log(services.home, task_id)
         if not path.exists():
             return "(no agent has run this task yet)"
         return log_page(path, task_id, offset)

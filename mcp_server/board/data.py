@@ -10,6 +10,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
+from .. import paths
 from ..services import Services
 from ..services.errors import ServiceError
 from ..store.models import TaskSummary
@@ -118,7 +119,7 @@ def task_page(svc: Services, task_id: str) -> dict[str, Any]:
 
 def log_tail(svc: Services, task_id: str, offset: int | None = None) -> tuple[str, int]:
     """The log from `offset` (or its last LOG_TAIL bytes), and the offset to read from next."""
-    path = svc.home / "logs" / "tasks" / f"{task_id}.log"
+    path = paths.task_log(svc.home, task_id)
     try:
         with open(path, "rb") as log:
             size = log.seek(0, 2)

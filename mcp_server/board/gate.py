@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -93,7 +94,7 @@ def _form_field(body: bytes, name: str) -> str | None:
 
 async def _refuse(send: Any, status: int, message: str) -> None:
     body = (f"<!doctype html><meta charset=utf-8><title>AgentQueue board</title>"
-            f"<p>{message.replace('&', '&amp;').replace('<', '&lt;')}</p>").encode()
+            f"<p>{html.escape(message)}</p>").encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/html; charset=utf-8"), (b"cache-control", b"no-store")]})
     await send({"type": "http.response.body", "body": body})

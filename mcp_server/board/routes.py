@@ -7,6 +7,7 @@ with their validation and errors, and is written to the audit log as the board's
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import time
@@ -299,12 +300,8 @@ def routes(board: Board) -> Starlette:
 
 
 async def _not_found(request: Request, error: Exception) -> Response:
-    return HTMLResponse(f"<p class='error'>{_escape(str(error))}</p>", status_code=404)
+    return HTMLResponse(f"<p class='error'>{html.escape(str(error))}</p>", status_code=404)
 
 
 async def _refused(request: Request, error: Exception) -> Response:
-    return HTMLResponse(f"<p class='error'>{_escape(str(error))}</p>", status_code=400)
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return HTMLResponse(f"<p class='error'>{html.escape(str(error))}</p>", status_code=400)

@@ -353,7 +353,8 @@ class Engine:
 
     def log_path(self, task_id: str) -> Path:
         """The task's agent transcript, created private (0600 in a 0700 folder) before anything writes it."""
-        path = paths.private_dir(self.home / "logs" / "tasks") / f"{task_id}.log"
+        path = paths.task_log(self.home, task_id)
+        paths.private_dir(path.parent)
         return paths.private_file(path)
 
     def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
