@@ -100,12 +100,25 @@ def _numbers(value: Any) -> list[float]:
     return []
 
 
+# Indented JSON text plus the structure, with non-ASCII counted 6: within 8 times the compact UTF-8 size
+# for results nested a few levels deep, as ours are.
+SURE_FACTOR = 8
+
+
 def _with_approval(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
     """Give `wrapper` fn's signature plus the keyword-only approval parameter the gate resolves."""
     signature = inspect.signature(fn)
     extra = inspect.Parameter(APPROVAL, inspect.Parameter.KEYWORD_ONLY, annotation=ApprovalParam)
     wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), extra])  # type: ignore[attr-defined]
     wrapper.__annotations__ = {**inspect.get_annotations(fn, eval_str=True), APPROVAL: ApprovalParam}
+
+
+def surely_fits(result: Any) -> bool:
+    """A result far under the budget, by its compact JSON (pydantic-core, fast): the full measure below
+    counts indentation and escapes, which at most multiply the compact size by SURE_FACTOR for our models."""
+    if not isinstance(result, BaseModel):
+        return True
+    return len(result.model_dump_json()) * SURE_FACTOR <= result_size.MAX_RESULT_CHARS
 
 
 def fit(fn: Callable[..., Any], result: Any, kwargs: dict[str, Any], rest: str | None = None) -> Any:
@@ -168,6 +181,8 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
                     result = await fn(*args, **kwargs)
                 else:  # sync tools do slow work (git, subprocesses, disk walks): off the event loop
                     result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                if surely_fits(result):  # nearly every call: one fast compact dump, on the event loop
+                    return result
                 # Measuring and cutting a big result takes a while too.
                 return await anyio.to_thread.run_sync(functools.partial(fit, fn, result, kwargs, rest))
             except ServiceError as error:
