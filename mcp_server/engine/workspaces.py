@@ -7,21 +7,35 @@ The user's checkout is touched only by that fast-forward, which git refuses rath
 uncommitted changes. Worktrees are removed after landing, and never while they hold uncommitted
 work. Runs of one repo end in parallel threads: preparing, landing and removing are serialised per
 repo, so a landing always merges the default branch as the previous landing left it.
+
+Team mode (several daemons on one queue, maybe on several machines): each daemon works in its own
+checkout of a repo (`checkouts_root`), and lands *through origin*: fetch, merge origin's default
+branch into the task branch, push the result as a fast-forward (never forced), and on a rejection
+because another daemon pushed first, fetch and try again. Origin is the only shared truth.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..services import gitops
-from ..services.errors import ServiceError
+from ..services.errors import ConflictError, ServiceError
 from ..store.models import Repo
 
 log = logging.getLogger("agentqueue.workspaces")
+
+# Landing through origin: how many times to fetch, merge and push before giving up on a busy remote.
+PUSH_ATTEMPTS = 5
+# Push refusals that mean "someone else moved the ref first": fetch, merge and retry. The lock ones are a
+# concurrent push holding the remote's ref lock at that instant.
+_RETRYABLE_PUSH = ("[rejected]", "fetch first", "non-fast-forward", "cannot lock ref", "failed to lock",
+                   "incorrect old value")
 
 
 def branch_name(task_id: str, title: str) -> str:
@@ -47,13 +61,53 @@ class Landing:
     message: str | None = None
     # Files the task changes that have uncommitted edits in the user's checkout (why git refused to move it).
     dirty: list[str] = field(default_factory=list)
+    # Fetch-merge-push rounds a landing through origin took (1 = origin had not moved meanwhile).
+    attempts: int = 1
 
 
 class Workspaces:
-    def __init__(self, worktrees_root: Path) -> None:
+    def __init__(self, worktrees_root: Path, checkouts_root: Path | None = None) -> None:
         self.root = worktrees_root
+        # Team mode: this daemon's own checkouts of clone repos (None: use each repo's checkout_path).
+        self.checkouts_root = checkouts_root
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
+
+    def checkout_of(self, repo: Repo) -> Path:
+        """The checkout this daemon works in for `repo`; in team mode a clone repo is cloned on first use."""
+        if self.checkouts_root is None:
+            return Path(repo.checkout_path)
+        if not repo.url:  # link / init: a path on some machine, usable only where it exists
+            path = Path(repo.checkout_path)
+            if not path.is_dir():
+                raise ServiceError(f"Repo '{repo.id}' is not on this machine ({path}); a daemon that has it must "
+                                   "run its tasks, or give the repo a url (source=clone) so every daemon can.")
+            return path
+        own = Path(repo.checkout_path)
+        path = own if _inside(own, self.checkouts_root) else self.checkouts_root / repo.id
+        if (path / ".git").exists():
+            return path
+        with self.repo_lock(repo.id):
+            if not (path / ".git").exists():
+                self._clone(repo, path)
+        return path
+
+    @staticmethod
+    def _clone(repo: Repo, path: Path) -> None:
+        """Clone beside `path` and rename into place, so a crash mid-clone never leaves a half checkout there."""
+        assert repo.url is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.cloning")
+        shutil.rmtree(partial, ignore_errors=True)  # a crashed clone of our own
+        log.info("cloning %s into %s", repo.url, path)
+        gitops.clone(repo.url, partial)
+        os.replace(partial, path)
+
+    def has_repo(self, repo: Repo) -> bool:
+        """Can this daemon work on `repo`: a clone repo anywhere (it clones), a local path only where it exists."""
+        if self.checkouts_root is not None and repo.url:
+            return True
+        return Path(repo.checkout_path).is_dir()
 
     def repo_lock(self, repo_id: str) -> threading.RLock:
         """Held while git changes a repo's main checkout, branches or worktree list."""
@@ -69,7 +123,7 @@ class Workspaces:
             return self._prepare(repo, task_id, title, existing_branch)
 
     def _prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None) -> Workspace:
-        main = gitops.Checkout(repo.checkout_path)
+        main = gitops.Checkout(self.checkout_of(repo))
         self.refresh_default(main, repo)
         branch = existing_branch or branch_name(task_id, title)
         path = self.path_for(repo.id, task_id)
@@ -77,6 +131,8 @@ class Workspaces:
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
         main.run("worktree", "prune")
+        if self.checkouts_root is not None and existing_branch is not None and not main.branch_exists(branch):
+            self._fetch_published(main, branch)  # team mode: another daemon may have run (and published) it
         merged = main.branch_exists(branch) and self._merged(main, branch, repo.default_branch)
         if existing_branch is None and main.branch_exists(branch) and not merged:
             # A branch the task no longer claims (request_changes after its PR was squash-merged): never
@@ -91,6 +147,43 @@ class Workspaces:
         else:
             main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
         return Workspace(path, branch, repo)
+
+    @staticmethod
+    def _fetch_published(main: gitops.Checkout, branch: str) -> None:
+        """A task branch another daemon published (publish_branch) becomes the local branch, so the run
+        continues its WIP. No origin, or no such branch there: the task starts afresh as before."""
+        branch = gitops.check_ref_name(branch)
+        if main.remote_url() is None:
+            return
+        tracking = f"refs/remotes/origin/{branch}"
+        try:
+            main.run("fetch", "--quiet", "origin", f"+refs/heads/{branch}:{tracking}")
+        except ServiceError as error:
+            if "couldn't find remote ref" not in str(error).lower():
+                raise ServiceError(f"Could not fetch the task branch '{branch}' from origin ({error}); its saved "
+                                   "work may be there, so the task does not start afresh without it.") from None
+            return
+        main.run("branch", "--no-track", branch, tracking)
+
+    def publish_branch(self, workspace: Workspace) -> str:
+        """Push the task branch to origin (its WIP, for the daemon that continues the task); returns the sha."""
+        repo = workspace.repo
+        assert repo is not None and workspace.branch is not None
+        with self.repo_lock(repo.id):
+            tree = gitops.Checkout(workspace.path)
+            branch = tree.verify_ref(workspace.branch)
+            if tree.remote_url() is None:
+                raise ServiceError(f"Repo '{repo.id}' has no 'origin' remote to publish '{branch}' to.")
+            sha = tree.run("rev-parse", "--verify", f"refs/heads/{branch}")
+            tracking = f"refs/remotes/origin/{branch}"
+            expected = tree.run("rev-parse", "--verify", tracking) if tree.ref_exists(tracking) else ""
+            # The branch is the task's own (only the daemon holding the task writes it), but a rerun of merged
+            # work restarts it from the default branch, which is not a fast-forward: force, with a lease on what
+            # this checkout last saw there (absent when empty), so a push we have not seen is never overwritten.
+            tree.run("push", "--quiet", f"--force-with-lease=refs/heads/{branch}:{expected}", "origin",
+                     f"{sha}:refs/heads/{branch}")
+            tree.run("update-ref", tracking, sha)
+            return sha
 
     @staticmethod
     def _merged(main: gitops.Checkout, branch: str, default: str) -> bool:
@@ -124,14 +217,71 @@ class Workspaces:
         committed, sha = checkout.commit_all(message)
         return sha if committed else None
 
-    def land(self, workspace: Workspace) -> Landing:
-        """Merge the task branch into the default branch (and push clone repos)."""
+    def land(self, workspace: Workspace, via_remote: bool = False) -> Landing:
+        """Merge the task branch into the default branch (and push clone repos). via_remote (team mode), with
+        an origin: the task lands on origin's default branch, and the local one follows it."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
         with self.repo_lock(repo.id):
-            return self._land(workspace, repo)
+            main = gitops.Checkout(self.checkout_of(repo))
+            if via_remote and main.remote_url() is not None:
+                return self._land_remote(workspace, repo, main)
+            return self._land(workspace, repo, main)
 
-    def _land(self, workspace: Workspace, repo: Repo) -> Landing:
+    def _land_remote(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
+        assert workspace.branch is not None
+        tree = gitops.Checkout(workspace.path)
+        default = repo.default_branch
+        tracking = f"refs/remotes/origin/{default}"
+        tree.require_clean("land the task")
+        for attempt in range(1, PUSH_ATTEMPTS + 1):
+            try:
+                tree.run("fetch", "--quiet", "origin", f"+refs/heads/{default}:{tracking}")
+            except ServiceError as error:
+                raise ServiceError(f"Could not fetch '{default}' from origin of repo '{repo.id}' to land "
+                                   f"'{workspace.branch}': {error}. The task branch is kept.") from None
+            base_sha = tree.run("rev-parse", "--verify", tracking)
+            files = [f["path"] for f in tree.changed_files(tracking, workspace.branch)]
+            outcome = self._merge_default_into_branch(tree, tracking)
+            if outcome is not None:
+                outcome.attempts = attempt
+                return outcome
+            new_sha = tree.run("rev-parse", "--verify", "HEAD")
+            try:
+                tree.run("push", "--quiet", "origin", f"{new_sha}:refs/heads/{default}")  # never forced
+            except ServiceError as error:
+                if any(mark in str(error) for mark in _RETRYABLE_PUSH):
+                    log.info("origin's %s moved while landing %s (attempt %d): %s", default, workspace.branch,
+                             attempt, error)
+                    continue
+                raise ServiceError(f"Pushing '{workspace.branch}' to '{default}' on origin of repo '{repo.id}' "
+                                   f"failed: {error}. The task branch is kept.") from None
+            self._follow_remote(main, default, new_sha)
+            return Landing(merged=True, sha=new_sha, base_sha=base_sha, pushed=True, files_changed=files,
+                           attempts=attempt)
+        raise ConflictError(f"Origin's '{default}' of repo '{repo.id}' moved on every one of {PUSH_ATTEMPTS} tries "
+                            f"to land '{workspace.branch}'; the task branch is kept. Try again when it is quieter.")
+
+    @staticmethod
+    def _follow_remote(main: gitops.Checkout, default: str, sha: str) -> None:
+        """Bring the local default branch up to what landed on origin, only where nothing local is lost."""
+        ref = f"refs/heads/{default}"
+        try:
+            if not main.branch_exists(default):
+                main.run("update-ref", ref, sha, "")
+            elif main.current_branch() == default:
+                if main.is_clean():
+                    main.run("merge", "--ff-only", "--quiet", sha)
+                else:
+                    log.info("left %s in %s behind origin: it has uncommitted changes", default, main.path)
+            else:
+                old = main.run("rev-parse", "--verify", ref)
+                main.run("merge-base", "--is-ancestor", old, sha)  # fails when the local branch has its own work
+                main.run("update-ref", ref, sha, old)
+        except ServiceError as error:
+            log.warning("left %s in %s as it was (origin has the landed work): %s", default, main.path, error)
+
+    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
         assert workspace.branch is not None
         tree = gitops.Checkout(workspace.path)
         default = repo.default_branch
@@ -141,7 +291,6 @@ class Workspaces:
         if outcome is not None:
             return outcome
         new_sha = tree.head_sha()
-        main = gitops.Checkout(repo.checkout_path)
         old_sha = main.run("rev-parse", "--verify", f"refs/heads/{default}")
         try:
             if main.current_branch() == default:
@@ -151,7 +300,7 @@ class Workspaces:
         except ServiceError as error:
             dirty = [c["path"] for c in main.changes() if c["path"] in files]
             return Landing(merged=False, dirty=dirty, files_changed=files,
-                           message=f"Could not move '{default}' in {repo.checkout_path} to the task's "
+                           message=f"Could not move '{default}' in {main.path} to the task's "
                                    f"work ({error}). The task branch '{workspace.branch}' keeps it.")
         pushed = False
         if repo.source_type == "clone" and main.remote_url() is not None:
@@ -169,8 +318,9 @@ class Workspaces:
         outcome = tree.merge(default, tree.current_branch() or "HEAD")
         if outcome.merged:
             return None
+        name = default.removeprefix("refs/remotes/")
         return Landing(merged=False, conflicts=outcome.conflicts,
-                       message=f"The task branch conflicts with '{default}' in {', '.join(outcome.conflicts)}; "
+                       message=f"The task branch conflicts with '{name}' in {', '.join(outcome.conflicts)}; "
                                "the merge was aborted and the branch kept for you to resolve.")
 
     def remove(self, workspace: Workspace, delete_branch: bool = True) -> bool:
@@ -188,7 +338,7 @@ class Workspaces:
         if not tree.is_clean():
             log.warning("keeping worktree %s: it has uncommitted changes", workspace.path)
             return False
-        main = gitops.Checkout(workspace.repo.checkout_path)
+        main = gitops.Checkout(self.checkout_of(workspace.repo))
         try:
             main.run("worktree", "remove", str(workspace.path))
         except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
@@ -200,3 +350,7 @@ class Workspaces:
             except ServiceError as error:
                 log.info("kept branch %s: %s", workspace.branch, error)
         return True
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path.resolve().is_relative_to(root.resolve())
