@@ -104,6 +104,9 @@ def test_two_daemons_land_concurrently_through_origin(origin: Path, tmp_path: Pa
             assert landing.files_changed == [f"{name}-{r}.txt"]
             assert ws.remove(workspaces[name])
     assert merged_other >= rounds
+    # Started together, the two usually both push from the same origin: one is refused and retries (seen in
+    # every round here; the retry path itself is pinned down deterministically by the pre-push hook test).
+    assert any(landing.attempts > 1 for landing in landings.values()), landings
     tips = subjects(origin)
     for name in daemons:
         for r in range(rounds):
@@ -121,6 +124,15 @@ def test_two_daemons_land_concurrently_through_origin(origin: Path, tmp_path: Pa
     assert not (tmp_path / "adder").exists()  # the adder's path was never used by these daemons
 
 
+def race_hook(hook: Path, other: Path, marker: Path | None) -> None:
+    """A pre-push hook that has another clone push to origin first (once, when `marker` is given)."""
+    once = f"[ -e '{marker}' ] && exit 0\ntouch '{marker}'\n" if marker else ""
+    hook.write_text(f"#!/bin/sh\n{once}unset $(git rev-parse --local-env-vars)\ncd '{other}' || exit 1\n"
+                    f"date +%s%N >> theirs.txt && git add theirs.txt && git {shlex.join(IDENTITY)} commit -q "
+                    "-m 'their work' && git push -q origin HEAD:refs/heads/main\n")
+    hook.chmod(0o755)
+
+
 def test_push_rejected_because_origin_moved_is_retried(origin: Path, tmp_path: Path) -> None:
     repo = clone_repo(origin, tmp_path)
     ws = daemon(tmp_path, "a")
@@ -129,24 +141,48 @@ def test_push_rejected_because_origin_moved_is_retried(origin: Path, tmp_path: P
     other = tmp_path / "other"
     git(tmp_path, "clone", "-q", str(origin), str(other))
     marker = tmp_path / "raced"
-    hook = ws.checkout_of(repo) / ".git" / "hooks" / "pre-push"
-    identity = shlex.join(IDENTITY)
-    hook.write_text(f"#!/bin/sh\n[ -e '{marker}' ] && exit 0\ntouch '{marker}'\n"
-                    f"unset $(git rev-parse --local-env-vars)\ncd '{other}' || exit 1\n"
-                    f"echo theirs > theirs.txt && git add theirs.txt && git {identity} commit -q -m 'their work' "
-                    "&& git push -q origin HEAD:refs/heads/main\n")
-    hook.chmod(0o755)
+    race_hook(ws.checkout_of(repo) / ".git" / "hooks" / "pre-push", other, marker)
     landing = ws.land(workspace, via_remote=True)
     assert marker.exists()
     theirs = sha(other, "HEAD")
+    assert git(other, "log", "-1", "--format=%s") == "their work"
     assert landing.merged and landing.pushed and landing.attempts == 2, landing
     assert landing.base_sha == theirs  # the second attempt started from their push
     assert bare_sha(origin, "main") == landing.sha
     assert is_ancestor(origin, theirs, "main")
     assert subjects(origin).count("work of t1") == 1
     assert landing.files_changed == ["mine.txt"]
-    assert git(other, "log", "-1", "--format=%s") == "their work"
     assert_never_forced(origin)
+
+
+def test_origin_moving_on_every_attempt_gives_up_cleanly(origin: Path, tmp_path: Path) -> None:
+    repo = clone_repo(origin, tmp_path)
+    ws = daemon(tmp_path, "a")
+    workspace = do_task(ws, repo, "t1", {"mine.txt": "mine\n"})
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(origin), str(other))
+    race_hook(ws.checkout_of(repo) / ".git" / "hooks" / "pre-push", other, None)
+    with pytest.raises(ServiceError, match="moved on every one of 5 tries") as raised:
+        ws.land(workspace, via_remote=True)
+    assert "task branch is kept" in str(raised.value)
+    assert bare_sha(origin, "main") == sha(other, "HEAD")  # only their pushes landed
+    assert "work of t1" not in subjects(origin)
+    assert git(workspace.path, "status", "--porcelain") == ""
+    assert_never_forced(origin)
+
+
+def test_push_refused_by_origin_is_a_clear_error(origin: Path, tmp_path: Path) -> None:
+    repo = clone_repo(origin, tmp_path)
+    ws = daemon(tmp_path, "a")
+    workspace = do_task(ws, repo, "t1", {"mine.txt": "mine\n"})
+    hook = origin / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'main is protected' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    before = bare(origin, "for-each-ref")
+    with pytest.raises(ServiceError, match="Pushing 't1/task-t1' to 'main' on origin of repo 'app' failed") as raised:
+        ws.land(workspace, via_remote=True)
+    assert "main is protected" in str(raised.value) and "task branch is kept" in str(raised.value)
+    assert bare(origin, "for-each-ref") == before
 
 
 def test_conflict_between_daemons_keeps_branch_and_origin(origin: Path, tmp_path: Path) -> None:
