@@ -288,8 +288,7 @@ class Daemon:
                 await self._run(services)
             finally:
                 paths.daemon_info_path(self.home).unlink(missing_ok=True)
-                with services.store.transaction() as db:
-                    db.execute("DELETE FROM daemon_lease WHERE pid = ?", (os.getpid(),))
+                services.team.leave()
                 services.close()
                 log.info("daemon stopped")
 
@@ -332,11 +331,7 @@ class Daemon:
             server = _QuietUvicorn(config)
             port = http_sock.getsockname()[1]
             http_url = f"http://{self.host}:{port}/mcp"
-        with services.store.transaction() as db:
-            db.execute("INSERT INTO daemon_lease (id, pid, hostname, started_at, heartbeat_at) VALUES (1, ?, ?, ?, ?) "
-                       "ON CONFLICT(id) DO UPDATE SET pid = excluded.pid, hostname = excluded.hostname, "
-                       "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
-                       (os.getpid(), socket.gethostname(), now_iso(), now_iso()))
+        services.team.join()  # this daemon's lease: the others (on a shared queue) know it is alive
 
         def announce() -> None:
             # Only once signals are handled: `agentqueue stop` finds the pid here, and a SIGTERM
@@ -385,7 +380,7 @@ class Daemon:
             tg.start_soon(accept)
             if server is not None:
                 tg.start_soon(run_http)
-            tg.start_soon(self._housekeeping, services, mcp)
+            tg.start_soon(self._housekeeping, services, mcp, engine)
             await tg.start(self._watch_signals)
             announce()
             tg.start_soon(engine.run)
@@ -404,9 +399,11 @@ class Daemon:
             tg.cancel_scope.cancel()
         sock_path.unlink(missing_ok=True)
 
-    async def _housekeeping(self, services: Services, mcp: MCPServer) -> None:
-        """Publish changes made outside tool calls, keep the lease fresh, prune the audit log hourly."""
-        beat = 0.0
+    async def _housekeeping(self, services: Services, mcp: MCPServer, engine: Engine) -> None:
+        """Publish changes made outside tool calls, keep the lease fresh (and take over dead daemons' runs on a
+        shared queue), prune the audit log hourly."""
+        beat = time.monotonic()
+        every = services.team.lease_seconds / 3  # two beats may be missed before the lease runs out
         pruned = -PRUNE_EVERY_S
         while True:
             await mcp.notifier.flush()  # type: ignore[attr-defined]
@@ -416,11 +413,22 @@ class Daemon:
                 if gone:
                     log.info("audit log: pruned %d row(s) older than %d days", gone,
                              services.settings.audit_retention_days)
-            if time.monotonic() - beat > 10:
+            if time.monotonic() - beat > every:
                 beat = time.monotonic()
-                with services.store.transaction() as db:
-                    db.execute("UPDATE daemon_lease SET heartbeat_at = ? WHERE pid = ?", (now_iso(), os.getpid()))
+                try:
+                    await anyio.to_thread.run_sync(self._beat, services, engine)
+                except Exception:  # the database is unreachable for a moment: the next beat tries again
+                    log.exception("heartbeat failed")
             await anyio.sleep(0.25)
+
+    @staticmethod
+    def _beat(services: Services, engine: Engine) -> None:
+        if not services.team.beat():
+            log.warning("this daemon's lease ran out and other daemons took over its runs; rejoining the team")
+            engine.lease_lost()
+            services.team.join()
+        if services.team.shared:
+            engine.take_over()
 
     async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

@@ -16,6 +16,9 @@ A bad value is refused with one sentence naming where it came from, the key and 
                  allowed_hosts = ["box.lan", …]            (Host names HTTP clients use; needed off loopback)
     [files]      roots = ["~/code", …]                     (where workspaces and linked repos may be without asking)
     [audit]      retention_days                            (audit log rows older than this are pruned)
+    [team]       database_url = "postgresql://…"           (a team's shared queue; default: the home's SQLite file)
+                 labels = ["gpu", …]                       (agents with one of these labels may run here)
+                 lease_seconds                             (how long a silent daemon keeps its runs; default 30)
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from typing import Any
 CONFIG_NAME = "config.toml"
 DEFAULT_PORT = 8765
 DEFAULT_AUDIT_RETENTION_DAYS = 30
+DEFAULT_LEASE_SECONDS = 30.0
+_LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
 
 # (key, default, environment variable, lower bound, is a whole number)
 ENGINE_KEYS: list[tuple[str, float, str, float, bool]] = [
@@ -52,7 +57,8 @@ CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 # What an agent keeps of the daemon's environment when [env] pass restricts it.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
 SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
-            "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}, "files": {"roots"}}
+            "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}, "files": {"roots"},
+            "team": {"database_url", "labels", "lease_seconds"}}
 _HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
@@ -76,6 +82,9 @@ class Settings:
     roots: list[Path] = field(default_factory=list)  # folders a workspace or linked repo may be in without asking  # Host headers accepted besides loopback
     metrics_public: bool = False  # GET /metrics answers without the bearer token (a scraper on a trusted network)
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
+    database_url: str | None = None  # postgresql://…: the store is a team's shared database (team mode)
+    labels: list[str] = field(default_factory=list)  # this daemon runs agents labelled with one of these
+    lease_seconds: float = DEFAULT_LEASE_SECONDS  # a daemon silent this long loses its runs to the others
     sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
 
     def search_path(self, environ: Mapping[str, str] | None = None) -> str:
@@ -295,7 +304,34 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
                               "(audit rows older than that are deleted).")
         settings.audit_retention_days = days
         settings.sources["audit.retention_days"] = source
+    _load_team(settings, pick)
     return settings
+
+
+def _load_team(settings: Settings, pick: Any) -> None:
+    """[team]: the shared database, this daemon's labels and its lease."""
+    chosen = pick("team", "database_url", "AGENTQUEUE_DATABASE_URL")
+    if chosen:
+        raw, where, source = chosen
+        if not isinstance(raw, str) or not re.match(r"postgres(ql)?://", raw.strip()):
+            raise ConfigError(f"{where} is not a PostgreSQL URL: give postgresql://user@host:port/database "
+                              "(or remove it for the embedded SQLite store).")
+        settings.database_url = raw.strip()
+        settings.sources["team.database_url"] = source
+    chosen = pick("team", "labels", "AGENTQUEUE_LABELS")
+    if chosen:
+        raw, where, source = chosen
+        labels = [x.strip() for x in raw.split(",")] if isinstance(raw, str) else raw
+        if not isinstance(labels, list) or not all(isinstance(x, str) and _LABEL.match(x) for x in labels if x):
+            raise ConfigError(f"{where} = {raw!r} is not a list of labels: give short names of letters, digits and "
+                              '"_.:-", e.g. ["gpu", "linux"].')
+        settings.labels = [x for x in labels if x]
+        settings.sources["team.labels"] = source
+    chosen = pick("team", "lease_seconds", "AGENTQUEUE_LEASE_SECONDS")
+    if chosen:
+        raw, where, source = chosen
+        settings.lease_seconds = _engine_value(raw, where, 1, False)
+        settings.sources["team.lease_seconds"] = source
 
 
 def describe(settings: Settings) -> list[dict[str, str]]:
@@ -326,4 +362,15 @@ def describe(settings: Settings) -> list[dict[str, str]]:
                  "source": settings.sources.get("server.metrics_public", "default")})
     rows.append({"key": "audit.retention_days", "value": str(settings.audit_retention_days),
                  "source": settings.sources.get("audit.retention_days", "default")})
+    rows.append({"key": "team.database_url", "value": redact_url(settings.database_url) if settings.database_url
+                 else "(none: the home's SQLite file)", "source": settings.sources.get("team.database_url", "default")})
+    rows.append({"key": "team.labels", "value": ", ".join(settings.labels) or "(none)",
+                 "source": settings.sources.get("team.labels", "default")})
+    rows.append({"key": "team.lease_seconds", "value": f"{settings.lease_seconds:g}",
+                 "source": settings.sources.get("team.lease_seconds", "default")})
     return rows
+
+
+def redact_url(url: str) -> str:
+    """A database URL with its password hidden, for logs and `doctor`."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1••••@", url)

@@ -18,6 +18,8 @@ from agentqueue import daemon
 from agentqueue.app import build_server
 from agentqueue.services import Services
 
+from .pg import PgServer, pg_binary
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -54,9 +56,30 @@ def no_daemon_left_behind(tmp_path: Path):
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def store_backend() -> str:
+    """The store `home` uses. A module runs its tests on both backends by overriding this fixture with
+    params=["sqlite", "postgres"]; PostgreSQL is then a fresh database on the session's real server.
+    AGENTQUEUE_TEST_BACKEND=postgres runs every test that uses `home` on PostgreSQL."""
+    return os.environ.get("AGENTQUEUE_TEST_BACKEND", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    if pg_binary("initdb") is None:
+        pytest.skip("PostgreSQL server binaries not installed (.ci/run installs Debian's postgresql)")
+    server = PgServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_backend: str, request: pytest.FixtureRequest) -> Path:
     root = tmp_path / "aq-home"
     monkeypatch.setenv("AGENTQUEUE_HOME", str(root))
+    if store_backend == "postgres":
+        monkeypatch.setenv("AGENTQUEUE_DATABASE_URL", request.getfixturevalue("pg_server").database())
+    else:
+        monkeypatch.delenv("AGENTQUEUE_DATABASE_URL", raising=False)
     return root
 
 
@@ -128,7 +151,11 @@ def db_snapshot(services: Services) -> str:
 
     The audit log is left out: it records every call, a refused one too (tests/test_audit.py checks it).
     """
-    conn = sqlite3.connect(services.store.path)
+    store = services.store
+    if store.backend == "postgres":
+        tables = sorted(t for t in store.db.table_names() if t != "audit_log")
+        return "\n".join(f"{t}: {row}" for t in tables for row in sorted(map(repr, store.all(f'SELECT * FROM "{t}"'))))
+    conn = sqlite3.connect(store.path)
     try:
         return "\n".join(line for line in conn.iterdump() if not line.startswith('INSERT INTO "audit_log"'))
     finally:

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
-from agentqueue.store.db import Store
+from agentqueue.store.sqlite import SqliteStore as Store
 from agentqueue.toolsets import NAMED_TOOLSETS
 
 from .conftest import ok

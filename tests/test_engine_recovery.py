@@ -14,7 +14,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
-from agentqueue.store.db import Store
+from agentqueue.store.sqlite import SqliteStore as Store
 
 from .mock_anthropic import MockAnthropic
 from .processes import alive, claude_env

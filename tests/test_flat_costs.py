@@ -11,7 +11,7 @@ import pytest
 from agentqueue.engine.orchestrator import Engine
 from agentqueue.engine.scheduler import schedule
 from agentqueue.services import Services
-from agentqueue.store.db import MIGRATIONS, Store
+from agentqueue.store.sqlite import MIGRATIONS, SqliteStore as Store
 
 
 def plan(services: Services, sql: str, params: tuple = ()) -> str:

@@ -24,7 +24,7 @@ from agentqueue import daemon, paths
 from agentqueue.app import build_server
 from agentqueue.engine.orchestrator import Engine
 from agentqueue.services import Services
-from agentqueue.store.db import Store
+from agentqueue.store.sqlite import SqliteStore as Store
 
 from .conftest import ok, person_says_yes
 from .processes import alive, claude_env, wait_for

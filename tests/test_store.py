@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentqueue.store.db import MIGRATIONS, SCHEMA_VERSION, SchemaTooNewError, Store
+from agentqueue.store.base import SchemaTooNewError
+from agentqueue.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SqliteStore as Store
 
 
 def test_fresh_store_is_wal_with_foreign_keys_at_current_version(tmp_path: Path) -> None:

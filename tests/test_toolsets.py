@@ -18,7 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from agentqueue import daemon, paths
-from agentqueue.store.db import Store
+from agentqueue.store.sqlite import SqliteStore as Store
 from agentqueue.tools import SPECS
 from agentqueue.toolsets import NAMED_TOOLSETS
 

@@ -29,6 +29,7 @@ from ..settings import Settings
 from ..services.lifecycle import Lifecycle
 from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
+from ..store.db import now_iso
 from ..store.models import Agent, Task
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult
@@ -79,8 +80,10 @@ class Engine:
         self.home = home
         self.flush = flush
         self.config = config or EngineConfig.from_settings(services.settings)
-        self.lifecycle = Lifecycle(services.store, services.tasks, services.usage)
-        self.workspaces = Workspaces(home / "worktrees")
+        self.team = services.team
+        self.lifecycle = Lifecycle(services.store, services.tasks, services.usage, owner=self.team.id)
+        # A team's daemons each keep their own checkouts, and land through the repos' remotes.
+        self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
         self.hooks = HookRunner(services, home)
         services.hooks.runner = self.hooks
@@ -108,7 +111,7 @@ class Engine:
         workspace = Workspace(self.workspaces.path_for(repo.id, task.id), task.branch, repo)
         if not workspace.path.exists():
             workspace = self.workspaces.prepare(repo, task.id, task.title, task.branch)
-        landing = self.workspaces.land(workspace)
+        landing = self.workspaces.land(workspace, via_remote=self.team.shared)
         if not landing.merged:
             raise ServiceError(f"Approving '{task.id}' failed: {landing.message} The task stays AWAITING_APPROVAL.")
         self.workspaces.remove(workspace)
@@ -133,7 +136,7 @@ class Engine:
                 "SELECT id, repo_id FROM tasks WHERE status = 'AWAITING_APPROVAL' AND pr_url IS NOT NULL"):
             task = self.services.tasks.get(row["id"])
             try:
-                cwd = self.services.repos.get(task.repo_id).checkout_path if task.repo_id else None
+                cwd = self.workspaces.checkout_of(self.services.repos.get(task.repo_id)) if task.repo_id else None
                 done = subprocess.run([gh, "pr", "view", task.pr_url, "--json", "state,mergedAt"], cwd=cwd,
                                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
                 state = json.loads(done.stdout or "{}")
@@ -193,29 +196,47 @@ class Engine:
         if not full:
             return []
         self._last_pass = time.monotonic()
-        state = self.queue_state()
         claims = []
-        for assignment in schedule(state):
-            if self.lifecycle.claim(assignment.task_id, assignment.agent_id):
-                claims.append((assignment.task_id, assignment.agent_id))
+        # One transaction that runs beside other daemons' claim passes: the rows it reads to claim are locked
+        # (SKIP LOCKED on PostgreSQL), so two daemons never pick the same agent, task or project at once.
+        with self.services.store.transaction(concurrent=True):
+            state = self.queue_state()
+            for assignment in schedule(state):
+                if self.lifecycle.claim(assignment.task_id, assignment.agent_id):
+                    claims.append((assignment.task_id, assignment.agent_id))
+        if state.skipped:
+            self._poked = True  # another daemon was scheduling some of it: look again next tick
         return claims
 
     def queue_state(self) -> QueueState:
         """What the scheduler needs, and no more: per project only the few best READY tasks that an idle
         agent could take (never the whole READY set), so a pass costs the same at 100 or 100,000 tasks."""
         store = self.services.store
+        lock = store.claim_lock
         paused = self.services.system.orchestrator_state() == "paused"
-        agents = tuple(IdleAgent(a.id, a.agent_type, a.repo_id, tuple(a.capabilities))
-                       for a in self.services.agents.list(limit=500)[0] if a.state == "IDLE" and not a.paused)
-        if paused or not agents:
+        if paused:
+            return QueueState((), (), (), paused)
+        # Agents this daemon may run: unlabelled ones, and those whose label it has.
+        labels = self.team.labels
+        agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"], tuple(json.loads(a["capabilities"] or "[]")))
+                       for a in store.all(
+                           "SELECT id, agent_type, repo_id, capabilities FROM agents WHERE state = 'IDLE' AND paused = 0 "
+                           f"AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
+                           "ORDER BY id LIMIT 500" + lock, tuple(labels)))
+        if not agents:
             return QueueState((), (), agents, paused)
         usage = self.services.usage.window_totals(24)
         running = {r["project_id"]: r["n"] for r in store.all(
             "SELECT project_id, count(*) AS n FROM tasks WHERE status IN "
             "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
+        rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
+        skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
-                         for p in store.all("SELECT * FROM projects"))
+                         for p in rows)
+        # Repos this daemon cannot work on (a linked folder on another machine): their tasks are left to others.
+        absent = [r.id for r in self.services.repos.list() if not self.workspaces.has_repo(r)]
+        not_here = f" AND (repo_id IS NULL OR repo_id NOT IN ({', '.join('?' for _ in absent)}))" if absent else ""
         tasks: dict[str, ReadyTask] = {}
         kinds = {(a.agent_type, a.repo_id) for a in agents}
         for project in projects:
@@ -226,13 +247,14 @@ class Engine:
                 for t in store.all(
                         "SELECT id, project_id, priority, created_at, agent_type, repo_id FROM tasks "
                         "WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
-                        "AND (? IS NULL OR repo_id = ?) ORDER BY priority, created_at, id LIMIT ?",
-                        (project.id, agent_type, repo_id, repo_id, room)):
+                        f"AND (? IS NULL OR repo_id = ?){not_here} ORDER BY priority, created_at, id LIMIT ?" + lock,
+                        (project.id, agent_type, repo_id, repo_id, *absent, room)):
                     tasks[t["id"]] = ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"],
                                                t["agent_type"], t["repo_id"])
         runs = store.one("SELECT avg(total) AS avg FROM (SELECT total FROM token_ledger WHERE task_id IS NOT NULL "
-                         "ORDER BY id DESC LIMIT 200)") or {}  # the recent runs' size, without reading every row
-        return QueueState(projects, tuple(tasks.values()), agents, paused, int(runs.get("avg") or 10_000) or 10_000)
+                         "ORDER BY id DESC LIMIT 200) AS recent") or {}  # the recent runs' size, without reading every row
+        return QueueState(projects, tuple(tasks.values()), agents, paused, int(runs.get("avg") or 10_000) or 10_000,
+                          skipped)
 
     # -- one run ---------------------------------------------------------------------------------
     async def execute(self, task_id: str, agent_id: str) -> None:
@@ -358,6 +380,10 @@ class Engine:
         return paths.private_file(path)
 
     def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
+        if not self.lifecycle.owns(task.id):
+            # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
+            log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
+            return
         files: list[str] = []
         counted = False  # whether `files` is known (a git error leaves it unknown: no no-change warning then)
         if workspace.repo is not None:
@@ -397,9 +423,11 @@ class Engine:
             return
         repo = workspace.repo
         where = {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
-                 "checkout": repo.checkout_path}
+                 "checkout": str(self.workspaces.checkout_of(repo))}
+        if not self.lifecycle.running(task.id):
+            return  # stopped, or taken over by another daemon, while it verified
         try:
-            landing = self.workspaces.land(workspace)
+            landing = self.workspaces.land(workspace, via_remote=self.team.shared)
         except ServiceError as error:
             self.lifecycle.blocked(task.id, "merge_failed", {**where, "error": str(error)})
             return
@@ -449,7 +477,7 @@ class Engine:
         assert repo is not None and workspace.branch is not None
         if task.pr_url:  # a rerun after request_changes: pushing its branch updates the PR under review
             try:
-                self.services.repos.checkout(repo).push(workspace.branch)
+                gitops.Checkout(self.workspaces.checkout_of(repo)).push(workspace.branch)
                 return task.pr_url
             except ServiceError as error:
                 log.info("could not update the PR of %s (%s); approve_task will merge it", task.id, error)
@@ -457,7 +485,7 @@ class Engine:
         try:
             return self.services.vcs.create_pr(repo, task.title, f"AgentQueue task `{task.id}`.\n\n"
                                                f"{task.description[:2000]}", workspace.branch, repo.default_branch,
-                                               task_id=task.id)
+                                               task_id=task.id, checkout_path=self.workspaces.checkout_of(repo))
         except ServiceError as error:
             log.info("no PR for %s (%s); approve_task will merge it", task.id, error)
             return None
@@ -479,36 +507,72 @@ class Engine:
 
     # -- start and stop ----------------------------------------------------------------------------
     def recover(self) -> list[str]:
-        """Tasks a dead engine left running: kill orphans, keep their work, requeue them."""
-        store = self.services.store
-        recovered = []
-        for request_id in self.services.requests.expire_orphans():  # their runs died with the last daemon
-            log.info("permission request %s expired: its run ended with the daemon", request_id)
-        for row in store.all("SELECT * FROM tasks WHERE status IN ('ASSIGNED', 'IN_PROGRESS', 'WAITING_INPUT', "
-                             "'VERIFYING')"):
-            agent = store.one("SELECT * FROM agents WHERE id = ?", (row["assigned_agent"],)) if row["assigned_agent"] \
-                else None
-            workspace = self._workspace_of(row)
-            if agent and agent["pid"]:
-                kill_orphan(agent["pid"], workspace.path)
-            self._save_wip(workspace, row["id"])
-            status = self.lifecycle.requeue(row["id"], "recovered", count_retry=True)
-            log.info("recovered task %s -> %s", row["id"], status)
-            recovered.append(row["id"])
-        with store.transaction() as db:
-            db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL WHERE state != 'IDLE' "
-                       "OR pid IS NOT NULL")
+        """At start: the runs this home's previous daemon left (kill orphans, keep their work, requeue them)."""
+        if not self.team.shared:  # their runs died with the last daemon, and no other daemon asks anything
+            for request_id in self.services.requests.expire_orphans():
+                log.info("permission request %s expired: its run ended with the daemon", request_id)
+        recovered = self.take_over(at_start=True)
+        if not self.team.shared:
+            with self.services.store.transaction() as db:
+                db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL WHERE state != 'IDLE' "
+                           "OR pid IS NOT NULL")
         return recovered
 
-    def _workspace_of(self, row: dict[str, Any]) -> Workspace:
+    def take_over(self, at_start: bool = False) -> list[str]:
+        """The runs of daemons found dead (services/team.py): stop what is left of them on this machine, save their
+        work on the task branch (published to the remote for a team), free their agents, and requeue each task."""
+        recovered = []
+        for dead in self.team.take_over(at_start):
+            if dead.id:
+                log.warning("daemon %s (%s, %s) stopped renewing its lease: taking over its runs %s", dead.id,
+                            dead.hostname, dead.home, ", ".join(dead.tasks) or "(none)")
+            for task_id in dead.tasks:
+                row = self.services.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+                if row is None:
+                    continue
+                if dead.here:
+                    self._stop_leftover(row, Path(dead.home))
+                for request in self.services.requests.list("pending", task_id=task_id):
+                    self.services.requests.expire(request.id, "run ended with its daemon")
+                with self.services.store.transaction() as db:
+                    db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
+                               "WHERE current_task = ?", (now_iso(), task_id))
+                    status = self.lifecycle.requeue(task_id, "recovered", count_retry=True)
+                log.info("recovered task %s -> %s", task_id, status)
+                recovered.append(task_id)
+        return recovered
+
+    def _stop_leftover(self, row: dict[str, Any], home: Path) -> None:
+        """A dead daemon's agent process on this machine is killed, and the work in its worktree kept."""
+        agent = self.services.store.one("SELECT pid FROM agents WHERE current_task = ?", (row["id"],))
+        workspace = self._workspace_of(row, home)
+        if agent and agent["pid"]:
+            kill_orphan(agent["pid"], workspace.path)
+        self._save_wip(workspace, row["id"])
+        if self.team.shared and workspace.repo is not None and workspace.path.exists():
+            try:  # the next run may be on another machine: it continues from the remote's copy of the branch
+                self.workspaces.publish_branch(workspace)
+            except ServiceError as error:
+                log.warning("could not publish the saved work of %s: %s", row["id"], error)
+
+    def _workspace_of(self, row: dict[str, Any], home: Path | None = None) -> Workspace:
         if row["repo_id"]:
             try:
                 repo = self.services.repos.get(row["repo_id"])
-                return Workspace(self.workspaces.path_for(repo.id, row["id"]), row["branch"], repo)
+                path = Workspaces(home / "worktrees").path_for(repo.id, row["id"]) if home \
+                    else self.workspaces.path_for(repo.id, row["id"])
+                return Workspace(path, row["branch"], repo)
             except ServiceError:
                 pass
         project = self.services.projects.get(row["project_id"])
         return Workspace(Path(project.workspace))
+
+    def lease_lost(self) -> None:
+        """Other daemons found this one dead (its lease ran out unrenewed) and took its runs: stop them here;
+        they record nothing, the task is theirs now."""
+        for task_id, handle in list(self.running.items()):
+            log.warning("lease lost: stopping the run of %s here (another daemon took it over)", task_id)
+            handle.kill("lease_lost")
 
     async def shutdown(self, grace: float = 15.0) -> None:
         """Stop every run (their tasks go back to READY with WIP saved) and wait for them to settle."""

@@ -48,6 +48,7 @@ class QueueState:
     agents: tuple[IdleAgent, ...]
     orchestrator_paused: bool = False
     tokens_per_run_estimate: int = 10_000
+    skipped: bool = False  # some projects were being scheduled by another daemon and are not in `projects`
 
 
 @dataclass(frozen=True)

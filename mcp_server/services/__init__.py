@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths, settings
-from ..store.db import Store
+from ..store.db import open_store
 from .agents import Agents
 from .audit import Audit
 from .call_policy import CallPolicy
@@ -23,6 +23,7 @@ from .repos import Repos
 from .requests import Requests
 from .system import System
 from .tasks import Tasks
+from .team import Team
 from .usage import Usage
 from .vcs import Vcs
 
@@ -35,7 +36,7 @@ class Services:
         paths.private_dir(home)
         paths.private_dir(paths.logs_dir(home))
         self.settings = settings.load(home)  # config.toml + AGENTQUEUE_*; a bad value stops here, clearly
-        self.store = Store(paths.db_path(home))
+        self.store = open_store(paths.db_path(home), self.settings.database_url)
         self.policies = Policies(home)
         self.projects = Projects(self.store, paths.workspaces_dir(home))
         self.tasks = Tasks(self.store, self.projects)
@@ -45,7 +46,7 @@ class Services:
         self.events = Events(self.store)
         self.usage = Usage(self.store)
         self.system = System(self.store, self.agents)
-        self.repos = Repos(self.store, self.projects)
+        self.repos = Repos(self.store, self.projects, home / "locks")
         self.vcs = Vcs(self.store, self.repos, self.settings)
         self.files = Files(self.store, self.policies)
         self.notes = Notes(self.store, self.projects)
@@ -53,6 +54,7 @@ class Services:
         self.hooks = Hooks(self.store, self.projects)
         self.requests = Requests(self.store, self.tasks, self.policies)
         self.audit = Audit(self.store)
+        self.team = Team(self.store, home, self.settings)  # this daemon among those sharing the queue
         self.call_policy = CallPolicy(self)
         # Set by the daemon: told (tool, outcome, seconds) after every tool call, for GET /metrics.
         self.on_tool_call: Callable[[str, str, float], None] | None = None

@@ -72,8 +72,8 @@ class Audit:
             cursor = db.execute(
                 "INSERT INTO audit_log (time, actor, project_id, task_id, action, arguments, decision, decided_by, "
                 "outcome, message, duration_ms) VALUES (:time, :actor, :project_id, :task_id, :action, :arguments, "
-                ":decision, :decided_by, :outcome, :message, :duration_ms)", row)
-            row_id = int(cursor.lastrowid or 0)
+                ":decision, :decided_by, :outcome, :message, :duration_ms) RETURNING id", row)
+            row_id = int(cursor.fetchone()[0])
         for listener in list(self._listeners):
             listener()
         return row_id
@@ -97,12 +97,12 @@ class Audit:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         if action:
-            clauses.append("action GLOB ?")
-            params.append(action if any(c in action for c in "*?[") else action + "*")
+            clauses.append("action LIKE ? ESCAPE '\\'")
+            params.append(glob_to_like(action if any(c in action for c in "*?") else action + "*"))
         if since_hours is not None:
             clauses.append("time >= ?")
             params.append(since_iso(since_hours))
-        where = " AND ".join(clauses) or "1"
+        where = " AND ".join(clauses) or "1 = 1"
         rows = self.store.all(f"SELECT * FROM audit_log WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [AuditEntry(**{**r, "arguments": json.loads(r["arguments"] or "{}")}) for r in rows]
 
@@ -112,3 +112,9 @@ class Audit:
         with self.store.transaction() as db:
             cursor = db.execute("DELETE FROM audit_log WHERE time < ?", (cutoff,))
         return int(cursor.rowcount or 0)
+
+
+def glob_to_like(pattern: str) -> str:
+    """A shell glob (`*`, `?`) as a LIKE pattern with `\\` escapes, which both store backends understand."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")

@@ -27,6 +27,6 @@ class Events:
             else:
                 clauses.append("event_type = ?")
                 params.append(event_type)
-        where = " AND ".join(clauses) or "1"
+        where = " AND ".join(clauses) or "1 = 1"
         rows = self.store.all(f"SELECT * FROM events WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [Event(**{**r, "payload": json.loads(r["payload"] or "{}")}) for r in rows]

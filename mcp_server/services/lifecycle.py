@@ -26,10 +26,20 @@ def iso_in(seconds: float) -> str:
 
 
 class Lifecycle:
-    def __init__(self, store: Store, tasks: Tasks, usage: Usage) -> None:
+    def __init__(self, store: Store, tasks: Tasks, usage: Usage, owner: str | None = None) -> None:
         self.store = store
         self.tasks = tasks
         self.usage = usage
+        self.owner = owner  # this daemon's id (services/team.py): the runs it claims carry it
+
+    def owns(self, task_id: str) -> bool:
+        """Whether this daemon still owns the task's run: after it lost its lease another daemon took it over,
+        and then nothing this one's run does may reach the task."""
+        row = self.store.one("SELECT owner FROM tasks WHERE id = ?", (task_id,))
+        return self._mine(row)
+
+    def _mine(self, row: dict[str, Any] | None) -> bool:
+        return bool(row) and (self.owner is None or row.get("owner") in (None, self.owner))
 
     def claim(self, task_id: str, agent_id: str) -> bool:
         """READY -> ASSIGNED and the agent IDLE -> BUSY, or nothing if either moved (or was paused) meanwhile."""
@@ -38,7 +48,8 @@ class Lifecycle:
             agent = self.store.one("SELECT state, paused FROM agents WHERE id = ?", (agent_id,))
             if not row or row["status"] != "READY" or not agent or agent["state"] != "IDLE" or agent["paused"]:
                 return False
-            self.tasks._move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id}, details={"agent_id": agent_id})
+            self.tasks._move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id, "owner": self.owner},
+                             details={"agent_id": agent_id})
             db.execute("UPDATE agents SET state = 'BUSY', current_task = ?, updated_at = ? WHERE id = ?",
                        (task_id, now_iso(), agent_id))
         return True
@@ -46,6 +57,8 @@ class Lifecycle:
     def started(self, task_id: str, branch: str | None) -> None:
         with self.store.transaction():
             row = self.tasks._row(task_id)
+            if not self._mine(row):
+                return
             self.tasks._move(row, "IN_PROGRESS", "agent_started", {"branch": branch}, details={"branch": branch})
 
     def set_repo(self, task_id: str, repo_id: str) -> None:
@@ -63,6 +76,8 @@ class Lifecycle:
         row = self.tasks._row(task_id)
         stamp = now_iso()
         with self.store.transaction() as db:
+            if not self._mine(self.store.one("SELECT owner FROM tasks WHERE id = ?", (task_id,))):
+                return  # taken over by another daemon: its run is the one that counts
             attempt = int(self.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task_id,))) + 1
             db["task_results"].insert({
                 "task_id": task_id, "attempt": attempt, "agent_id": agent_id, "status": result.status,
@@ -80,13 +95,14 @@ class Lifecycle:
                        "WHERE id = ?", (now_iso(), agent_id))
 
     def running(self, task_id: str) -> bool:
-        row = self.store.one("SELECT status FROM tasks WHERE id = ?", (task_id,))
-        return bool(row) and row["status"] in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
+        """The task's run is going on, and it is this daemon's."""
+        row = self.store.one("SELECT status, owner FROM tasks WHERE id = ?", (task_id,))
+        return self._mine(row) and row["status"] in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
 
     def verifying(self, task_id: str) -> None:
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            if row["status"] == "IN_PROGRESS":
+            if row["status"] == "IN_PROGRESS" and self._mine(row):
                 self.tasks._move(row, "VERIFYING", "agent_completed")
 
     def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None,
@@ -95,6 +111,8 @@ class Lifecycle:
         details: repo_id, default_branch and files (a count), for the log line."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
+            if not self._mine(row):
+                return
             if row["status"] == "IN_PROGRESS":
                 self.tasks._move(row, "VERIFYING", "agent_completed")
                 row = self.tasks._row(task_id)
@@ -117,7 +135,7 @@ class Lifecycle:
         """Move a failed run's task on; returns the new status. A task stop_task already moved is left alone."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            if row["status"] not in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING"):
+            if row["status"] not in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING") or not self._mine(row):
                 return row["status"]
             error = {"error_type": error_type, "error_message": message, "agent_type": agent_type}
             if error_type in PAUSING_ERRORS and pause_seconds is not None and row["status"] in ("IN_PROGRESS",
@@ -145,6 +163,8 @@ class Lifecycle:
         the reason's texts are written from `details`, else from `payload`."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
+            if not self._mine(row):
+                return
             if row["status"] == "IN_PROGRESS":
                 self.tasks._move(row, "VERIFYING", "agent_completed")
                 row = self.tasks._row(task_id)
@@ -158,7 +178,7 @@ class Lifecycle:
         """Back to READY after a crash or shutdown (BLOCKED once retries are spent, when they count)."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            if row["status"] not in ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING"):
+            if row["status"] not in ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING") or not self._mine(row):
                 return row["status"]
             if row["status"] == "VERIFYING":
                 self.tasks._move(row, "FAILED", reason, {"assigned_agent": None})

@@ -27,9 +27,10 @@ def _default_name(source: str, url: str | None, path: str | None, project_id: st
 
 
 class Repos:
-    def __init__(self, store: Store, projects: Projects) -> None:
+    def __init__(self, store: Store, projects: Projects, locks_dir: Path) -> None:
         self.store = store
         self.projects = projects
+        self.locks_dir = locks_dir  # this machine's lock files (a clone in progress), beside the home's data
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, repo_id: str) -> Repo:
@@ -89,7 +90,7 @@ class Repos:
         repo_id = slugify(name or _default_name(source, url, path, project_id), what="repo name")
         # Check, create and register under one lock: a racing add of the same id waits, then is told it exists
         # (it never creates, so its cleanup can never remove the winner's checkout).
-        with file_lock(Path(self.store.path).parent / "locks" / f"repo-{repo_id}.lock"):
+        with file_lock(self.locks_dir / f"repo-{repo_id}.lock"):
             if self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)):
                 raise ConflictError(f"A repo with id '{repo_id}' already exists. Pass another `name`.")
             if path is not None and not Path(path).expanduser().is_absolute():

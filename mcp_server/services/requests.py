@@ -51,7 +51,7 @@ class Requests:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        where = " AND ".join(clauses) or "1"
+        where = " AND ".join(clauses) or "1 = 1"
         rows = self.store.all(f"SELECT * FROM permission_requests WHERE {where} ORDER BY created_at DESC, id LIMIT ?",
                               (*params, limit))
         return [self._model(r) for r in rows]

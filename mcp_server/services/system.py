@@ -97,9 +97,9 @@ class System:
         """Tasks completed in the last 24 h whose last run changed no file in their repo."""
         since = (datetime.now(timezone.utc) - timedelta(hours=24)).isoformat(timespec="milliseconds")
         rows = self.store.all(
-            # CROSS JOIN keeps this order: the last day's results first (a small range of an index),
-            # never a scan of every completed task.
-            "SELECT t.id, t.repo_id FROM task_results r CROSS JOIN tasks t ON r.task_id = t.id "
+            # The last day's results first (a small range of an index), never a scan of every completed task:
+            # SQLite keeps the written order with CROSS JOIN; PostgreSQL's planner finds it from its statistics.
+            "SELECT t.id, t.repo_id FROM task_results r " + self.store.ordered_join + " tasks t ON r.task_id = t.id "
             "WHERE t.status = 'COMPLETED' AND r.warning IS NOT NULL AND r.created_at >= ? "
             "AND r.attempt = (SELECT max(attempt) FROM task_results WHERE task_id = t.id) "
             "ORDER BY r.created_at DESC LIMIT ?", (since.replace("+00:00", "Z"), HELD_LINES + 1))

@@ -154,7 +154,7 @@ class Tasks:
             total = sum(counts.values()) - hidden
         else:
             total = sum(counts.values())
-        where = " AND ".join(clauses) or "1"
+        where = " AND ".join(clauses) or "1 = 1"
         rows = self.store.all(
             f"SELECT id, project_id, title, status, priority, assigned_agent FROM tasks WHERE {where} "
             "ORDER BY priority, created_at, id LIMIT ? OFFSET ?", (*params, limit, offset))

@@ -62,7 +62,7 @@ class Usage:
         if since_hours is not None:
             clauses.append("timestamp >= ?")
             params.append(since_iso(since_hours))
-        where = " AND ".join(clauses) or "1"
+        where = " AND ".join(clauses) or "1 = 1"
         total = self.store.one(f"SELECT {_SUMS} FROM token_ledger WHERE {where}", params) or {}
         cols = ", ".join(group)
         rows = self.store.all(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from ..settings import Settings
@@ -73,11 +74,12 @@ class Vcs:
         return outcome
 
     def create_pr(self, repo: Repo, title: str, body: str | None = None, branch: str | None = None,
-                  base: str | None = None, *, task_id: str | None = None) -> str:
-        """Push `branch` and open a PR with `gh`; `task_id` (the engine's) ties the `pr.created` event to it."""
+                  base: str | None = None, *, task_id: str | None = None, checkout_path: Path | None = None) -> str:
+        """Push `branch` and open a PR with `gh`; `task_id` (the engine's) ties the `pr.created` event to it, and
+        `checkout_path` is the engine's own checkout of the repo (each daemon of a team has its own)."""
         if not title or not title.strip():
             raise InvalidInputError("title is empty. Give the pull request a title.")
-        checkout = self.repos.checkout(repo)
+        checkout = gitops.Checkout(checkout_path) if checkout_path else self.repos.checkout(repo)
         gh = find_gh(self.settings)
         if gh is None:
             raise ServiceError("The GitHub CLI `gh` is not installed (or not on PATH for the AgentQueue daemon); "

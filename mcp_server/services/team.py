@@ -1,0 +1,110 @@
+"""This daemon among the daemons that share one queue: its row in `daemons`, its lease, and which runs are whose.
+
+Every daemon (SQLite's single one too) joins with a lease it renews by a heartbeat. Each run it
+claims carries its id (`tasks.owner`). A daemon whose lease ran out is dead to the others: one of
+them takes its row (row lock, SKIP LOCKED, so only one does) and with it the runs it owned, which
+are then requeued. At start a daemon also takes over its own previous incarnation at once (same
+machine and home: the home lock proves that one is gone), without waiting for its lease.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from ..settings import Settings
+from ..store.db import Store, now_iso
+
+RUNNING = ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
+
+
+def iso_after(seconds: float) -> str:
+    stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class DeadDaemon:
+    """A daemon whose runs this one took over: where they ran, to stop leftovers and keep their work."""
+
+    id: str
+    hostname: str
+    home: str
+    tasks: tuple[str, ...]
+
+    @property
+    def here(self) -> bool:
+        """On this machine: its processes can be signalled and its worktrees read."""
+        return self.hostname == socket.gethostname()
+
+
+class Team:
+    def __init__(self, store: Store, home: Path, settings: Settings) -> None:
+        self.store = store
+        self.home = str(home)
+        self.hostname = socket.gethostname()
+        self.id = f"{self.hostname}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.labels = list(settings.labels)
+        self.lease_seconds = settings.lease_seconds
+
+    @property
+    def shared(self) -> bool:
+        """Other daemons may be running on this queue (PostgreSQL); SQLite has one per home."""
+        return self.store.backend == "postgres"
+
+    def join(self) -> None:
+        stamp = now_iso()
+        with self.store.transaction() as db:
+            db.execute("INSERT INTO daemons (id, hostname, pid, home, labels, started_at, heartbeat_at, lease_until) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (self.id, self.hostname, os.getpid(), self.home,
+                                                          json.dumps(self.labels), stamp, stamp,
+                                                          iso_after(self.lease_seconds)))
+
+    def beat(self) -> bool:
+        """Renew the lease; False when this daemon's row is gone (others found it dead and took its runs)."""
+        with self.store.transaction() as db:
+            renewed = db.execute("UPDATE daemons SET heartbeat_at = ?, lease_until = ? WHERE id = ?",
+                                 (now_iso(), iso_after(self.lease_seconds), self.id)).rowcount
+        return bool(renewed)
+
+    def leave(self) -> None:
+        with self.store.transaction() as db:
+            db.execute("DELETE FROM daemons WHERE id = ?", (self.id,))
+
+    def members(self) -> list[dict[str, Any]]:
+        """The daemons sharing the queue, live or not yet taken over."""
+        return [{**r, "labels": json.loads(r["labels"] or "[]"), "self": r["id"] == self.id}
+                for r in self.store.all("SELECT * FROM daemons ORDER BY started_at, id")]
+
+    def take_over(self, at_start: bool = False) -> list[DeadDaemon]:
+        """Claim the runs of dead daemons for this one (each dead daemon's row is taken by exactly one daemon).
+
+        Dead: its lease ran out, or (at start) it is this machine's and home's previous daemon. Runs left
+        by no live daemon (owner unknown: a store from before team mode) are taken at start too."""
+        now = now_iso()
+        taken: list[DeadDaemon] = []
+        with self.store.transaction() as db:
+            rows = self.store.all(
+                "SELECT id, hostname, home FROM daemons WHERE id != ? AND (lease_until < ? OR (? = 1 AND hostname = ? "
+                "AND home = ?))" + self.store.claim_lock, (self.id, now, int(at_start), self.hostname, self.home))
+            for row in rows:
+                tasks = tuple(r["id"] for r in self.store.all(
+                    f"SELECT id FROM tasks WHERE owner = ? AND status IN {RUNNING}", (row["id"],)))
+                db.execute(f"UPDATE tasks SET owner = ? WHERE owner = ? AND status IN {RUNNING}", (self.id, row["id"]))
+                db.execute("DELETE FROM daemons WHERE id = ?", (row["id"],))
+                taken.append(DeadDaemon(row["id"], row["hostname"], row["home"], tasks))
+            if at_start:
+                strays = tuple(r["id"] for r in self.store.all(
+                    f"SELECT id FROM tasks WHERE status IN {RUNNING} AND (owner IS NULL OR owner NOT IN "
+                    "(SELECT id FROM daemons))"))
+                if strays:
+                    db.execute(f"UPDATE tasks SET owner = ? WHERE id IN ({', '.join('?' for _ in strays)})",
+                               (self.id, *strays))
+                    taken.append(DeadDaemon("", self.hostname, self.home, strays))
+        return taken

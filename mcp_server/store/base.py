@@ -1,0 +1,152 @@
+"""The store's interface, shared by its two backends (SQLite embedded, PostgreSQL for a team).
+
+Services and the engine use only this: `transaction()` for every change (all of it or none of it;
+the events recorded inside are announced to listeners after commit), `one`/`all`/`scalar` for reads,
+and inside a transaction `db.execute(sql, params)` and `db["table"].insert(row)` /
+`.update(pk, changes)`. SQL is written once, in the dialect both backends accept: `?` and `:name`
+placeholders, no engine-specific functions; the PostgreSQL backend translates placeholders only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+Params = dict[str, Any] | tuple[Any, ...] | list[Any]
+Listener = Callable[[list[dict[str, Any]]], None]
+
+
+def now_iso() -> str:
+    """ISO-8601 UTC with milliseconds, sortable as text."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class StoreOpenError(RuntimeError):
+    """The database cannot be used at all; the message is one sentence with the next step."""
+
+
+class SchemaTooNewError(StoreOpenError):
+    """The database was written by a newer AgentQueue than this one."""
+
+
+class Store:
+    """One connection shared by the process, serialised by a re-entrant lock; a backend provides the rest."""
+
+    backend = "base"
+    # Appended to a SELECT that picks rows to claim: other daemons' claim passes skip rows this one holds.
+    claim_lock = ""
+    # A join written to be read left to right (SQLite plans CROSS JOIN in the written order).
+    ordered_join = "JOIN"
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._listeners: list[Listener] = []
+        self._pending_events: list[dict[str, Any]] | None = None
+        self.db: Any = None  # the backend's connection wrapper: execute, query, ["table"].insert/update
+
+    # -- what a backend provides ------------------------------------------------------------------
+    @property
+    def schema_version(self) -> int:
+        raise NotImplementedError
+
+    @contextmanager
+    def _atomic(self, concurrent: bool) -> Iterator[None]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def _announce_elsewhere(self, events: list[dict[str, Any]]) -> None:
+        """Tell other processes sharing the database (PostgreSQL: NOTIFY, sent with the commit)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # -- transactions and events --------------------------------------------------------------
+    @contextmanager
+    def transaction(self, concurrent: bool = False) -> Iterator[Any]:
+        """One atomic unit of change; events recorded inside are announced only after commit.
+
+        `concurrent`: the transaction keeps itself apart from other daemons' with row locks (a claim pass
+        with `claim_lock`), so on PostgreSQL it may run beside them; every other transaction is serialised
+        against all writers, as on SQLite, so the services' read-then-write steps stay correct."""
+        with self.lock:
+            outermost = self._pending_events is None
+            if outermost:
+                self._pending_events = []
+            try:
+                with self._atomic(concurrent):
+                    yield self.db
+                    if outermost and self._pending_events:
+                        self._announce_elsewhere(self._pending_events)
+            except BaseException:
+                if outermost:
+                    self._pending_events = None
+                raise
+            if outermost:
+                events, self._pending_events = self._pending_events, None
+                self._announce(events)
+
+    def _announce(self, events: list[dict[str, Any]]) -> None:
+        for listener in list(self._listeners):
+            listener(events)
+
+    def add_event(
+        self,
+        event_type: str,
+        *,
+        project_id: str | None = None,
+        task_id: str | None = None,
+        agent_id: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Record an event; must be called inside `transaction()` so it commits with its change."""
+        if self._pending_events is None:
+            raise RuntimeError("add_event outside a transaction")
+        row = {
+            "event_type": event_type, "project_id": project_id, "task_id": task_id,
+            "agent_id": agent_id, "payload": json.dumps(payload or {}), "timestamp": now_iso(),
+        }
+        event_id = self.db.execute(
+            "INSERT INTO events (event_type, project_id, task_id, agent_id, payload, timestamp) "
+            "VALUES (:event_type, :project_id, :task_id, :agent_id, :payload, :timestamp) RETURNING id",
+            row,
+        ).fetchone()[0]
+        event = {**row, "id": event_id, "payload": payload or {}}
+        self._pending_events.append(event)
+        return event
+
+    def on_commit(self, listener: Listener) -> None:
+        """Call `listener(events)` after every committed transaction (events may be empty), and, on a shared
+        database, with the events other daemons committed."""
+        self._listeners.append(listener)
+
+    # -- reads --------------------------------------------------------------------------------
+    def one(self, sql: str, params: Params = ()) -> dict[str, Any] | None:
+        with self.lock:
+            rows = list(self.db.query(sql, params))
+        return rows[0] if rows else None
+
+    def all(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.db.query(sql, params))
+
+    def scalar(self, sql: str, params: Params = ()) -> Any:
+        with self.lock:
+            row = self.db.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+    # -- settings -----------------------------------------------------------------------------
+    def get_setting(self, key: str, default: str | None = None) -> str | None:
+        value = self.scalar("SELECT value FROM settings WHERE key = ?", (key,))
+        return default if value is None else value
+
+    def set_setting(self, key: str, value: str) -> None:
+        """Upsert a setting; call inside `transaction()`."""
+        self.db.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )

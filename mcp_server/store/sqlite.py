@@ -1,0 +1,317 @@
+"""The SQLite backend (the embedded default): one file under AGENTQUEUE_HOME, WAL, foreign keys, forward migrations.
+
+Every state change goes through `transaction()`, which holds a process-wide lock and one SQLite
+transaction (BEGIN IMMEDIATE), so a crash or an error leaves either all of a change or none of it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlite_utils
+
+from .base import SchemaTooNewError, Store, StoreOpenError
+
+
+def _m1_core(db: sqlite_utils.Database) -> None:
+    """Version 1: the core tables."""
+    db["projects"].create(
+        {
+            "id": str, "name": str, "status": str, "credit_weight": float,
+            "max_concurrent_agents": int, "budget_limit": int, "workspace": str,
+            "created_at": str, "updated_at": str,
+        },
+        pk="id", not_null={"name", "status", "workspace"},
+    )
+    db["project_channels"].create(
+        {"channel_id": str, "project_id": str, "channel_name": str, "is_control": int, "created_at": str},
+        pk="channel_id", foreign_keys=[("project_id", "projects", "id")],
+    )
+    db["repos"].create(
+        {
+            "id": str, "project_id": str, "source_type": str, "url": str, "source_path": str,
+            "default_branch": str, "checkout_path": str, "created_at": str,
+        },
+        pk="id", foreign_keys=[("project_id", "projects", "id")],
+    )
+    db["agents"].create(
+        {
+            "id": str, "name": str, "agent_type": str, "state": str, "current_task": str,
+            "repo_id": str, "model": str, "capabilities": str, "command": str, "pid": int,
+            "created_at": str, "updated_at": str,
+        },
+        pk="id",
+    )
+    db["tasks"].create(
+        {
+            "id": str, "project_id": str, "title": str, "description": str, "status": str,
+            "priority": int, "repo_id": str, "branch": str, "assigned_agent": str,
+            "retry_count": int, "max_retries": int, "requires_approval": int, "agent_type": str,
+            "pr_url": str, "resume_after": str, "created_at": str, "updated_at": str,
+        },
+        pk="id", foreign_keys=[("project_id", "projects", "id")],
+        not_null={"project_id", "title", "status"},
+    )
+    db["task_dependencies"].create(
+        {"task_id": str, "depends_on": str},
+        pk=("task_id", "depends_on"),
+        foreign_keys=[("task_id", "tasks", "id"), ("depends_on", "tasks", "id")],
+    )
+    db["events"].create(
+        {
+            "id": int, "event_type": str, "project_id": str, "task_id": str, "agent_id": str,
+            "payload": str, "timestamp": str,
+        },
+        pk="id",
+    )
+    db["token_ledger"].create(
+        {
+            "id": int, "project_id": str, "task_id": str, "agent_id": str, "hook_id": str,
+            "input": int, "output": int, "cache_read": int, "cache_write": int, "total": int,
+            "cost_usd": float, "timestamp": str,
+        },
+        pk="id",
+    )
+    db["task_results"].create(
+        {
+            "id": int, "task_id": str, "attempt": int, "agent_id": str, "status": str,
+            "summary": str, "files_changed": str, "error_type": str, "error_message": str,
+            "input": int, "output": int, "cache_read": int, "cache_write": int, "total": int,
+            "cost_usd": float, "duration_s": float, "created_at": str,
+        },
+        pk="id", foreign_keys=[("task_id", "tasks", "id")],
+    )
+    db["hooks"].create(
+        {
+            "id": str, "project_id": str, "name": str, "enabled": int, "trigger": str,
+            "action": str, "prompt_template": str, "task_template": str, "context_steps": str,
+            "cooldown_seconds": int, "llm_config": str, "last_fired_at": str,
+            "created_at": str, "updated_at": str,
+        },
+        pk="id", foreign_keys=[("project_id", "projects", "id")],
+    )
+    db["hook_runs"].create(
+        {
+            "id": str, "hook_id": str, "project_id": str, "trigger_reason": str, "status": str,
+            "skipped_reason": str, "event_data": str, "context_results": str, "prompt_sent": str,
+            "llm_response": str, "tokens_used": int, "started_at": str, "completed_at": str,
+        },
+        pk="id", foreign_keys=[("hook_id", "hooks", "id")],
+    )
+    db["settings"].create({"key": str, "value": str}, pk="key")
+
+
+def _m2_lease_and_indexes(db: sqlite_utils.Database) -> None:
+    """Version 2: the daemon lease row and the indexes the hot queries use."""
+    db["daemon_lease"].create(
+        {"id": int, "pid": int, "hostname": str, "started_at": str, "heartbeat_at": str}, pk="id"
+    )
+    db["tasks"].create_index(["project_id", "status"], if_not_exists=True)
+    db["tasks"].create_index(["status", "priority", "created_at"], if_not_exists=True)
+    db["task_dependencies"].create_index(["depends_on"], if_not_exists=True)
+    db["events"].create_index(["project_id", "id"], if_not_exists=True)
+    db["events"].create_index(["task_id", "id"], if_not_exists=True)
+    db["token_ledger"].create_index(["project_id", "timestamp"], if_not_exists=True)
+    db["task_results"].create_index(["task_id", "attempt"], if_not_exists=True)
+
+
+def _m3_landing_shas(db: sqlite_utils.Database) -> None:
+    """Version 3: where a task's work landed, so its diff outlives its branch."""
+    db["tasks"].add_column("base_sha", str)
+    db["tasks"].add_column("landed_sha", str)
+
+
+def _m4_verify_command(db: sqlite_utils.Database) -> None:
+    """Version 4: a project's verify command, run on an agent's work before it lands."""
+    db["projects"].add_column("verify_command", str)
+
+
+def _m5_repo_defaults_and_reasons(db: sqlite_utils.Database) -> None:
+    """Version 5: a project's default repo, why a task is held (reason, next step), a result's warning."""
+    db["projects"].add_column("default_repo_id", str)
+    db["tasks"].add_column("reason", str)
+    db["tasks"].add_column("next_step", str)
+    db["task_results"].add_column("warning", str)
+    # Wherever a repo's record goes, no project keeps pointing at it as its default.
+    db.execute("CREATE TRIGGER IF NOT EXISTS repos_clear_default AFTER DELETE ON repos BEGIN "
+               "UPDATE projects SET default_repo_id = NULL WHERE default_repo_id = OLD.id; END")
+
+
+def _m6_permission_requests(db: sqlite_utils.Database) -> None:
+    """Agents' questions to a person (permission requests), and which task queued a task."""
+    db["permission_requests"].create(
+        {
+            "id": str, "task_id": str, "project_id": str, "agent_id": str, "tool": str, "input": str,
+            "action": str, "description": str, "suggested_rule": str, "status": str, "decided_by": str,
+            "message": str, "created_at": str, "expires_at": str, "answered_at": str,
+        },
+        pk="id",
+    )
+    db["permission_requests"].create_index(["status", "created_at"])
+    db["permission_requests"].create_index(["task_id", "created_at"])
+    db["tasks"].add_column("parent_task_id", str)
+    db["tasks"].add_column("depth", int)
+
+
+def _m7_audit_log(db: sqlite_utils.Database) -> None:
+    """Version 7: the audit log of tool calls and agent permission decisions (append-only; pruned by age)."""
+    db["audit_log"].create(
+        {
+            "id": int, "time": str, "actor": str, "project_id": str, "task_id": str, "action": str,
+            "arguments": str, "decision": str, "decided_by": str, "outcome": str, "message": str,
+            "duration_ms": int,
+        },
+        pk="id", not_null={"time", "actor", "action", "decision", "outcome"},
+    )
+    db["audit_log"].create_index(["time"], if_not_exists=True)
+    db["audit_log"].create_index(["project_id", "time"], if_not_exists=True)
+    db["audit_log"].create_index(["task_id", "time"], if_not_exists=True)
+    # A row once written is never rewritten (pruning by age deletes whole rows).
+    db.execute("CREATE TRIGGER IF NOT EXISTS audit_log_append_only BEFORE UPDATE ON audit_log BEGIN "
+               "SELECT RAISE(ABORT, 'audit_log is append-only'); END")
+
+
+def _m8_agent_paused(db: sqlite_utils.Database) -> None:
+    """Version 8: an agent can be paused (it takes no new task; a run it has finishes)."""
+    db["agents"].add_column("paused", int, not_null_default=0)
+
+
+def _m9_task_feedback(db: sqlite_utils.Database) -> None:
+    """Version 9: reviewers' requested changes on a task (request_changes), fed to its next runs' prompts."""
+    db["task_feedback"].create(
+        {"id": int, "task_id": str, "project_id": str, "comment": str, "file": str, "line": int, "author": str,
+         "from_status": str, "created_at": str},
+        pk="id", not_null={"task_id", "comment", "author", "created_at"},
+    )
+    db["task_feedback"].create_index(["task_id", "id"], if_not_exists=True)
+    # Comments belong to their task: deleting it (or its project) deletes them, whichever path deletes it.
+    db.execute("CREATE TRIGGER IF NOT EXISTS task_feedback_cleanup AFTER DELETE ON tasks BEGIN "
+               "DELETE FROM task_feedback WHERE task_id = OLD.id; END")
+
+
+def _m10_flat_costs(db: sqlite_utils.Database) -> None:
+    """Version 10: costs flat in the task count (issue 13).
+
+    `task_counts` keeps the number of tasks per project and status, maintained by triggers on every
+    path that writes `tasks`, so counts never scan the table. Partial indexes hold only the rows the
+    hot queries read: open tasks in queue order, READY tasks per project, held tasks by age.
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS task_counts (project_id TEXT NOT NULL, status TEXT NOT NULL, "
+               "n INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (project_id, status)) WITHOUT ROWID")
+    db.execute("DELETE FROM task_counts")
+    db.execute("INSERT INTO task_counts (project_id, status, n) "
+               "SELECT project_id, status, count(*) FROM tasks GROUP BY project_id, status")
+    up = ("INSERT INTO task_counts (project_id, status, n) VALUES (NEW.project_id, NEW.status, 1) "
+          "ON CONFLICT (project_id, status) DO UPDATE SET n = n + 1;")
+    down = "UPDATE task_counts SET n = n - 1 WHERE project_id = OLD.project_id AND status = OLD.status;"
+    db.execute(f"CREATE TRIGGER IF NOT EXISTS task_counts_insert AFTER INSERT ON tasks BEGIN {up} END")
+    db.execute(f"CREATE TRIGGER IF NOT EXISTS task_counts_delete AFTER DELETE ON tasks BEGIN {down} END")
+    db.execute("CREATE TRIGGER IF NOT EXISTS task_counts_update AFTER UPDATE OF status, project_id ON tasks "
+               f"WHEN OLD.status IS NOT NEW.status OR OLD.project_id IS NOT NEW.project_id BEGIN {down} {up} END")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_open_order ON tasks (priority, created_at, id) "
+               "WHERE status != 'COMPLETED'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_open_project_order ON tasks (project_id, priority, created_at, id) "
+               "WHERE status != 'COMPLETED'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_ready_order ON tasks (project_id, priority, created_at, id) "
+               "WHERE status = 'READY'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_ready_kind ON tasks (agent_type, repo_id) WHERE status = 'READY'")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_held_age ON tasks (updated_at, id) "
+               "WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', 'WAITING_INPUT')")
+    db.execute("CREATE INDEX IF NOT EXISTS token_ledger_window ON token_ledger (timestamp, project_id, total)")
+    db.execute("CREATE INDEX IF NOT EXISTS task_results_recent ON task_results (created_at)")
+
+
+def _m11_team(db: sqlite_utils.Database) -> None:
+    """Version 11: team mode (issue 13). The daemons sharing the queue with their leases, the daemon that owns
+    each run, and an agent's label (it runs only on a daemon that has the label)."""
+    db["daemons"].create(
+        {"id": str, "hostname": str, "pid": int, "home": str, "labels": str, "started_at": str,
+         "heartbeat_at": str, "lease_until": str},
+        pk="id", not_null={"hostname", "pid", "home", "started_at", "heartbeat_at", "lease_until"},
+    )
+    db["tasks"].add_column("owner", str)
+    db["agents"].add_column("label", str)
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_owned ON tasks (owner) WHERE owner IS NOT NULL")
+
+
+# Append only: a migration that shipped is never edited, so old databases upgrade predictably.
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
+    _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SqliteStore(Store):
+    """The embedded store: one SQLite file, one connection, WAL."""
+
+    backend = "sqlite"
+    ordered_join = "CROSS JOIN"
+
+    def __init__(self, path: Path, *, migrate_to: int = SCHEMA_VERSION) -> None:
+        super().__init__()
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Private before SQLite writes a byte (its -wal and -shm files take the database's mode).
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, 0o600)
+        try:
+            conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+            self.db = sqlite_utils.Database(conn)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._migrate(migrate_to)
+        except sqlite3.DatabaseError as error:
+            # A damaged or foreign file: say so in one sentence, never touch it.
+            raise StoreOpenError(
+                f"{path} is not a usable AgentQueue database ({error}). Move it aside "
+                f"(mv {path} {path}.broken) and start again for an empty queue, or restore it from a backup."
+            ) from None
+
+    # -- schema -------------------------------------------------------------------------------
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self, target: int) -> None:
+        current = self.schema_version
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNewError(
+                f"{self.path} has schema version {current}, newer than this AgentQueue "
+                f"understands ({SCHEMA_VERSION}). Upgrade AgentQueue (pip install -U agentqueue)."
+            )
+        with self.lock:
+            for version in range(current + 1, target + 1):
+                with self.db.atomic():
+                    MIGRATIONS[version - 1](self.db)
+                    self.db.execute(f"PRAGMA user_version={version}")
+
+    # -- transactions -------------------------------------------------------------------------
+    @contextmanager
+    def _atomic(self, concurrent: bool) -> Iterator[None]:
+        """BEGIN IMMEDIATE for the outermost transaction: it takes the write lock at once, waiting out the busy
+        timeout, instead of reading first and failing on the upgrade ("database is locked") when another
+        process writes; nested ones are savepoints. SQLite has one writer, so `concurrent` changes nothing."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
