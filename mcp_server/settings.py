@@ -37,7 +37,7 @@ CONFIG_NAME = "config.toml"
 DEFAULT_PORT = 8765
 DEFAULT_AUDIT_RETENTION_DAYS = 30
 DEFAULT_LEASE_SECONDS = 30.0
-_LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
 
 # (key, default, environment variable, lower bound, is a whole number)
 ENGINE_KEYS: list[tuple[str, float, str, float, bool]] = [
@@ -322,7 +322,7 @@ def _load_team(settings: Settings, pick: Any) -> None:
     if chosen:
         raw, where, source = chosen
         labels = [x.strip() for x in raw.split(",")] if isinstance(raw, str) else raw
-        if not isinstance(labels, list) or not all(isinstance(x, str) and _LABEL.match(x) for x in labels if x):
+        if not isinstance(labels, list) or not all(isinstance(x, str) and LABEL.match(x) for x in labels if x):
             raise ConfigError(f"{where} = {raw!r} is not a list of labels: give short names of letters, digits and "
                               '"_.:-", e.g. ["gpu", "linux"].')
         settings.labels = [x for x in labels if x]

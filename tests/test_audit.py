@@ -7,7 +7,6 @@ shows what applies, the readonly preset keeps read-only tools, and old rows are 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -42,7 +41,7 @@ async def test_secrets_never_reach_the_log(client, services):
         "action": "create_task", "task_template": {"title": "t", "description": "d"},
         "context_steps": [{"type": "http", "url": "http://127.0.0.1:9/x",
                            "headers": {"Authorization": "Bearer sk-live-123", "X-Api-Key": "abc"}}]})
-    raw = sqlite3.connect(services.store.path).execute("SELECT arguments FROM audit_log").fetchall()
+    raw = [(r["arguments"],) for r in services.store.all("SELECT arguments FROM audit_log")]
     dumped = json.dumps(raw)
     assert "sk-live-123" not in dumped and "abc\\" not in dumped and "[redacted]" in dumped
 

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from ..store.models import Agent, AgentType
 
-from .registry import Command, Limit, Name, Noted, Offset, services, tool
+from .registry import Command, Label, Limit, Name, Noted, Offset, services, tool
 
 
 class AgentList(Noted):
@@ -31,9 +31,10 @@ async def create_agent(
     model: str | None = None,
     capabilities: list[str] | None = None,
     command: Annotated[Command | None, Field(description="executable, for agent_type=command")] = None,
+    label: Annotated[Label | None, Field(description="only daemons with this label run it")] = None,
 ) -> Agent:
     """Register an agent that runs tasks with a coding CLI (or any command)."""
-    return services(ctx).agents.create(name, agent_type, repo_id, model, capabilities, command)
+    return services(ctx).agents.create(name, agent_type, repo_id, model, capabilities, command, label)
 
 
 AgentId = Annotated[str, Field(description="e.g. claude-1")]
@@ -51,9 +52,10 @@ async def edit_agent(
     command: str | None = None,
     repo_id: Annotated[str | None, Field(description='"" unbinds')] = None,
     capabilities: list[str] | None = None,
+    label: Annotated[Label | None, Field(description='"" clears')] = None,
 ) -> Agent:
-    """Change an agent's model, command, repo or capabilities (from its next task)."""
-    return services(ctx).agents.edit(agent_id, model, command, repo_id, capabilities)
+    """Change an agent's model, command, repo, capabilities or label (from its next task)."""
+    return services(ctx).agents.edit(agent_id, model, command, repo_id, capabilities, label)
 
 
 @tool(idempotent=True)

@@ -41,6 +41,7 @@ Hours = Annotated[float, Field(gt=0, le=limits.MAX_HOURS)]
 Name = Annotated[str, Field(max_length=limits.MAX_NAME)]
 PathText = Annotated[str, Field(max_length=limits.MAX_PATH)]
 Command = Annotated[str, Field(max_length=limits.MAX_COMMAND)]
+Label = Annotated[str, Field(max_length=64)]
 
 class Noted(BaseModel):
     """A result that may be cut to size: `note`, absent unless set, says what was cut and how to get the rest."""

@@ -234,8 +234,10 @@ class Engine:
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
                          for p in rows)
-        # Repos this daemon cannot work on (a linked folder on another machine): their tasks are left to others.
-        absent = [r.id for r in self.services.repos.list() if not self.workspaces.has_repo(r)]
+        # Repos this daemon cannot work on (a linked folder on another machine): their tasks are left to the other
+        # daemons. A daemon alone claims them anyway, and blocks them saying the repo is missing.
+        absent = [r.id for r in self.services.repos.list() if not self.workspaces.has_repo(r)] \
+            if self.team.shared and self.team.others_alive() else []
         not_here = f" AND (repo_id IS NULL OR repo_id NOT IN ({', '.join('?' for _ in absent)}))" if absent else ""
         tasks: dict[str, ReadyTask] = {}
         kinds = {(a.agent_type, a.repo_id) for a in agents}

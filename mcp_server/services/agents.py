@@ -9,6 +9,7 @@ import shutil
 from typing import Any
 
 from ..settings import CLI_FOR_AGENT, CLI_KEYS, Settings
+from ..settings import LABEL
 from ..store.db import Store, now_iso
 from ..store.models import Agent
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
@@ -60,6 +61,7 @@ class Agents:
         model: str | None = None,
         capabilities: list[str] | None = None,
         command: str | None = None,
+        label: str | None = None,
     ) -> Agent:
         if not name.strip():
             raise InvalidInputError("Agent name is empty. Give a name such as 'claude-1'.")
@@ -75,6 +77,7 @@ class Agents:
         if repo_id is not None and self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)) is None:
             raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids.")
         caps = [c.strip() for c in capabilities or [] if c.strip()]
+        label = _label(label)
         if self.store.scalar("SELECT 1 FROM agents WHERE id = ?", (agent_id,)):
             raise ConflictError(f"An agent with id '{agent_id}' already exists. Choose another name.")
         self.require_runnable(agent_type, command)
@@ -84,6 +87,7 @@ class Agents:
                 "id": agent_id, "name": name.strip(), "agent_type": agent_type, "state": "IDLE",
                 "repo_id": repo_id, "model": model, "capabilities": json.dumps(caps),
                 "command": command.strip() if command else None, "created_at": stamp, "updated_at": stamp,
+                "label": label,
             })
             self.store.add_event("agent.created", agent_id=agent_id,
                                  payload={"name": name.strip(), "agent_type": agent_type})
@@ -96,8 +100,9 @@ class Agents:
         command: str | None = None,
         repo_id: str | None = None,
         capabilities: list[str] | None = None,
+        label: str | None = None,
     ) -> Agent:
-        """Change what an agent runs; None leaves a field alone, "" clears model or repo_id. A run in progress
+        """Change what an agent runs; None leaves a field alone, "" clears model, repo_id or label. A run in progress
         keeps what it started with: the change applies from its next task."""
         agent = self.get(agent_id)
         changes: dict[str, Any] = {}
@@ -117,8 +122,10 @@ class Agents:
             changes["repo_id"] = repo_id or None
         if capabilities is not None:
             changes["capabilities"] = json.dumps([c.strip() for c in capabilities if c.strip()])
+        if label is not None:
+            changes["label"] = _label(label)
         if not changes:
-            raise InvalidInputError("Nothing to change: give model, command, repo_id or capabilities.")
+            raise InvalidInputError("Nothing to change: give model, command, repo_id, capabilities or label.")
         with self.store.transaction() as db:
             db["agents"].update(agent_id, {**changes, "updated_at": now_iso()})
             self.store.add_event("agent.updated", agent_id=agent_id, payload={"changed": sorted(changes)})
@@ -194,3 +201,13 @@ class Agents:
         if task_agent_type and agent.agent_type != task_agent_type:
             return False
         return not (agent.repo_id and task_repo_id and agent.repo_id != task_repo_id)
+
+
+def _label(label: str | None) -> str | None:
+    """An agent's label: only daemons with that label ([team] labels) run it; empty means any daemon."""
+    if not label or not label.strip():
+        return None
+    if not LABEL.match(label.strip()):
+        raise InvalidInputError(f"label {label!r} is not a label: use up to 64 letters, digits and \"_.:-\", e.g. \"gpu\", "
+                                "and give the daemons that may run this agent the same label ([team] labels).")
+    return label.strip()

@@ -60,7 +60,14 @@ def unique(message: str) -> Iterator[None]:
     "already exists" answer the check gives, not an internal error."""
     try:
         yield
-    except sqlite3.IntegrityError as error:
-        if "UNIQUE" in str(error) or "PRIMARY KEY" in str(error):
+    except Exception as error:
+        if is_duplicate(error):
             raise ConflictError(message) from None
         raise
+
+
+def is_duplicate(error: BaseException) -> bool:
+    """A unique key refused an insert: SQLite's IntegrityError, or PostgreSQL's unique_violation (SQLSTATE 23505)."""
+    if isinstance(error, sqlite3.IntegrityError):
+        return "UNIQUE" in str(error) or "PRIMARY KEY" in str(error)
+    return getattr(error, "sqlstate", None) == "23505"

@@ -77,6 +77,11 @@ class Team:
         with self.store.transaction() as db:
             db.execute("DELETE FROM daemons WHERE id = ?", (self.id,))
 
+    def others_alive(self) -> bool:
+        """Whether another daemon holds a lease on the queue now."""
+        return bool(self.store.scalar("SELECT 1 FROM daemons WHERE id != ? AND lease_until >= ? LIMIT 1",
+                                      (self.id, now_iso())))
+
     def members(self) -> list[dict[str, Any]]:
         """The daemons sharing the queue, live or not yet taken over."""
         return [{**r, "labels": json.loads(r["labels"] or "[]"), "self": r["id"] == self.id}

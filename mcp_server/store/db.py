@@ -14,6 +14,11 @@ def open_store(db_path: Path, database_url: str | None = None) -> Store:
     """The SQLite file at `db_path`, or, given a postgresql:// URL, the shared PostgreSQL database."""
     if not database_url:
         return SqliteStore(db_path)
-    from .postgres import PostgresStore  # psycopg is needed (and imported) only in team mode
+    try:
+        from .postgres import PostgresStore  # psycopg is needed (and imported) only in team mode
+    except ImportError as error:
+        raise StoreOpenError(f"AGENTQUEUE_DATABASE_URL names a PostgreSQL database, but its driver is not installed "
+                             f"({error.name or error}). Install it into AgentQueue's environment: "
+                             "pip install 'agentqueue[team]'.") from None
 
     return PostgresStore(database_url)

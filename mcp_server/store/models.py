@@ -124,6 +124,7 @@ class Agent(BaseModel):
     capabilities: list[str] = Field(default_factory=list)
     command: str | None = None
     paused: bool = False
+    label: str | None = None  # team mode: only daemons with this label run it
     created_at: str
 
 

@@ -1,0 +1,187 @@
+"""Team mode (issue 13): daemons with different homes share one queue on a real PostgreSQL server.
+
+Real daemons (`python -m agentqueue serve`), real `command` agents, a real bare git repository as the
+shared remote, the official MCP client for notifications. Nothing here is a stand-in for our own code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.types import ResourceUpdatedNotification
+
+from agentqueue.store.postgres import PostgresStore
+
+from .cli_helpers import AGENT, LiveDaemon, cli_env, start_daemon, stop_daemon, wait_until
+from .pg import PgServer, needs_postgres
+from .processes import alive
+
+pytestmark = [needs_postgres(), pytest.mark.integration]
+
+# A command agent that records which daemon ran which task (RUN <name> in its prompt), once per run.
+RECORDER = r"""
+import os, re, sys
+prompt = sys.stdin.read()
+name = re.search(r"RUN (\S+)", prompt)[1]
+with open(sys.argv[1], "a") as log:
+    log.write(f"{name} {os.environ['TEAM_MEMBER']}\n")
+"""
+
+
+def member_env(tmp_path: Path, who: str, url: str, **extra: str) -> dict[str, str]:
+    """A daemon of the team: its own home and machine-ish user home, the shared database, a short lease."""
+    return cli_env(tmp_path / f"home-{who}", tmp_path / f"user-{who}", AGENTQUEUE_DATABASE_URL=url,
+                   AGENTQUEUE_LEASE_SECONDS="3", AGENTQUEUE_LABELS=who, TEAM_MEMBER=who, **extra)
+
+
+def only_our_agents(daemon: LiveDaemon) -> None:
+    """A first start may register an agent for a CLI it found; these tests choose their agents themselves."""
+    for agent in daemon.call("list_agents")["agents"]:
+        daemon.call("delete_agent", agent_id=agent["id"])
+
+
+@pytest.fixture
+def team_db(pg_server: PgServer) -> str:
+    return pg_server.database()
+
+
+def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, team_db: str) -> None:
+    runs = tmp_path / "runs.log"
+    a = start_daemon(member_env(tmp_path, "a", team_db))
+    b = start_daemon(member_env(tmp_path, "b", team_db))
+    store = PostgresStore(team_db)
+    try:
+        only_our_agents(a)
+        a.call("create_project", name="Team", max_concurrent_agents=8)
+        command = shlex.join([sys.executable, "-c", RECORDER, str(runs)])
+        for who, daemon in (("a", a), ("b", b)):  # each daemon runs its own agents: they carry its label
+            for n in range(3):
+                daemon.call("create_agent", name=f"{who}-{n}", agent_type="command", command=command, label=who)
+        names = [f"t{n:03d}" for n in range(200)]
+        for n, name in enumerate(names):  # half the tasks arrive through each daemon
+            (a if n % 2 else b).call("create_task", project_id="team", title=name, description=f"RUN {name}")
+        wait_until(lambda: store.scalar("SELECT count(*) FROM tasks WHERE status = 'COMPLETED'") == 200, 240,
+                   "the two daemons to drain 200 tasks")
+
+        lines = runs.read_text().split()
+        ran = Counter(lines[0::2])
+        assert sorted(ran) == names and set(ran.values()) == {1}, "every task ran exactly once"
+        by = Counter(lines[1::2])
+        assert set(by) == {"a", "b"}, f"both daemons ran tasks: {by}"
+        owners = {r["owner"] for r in store.all("SELECT DISTINCT owner FROM tasks")}
+        assert len(owners) == 2 and all(o.startswith(os.uname().nodename) for o in owners)
+        results = store.all("SELECT task_id, count(*) AS n, sum(total) AS total FROM task_results GROUP BY task_id")
+        ledger = store.all("SELECT task_id, count(*) AS n, sum(total) AS total FROM token_ledger "
+                           "WHERE task_id IS NOT NULL GROUP BY task_id")
+        assert len(results) == 200 and {r["n"] for r in results} == {1}
+        rows = lambda table: sorted((r["task_id"], r["n"], r["total"]) for r in table)  # noqa: E731
+        assert rows(results) == rows(ledger), "results and ledger agree"
+        assert store.scalar("SELECT count(*) FROM task_results WHERE status != 'completed'") == 0
+        assert store.scalar("SELECT sum(retry_count) FROM tasks") == 0
+        counts = {r["status"]: r["n"] for r in store.all("SELECT status, n FROM task_counts WHERE n != 0")}
+        assert counts == {"COMPLETED": 200}, "the trigger-kept counts held under two writers"
+        assert {d["id"] for d in store.all("SELECT id FROM daemons")} == owners
+    finally:
+        store.close()
+        stop_daemon(a)
+        stop_daemon(b)
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_path: Path, team_db: str) -> None:
+    origin = tmp_path / "origin.git"
+    seed = tmp_path / "seed"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
+    git(tmp_path, "init", "-q", "-b", "main", str(seed))
+    (seed / "README.md").write_text("app\n")
+    git(seed, "add", ".")
+    git(seed, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "start")
+    git(seed, "push", "-q", str(origin), "main")
+    go = tmp_path / "go"
+    a = start_daemon(member_env(tmp_path, "a", team_db))
+    store = PostgresStore(team_db)
+    b = None
+    try:
+        only_our_agents(a)
+        a.call("create_project", name="App")
+        a.call("add_repo", project_id="app", source="clone", url=str(origin), name="app")
+        a.call("create_agent", name="worker", agent_type="command", command=shlex.join([sys.executable, "-c", AGENT]))
+        # The agent saves a first file, then waits (so the daemon can be killed mid-run), then writes the last.
+        task = a.call("create_task", project_id="app", title="Two files",
+                      description=f"WRITE wip.txt started\nWAITFOR {go}\nWRITE done.txt finished")["id"]
+        row = wait_until(lambda: store.one("SELECT t.owner, t.status, a.pid FROM tasks t JOIN agents a "
+                                           "ON a.current_task = t.id WHERE t.id = ? AND t.status = 'IN_PROGRESS' "
+                                           "AND a.pid IS NOT NULL", (task,)), 60, "daemon a to run the task")
+        wait_until(lambda: list((tmp_path / "home-a" / "worktrees").rglob("wip.txt")), 30, "the agent's first file")
+        b = start_daemon(member_env(tmp_path, "b", team_db))
+        a.process.send_signal(signal.SIGKILL)
+        a.process.wait(timeout=10)
+        orphan = row["pid"]
+        assert alive(orphan), "the agent outlives its daemon until another daemon takes the run over"
+        go.touch()  # from now on a run of the agent finishes: only the takeover's run may land
+        wait_until(lambda: not alive(orphan), 30, "daemon b to stop the dead daemon's agent after the lease")
+        done = wait_until(lambda: (r := store.one("SELECT * FROM tasks WHERE id = ?", (task,))) and
+                          r["status"] in ("COMPLETED", "BLOCKED") and r, 60, "the task to end")
+        assert done["status"] == "COMPLETED", done
+        assert done["owner"] != row["owner"] and done["retry_count"] == 1
+        check = tmp_path / "check"
+        git(tmp_path, "clone", "-q", str(origin), str(check))
+        assert (check / "done.txt").read_text() == "finished\n" and (check / "wip.txt").read_text() == "started\n"
+        assert len(git(check, "log", "--oneline", "--", "done.txt").splitlines()) == 1, "the work landed once"
+        assert "WIP: interrupted run" in git(check, "log", "--format=%s"), "the dead daemon's work was kept"
+        assert store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task,)) == 1
+        requeued = store.all("SELECT payload FROM events WHERE task_id = ? AND event_type = 'task.ready'", (task,))
+        assert [json.loads(e["payload"])["reason"] for e in requeued][-1] == "recovered"
+    finally:
+        store.close()
+        if a.process.poll() is None:
+            stop_daemon(a)
+        if b is not None:
+            stop_daemon(b)
+
+
+@pytest.mark.anyio
+async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_path: Path, team_db: str) -> None:
+    a = start_daemon(member_env(tmp_path, "a", team_db))
+    b = start_daemon(member_env(tmp_path, "b", team_db))
+    try:
+        only_our_agents(a)
+        a.call("create_project", name="Notes")
+        task = a.call("create_task", project_id="notes", title="Waits", description="no agent takes it")["id"]
+        uri = f"agentqueue://tasks/{task}"
+        heard = anyio.Event()
+
+        async def on_message(message: object) -> None:
+            if isinstance(message, ResourceUpdatedNotification) and str(message.params.uri) == uri:
+                heard.set()
+
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=a.env)
+        async with Client(params, mode="legacy", message_handler=on_message) as client:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # resources/subscribe: deprecated in 2026, current in 2025
+                await client.subscribe_resource(uri)
+            before = json.loads((await client.read_resource(uri)).contents[0].text)["status"]
+            await anyio.to_thread.run_sync(lambda: b.call("stop_task", task_id=task))
+            with anyio.fail_after(10):
+                await heard.wait()
+            after = json.loads((await client.read_resource(uri)).contents[0].text)["status"]
+        assert (before, after) == ("READY", "BLOCKED")
+    finally:
+        stop_daemon(a)
+        stop_daemon(b)
