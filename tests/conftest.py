@@ -63,6 +63,14 @@ def store_backend() -> str:
     return os.environ.get("AGENTQUEUE_TEST_BACKEND", "sqlite")
 
 
+def on_both_backends() -> Any:
+    """`store_backend = on_both_backends()` in a module runs its tests on SQLite and on PostgreSQL."""
+    @pytest.fixture(params=["sqlite", "postgres"])
+    def store_backend(request: pytest.FixtureRequest) -> str:
+        return request.param
+    return store_backend
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     if pg_binary("initdb") is None:

@@ -33,7 +33,11 @@ from agentqueue.services.errors import ServiceError
 from .git_fixtures import bare_sha, git, git_env, make_origin, porcelain, sha  # noqa: F401  (git_env: fixture)
 from .processes import wait_for
 
+from .conftest import on_both_backends
+
 pytestmark = pytest.mark.anyio
+
+store_backend = on_both_backends()  # the store's suite: every test here runs on SQLite and on PostgreSQL
 
 AGENT = r"""
 import pathlib, re, sys, time

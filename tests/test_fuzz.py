@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -39,6 +38,8 @@ from agentqueue.store.models import TaskStatusName
 
 from .test_mcp_system import EXPECTED_TOOLS
 
+from .conftest import on_both_backends
+
 EXAMPLES = 50  # per tool; the whole file stays well under 90 s on two cores
 SLOW = {"fire_hook": 6, "add_repo": 15}  # tools that start processes or wait
 BIG = 2**63
@@ -55,6 +56,9 @@ JUNK = [None, True, False, 0, -1, BIG, -BIG, 2**31, 10**400, 1.5, -0.0, math.inf
         ["a", 1], {"a": {"b": []}}, "7"]
 PATH_NAMES = {"path", "workspace", "working_dir", "specs_path", "url"}
 STATUSES = set(get_args(TaskStatusName))
+
+store_backend = on_both_backends()  # the store's suite: every test here runs on SQLite and on PostgreSQL
+
 
 
 @dataclass
@@ -269,23 +273,22 @@ def _show(args: dict[str, Any]) -> str:
 
 def check_invariants(world: World, after: str) -> None:
     """The database is sound and the queue consistent after a batch of fuzzed calls."""
-    conn = sqlite3.connect(world.services.store.path)
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)], after
-        bad = [r for r in conn.execute("SELECT id, status FROM tasks") if r[1] not in STATUSES]
-        assert not bad, f"after {after}: tasks with unknown statuses {bad}"
-        orphans = conn.execute("SELECT id, assigned_agent FROM tasks WHERE assigned_agent IS NOT NULL AND "
-                               "assigned_agent NOT IN (SELECT id FROM agents)").fetchall()
-        assert not orphans, f"after {after}: tasks owned by missing agents {orphans}"
-        edges: dict[str, set[str]] = {}
-        for task_id, depends_on in conn.execute("SELECT task_id, depends_on FROM task_dependencies"):
-            edges.setdefault(task_id, set()).add(depends_on)
-        assert not _cycle(edges), f"after {after}: a dependency cycle {_cycle(edges)}"
-        kept = set(conn.execute("SELECT project_id, status, n FROM task_counts WHERE n != 0"))
-        actual = set(conn.execute("SELECT project_id, status, count(*) FROM tasks GROUP BY project_id, status"))
-        assert kept == actual, f"after {after}: task_counts {kept} disagree with the tasks {actual}"
-    finally:
-        conn.close()
+    store = world.services.store
+    if store.backend == "sqlite":
+        assert store.all("PRAGMA integrity_check") == [{"integrity_check": "ok"}], after
+    bad = [r for r in store.all("SELECT id, status FROM tasks") if r["status"] not in STATUSES]
+    assert not bad, f"after {after}: tasks with unknown statuses {bad}"
+    orphans = store.all("SELECT id, assigned_agent FROM tasks WHERE assigned_agent IS NOT NULL AND "
+                        "assigned_agent NOT IN (SELECT id FROM agents)")
+    assert not orphans, f"after {after}: tasks owned by missing agents {orphans}"
+    edges: dict[str, set[str]] = {}
+    for row in store.all("SELECT task_id, depends_on FROM task_dependencies"):
+        edges.setdefault(row["task_id"], set()).add(row["depends_on"])
+    assert not _cycle(edges), f"after {after}: a dependency cycle {_cycle(edges)}"
+    kept = {tuple(r.values()) for r in store.all("SELECT project_id, status, n FROM task_counts WHERE n != 0")}
+    actual = {tuple(r.values()) for r in store.all(
+        "SELECT project_id, status, count(*) AS n FROM tasks GROUP BY project_id, status")}
+    assert kept == actual, f"after {after}: task_counts {kept} disagree with the tasks {actual}"
 
 
 def _cycle(edges: dict[str, set[str]]) -> list[str] | None:

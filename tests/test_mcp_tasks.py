@@ -9,9 +9,11 @@ import pytest
 from agentqueue.services.lifecycle import Lifecycle
 from agentqueue.store.db import now_iso
 
-from .conftest import db_snapshot, fail, ok
+from .conftest import db_snapshot, fail, ok, on_both_backends
 
 pytestmark = pytest.mark.anyio
+
+store_backend = on_both_backends()  # the store's suite: every test here runs on SQLite and on PostgreSQL
 
 TASK_KEYS = {"id", "project_id", "title", "description", "status", "priority", "repo_id", "branch",
              "assigned_agent", "depends_on", "dependents", "retry_count", "max_retries", "requires_approval",

@@ -1,13 +1,17 @@
-"""The SQLite store: pragmas, forward migrations, atomic transactions."""
+"""The store on both backends (SQLite embedded, a real PostgreSQL server): atomic transactions, events after
+commit, writers kept apart, schema versions; and SQLite's own pragmas and forward migrations."""
 
 from __future__ import annotations
 
-import sqlite3
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from agentqueue.services.errors import ConflictError, unique
 from agentqueue.store.base import SchemaTooNewError
+from agentqueue.store.base import Store as AnyStore
 from agentqueue.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SqliteStore as Store
 
 
@@ -39,18 +43,28 @@ def test_database_from_an_older_version_opens_and_upgrades_keeping_data(tmp_path
     assert any("status" in name for name in indexes)
 
 
-def test_a_newer_database_is_refused_with_advice(tmp_path: Path) -> None:
-    path = tmp_path / "new.db"
-    Store(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
-    conn.close()
-    with pytest.raises(SchemaTooNewError, match="Upgrade AgentQueue"):
-        Store(path)
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator:
+    """Opens stores on one database of the backend under test (each call: a new connection, as a daemon has)."""
+    opened: list[AnyStore] = []
+    if request.param == "postgres":
+        from agentqueue.store.postgres import PostgresStore
+
+        url = request.getfixturevalue("pg_server").database()
+        make = lambda: PostgresStore(url)  # noqa: E731
+    else:
+        make = lambda: Store(tmp_path / "aq.db")  # noqa: E731
+
+    def new() -> AnyStore:
+        opened.append(make())
+        return opened[-1]
+    yield new
+    for store in opened:
+        store.close()
 
 
-def test_failed_transaction_leaves_nothing_and_announces_nothing(tmp_path: Path) -> None:
-    store = Store(tmp_path / "aq.db")
+def test_failed_transaction_leaves_nothing_and_announces_nothing(open_store) -> None:
+    store = open_store()
     announced: list[list[dict]] = []
     store.on_commit(announced.append)
     with pytest.raises(RuntimeError):
@@ -66,9 +80,86 @@ def test_failed_transaction_leaves_nothing_and_announces_nothing(tmp_path: Path)
         store.add_event("test.event", payload={"k": 1})
     assert store.get_setting("a") == "2"
     assert [e["event_type"] for e in announced[-1]] == ["test.event"]
+    assert announced[-1][0]["payload"] == {"k": 1} and isinstance(announced[-1][0]["id"], int)
 
 
-def test_add_event_outside_a_transaction_is_a_bug(tmp_path: Path) -> None:
-    store = Store(tmp_path / "aq.db")
+def test_add_event_outside_a_transaction_is_a_bug(open_store) -> None:
     with pytest.raises(RuntimeError, match="outside a transaction"):
-        store.add_event("x")
+        open_store().add_event("x")
+
+
+def test_a_failed_inner_transaction_undoes_only_itself(open_store) -> None:
+    store = open_store()
+    with store.transaction():
+        store.set_setting("outer", "kept")
+        with pytest.raises(ValueError):
+            with store.transaction():
+                store.set_setting("inner", "gone")
+                raise ValueError("inner fails")
+    assert store.get_setting("outer") == "kept" and store.get_setting("inner") is None
+
+
+def test_writers_on_separate_connections_never_lose_an_update(open_store) -> None:
+    """Two daemons (two connections) each read-modify-write one value 100 times: all 200 increments survive."""
+    first, second = open_store(), open_store()
+    with first.transaction():
+        first.set_setting("n", "0")
+
+    def bump(store: AnyStore) -> None:
+        for _ in range(100):
+            with store.transaction():
+                store.set_setting("n", str(int(store.get_setting("n")) + 1))
+    threads = [threading.Thread(target=bump, args=(s,)) for s in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert first.get_setting("n") == "200"
+
+
+def test_a_taken_key_is_a_conflict_on_either_backend(open_store) -> None:
+    store = open_store()
+    with store.transaction() as db:
+        db["settings"].insert({"key": "k", "value": "1"})
+    with pytest.raises(ConflictError, match="taken"):
+        with unique("taken"), store.transaction() as db:
+            db["settings"].insert({"key": "k", "value": "2"})
+    assert store.get_setting("k") == "1"
+
+
+def test_the_sql_the_services_write_means_the_same_on_both(open_store) -> None:
+    """Placeholders (? and :name), LIKE ignoring case, integer sums, literal % and ? inside quotes."""
+    store = open_store()
+    with store.transaction() as db:
+        db.execute("INSERT INTO settings (key, value) VALUES (:key, :value)", {"key": "Mixed%Case?", "value": "5"})
+        db["settings"].insert({"key": "other", "value": "7"})
+    assert store.all("SELECT key FROM settings WHERE key LIKE ?", ("mixed%",)) == [{"key": "Mixed%Case?"}]
+    assert store.scalar("SELECT count(*) FROM settings WHERE key = 'Mixed%Case?'") == 1
+    assert store.scalar("SELECT count(*) FROM settings WHERE value IS ? OR key IS ?", (None, "other")) == 1
+    total = store.scalar("SELECT sum(CAST(value AS INTEGER)) FROM settings")
+    assert total == 12 and type(total) is int
+    with store.transaction():  # a NUL (an agent's output may hold one): stored, found again by the same text
+        store.set_setting("nul\x00key", "v")
+    assert store.get_setting("nul\x00key") == "v"
+
+
+def test_a_database_from_a_newer_agentqueue_is_refused(open_store) -> None:
+    store = open_store()
+    if store.backend == "postgres":
+        store.db.execute("UPDATE agentqueue_schema SET version = ?", (SCHEMA_VERSION + 1,))
+        from agentqueue.store.postgres import PostgresStore
+
+        with pytest.raises(SchemaTooNewError, match="Upgrade AgentQueue"):
+            PostgresStore(store.url)
+    else:
+        store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        with pytest.raises(SchemaTooNewError, match="Upgrade AgentQueue"):
+            Store(store.path)
+
+
+def test_reopening_keeps_the_schema_and_the_data(open_store) -> None:
+    store = open_store()
+    with store.transaction() as db:
+        db["settings"].insert({"key": "a", "value": "1"})
+    again = open_store()
+    assert again.schema_version == SCHEMA_VERSION and again.get_setting("a") == "1"

@@ -68,7 +68,7 @@ class Landing:
 class Workspaces:
     def __init__(self, worktrees_root: Path, checkouts_root: Path | None = None) -> None:
         self.root = worktrees_root
-        # Team mode: this daemon's own checkouts of clone repos (None: use each repo's checkout_path).
+        # Team mode: this daemon's own checkouts of clone repos, in its home (None: use each repo's checkout_path).
         self.checkouts_root = checkouts_root
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
@@ -84,7 +84,8 @@ class Workspaces:
                                    "run its tasks, or give the repo a url (source=clone) so every daemon can.")
             return path
         own = Path(repo.checkout_path)
-        path = own if _inside(own, self.checkouts_root) else self.checkouts_root / repo.id
+        # A checkout inside this daemon's home is its own (it registered the repo); others clone theirs here.
+        path = own if _inside(own, self.checkouts_root.parent) else self.checkouts_root / repo.id
         if (path / ".git").exists():
             return path
         with self.repo_lock(repo.id):

@@ -26,6 +26,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import Dumper, Loader
 from psycopg.rows import dict_row
+from psycopg.types.string import StrDumperUnknown
 
 from ..settings import redact_url
 from .base import Params, SchemaTooNewError, Store, StoreOpenError
@@ -43,13 +44,14 @@ NOTIFY_LIMIT = 7000  # bytes; PostgreSQL refuses payloads of 8000 and more
 SESSION = ("SET idle_in_transaction_session_timeout = '60s'", "SET lock_timeout = '30s'",
            "SET statement_timeout = '120s'")
 
-_TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(::)|(\?)|(?<![:\w]):([A-Za-z_]\w*)|(%)|\b(LIKE)\b""",
-                     re.IGNORECASE)
+_TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(::)|(\?)|(?<![:\w]):([A-Za-z_]\w*)|(%)|\b(LIKE)\b"""
+                     r"""|\b(IS\s+NOT\s+\?|IS\s+\?)""", re.IGNORECASE)
 
 
 @lru_cache(maxsize=2048)
 def translate(sql: str) -> str:
-    """SQLite-style SQL as psycopg takes it: `?` -> `%s`, `:name` -> `%(name)s`, `%` -> `%%`, LIKE -> ILIKE."""
+    """SQLite-style SQL as psycopg takes it: `?` -> `%s`, `:name` -> `%(name)s`, `%` -> `%%`, LIKE -> ILIKE,
+    `IS ?` -> `IS NOT DISTINCT FROM %s`."""
     def one(match: re.Match[str]) -> str:
         quoted = match[1] or match[2]
         if quoted:
@@ -62,6 +64,8 @@ def translate(sql: str) -> str:
             return f"%({match[5]})s"
         if match[6]:
             return "%%"
+        if match[8]:  # SQLite's null-safe comparison with a parameter
+            return "IS DISTINCT FROM %s" if "NOT" in match[8].upper() else "IS NOT DISTINCT FROM %s"
         return "ILIKE"  # SQLite's LIKE ignores ASCII case; the services were written for that
     return _TOKENS.sub(one, sql)
 
@@ -75,6 +79,13 @@ class _IntBool(Dumper):
         return b"1" if obj else b"0"
 
 
+class _Text(StrDumperUnknown):
+    """PostgreSQL's text cannot hold NUL, which SQLite stores (an agent's output may carry one): U+FFFD instead."""
+
+    def dump(self, obj: str) -> Any:
+        return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
+
+
 class _Number(Loader):
     """numeric (what sum() and avg() of integers give) as int when whole, else float, as SQLite returns them."""
 
@@ -86,6 +97,7 @@ class _Number(Loader):
 def _connect(url: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor, connect_timeout=10)
     conn.adapters.register_dumper(bool, _IntBool)
+    conn.adapters.register_dumper(str, _Text)
     conn.adapters.register_loader("numeric", _Number)
     for statement in SESSION:
         conn.execute(statement)
