@@ -6,7 +6,10 @@ the stdio plugin measure `get_task` (p50 over random ids), `get_chain_health` fo
 one scheduler pass (`queue_state` + `schedule`, as every engine tick does it). Medians of repeated
 calls; the ratio column is 100k against 1k (1.0 is flat).
 
-    python bench/scale.py [--sizes 1000,10000,100000] [--repeat 25]
+    python bench/scale.py [--sizes 1000,10000,100000] [--repeat 25] [--backend sqlite|postgres]
+
+With --backend postgres each store is a database on a PostgreSQL server this script starts (Debian's
+binaries, initdb into a temp dir, as tests/pg.py does), and the daemon reaches it over loopback TCP.
 """
 
 from __future__ import annotations
@@ -30,6 +33,16 @@ AGENTS = 4
 STATUSES = ["COMPLETED"] * 78 + ["READY"] * 10 + ["DEFINED"] * 4 + ["BLOCKED"] * 3 + ["FAILED"] * 2 + \
            ["AWAITING_APPROVAL"] * 2 + ["PAUSED"] * 1
 GOALS_MS = {"get_task": 5, "get_chain_health": 100, "list_tasks": 10, "get_status": 25, "scheduler_pass": 20}
+
+
+def insert_many(store: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    """Bulk rows through the backend's own driver (inside a transaction)."""
+    if store.backend == "postgres":
+        from agentqueue.store.postgres import translate
+
+        store.db.conn.cursor().executemany(translate(sql), rows)
+    else:
+        store.db.conn.executemany(sql, rows)
 
 
 def build(home: Path, count: int) -> list[str]:
@@ -57,17 +70,17 @@ def build(home: Path, count: int) -> list[str]:
             if status == "COMPLETED":
                 ledger.append((project, task_id, "worker-0", 1000, 200, 1200, 0.01, stamp(n)))
             events.append(("task.created", project, task_id, json.dumps({"title": f"Task {n}"}), stamp(n)))
-        with svc.store.transaction() as db:
-            db.conn.executemany("INSERT INTO tasks (id, project_id, title, description, status, priority, retry_count, "
+        with svc.store.transaction():
+            insert_many(svc.store, "INSERT INTO tasks (id, project_id, title, description, status, priority, retry_count, "
                            "max_retries, requires_approval, created_at, updated_at, reason) "
                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tasks)
-            db.conn.executemany("INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", deps)
-            db.conn.executemany("INSERT INTO token_ledger (project_id, task_id, agent_id, input, output, total, cost_usd, "
+            insert_many(svc.store, "INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", deps)
+            insert_many(svc.store, "INSERT INTO token_ledger (project_id, task_id, agent_id, input, output, total, cost_usd, "
                            "timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", ledger)
-            db.conn.executemany("INSERT INTO events (event_type, project_id, task_id, payload, timestamp) "
+            insert_many(svc.store, "INSERT INTO events (event_type, project_id, task_id, payload, timestamp) "
                            "VALUES (?, ?, ?, ?, ?)", events)
         svc.system.set_orchestrator("paused")
-        svc.store.db.conn.execute("ANALYZE")
+        svc.store.db.execute("ANALYZE")
         return ids
     finally:
         svc.close()
@@ -154,9 +167,11 @@ def tool_ms(home: Path, ids: list[str], repeat: int) -> dict[str, float]:
         server.wait(timeout=30)
 
 
-def measure(sizes: list[int], repeat: int) -> dict[int, dict[str, float]]:
+def measure(sizes: list[int], repeat: int, new_database: Any = None) -> dict[int, dict[str, float]]:
     table = {}
     for size in sizes:
+        if new_database is not None:
+            os.environ["AGENTQUEUE_DATABASE_URL"] = new_database()
         with tempfile.TemporaryDirectory(prefix=f"agentqueue-scale-{size}-") as scratch:
             home = Path(scratch) / "aq"
             started = time.monotonic()
@@ -175,9 +190,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--repeat", type=int, default=25)
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    table = measure(sizes, args.repeat)
+    server = None
+    if args.backend == "postgres":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.pg import PgServer
+
+        server = PgServer()
+    else:
+        os.environ.pop("AGENTQUEUE_DATABASE_URL", None)
+    try:
+        table = measure(sizes, args.repeat, server.database if server else None)
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"\nbackend: {args.backend}")
     first, last = sizes[0], sizes[-1]
     print(f"\n| call | " + " | ".join(f"{s:,}" for s in sizes) + f" | ratio {last:,}/{first:,} | goal |")
     print("|---|" + "---|" * len(sizes) + "---|---|")

@@ -45,6 +45,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, _ in settings.CLI_KEYS.values():
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("AGENTQUEUE_PORT", raising=False)
+    for name in ("AGENTQUEUE_DATABASE_URL", "AGENTQUEUE_LABELS", "AGENTQUEUE_LEASE_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_every_section_is_read(tmp_path: Path, clean_env: None) -> None:
@@ -260,3 +262,37 @@ def test_a_standalone_server_with_a_bad_setting_says_so_on_stderr(tmp_path: Path
                           timeout=60)
     assert done.returncode == paths.EXIT_CANNOT_START and done.stdout == ""
     assert "AGENTQUEUE_STALL_SECONDS = 'never'" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_team_settings_come_from_the_file_or_the_environment(tmp_path: Path, clean_env: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(tmp_path, '[team]\ndatabase_url = "postgresql://aq:pw@db:5432/q"\nlabels = ["gpu"]\n'
+                           'lease_seconds = "1m"\n')
+    loaded = settings.load(tmp_path)
+    assert (loaded.database_url, loaded.labels, loaded.lease_seconds) == ("postgresql://aq:pw@db:5432/q", ["gpu"], 60)
+    shown = {row["key"]: row["value"] for row in settings.describe(loaded)}
+    assert shown["team.database_url"] == "postgresql://aq:••••@db:5432/q", "the password is never shown"
+    monkeypatch.setenv("AGENTQUEUE_LABELS", "a, b")
+    assert settings.load(tmp_path).labels == ["a", "b"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[team]\ndatabase_url = "mysql://x"\n', "is not a PostgreSQL URL"),
+    ('[team]\nlabels = ["no spaces allowed"]\n', "is not a list of labels"),
+    ('[team]\nlease_seconds = 0\n', "too small"),
+])
+def test_bad_team_settings_are_refused_saying_what_to_give(tmp_path: Path, clean_env: None, text: str,
+                                                            says: str) -> None:
+    write_config(tmp_path, text)
+    with pytest.raises(settings.ConfigError, match=says):
+        settings.load(tmp_path)
+
+
+def test_an_unreachable_team_database_is_one_sentence_with_the_fix(tmp_path: Path) -> None:
+    from agentqueue.store.db import StoreOpenError, open_store
+
+    with pytest.raises(StoreOpenError) as refused:
+        open_store(tmp_path / "aq.db", "postgresql://aq:secret@127.0.0.1:9/queue")
+    message = str(refused.value)
+    assert "AGENTQUEUE_DATABASE_URL" in message and "secret" not in message and "127.0.0.1:9" in message
+    assert not (tmp_path / "aq.db").exists(), "no SQLite file is made instead"

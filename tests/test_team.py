@@ -102,7 +102,8 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_path: Path, team_db: str) -> None:
+def seeded_origin(tmp_path: Path) -> Path:
+    """A bare repository with one commit on main: the team's shared remote."""
     origin = tmp_path / "origin.git"
     seed = tmp_path / "seed"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
@@ -111,22 +112,42 @@ def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_p
     git(seed, "add", ".")
     git(seed, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "start")
     git(seed, "push", "-q", str(origin), "main")
+    return origin
+
+
+def run_waiting_task(a: LiveDaemon, store: PostgresStore, origin: Path, go: Path) -> tuple[str, dict]:
+    """On daemon a: a task whose agent saves a first file, waits for `go` (so the daemon can be stopped
+    mid-run), then writes the last; returns the task id and its run (owner, agent pid) once it waits."""
+    only_our_agents(a)
+    a.call("create_project", name="App")
+    a.call("add_repo", project_id="app", source="clone", url=str(origin), name="app")
+    a.call("create_agent", name="worker", agent_type="command", command=shlex.join([sys.executable, "-c", AGENT]))
+    task = a.call("create_task", project_id="app", title="Two files",
+                  description=f"WRITE wip.txt started\nWAITFOR {go}\nWRITE done.txt finished")["id"]
+    row = wait_until(lambda: store.one("SELECT t.owner, t.status, a.pid FROM tasks t JOIN agents a "
+                                       "ON a.current_task = t.id WHERE t.id = ? AND t.status = 'IN_PROGRESS' "
+                                       "AND a.pid IS NOT NULL", (task,)), 60, "daemon a to run the task")
+    wait_until(lambda: list((a.home / "worktrees").rglob("wip.txt")), 30, "the agent's first file")
+    return task, row
+
+
+def landed_once(tmp_path: Path, origin: Path) -> str:
+    """The remote's main has the task's work, its last file in exactly one commit; returns the subjects."""
+    check = tmp_path / "check"
+    git(tmp_path, "clone", "-q", str(origin), str(check))
+    assert (check / "done.txt").read_text() == "finished\n" and (check / "wip.txt").read_text() == "started\n"
+    assert len(git(check, "log", "--oneline", "--", "done.txt").splitlines()) == 1, "the work landed once"
+    return git(check, "log", "--format=%s")
+
+
+def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_path: Path, team_db: str) -> None:
+    origin = seeded_origin(tmp_path)
     go = tmp_path / "go"
     a = start_daemon(member_env(tmp_path, "a", team_db))
     store = PostgresStore(team_db)
     b = None
     try:
-        only_our_agents(a)
-        a.call("create_project", name="App")
-        a.call("add_repo", project_id="app", source="clone", url=str(origin), name="app")
-        a.call("create_agent", name="worker", agent_type="command", command=shlex.join([sys.executable, "-c", AGENT]))
-        # The agent saves a first file, then waits (so the daemon can be killed mid-run), then writes the last.
-        task = a.call("create_task", project_id="app", title="Two files",
-                      description=f"WRITE wip.txt started\nWAITFOR {go}\nWRITE done.txt finished")["id"]
-        row = wait_until(lambda: store.one("SELECT t.owner, t.status, a.pid FROM tasks t JOIN agents a "
-                                           "ON a.current_task = t.id WHERE t.id = ? AND t.status = 'IN_PROGRESS' "
-                                           "AND a.pid IS NOT NULL", (task,)), 60, "daemon a to run the task")
-        wait_until(lambda: list((tmp_path / "home-a" / "worktrees").rglob("wip.txt")), 30, "the agent's first file")
+        task, row = run_waiting_task(a, store, origin, go)
         b = start_daemon(member_env(tmp_path, "b", team_db))
         a.process.send_signal(signal.SIGKILL)
         a.process.wait(timeout=10)
@@ -138,11 +159,7 @@ def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_p
                           r["status"] in ("COMPLETED", "BLOCKED") and r, 60, "the task to end")
         assert done["status"] == "COMPLETED", done
         assert done["owner"] != row["owner"] and done["retry_count"] == 1
-        check = tmp_path / "check"
-        git(tmp_path, "clone", "-q", str(origin), str(check))
-        assert (check / "done.txt").read_text() == "finished\n" and (check / "wip.txt").read_text() == "started\n"
-        assert len(git(check, "log", "--oneline", "--", "done.txt").splitlines()) == 1, "the work landed once"
-        assert "WIP: interrupted run" in git(check, "log", "--format=%s"), "the dead daemon's work was kept"
+        assert "WIP: interrupted run" in landed_once(tmp_path, origin), "the dead daemon's work was kept"
         assert store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task,)) == 1
         requeued = store.all("SELECT payload FROM events WHERE task_id = ? AND event_type = 'task.ready'", (task,))
         assert [json.loads(e["payload"])["reason"] for e in requeued][-1] == "recovered"
@@ -150,6 +167,44 @@ def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_p
         store.close()
         if a.process.poll() is None:
             stop_daemon(a)
+        if b is not None:
+            stop_daemon(b)
+
+
+def test_a_daemon_frozen_past_its_lease_drops_its_run_and_the_taker_lands_it_once(tmp_path: Path,
+                                                                                  team_db: str) -> None:
+    """Split brain: daemon a is frozen (SIGSTOP) while it runs a task, b takes the run over, then a wakes up.
+    a must notice it lost its lease, stop its run without recording or landing anything, and rejoin."""
+    origin = seeded_origin(tmp_path)
+    go = tmp_path / "go"
+    a = start_daemon(member_env(tmp_path, "a", team_db))
+    store = PostgresStore(team_db)
+    b = None
+    try:
+        task, row = run_waiting_task(a, store, origin, go)
+        b = start_daemon(member_env(tmp_path, "b", team_db))
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: store.scalar("SELECT owner FROM tasks WHERE id = ?", (task,)) != row["owner"], 60,
+                       "daemon b to take the run over")
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: store.scalar("SELECT count(*) FROM daemons WHERE id = ?", (row["owner"],)) == 1, 30,
+                   "daemon a to notice it lost its lease and rejoin")
+        go.touch()
+        done = wait_until(lambda: (r := store.one("SELECT * FROM tasks WHERE id = ?", (task,))) and
+                          r["status"] in ("COMPLETED", "BLOCKED") and r, 60, "the task to end")
+        assert done["status"] == "COMPLETED" and done["retry_count"] == 1, done  # requeued once; either may rerun it
+        landed_once(tmp_path, origin)
+        assert store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task,)) == 1
+        assert store.one("SELECT state, current_task FROM agents WHERE id = 'worker'") == {"state": "IDLE",
+                                                                                            "current_task": None}
+        assert a.process.poll() is None, "daemon a lives on, a member of the team again"
+        said = (a.home / "serve.out").read_text()
+        assert "lease ran out" in said and "its result is dropped" in said, "a dropped its stale run"
+    finally:
+        store.close()
+        stop_daemon(a)
         if b is not None:
             stop_daemon(b)
 

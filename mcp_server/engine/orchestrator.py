@@ -275,7 +275,7 @@ class Engine:
             # return while an agent is still marked BUSY. A question the run left open is moot now.
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._close_requests, task_id)
-                await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id)
+                await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id, task_id)
             self.running.pop(task_id, None)
             self._poked = True
             if self.flush:
@@ -573,8 +573,9 @@ class Engine:
         """Other daemons found this one dead (its lease ran out unrenewed) and took its runs: stop them here;
         they record nothing, the task is theirs now."""
         for task_id, handle in list(self.running.items()):
-            log.warning("lease lost: stopping the run of %s here (another daemon took it over)", task_id)
-            handle.kill("lease_lost")
+            if not self.lifecycle.owns(task_id):
+                log.warning("lease lost: stopping the run of %s here (another daemon took it over)", task_id)
+                handle.kill("lease_lost")
 
     async def shutdown(self, grace: float = 15.0) -> None:
         """Stop every run (their tasks go back to READY with WIP saved) and wait for them to settle."""

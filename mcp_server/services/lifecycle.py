@@ -89,8 +89,13 @@ class Lifecycle:
             self.usage.record(project_id=row["project_id"], task_id=task_id, agent_id=agent_id,
                               tokens=result.tokens, cost_usd=result.cost_usd or 0, timestamp=stamp)
 
-    def free_agent(self, agent_id: str) -> None:
+    def free_agent(self, agent_id: str, task_id: str | None = None) -> None:
+        """The agent is IDLE again after the run of `task_id`, unless that run was taken over meanwhile (then the
+        agent may be busy again on the other daemon's run, and is not this daemon's to free)."""
         with self.store.transaction() as db:
+            if task_id is not None and not self._mine(self.store.one("SELECT owner FROM tasks WHERE id = ?",
+                                                                      (task_id,))):
+                return
             db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
                        "WHERE id = ?", (now_iso(), agent_id))
 

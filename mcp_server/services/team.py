@@ -90,8 +90,8 @@ class Team:
     def take_over(self, at_start: bool = False) -> list[DeadDaemon]:
         """Claim the runs of dead daemons for this one (each dead daemon's row is taken by exactly one daemon).
 
-        Dead: its lease ran out, or (at start) it is this machine's and home's previous daemon. Runs left
-        by no live daemon (owner unknown: a store from before team mode) are taken at start too."""
+        Dead: its lease ran out, or (at start) it is this machine's and home's previous daemon. Runs whose owner
+        is in no row (a store from before team mode; a daemon that claimed after its row was taken) are taken too."""
         now = now_iso()
         taken: list[DeadDaemon] = []
         with self.store.transaction() as db:
@@ -104,12 +104,13 @@ class Team:
                 db.execute(f"UPDATE tasks SET owner = ? WHERE owner = ? AND status IN {RUNNING}", (self.id, row["id"]))
                 db.execute("DELETE FROM daemons WHERE id = ?", (row["id"],))
                 taken.append(DeadDaemon(row["id"], row["hostname"], row["home"], tasks))
-            if at_start:
-                strays = tuple(r["id"] for r in self.store.all(
-                    f"SELECT id FROM tasks WHERE status IN {RUNNING} AND (owner IS NULL OR owner NOT IN "
-                    "(SELECT id FROM daemons))"))
-                if strays:
-                    db.execute(f"UPDATE tasks SET owner = ? WHERE id IN ({', '.join('?' for _ in strays)})",
-                               (self.id, *strays))
-                    taken.append(DeadDaemon("", self.hostname, self.home, strays))
+            # Runs owned by no daemon in the table (a daemon that claimed after its row was taken). Whose they
+            # were is unknown on a shared queue, so nothing of them is touched on disk; with SQLite they are this home's.
+            strays = tuple(r["id"] for r in self.store.all(
+                f"SELECT id FROM tasks WHERE status IN {RUNNING} AND (owner IS NULL OR owner NOT IN "
+                "(SELECT id FROM daemons))"))
+            if strays:
+                db.execute(f"UPDATE tasks SET owner = ? WHERE id IN ({', '.join('?' for _ in strays)})",
+                           (self.id, *strays))
+                taken.append(DeadDaemon("", "" if self.shared else self.hostname, self.home, strays))
         return taken
