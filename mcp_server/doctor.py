@@ -171,6 +171,27 @@ def check_token(home: Path) -> list[Check]:
     return notes + [Check("token file", "ok", f"{path} has mode {mode:04o}")]
 
 
+# -- the team's shared database ----------------------------------------------------------------------
+def check_team(loaded: settings.Settings) -> list[Check]:
+    """Team mode: the shared PostgreSQL database answers, at which schema, and which daemons share it."""
+    if not loaded.database_url:
+        return []
+    from .store.db import StoreOpenError, open_store
+
+    where = settings.redact_url(loaded.database_url)
+    try:
+        store = open_store(Path("/nonexistent"), loaded.database_url)
+    except StoreOpenError as error:
+        return [Check("team database", "fail", str(error))]
+    try:
+        daemons = store.all("SELECT hostname, home, lease_until FROM daemons ORDER BY started_at")
+        version = store.schema_version
+    finally:
+        store.close()
+    members = "; ".join(f"{d['hostname']} {d['home']}" for d in daemons) or "none running"
+    return [Check("team database", "ok", f"{where} (schema {version}); daemons sharing it: {members}")]
+
+
 # -- the CLIs the daemon runs -----------------------------------------------------------------------
 def _registered_agent_types(home: Path) -> set[str] | None:
     """The agent types registered in the store (None when there is no store yet)."""
@@ -306,6 +327,7 @@ def run_checks(home: Path) -> list[Check]:
     daemon_checks, daemon = check_daemon(home)
     checks += daemon_checks
     checks += check_token(home)
+    checks += check_team(loaded)
     checks += check_clis(home, loaded, daemon)
     checks += check_clients(home)
     return checks

@@ -23,7 +23,7 @@ from mcp.types import ResourceUpdatedNotification
 
 from agentqueue.store.postgres import PostgresStore
 
-from .cli_helpers import AGENT, LiveDaemon, cli_env, start_daemon, stop_daemon, wait_until
+from .cli_helpers import AGENT, LiveDaemon, cli_env, run_cli, start_daemon, stop_daemon, wait_until
 from .pg import PgServer, needs_postgres
 from .processes import alive
 
@@ -92,6 +92,9 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
         counts = {r["status"]: r["n"] for r in store.all("SELECT status, n FROM task_counts WHERE n != 0")}
         assert counts == {"COMPLETED": 200}, "the trigger-kept counts held under two writers"
         assert {d["id"] for d in store.all("SELECT id FROM daemons")} == owners
+        report = json.loads(run_cli(a.env, "doctor", "--json", timeout=120).stdout)
+        team = next(c for c in report["checks"] if c["name"] == "team database")
+        assert team["level"] == "ok" and str(a.home) in team["detail"] and str(b.home) in team["detail"]
     finally:
         store.close()
         stop_daemon(a)
@@ -207,6 +210,16 @@ def test_a_daemon_frozen_past_its_lease_drops_its_run_and_the_taker_lands_it_onc
         stop_daemon(a)
         if b is not None:
             stop_daemon(b)
+
+
+def test_a_daemon_pointed_at_an_unreachable_database_says_so_and_doctor_too(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "home", tmp_path / "user", AGENTQUEUE_DATABASE_URL="postgresql://aq:pw@127.0.0.1:9/q")
+    served = run_cli(env, "serve", "--no-http", timeout=60)
+    assert served.returncode != 0 and "Cannot use the PostgreSQL database at postgresql://aq:••••@127.0.0.1:9/q" \
+        in served.stderr + served.stdout and "Traceback" not in served.stderr
+    report = json.loads(run_cli(env, "doctor", "--json", timeout=120).stdout)
+    team = next(c for c in report["checks"] if c["name"] == "team database")
+    assert team["level"] == "fail" and "AGENTQUEUE_DATABASE_URL" in team["detail"]
 
 
 @pytest.mark.anyio
