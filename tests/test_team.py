@@ -222,6 +222,47 @@ def test_a_daemon_pointed_at_an_unreachable_database_says_so_and_doctor_too(tmp_
     assert team["level"] == "fail" and "AGENTQUEUE_DATABASE_URL" in team["detail"]
 
 
+def test_hooks_fire_once_across_the_team(tmp_path: Path, team_db: str) -> None:
+    """A periodic hook's slot is taken by one daemon; an event hook fires on the daemon that made the change."""
+    a = start_daemon(member_env(tmp_path, "a", team_db))
+    b = start_daemon(member_env(tmp_path, "b", team_db))
+    store = PostgresStore(team_db)
+    try:
+        only_our_agents(a)
+        a.call("create_project", name="Ticks")
+        a.call("create_project", name="Src")
+        a.call("create_hook", name="tick", project_id="ticks", trigger={"type": "periodic", "interval_seconds": 2},
+               cooldown_seconds=0,
+               action="create_task", task_template={"title": "tick", "description": "from the periodic hook"})
+        a.call("create_hook", name="echo", project_id="src", action="create_task", cooldown_seconds=0,
+               trigger={"type": "event", "event_type": "task.created", "filter": {"project_id": "src"}},
+               task_template={"title": "echo", "description": "from the event hook"})
+        for n in range(3):
+            b.call("create_task", project_id="src", title=f"by b {n}", description="made on daemon b")
+        wait_until(lambda: store.scalar("SELECT count(*) FROM tasks WHERE project_id = 'ticks'") >= 3, 30,
+                   "three periodic slots")
+        wait_until(lambda: store.scalar("SELECT count(*) FROM tasks WHERE title = 'echo'") >= 3, 30, "the echoes")
+        anyio.run(anyio.sleep, 2.5)  # time for a duplicate, if any daemon were to make one
+        starts = [r["started_at"] for r in store.all(
+            "SELECT h.started_at FROM hook_runs h WHERE h.hook_id = 'tick' AND h.status != 'skipped' "
+            "ORDER BY h.started_at")]
+        ticks = store.scalar("SELECT count(*) FROM tasks WHERE project_id = 'ticks'")
+        assert ticks == len(starts), "one task per run of the periodic hook"
+        gaps = [b_ - a_ for a_, b_ in zip(map(_seconds, starts), map(_seconds, starts[1:]))]
+        assert all(gap > 1.5 for gap in gaps), f"no slot ran twice: {starts}"
+        assert store.scalar("SELECT count(*) FROM tasks WHERE title = 'echo'") == 3, "each event fired the hook once"
+    finally:
+        store.close()
+        stop_daemon(a)
+        stop_daemon(b)
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 @pytest.mark.anyio
 async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_path: Path, team_db: str) -> None:
     a = start_daemon(member_env(tmp_path, "a", team_db))

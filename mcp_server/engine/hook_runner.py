@@ -29,6 +29,7 @@ from croniter import croniter
 from ..services import Services
 from ..services.agents import find_cli
 from ..services.errors import ServiceError
+from ..services.hooks import SlotTaken
 from ..services.policy_rules import tool_action
 from ..store.db import now_iso
 from ..store.models import Hook
@@ -149,7 +150,8 @@ class HookRunner:
 
     # -- when ----------------------------------------------------------------------------------
     def _on_commit(self, events: list[dict[str, Any]]) -> None:
-        self._events.extend(e for e in events if not e["event_type"].startswith("hook."))
+        # Another daemon's events fire hooks on that daemon, so each event fires a hook once across the team.
+        self._events.extend(e for e in events if not e["event_type"].startswith("hook.") and not e.get("remote"))
 
     def _stamp(self, when: datetime) -> str:
         return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -257,6 +259,9 @@ class HookRunner:
                         self.active.add(hook.id)  # before any await: no second run can slip in
                         try:
                             run_id = await anyio.to_thread.run_sync(self.begin, hook, reason, event)
+                        except SlotTaken:
+                            self.active.discard(hook.id)  # another daemon runs this slot
+                            continue
                         except BaseException:
                             self.active.discard(hook.id)
                             raise

@@ -17,7 +17,7 @@ from croniter import croniter
 
 from ..store.db import Store, now_iso
 from ..store.models import Hook, HookRun
-from .errors import ConflictError, InvalidInputError, NotFoundError, unique
+from .errors import ConflictError, InvalidInputError, NotFoundError, ServiceError, unique
 from .limits import MAX_COUNT
 from .ids import slugify
 from .projects import Projects
@@ -184,8 +184,14 @@ class Hooks:
 
     # -- runs ----------------------------------------------------------------------------------
     def start_run(self, hook: Hook, reason: str, event: dict[str, Any] | None, fired_at: str) -> str:
+        """Record a run of `hook` and move its `last_fired_at` to `fired_at`. A scheduled firing (periodic, cron)
+        claims its slot: when another daemon sharing the queue fired it first, SlotTaken and nothing written."""
         run_id = uuid.uuid4().hex[:12]
         with self.store.transaction() as db:
+            if reason in ("periodic", "cron") and not db.execute(
+                    "UPDATE hooks SET last_fired_at = ? WHERE id = ? AND last_fired_at IS ?",
+                    (fired_at, hook.id, hook.last_fired_at)).rowcount:
+                raise SlotTaken(f"Hook '{hook.id}' was fired for this slot by another daemon.")
             db["hook_runs"].insert({
                 "id": run_id, "hook_id": hook.id, "project_id": hook.project_id, "trigger_reason": reason,
                 "status": "running", "event_data": json.dumps(event) if event else None, "tokens_used": 0,
@@ -211,7 +217,10 @@ class Hooks:
 
         `fired_at` (the slot's time) consumes the slot: a skipped slot is not recorded again, nor run later.
         """
-        run_id = self.start_run(hook, reason, None, fired_at or hook.last_fired_at or now_iso())
+        try:
+            run_id = self.start_run(hook, reason, None, fired_at or hook.last_fired_at or now_iso())
+        except SlotTaken:
+            return ""  # another daemon of the team had the slot: it records what it did with it
         self.finish_run(hook, run_id, "skipped", skipped_reason=why)
         return run_id
 
@@ -235,10 +244,17 @@ class Hooks:
         return row
 
     def interrupted(self) -> int:
-        """Runs a dead process left `running` are failed (they never finished)."""
+        """Runs a dead process left `running` are failed (they never finished). On a shared queue a `running` run
+        may be another live daemon's, so they are left (hook runs carry no owner)."""
+        if self.store.backend == "postgres":
+            return 0
         rows = self.store.all("SELECT id, hook_id FROM hook_runs WHERE status = 'running'")
         for row in rows:
             with self.store.transaction() as db:
                 db["hook_runs"].update(row["id"], {"status": "failed", "completed_at": now_iso(),
                                                    "llm_response": "interrupted: the daemon stopped during the run"})
         return len(rows)
+
+
+class SlotTaken(ServiceError):
+    """A periodic or cron hook's slot was fired by another daemon of the team first."""
