@@ -29,7 +29,7 @@ from croniter import croniter
 from ..services import Services
 from ..services.agents import find_cli
 from ..services.errors import ServiceError
-from ..services.hooks import SlotTaken
+from ..services.hooks import SCHEDULED, SlotTaken
 from ..services.policy_rules import tool_action
 from ..store.db import now_iso
 from ..store.models import Hook
@@ -273,7 +273,8 @@ class HookRunner:
     # -- what ----------------------------------------------------------------------------------
     def begin(self, hook: Hook, reason: str, event: dict[str, Any] | None) -> str:
         self.active.add(hook.id)
-        return self.services.hooks.start_run(hook, reason, event, self._stamp(self.clock()))
+        return self.services.hooks.start_run(hook, reason, event, self._stamp(self.clock()),
+                                             claim_slot=reason in SCHEDULED)
 
     async def fire(self, hook_id: str, wait: float = 10.0) -> tuple[str, str]:
         """fire_hook: now, ignoring cooldown; refused while a run of the hook is going.

@@ -183,12 +183,14 @@ class Hooks:
         return hook_id
 
     # -- runs ----------------------------------------------------------------------------------
-    def start_run(self, hook: Hook, reason: str, event: dict[str, Any] | None, fired_at: str) -> str:
-        """Record a run of `hook` and move its `last_fired_at` to `fired_at`. A scheduled firing (periodic, cron)
-        claims its slot: when another daemon sharing the queue fired it first, SlotTaken and nothing written."""
+    def start_run(self, hook: Hook, reason: str, event: dict[str, Any] | None, fired_at: str,
+                  claim_slot: bool = False) -> str:
+        """Record a run of `hook` and move its `last_fired_at` to `fired_at`. With `claim_slot` (the runner's
+        periodic and cron firings) the slot is claimed: when another daemon sharing the queue fired it first
+        (`last_fired_at` is no longer what `hook` says), SlotTaken and nothing written."""
         run_id = uuid.uuid4().hex[:12]
         with self.store.transaction() as db:
-            if reason in ("periodic", "cron") and not db.execute(
+            if claim_slot and not db.execute(
                     "UPDATE hooks SET last_fired_at = ? WHERE id = ? AND last_fired_at IS ?",
                     (fired_at, hook.id, hook.last_fired_at)).rowcount:
                 raise SlotTaken(f"Hook '{hook.id}' was fired for this slot by another daemon.")
@@ -218,7 +220,8 @@ class Hooks:
         `fired_at` (the slot's time) consumes the slot: a skipped slot is not recorded again, nor run later.
         """
         try:
-            run_id = self.start_run(hook, reason, None, fired_at or hook.last_fired_at or now_iso())
+            run_id = self.start_run(hook, reason, None, fired_at or hook.last_fired_at or now_iso(),
+                                    claim_slot=reason in SCHEDULED)
         except SlotTaken:
             return ""  # another daemon of the team had the slot: it records what it did with it
         self.finish_run(hook, run_id, "skipped", skipped_reason=why)
@@ -254,6 +257,9 @@ class Hooks:
                 db["hook_runs"].update(row["id"], {"status": "failed", "completed_at": now_iso(),
                                                    "llm_response": "interrupted: the daemon stopped during the run"})
         return len(rows)
+
+
+SCHEDULED = ("periodic", "cron")  # firings that have a slot in time, which one daemon of a team takes
 
 
 class SlotTaken(ServiceError):
