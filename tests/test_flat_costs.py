@@ -75,9 +75,8 @@ def test_an_existing_store_gets_its_counts_when_it_upgrades(tmp_path: Path) -> N
         store.close()
 
 
+@pytest.mark.parametrize("store_backend", ["sqlite"])  # SQLite's plans; PostgreSQL plans from its statistics
 def test_the_hot_queries_read_partial_indexes(services: Services) -> None:
-    if services.store.backend != "sqlite":
-        pytest.skip("SQLite's query plans; PostgreSQL picks plans from its statistics (bench/team.py measures it)")
     services.projects.create("One")
     default_page = ("SELECT id FROM tasks WHERE status != 'COMPLETED' ORDER BY priority, created_at, id LIMIT 50")
     assert "tasks_open_order" in plan(services, default_page) and "TEMP B-TREE" not in plan(services, default_page)

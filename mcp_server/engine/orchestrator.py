@@ -500,6 +500,8 @@ class Engine:
         if workspace.repo is not None and workspace.path.exists():
             try:
                 self.workspaces.commit_leftovers(workspace, f"WIP: interrupted run of AgentQueue task {task_id}")
+                if self.team.shared:  # the next run may be another daemon's: it continues from the remote's copy
+                    self.workspaces.publish_branch(workspace)
             except ServiceError as error:
                 log.warning("could not save WIP of %s: %s", task_id, error)
 
@@ -551,11 +553,6 @@ class Engine:
         if agent and agent["pid"]:
             kill_orphan(agent["pid"], workspace.path)
         self._save_wip(workspace, row["id"])
-        if self.team.shared and workspace.repo is not None and workspace.path.exists():
-            try:  # the next run may be on another machine: it continues from the remote's copy of the branch
-                self.workspaces.publish_branch(workspace)
-            except ServiceError as error:
-                log.warning("could not publish the saved work of %s: %s", row["id"], error)
 
     def _workspace_of(self, row: dict[str, Any], home: Path | None = None) -> Workspace:
         if row["repo_id"]:

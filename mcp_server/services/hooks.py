@@ -249,7 +249,7 @@ class Hooks:
     def interrupted(self) -> int:
         """Runs a dead process left `running` are failed (they never finished). On a shared queue a `running` run
         may be another live daemon's, so they are left (hook runs carry no owner)."""
-        if self.store.backend == "postgres":
+        if self.store.shared:
             return 0
         rows = self.store.all("SELECT id, hook_id FROM hook_runs WHERE status = 'running'")
         for row in rows:

@@ -56,7 +56,7 @@ class Team:
     @property
     def shared(self) -> bool:
         """Other daemons may be running on this queue (PostgreSQL); SQLite has one per home."""
-        return self.store.backend == "postgres"
+        return self.store.shared
 
     def join(self) -> None:
         stamp = now_iso()

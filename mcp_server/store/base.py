@@ -37,6 +37,8 @@ class Store:
     """One connection shared by the process, serialised by a re-entrant lock; a backend provides the rest."""
 
     backend = "base"
+    # Other daemons may share this database (a team's queue), so runs carry owners and claims lock rows.
+    shared = False
     # Appended to a SELECT that picks rows to claim: other daemons' claim passes skip rows this one holds.
     claim_lock = ""
     # A join written to be read left to right (SQLite plans CROSS JOIN in the written order).

@@ -126,16 +126,25 @@ class _Table:
 class PgDatabase:
     """The connection as the services see it: execute (tuples), query (dicts), tables."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.conn = conn
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = _connect(url)
+
+    def _ready(self) -> psycopg.Connection[Any]:
+        """The connection, opened again after it broke (the server restarted): the call that saw the break
+        failed, the next one works. Never inside a transaction, which ends with its connection."""
+        if self.conn.broken or self.conn.closed:
+            log.warning("the PostgreSQL connection broke; reconnecting")
+            self.conn = _connect(self.url)
+        return self.conn
 
     def execute(self, sql: str, params: Params = ()) -> psycopg.Cursor[Any]:
-        cursor = self.conn.cursor()
+        cursor = self._ready().cursor()
         cursor.execute(translate(sql), params if params is not None else ())
         return cursor
 
     def query(self, sql: str, params: Params = ()) -> Iterator[dict[str, Any]]:
-        cursor = self.conn.cursor(row_factory=dict_row)
+        cursor = self._ready().cursor(row_factory=dict_row)
         cursor.execute(translate(sql), params if params is not None else ())
         return iter(cursor.fetchall())
 
@@ -149,6 +158,7 @@ class PgDatabase:
 
 class PostgresStore(Store):
     backend = "postgres"
+    shared = True
     claim_lock = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, url: str, *, migrate_to: int = SCHEMA_VERSION) -> None:
@@ -158,7 +168,7 @@ class PostgresStore(Store):
         self._listener: threading.Thread | None = None
         self._closing = threading.Event()
         try:
-            self.db = PgDatabase(_connect(url))
+            self.db = PgDatabase(url)
             self._migrate(migrate_to)
         except psycopg.Error as error:
             raise StoreOpenError(
@@ -198,7 +208,7 @@ class PostgresStore(Store):
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
     def _atomic(self, concurrent: bool) -> Iterator[None]:
-        conn = self.db.conn
+        conn = self.db._ready()
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with conn.transaction():  # nested: a savepoint
                 yield
