@@ -13,6 +13,9 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -143,29 +146,30 @@ def landed_once(tmp_path: Path, origin: Path) -> str:
     return git(check, "log", "--format=%s")
 
 
-def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_path: Path, team_db: str) -> None:
+@dataclass
+class Handover:
+    """Daemon a runs a task whose agent waits for `go`; daemon b has just joined; `run` is a's run of it."""
+
+    a: LiveDaemon
+    b: LiveDaemon
+    store: PostgresStore
+    origin: Path
+    go: Path
+    task: str
+    run: dict
+
+
+@contextmanager
+def a_run_on_a_then_b_joins(tmp_path: Path, team_db: str) -> Iterator[Handover]:
     origin = seeded_origin(tmp_path)
     go = tmp_path / "go"
     a = start_daemon(member_env(tmp_path, "a", team_db))
     store = PostgresStore(team_db)
     b = None
     try:
-        task, row = run_waiting_task(a, store, origin, go)
+        task, run = run_waiting_task(a, store, origin, go)
         b = start_daemon(member_env(tmp_path, "b", team_db))
-        a.process.send_signal(signal.SIGKILL)
-        a.process.wait(timeout=10)
-        orphan = row["pid"]
-        assert alive(orphan), "the agent outlives its daemon until another daemon takes the run over"
-        go.touch()  # from now on a run of the agent finishes: only the takeover's run may land
-        wait_until(lambda: not alive(orphan), 30, "daemon b to stop the dead daemon's agent after the lease")
-        done = wait_until(lambda: (r := store.one("SELECT * FROM tasks WHERE id = ?", (task,))) and
-                          r["status"] in ("COMPLETED", "BLOCKED") and r, 60, "the task to end")
-        assert done["status"] == "COMPLETED", done
-        assert done["owner"] != row["owner"] and done["retry_count"] == 1
-        assert "WIP: interrupted run" in landed_once(tmp_path, origin), "the dead daemon's work was kept"
-        assert store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task,)) == 1
-        requeued = store.all("SELECT payload FROM events WHERE task_id = ? AND event_type = 'task.ready'", (task,))
-        assert [json.loads(e["payload"])["reason"] for e in requeued][-1] == "recovered"
+        yield Handover(a, b, store, origin, go, task, run)
     finally:
         store.close()
         if a.process.poll() is None:
@@ -174,42 +178,52 @@ def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_p
             stop_daemon(b)
 
 
+def task_end(store: PostgresStore, task: str) -> dict:
+    return wait_until(lambda: (r := store.one("SELECT * FROM tasks WHERE id = ?", (task,))) and
+                      r["status"] in ("COMPLETED", "BLOCKED") and r, 60, "the task to end")
+
+
+def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_path: Path, team_db: str) -> None:
+    with a_run_on_a_then_b_joins(tmp_path, team_db) as h:
+        h.a.process.send_signal(signal.SIGKILL)
+        h.a.process.wait(timeout=10)
+        orphan = h.run["pid"]
+        assert alive(orphan), "the agent outlives its daemon until another daemon takes the run over"
+        h.go.touch()  # from now on a run of the agent finishes: only the takeover's run may land
+        wait_until(lambda: not alive(orphan), 30, "daemon b to stop the dead daemon's agent after the lease")
+        done = task_end(h.store, h.task)
+        assert done["status"] == "COMPLETED", done
+        assert done["owner"] != h.run["owner"] and done["retry_count"] == 1
+        assert "WIP: interrupted run" in landed_once(tmp_path, h.origin), "the dead daemon's work was kept"
+        assert h.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (h.task,)) == 1
+        requeued = h.store.all("SELECT payload FROM events WHERE task_id = ? AND event_type = 'task.ready'",
+                               (h.task,))
+        assert [json.loads(e["payload"])["reason"] for e in requeued][-1] == "recovered"
+
+
 def test_a_daemon_frozen_past_its_lease_drops_its_run_and_the_taker_lands_it_once(tmp_path: Path,
                                                                                   team_db: str) -> None:
     """Split brain: daemon a is frozen (SIGSTOP) while it runs a task, b takes the run over, then a wakes up.
     a must notice it lost its lease, stop its run without recording or landing anything, and rejoin."""
-    origin = seeded_origin(tmp_path)
-    go = tmp_path / "go"
-    a = start_daemon(member_env(tmp_path, "a", team_db))
-    store = PostgresStore(team_db)
-    b = None
-    try:
-        task, row = run_waiting_task(a, store, origin, go)
-        b = start_daemon(member_env(tmp_path, "b", team_db))
-        a.process.send_signal(signal.SIGSTOP)
+    with a_run_on_a_then_b_joins(tmp_path, team_db) as h:
+        h.a.process.send_signal(signal.SIGSTOP)
         try:
-            wait_until(lambda: store.scalar("SELECT owner FROM tasks WHERE id = ?", (task,)) != row["owner"], 60,
-                       "daemon b to take the run over")
+            wait_until(lambda: h.store.scalar("SELECT owner FROM tasks WHERE id = ?", (h.task,)) != h.run["owner"],
+                       60, "daemon b to take the run over")
         finally:
-            a.process.send_signal(signal.SIGCONT)
-        wait_until(lambda: store.scalar("SELECT count(*) FROM daemons WHERE id = ?", (row["owner"],)) == 1, 30,
+            h.a.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: h.store.scalar("SELECT count(*) FROM daemons WHERE id = ?", (h.run["owner"],)) == 1, 30,
                    "daemon a to notice it lost its lease and rejoin")
-        go.touch()
-        done = wait_until(lambda: (r := store.one("SELECT * FROM tasks WHERE id = ?", (task,))) and
-                          r["status"] in ("COMPLETED", "BLOCKED") and r, 60, "the task to end")
+        h.go.touch()
+        done = task_end(h.store, h.task)
         assert done["status"] == "COMPLETED" and done["retry_count"] == 1, done  # requeued once; either may rerun it
-        landed_once(tmp_path, origin)
-        assert store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task,)) == 1
-        assert store.one("SELECT state, current_task FROM agents WHERE id = 'worker'") == {"state": "IDLE",
-                                                                                            "current_task": None}
-        assert a.process.poll() is None, "daemon a lives on, a member of the team again"
-        said = (a.home / "serve.out").read_text()
+        landed_once(tmp_path, h.origin)
+        assert h.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (h.task,)) == 1
+        assert h.store.one("SELECT state, current_task FROM agents WHERE id = 'worker'") == {"state": "IDLE",
+                                                                                              "current_task": None}
+        assert h.a.process.poll() is None, "daemon a lives on, a member of the team again"
+        said = (h.a.home / "serve.out").read_text()
         assert "lease ran out" in said and "its result is dropped" in said, "a dropped its stale run"
-    finally:
-        store.close()
-        stop_daemon(a)
-        if b is not None:
-            stop_daemon(b)
 
 
 def test_a_daemon_pointed_at_an_unreachable_database_says_so_and_doctor_too(tmp_path: Path) -> None:

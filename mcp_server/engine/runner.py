@@ -36,7 +36,7 @@ class RunHandle:
     """What the engine keeps of a live run so stop_task can kill it from any thread."""
 
     pid: int | None = None
-    stop_reason: str | None = None  # killed | timeout | stalled | loop
+    stop_reason: str | None = None  # killed | lease_lost | timeout | stalled | loop
     started: float = field(default_factory=time.monotonic)
     waiting: int = 0  # questions out to a person: the watchdog's clocks stand still meanwhile
     waited_until: float = 0.0  # when the last answer came back (silence before it is not a stall)
@@ -80,6 +80,7 @@ class AgentChannel(Protocol):
 
 KILL_MESSAGES = {
     "killed": "The run was stopped (stop_task or shutdown).",
+    "lease_lost": "This daemon lost its lease and another daemon took the run over; this run was stopped.",
     "timeout": "The run exceeded its {timeout:.0f} s wall-clock limit and was killed.",
     "stalled": "No output for {stall:.0f} s; the run was killed.",
     "loop": "{loop}",

@@ -48,6 +48,7 @@ FAILURE_KINDS: dict[str, tuple[str, str]] = {
              "The agent repeated the same tool call many times and was killed; make the task more "
              "specific (what done looks like), then restart_task."),
     "killed": ("Stopped", "The run was stopped (stop_task or shutdown); restart_task runs it again."),
+    "lease_lost": ("Taken over", "Its daemon lost its lease and another daemon of the team runs the task now."),
     "crashed": ("Agent crashed", "The agent CLI exited without a result; read the task log and get_task_result, then restart_task."),
     "recovered": ("Interrupted", "AgentQueue stopped while the agent ran; its work so far is kept on the task "
                                  "branch. restart_task runs it again."),
