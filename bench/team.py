@@ -4,8 +4,9 @@
    (as daemons have). Every ordinary write takes the one exclusive advisory lock, so they queue;
    claim passes take it shared and keep apart by row locks, so they run side by side. SQLite (one
    file, the same processes) beside it. Medians of --repeat runs.
-2. Drain: 1, 2 and 4 daemons (each with 4 `command` agents running `true`) drain --tasks tasks;
-   tasks per second, and the write transactions each task took.
+2. Drain: 1, 2, 4 and 8 daemons (each with 4 `command` agents running `true`) drain --tasks tasks;
+   tasks per second, and the transactions the server committed per task (reads included: each read
+   outside a transaction is one).
 
     python bench/team.py [--repeat 3] [--tasks 400]
 """
@@ -114,7 +115,7 @@ def main() -> None:
                 shared_runs.append(writes_per_second(server.database(), processes, concurrent=True))
             print(f"| {processes} | {statistics.median(sqlite_runs):.0f} | {statistics.median(pg_runs):.0f} | "
                   f"{statistics.median(shared_runs):.0f} |", flush=True)
-        print("\n| daemons | tasks/s | write transactions per task |")
+        print("\n| daemons | tasks/s | server transactions per task (reads included) |")
         print("|---|---|---|")
         for daemons in (1, 2, 4, 8):
             rates, per_task = [], []
