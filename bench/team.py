@@ -8,6 +8,9 @@
    tasks per second, and the transactions the server committed per task (reads included: each read
    outside a transaction is one).
 
+3. Writes per run: the write transactions the engine makes per run of a trivial task (counted
+   in-process over 40 runs, SQLite; the same code writes the same on PostgreSQL).
+
     python bench/team.py [--repeat 3] [--tasks 400]
 """
 
@@ -97,6 +100,51 @@ def drain(server: PgServer, daemons: int, tasks: int) -> tuple[float, float]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def writes_per_run(runs: int = 40) -> float:
+    """Outermost store transactions per run, over `runs` runs of `true` by 4 command agents."""
+    from contextlib import contextmanager
+
+    import anyio
+
+    from agentqueue.engine.orchestrator import Engine, EngineConfig
+    from agentqueue.services import Services
+    from agentqueue.store.sqlite import SqliteStore
+
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch) / "aq"
+        os.environ.pop("AGENTQUEUE_DATABASE_URL", None)
+        svc = Services(home)
+        svc.projects.create("P", max_concurrent_agents=4)
+        for n in range(4):
+            svc.agents.create(f"w{n}", "command", command="true")
+        for n in range(runs):
+            svc.tasks.create("p", f"t{n}", "d")
+        counted = {"n": 0}
+        atomic = SqliteStore._atomic
+
+        @contextmanager
+        def counting(self, concurrent):  # type: ignore[no-untyped-def]
+            counted["n"] += not self.db.conn.in_transaction
+            with atomic(self, concurrent):
+                yield
+        SqliteStore._atomic = counting  # type: ignore[method-assign]
+        engine = Engine(svc, home, config=EngineConfig(poll_seconds=0.05))
+
+        async def drain_all() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(engine.run)
+                while svc.store.scalar("SELECT count(*) FROM tasks WHERE status = 'COMPLETED'") < runs:
+                    await anyio.sleep(0.05)
+                await engine.shutdown()
+                tg.cancel_scope.cancel()
+        try:
+            anyio.run(drain_all)
+        finally:
+            SqliteStore._atomic = atomic  # type: ignore[method-assign]
+            svc.close()
+        return counted["n"] / runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -124,7 +172,8 @@ def main() -> None:
                 rates.append(rate)
                 per_task.append(writes)
             print(f"| {daemons} | {statistics.median(rates):.1f} | {statistics.median(per_task):.1f} |", flush=True)
-        print(f"\nmachine: {os.cpu_count()} cores; PostgreSQL on loopback, fsync off (as in the tests)")
+        print(f"\nwrite transactions per run: {writes_per_run():.1f}")
+        print(f"machine: {os.cpu_count()} cores; PostgreSQL on loopback, fsync off (as in the tests)")
     finally:
         server.stop()
 
