@@ -42,6 +42,17 @@ with open(sys.argv[1], "a") as log:
 """
 
 
+# The same, taking its time and recording when it ran (start and end), to see how many ran at once.
+TIMED = r"""
+import os, re, sys, time
+name = re.search(r"RUN (\S+)", sys.stdin.read())[1]
+start = time.time()
+time.sleep(0.4)
+with open(sys.argv[1], "a") as log:
+    log.write(f"{name} {os.environ['TEAM_MEMBER']} {start} {time.time()}\n")
+"""
+
+
 def member_env(tmp_path: Path, who: str, url: str, **extra: str) -> dict[str, str]:
     """A daemon of the team: its own home and machine-ish user home, the shared database, a short lease."""
     return cli_env(tmp_path / f"home-{who}", tmp_path / f"user-{who}", AGENTQUEUE_DATABASE_URL=url,
@@ -98,6 +109,33 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
         report = json.loads(run_cli(a.env, "doctor", "--json", timeout=120).stdout)
         team = next(c for c in report["checks"] if c["name"] == "team database")
         assert team["level"] == "ok" and str(a.home) in team["detail"] and str(b.home) in team["detail"]
+    finally:
+        store.close()
+        stop_daemon(a)
+        stop_daemon(b)
+
+
+def test_a_projects_concurrency_cap_holds_across_daemons(tmp_path: Path, team_db: str) -> None:
+    """Two daemons with three agents each, one project capped at two runs: never more than two at once."""
+    runs = tmp_path / "runs.log"
+    a = start_daemon(member_env(tmp_path, "a", team_db))
+    b = start_daemon(member_env(tmp_path, "b", team_db))
+    store = PostgresStore(team_db)
+    try:
+        only_our_agents(a)
+        a.call("create_project", name="Capped", max_concurrent_agents=2)
+        command = shlex.join([sys.executable, "-c", TIMED, str(runs)])
+        for who, daemon in (("a", a), ("b", b)):
+            for n in range(3):
+                daemon.call("create_agent", name=f"{who}-{n}", agent_type="command", command=command, label=who)
+        for n in range(16):
+            (a if n % 2 else b).call("create_task", project_id="capped", title=f"c{n}", description=f"RUN c{n}")
+        wait_until(lambda: store.scalar("SELECT count(*) FROM tasks WHERE status = 'COMPLETED'") == 16, 120,
+                   "the capped project to drain")
+        spans = [(float(line.split()[2]), float(line.split()[3])) for line in runs.read_text().splitlines()]
+        assert len(spans) == 16
+        most = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+        assert most == 2, f"{most} runs at once in a project capped at 2"
     finally:
         store.close()
         stop_daemon(a)

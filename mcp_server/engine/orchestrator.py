@@ -226,11 +226,12 @@ class Engine:
         if not agents:
             return QueueState((), (), agents, paused)
         usage = self.services.usage.window_totals(24)
+        rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
+        skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
+        # Counted once the projects' rows are held: another daemon's claims in them have committed by now.
         running = {r["project_id"]: r["n"] for r in store.all(
             "SELECT project_id, count(*) AS n FROM tasks WHERE status IN "
             "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
-        rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
-        skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
                          for p in rows)
