@@ -490,16 +490,30 @@ class Tasks:
         return stuck
 
     def stuck_chains(self, project_id: str | None) -> list[dict[str, Any]]:
-        where, params = ("AND project_id = ?", (project_id,)) if project_id else ("", ())
+        """Every held (BLOCKED, FAILED) task with the DEFINED tasks waiting on it, directly or through other
+        DEFINED ones (as `stuck_downstream`), nearest first: one recursive query for all of them, so the cost is
+        what is returned, not a round trip per task (which a database server would charge for)."""
+        where, params = ("AND r.project_id = ?", (project_id,)) if project_id else ("", ())
+        rows = self.store.all(
+            "WITH RECURSIVE down(root, id, depth) AS ("
+            "  SELECT d.depends_on, d.task_id, 1 FROM task_dependencies d JOIN tasks r ON r.id = d.depends_on "
+            f"  WHERE r.status IN ('BLOCKED', 'FAILED') {where}"
+            "  UNION"
+            "  SELECT down.root, d.task_id, down.depth + 1 FROM down JOIN tasks t ON t.id = down.id "
+            "  JOIN task_dependencies d ON d.depends_on = down.id WHERE t.status = 'DEFINED' AND down.depth < 10000"
+            ") SELECT down.root, t.id, t.title, min(down.depth) AS depth FROM down JOIN tasks t ON t.id = down.id "
+            "WHERE t.status = 'DEFINED' GROUP BY down.root, t.id, t.title ORDER BY down.root, depth, t.id", params)
+        stuck: dict[str, list[TaskRef]] = {}
+        for row in rows:
+            stuck.setdefault(row["root"], []).append(TaskRef(id=row["id"], title=row["title"], status="DEFINED"))
         chains = []
         for row in self.store.all(
-            f"SELECT id, title, status, reason, next_step FROM tasks WHERE status IN ('BLOCKED', 'FAILED') {where} "
+            f"SELECT id, title, status, reason, next_step FROM tasks r WHERE status IN ('BLOCKED', 'FAILED') {where} "
             "ORDER BY priority, created_at", params):
-            stuck = self.stuck_downstream(row["id"])
-            if stuck:
+            if row["id"] in stuck:
                 chains.append({"blocked_task": TaskRef(id=row["id"], title=row["title"], status=row["status"]),
                                "reason": row["reason"], "next_step": row["next_step"],
-                               "stuck_downstream": stuck, "stuck_count": len(stuck)})
+                               "stuck_downstream": stuck[row["id"]], "stuck_count": len(stuck[row["id"]])})
         return chains
 
     # -- results ------------------------------------------------------------------------------
