@@ -129,11 +129,12 @@ class PgDatabase:
     def __init__(self, url: str) -> None:
         self.url = url
         self.conn = _connect(url)
+        self.in_transaction = False  # set by the store: a transaction never moves to a new connection
 
     def _ready(self) -> psycopg.Connection[Any]:
         """The connection, opened again after it broke (the server restarted): the call that saw the break
         failed, the next one works. Never inside a transaction, which ends with its connection."""
-        if self.conn.broken or self.conn.closed:
+        if not self.in_transaction and (self.conn.broken or self.conn.closed):
             log.warning("the PostgreSQL connection broke; reconnecting")
             self.conn = _connect(self.url)
         return self.conn
@@ -214,9 +215,13 @@ class PostgresStore(Store):
                 yield
             return
         with conn.transaction():
-            self.db.execute("SELECT pg_advisory_xact_lock_shared(?)" if concurrent
-                            else "SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
-            yield
+            self.db.in_transaction = True
+            try:
+                self.db.execute("SELECT pg_advisory_xact_lock_shared(?)" if concurrent
+                                else "SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+                yield
+            finally:
+                self.db.in_transaction = False
 
     def _announce_elsewhere(self, events: list[dict[str, Any]]) -> None:
         ids = [e["id"] for e in events]
