@@ -83,19 +83,22 @@ def chat_json(live: LiveDaemon, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+FOOTER = " tokens · $"  # a turn's footer: "… in · … out … tokens · $0.0012 · 1.3 s"
+
+
 def test_two_turns_create_tasks_through_our_mcp_server(live: LiveDaemon, mock_api: MockAnthropic) -> None:  # noqa: F811
     one_turn = chat_json(live, "-p", "SCENARIO:chat_create TITLE[Priced alone]")  # what such a turn costs
     assert one_turn["tokens"] == {"input": 200, "output": 84, "cache_read": 50, "cache_write": 100}
     with Chat(live, "--project", "demo") as chat:
         chat.wait("you › ")
         chat.say("SCENARIO:chat_create TITLE[Write the login page]")
-        screen = chat.wait("tokens")
+        screen = chat.wait(FOOTER)  # the turn's own footer (a queue line above the prompt never says it)
         chat.say("And SCENARIO:chat_create TITLE[Test the login page]")
-        screen = chat.wait("tokens", 2)
+        screen = chat.wait(FOOTER, 2)
         assert chat.leave() == 0
     tasks = live.call("list_tasks", project_id="demo")["tasks"]
     titles = {t["title"] for t in tasks}
-    assert {"Write the login page", "Test the login page"} <= titles
+    assert {"Write the login page", "Test the login page"} <= titles, screen[-3000:]
     # Tool calls folded to one line each, results summarised, a footer per turn: two requests a turn.
     assert screen.count("⚙ create_task  project_id=demo  title=") == 2
     assert re.search(r"↳ id=[a-z]+-[a-z]+ status=\w+ title=Write the login page", screen), screen
@@ -117,7 +120,7 @@ def test_ctrl_c_interrupts_the_turn_and_the_session_goes_on(live: LiveDaemon, mo
         assert chat.process.poll() is None
         chat.say("Are you still there?")
         screen = chat.wait("Done: the task is finished.")
-        chat.wait("tokens", 2)
+        chat.wait(FOOTER, 2)
         # The same conversation: the model is sent the interrupted message along with the new one.
         last = json.dumps(mock_api.requests[-1]["messages"])
         assert "think for ever" in last and "Are you still there?" in last
@@ -142,7 +145,7 @@ def test_resume_continues_the_last_conversation_and_p_prints_for_scripts(live: L
     with Chat(live, "--resume") as chat:
         chat.wait("you › ")
         chat.say("and now?")
-        chat.wait("tokens")
+        chat.wait(FOOTER)
         assert chat.leave() == 0
     assert "remember BANANA" in json.dumps(mock_api.requests[-1]["messages"])
 

@@ -77,6 +77,10 @@ class Team:
         with self.store.transaction() as db:
             db.execute("DELETE FROM daemons WHERE id = ?", (self.id,))
 
+    def _on_this_machine(self, owner: str | None) -> bool:
+        """An owner id is host:pid:random; no owner (a store from before team mode) is this home's own."""
+        return owner is None or owner.rsplit(":", 2)[0] == self.hostname
+
     def others_alive(self) -> bool:
         """Whether another daemon holds a lease on the queue now."""
         return bool(self.store.scalar("SELECT 1 FROM daemons WHERE id != ? AND lease_until >= ? LIMIT 1",
@@ -104,13 +108,18 @@ class Team:
                 db.execute(f"UPDATE tasks SET owner = ? WHERE owner = ? AND status IN {RUNNING}", (self.id, row["id"]))
                 db.execute("DELETE FROM daemons WHERE id = ?", (row["id"],))
                 taken.append(DeadDaemon(row["id"], row["hostname"], row["home"], tasks))
-            # Runs owned by no daemon in the table (a daemon that claimed after its row was taken). Whose they
-            # were is unknown on a shared queue, so nothing of them is touched on disk; with SQLite they are this home's.
-            strays = tuple(r["id"] for r in self.store.all(
-                f"SELECT id FROM tasks WHERE status IN {RUNNING} AND (owner IS NULL OR owner NOT IN "
-                "(SELECT id FROM daemons))"))
+            # Runs owned by no daemon in the table (a daemon that claimed after its row was taken, or an engine
+            # that never joined). Those whose owner was on this machine may have left a process or work here: they
+            # are stopped and kept as the home's own are (the pid is checked against the worktree first).
+            strays = self.store.all(f"SELECT id, owner FROM tasks WHERE status IN {RUNNING} AND (owner IS NULL OR "
+                                    "owner NOT IN (SELECT id FROM daemons))")
             if strays:
                 db.execute(f"UPDATE tasks SET owner = ? WHERE id IN ({', '.join('?' for _ in strays)})",
-                           (self.id, *strays))
-                taken.append(DeadDaemon("", "" if self.shared else self.hostname, self.home, strays))
+                           (self.id, *(r["id"] for r in strays)))
+                here = tuple(r["id"] for r in strays if self._on_this_machine(r["owner"]))
+                elsewhere = tuple(r["id"] for r in strays if not self._on_this_machine(r["owner"]))
+                if here:
+                    taken.append(DeadDaemon("", self.hostname, self.home, here))
+                if elsewhere:
+                    taken.append(DeadDaemon("", "", self.home, elsewhere))
         return taken
