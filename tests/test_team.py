@@ -93,6 +93,11 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
         assert sorted(ran) == names and set(ran.values()) == {1}, "every task ran exactly once"
         by = Counter(lines[1::2])
         assert set(by) == {"a", "b"}, f"both daemons ran tasks: {by}"
+        ran_on = dict(zip(lines[0::2], lines[1::2]))
+        agent_of = {r["title"]: r["agent_id"] for r in store.all(
+            "SELECT t.title, r.agent_id FROM task_results r JOIN tasks t ON t.id = r.task_id")}
+        assert all(agent_of[name].startswith(f"{who}-") for name, who in ran_on.items()), \
+            "an agent ran only on the daemon that has its label"
         owners = {r["owner"] for r in store.all("SELECT DISTINCT owner FROM tasks")}
         assert len(owners) == 2 and all(o.startswith(os.uname().nodename) for o in owners)
         results = store.all("SELECT task_id, count(*) AS n, sum(total) AS total FROM task_results GROUP BY task_id")
