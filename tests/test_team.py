@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,18 +71,36 @@ def team_db(pg_server: PgServer) -> str:
     return pg_server.database()
 
 
-def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, team_db: str) -> None:
-    runs = tmp_path / "runs.log"
+@contextmanager
+def team_of_two(tmp_path: Path, team_db: str) -> Iterator[tuple[LiveDaemon, LiveDaemon, PostgresStore]]:
+    """Daemons a and b on one database (a's first-start agent removed), and a store to look at it directly."""
     a = start_daemon(member_env(tmp_path, "a", team_db))
-    b = start_daemon(member_env(tmp_path, "b", team_db))
+    b = None
     store = PostgresStore(team_db)
     try:
+        b = start_daemon(member_env(tmp_path, "b", team_db))
         only_our_agents(a)
+        yield a, b, store
+    finally:
+        store.close()
+        stop_daemon(a)
+        if b is not None:
+            stop_daemon(b)
+
+
+def labelled_agents(a: LiveDaemon, b: LiveDaemon, script: str, log: Path) -> None:
+    """Three command agents per daemon running `script`, each labelled with its daemon's label."""
+    command = shlex.join([sys.executable, "-c", script, str(log)])
+    for who, daemon in (("a", a), ("b", b)):
+        for n in range(3):
+            daemon.call("create_agent", name=f"{who}-{n}", agent_type="command", command=command, label=who)
+
+
+def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, team_db: str) -> None:
+    runs = tmp_path / "runs.log"
+    with team_of_two(tmp_path, team_db) as (a, b, store):
         a.call("create_project", name="Team", max_concurrent_agents=8)
-        command = shlex.join([sys.executable, "-c", RECORDER, str(runs)])
-        for who, daemon in (("a", a), ("b", b)):  # each daemon runs its own agents: they carry its label
-            for n in range(3):
-                daemon.call("create_agent", name=f"{who}-{n}", agent_type="command", command=command, label=who)
+        labelled_agents(a, b, RECORDER, runs)  # each daemon runs its own agents: they carry its label
         names = [f"t{n:03d}" for n in range(200)]
         for n, name in enumerate(names):  # half the tasks arrive through each daemon
             (a if n % 2 else b).call("create_task", project_id="team", title=name, description=f"RUN {name}")
@@ -114,25 +133,14 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
         report = json.loads(run_cli(a.env, "doctor", "--json", timeout=120).stdout)
         team = next(c for c in report["checks"] if c["name"] == "team database")
         assert team["level"] == "ok" and str(a.home) in team["detail"] and str(b.home) in team["detail"]
-    finally:
-        store.close()
-        stop_daemon(a)
-        stop_daemon(b)
 
 
 def test_a_projects_concurrency_cap_holds_across_daemons(tmp_path: Path, team_db: str) -> None:
     """Two daemons with three agents each, one project capped at two runs: never more than two at once."""
     runs = tmp_path / "runs.log"
-    a = start_daemon(member_env(tmp_path, "a", team_db))
-    b = start_daemon(member_env(tmp_path, "b", team_db))
-    store = PostgresStore(team_db)
-    try:
-        only_our_agents(a)
+    with team_of_two(tmp_path, team_db) as (a, b, store):
         a.call("create_project", name="Capped", max_concurrent_agents=2)
-        command = shlex.join([sys.executable, "-c", TIMED, str(runs)])
-        for who, daemon in (("a", a), ("b", b)):
-            for n in range(3):
-                daemon.call("create_agent", name=f"{who}-{n}", agent_type="command", command=command, label=who)
+        labelled_agents(a, b, TIMED, runs)
         for n in range(16):
             (a if n % 2 else b).call("create_task", project_id="capped", title=f"c{n}", description=f"RUN c{n}")
         wait_until(lambda: store.scalar("SELECT count(*) FROM tasks WHERE status = 'COMPLETED'") == 16, 120,
@@ -141,10 +149,6 @@ def test_a_projects_concurrency_cap_holds_across_daemons(tmp_path: Path, team_db
         assert len(spans) == 16
         most = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
         assert most == 2, f"{most} runs at once in a project capped at 2"
-    finally:
-        store.close()
-        stop_daemon(a)
-        stop_daemon(b)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -281,11 +285,7 @@ def test_a_daemon_pointed_at_an_unreachable_database_says_so_and_doctor_too(tmp_
 
 def test_hooks_fire_once_across_the_team(tmp_path: Path, team_db: str) -> None:
     """A periodic hook's slot is taken by one daemon; an event hook fires on the daemon that made the change."""
-    a = start_daemon(member_env(tmp_path, "a", team_db))
-    b = start_daemon(member_env(tmp_path, "b", team_db))
-    store = PostgresStore(team_db)
-    try:
-        only_our_agents(a)
+    with team_of_two(tmp_path, team_db) as (a, b, store):
         a.call("create_project", name="Ticks")
         a.call("create_project", name="Src")
         a.call("create_hook", name="tick", project_id="ticks", trigger={"type": "periodic", "interval_seconds": 2},
@@ -308,10 +308,6 @@ def test_hooks_fire_once_across_the_team(tmp_path: Path, team_db: str) -> None:
         gaps = [b_ - a_ for a_, b_ in zip(map(_seconds, starts), map(_seconds, starts[1:]))]
         assert all(gap > 1.5 for gap in gaps), f"no slot ran twice: {starts}"
         assert store.scalar("SELECT count(*) FROM tasks WHERE title = 'echo'") == 3, "each event fired the hook once"
-    finally:
-        store.close()
-        stop_daemon(a)
-        stop_daemon(b)
 
 
 def _seconds(stamp: str) -> float:
@@ -322,10 +318,7 @@ def _seconds(stamp: str) -> float:
 
 @pytest.mark.anyio
 async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_path: Path, team_db: str) -> None:
-    a = start_daemon(member_env(tmp_path, "a", team_db))
-    b = start_daemon(member_env(tmp_path, "b", team_db))
-    try:
-        only_our_agents(a)
+    with team_of_two(tmp_path, team_db) as (a, b, _store):
         a.call("create_project", name="Notes")
         task = a.call("create_task", project_id="notes", title="Waits", description="no agent takes it")["id"]
         uri = f"agentqueue://tasks/{task}"
@@ -337,8 +330,6 @@ async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_pa
 
         params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=a.env)
         async with Client(params, mode="legacy", message_handler=on_message) as client:
-            import warnings
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # resources/subscribe: deprecated in 2026, current in 2025
                 await client.subscribe_resource(uri)
@@ -348,6 +339,3 @@ async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_pa
                 await heard.wait()
             after = json.loads((await client.read_resource(uri)).contents[0].text)["status"]
         assert (before, after) == ("READY", "BLOCKED")
-    finally:
-        stop_daemon(a)
-        stop_daemon(b)
