@@ -178,7 +178,9 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
         found(services.tasks.get, task_id)
         path = paths.task_log(services.home, task_id)
         if not path.exists():
-            return "(no agent has run this task yet)"
+            elsewhere = services.team.ran_elsewhere(task_id)
+            return (f"(this task ran on another daemon of the team, {elsewhere}: its log is on that machine)"
+                    if elsewhere else "(no agent has run this task yet)")
         return log_page(path, task_id, offset)
 
     @mcp.resource(EVENTS, mime_type="application/json", description="The 50 most recent events")

@@ -25,6 +25,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.types import ResourceUpdatedNotification
 
+from agentqueue.services.team import Team
+from agentqueue.settings import Settings
 from agentqueue.store.postgres import PostgresStore
 
 from .cli_helpers import AGENT, LiveDaemon, cli_env, run_cli, start_daemon, stop_daemon, wait_until
@@ -130,6 +132,13 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
         counts = {r["status"]: r["n"] for r in store.all("SELECT status, n FROM task_counts WHERE n != 0")}
         assert counts == {"COMPLETED": 200}, "the trigger-kept counts held under two writers"
         assert {d["id"] for d in store.all("SELECT id FROM daemons")} == owners
+        status = a.call("get_status")
+        assert {d["home"] for d in status["daemons"]} == {str(a.home), str(b.home)}
+        assert all(d["running"] == 0 for d in status["daemons"])
+        on_b = next(name for name, who in ran_on.items() if who == "b")
+        task_on_b = store.scalar("SELECT id FROM tasks WHERE title = ?", (on_b,))
+        assert Team(store, a.home, Settings()).ran_elsewhere(task_on_b) == f"{os.uname().nodename} {b.home}", \
+            "a's log resource says which machine has the log of a task b ran"
         report = json.loads(run_cli(a.env, "doctor", "--json", timeout=120).stdout)
         team = next(c for c in report["checks"] if c["name"] == "team database")
         assert team["level"] == "ok" and str(a.home) in team["detail"] and str(b.home) in team["detail"]

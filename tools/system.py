@@ -24,6 +24,7 @@ class Status(Noted):
     tasks: TaskOverview
     orchestrator: dict[str, Any]
     warnings: list[str]
+    daemons: list[dict[str, Any]] | None = None  # team mode: the daemons sharing the queue
 
 
 class EventList(Noted):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -127,4 +128,14 @@ class System:
                       "in_progress": in_progress, "ready": ready},
             "orchestrator": {"state": self.orchestrator_state(), "running_tasks": self.running_tasks()},
             "warnings": self.warnings(),
+            **({"daemons": self.daemons()} if self.store.shared else {}),
         }
+
+    def daemons(self) -> list[dict[str, Any]]:
+        """The daemons sharing a team's queue: where each runs, its labels, its runs now, when it last beat."""
+        running = {r["owner"]: r["n"] for r in self.store.all(
+            f"SELECT owner, count(*) AS n FROM tasks WHERE status IN {RUNNING_STATUSES} GROUP BY owner")}
+        return [{"id": d["id"], "hostname": d["hostname"], "home": d["home"],
+                 "labels": json.loads(d["labels"] or "[]"), "running": running.get(d["id"], 0),
+                 "heartbeat_at": d["heartbeat_at"]}
+                for d in self.store.all("SELECT * FROM daemons ORDER BY started_at, id")]

@@ -16,7 +16,6 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 from ..settings import Settings
 from ..store.db import Store, now_iso
@@ -86,10 +85,14 @@ class Team:
         return bool(self.store.scalar("SELECT 1 FROM daemons WHERE id != ? AND lease_until >= ? LIMIT 1",
                                       (self.id, now_iso())))
 
-    def members(self) -> list[dict[str, Any]]:
-        """The daemons sharing the queue, live or not yet taken over."""
-        return [{**r, "labels": json.loads(r["labels"] or "[]"), "self": r["id"] == self.id}
-                for r in self.store.all("SELECT * FROM daemons ORDER BY started_at, id")]
+    def ran_elsewhere(self, task_id: str) -> str | None:
+        """Where another daemon ran the task (its host and home), when one did: task logs stay where they were
+        written."""
+        owner = self.store.scalar("SELECT owner FROM tasks WHERE id = ?", (task_id,))
+        if not self.shared or not owner or owner == self.id:
+            return None
+        row = self.store.one("SELECT hostname, home FROM daemons WHERE id = ?", (owner,))
+        return f"{row['hostname']} {row['home']}" if row else f"{owner.rsplit(':', 2)[0]} (no longer running)"
 
     def take_over(self, at_start: bool = False) -> list[DeadDaemon]:
         """Claim the runs of dead daemons for this one (each dead daemon's row is taken by exactly one daemon).
