@@ -180,3 +180,13 @@ def test_a_broken_postgresql_connection_is_opened_again_on_the_next_call(pg_serv
     finally:
         store.close()
         other.close()
+
+
+def test_the_clock_leases_use_is_the_databases_in_the_services_format(open_store) -> None:
+    from datetime import datetime
+
+    store = open_store()
+    now, later = store.clock(), store.clock(30)
+    parse = lambda stamp: datetime.fromisoformat(stamp.replace("Z", "+00:00"))  # noqa: E731
+    assert now.endswith("Z") and len(now) == len("2026-01-01T00:00:00.000Z") and now < later
+    assert 29 < (parse(later) - parse(now)).total_seconds() < 31

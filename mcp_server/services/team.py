@@ -14,18 +14,12 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..settings import Settings
-from ..store.db import Store, now_iso
+from ..store.db import Store
 
 RUNNING = ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
-
-
-def iso_after(seconds: float) -> str:
-    stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -58,18 +52,18 @@ class Team:
         return self.store.shared
 
     def join(self) -> None:
-        stamp = now_iso()
+        stamp = self.store.clock()
         with self.store.transaction() as db:
             db.execute("INSERT INTO daemons (id, hostname, pid, home, labels, started_at, heartbeat_at, lease_until) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (self.id, self.hostname, os.getpid(), self.home,
                                                           json.dumps(self.labels), stamp, stamp,
-                                                          iso_after(self.lease_seconds)))
+                                                          self.store.clock(self.lease_seconds)))
 
     def beat(self) -> bool:
         """Renew the lease; False when this daemon's row is gone (others found it dead and took its runs)."""
         with self.store.transaction() as db:
             renewed = db.execute("UPDATE daemons SET heartbeat_at = ?, lease_until = ? WHERE id = ?",
-                                 (now_iso(), iso_after(self.lease_seconds), self.id)).rowcount
+                                 (self.store.clock(), self.store.clock(self.lease_seconds), self.id)).rowcount
         return bool(renewed)
 
     def leave(self) -> None:
@@ -83,7 +77,7 @@ class Team:
     def others_alive(self) -> bool:
         """Whether another daemon holds a lease on the queue now."""
         return bool(self.store.scalar("SELECT 1 FROM daemons WHERE id != ? AND lease_until >= ? LIMIT 1",
-                                      (self.id, now_iso())))
+                                      (self.id, self.store.clock())))
 
     def ran_elsewhere(self, task_id: str) -> str | None:
         """Where another daemon ran the task (its host and home), when one did: task logs stay where they were
@@ -99,7 +93,7 @@ class Team:
 
         Dead: its lease ran out, or (at start) it is this machine's and home's previous daemon. Runs whose owner
         is in no row (a store from before team mode; a daemon that claimed after its row was taken) are taken too."""
-        now = now_iso()
+        now = self.store.clock()
         taken: list[DeadDaemon] = []
         with self.store.transaction() as db:
             rows = self.store.all(

@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 Params = dict[str, Any] | tuple[Any, ...] | list[Any]
@@ -23,6 +23,11 @@ Listener = Callable[[list[dict[str, Any]]], None]
 def now_iso() -> str:
     """ISO-8601 UTC with milliseconds, sortable as text."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _iso_after(seconds: float) -> str:
+    stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class StoreOpenError(RuntimeError):
@@ -65,6 +70,11 @@ class Store:
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def clock(self, after_seconds: float = 0.0) -> str:
+        """The database's own time (ISO-8601 UTC, as now_iso writes it), `after_seconds` from now: leases
+        compare times that several machines write, so they are taken from the one clock all of them share."""
+        return now_iso() if not after_seconds else _iso_after(after_seconds)
 
     # -- transactions and events --------------------------------------------------------------
     @contextmanager

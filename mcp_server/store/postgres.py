@@ -223,6 +223,12 @@ class PostgresStore(Store):
             finally:
                 self.db.in_transaction = False
 
+    def clock(self, after_seconds: float = 0.0) -> str:
+        """The server's clock, the one every daemon of the team reads (theirs may drift apart)."""
+        return str(self.scalar(
+            "SELECT to_char((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => ?), "
+            "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')", (float(after_seconds),)))
+
     def _announce_elsewhere(self, events: list[dict[str, Any]]) -> None:
         ids = [e["id"] for e in events]
         payload = json.dumps({"origin": self.origin, "ids": ids})
