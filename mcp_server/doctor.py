@@ -172,7 +172,7 @@ def check_token(home: Path) -> list[Check]:
 
 
 # -- the team's shared database ----------------------------------------------------------------------
-def check_team(loaded: settings.Settings) -> list[Check]:
+def check_team(home: Path, loaded: settings.Settings) -> list[Check]:
     """Team mode: the shared PostgreSQL database answers, at which schema, and which daemons share it."""
     if not loaded.database_url:
         return []
@@ -180,7 +180,7 @@ def check_team(loaded: settings.Settings) -> list[Check]:
 
     where = settings.redact_url(loaded.database_url)
     try:
-        store = open_store(Path("/nonexistent"), loaded.database_url)
+        store = open_store(paths.db_path(home), loaded.database_url)
     except StoreOpenError as error:
         return [Check("team database", "fail", str(error))]
     try:
@@ -327,7 +327,7 @@ def run_checks(home: Path) -> list[Check]:
     daemon_checks, daemon = check_daemon(home)
     checks += daemon_checks
     checks += check_token(home)
-    checks += check_team(loaded)
+    checks += check_team(home, loaded)
     checks += check_clis(home, loaded, daemon)
     checks += check_clients(home)
     return checks

@@ -6,7 +6,6 @@ from typing import Literal
 import anyio
 import anyio.lowlevel
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel
 
 from ..store.models import Repo
 from .registry import Name, Noted, PathText, ProjectId, project_filter, project_for, services, tool

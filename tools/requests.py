@@ -3,7 +3,7 @@
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ..store.models import PermissionRequest
 from .registry import Noted, ProjectId, project_filter, services, tool

@@ -90,7 +90,7 @@ def _one_shot(home: Path, project: str | None, conversation: Conversation, promp
 def _interactive(home: Path, project: str | None, conversation: Conversation, claude: str) -> int:
     from rich.text import Text
 
-    from .render import PROMPT, TerminalView, footer_text  # noqa: F401
+    from .render import PROMPT, TerminalView
     from .watcher import QueueWatcher
 
     try:

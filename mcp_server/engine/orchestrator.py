@@ -559,9 +559,8 @@ class Engine:
         if row["repo_id"]:
             try:
                 repo = self.services.repos.get(row["repo_id"])
-                path = Workspaces(home / "worktrees").path_for(repo.id, row["id"]) if home \
-                    else self.workspaces.path_for(repo.id, row["id"])
-                return Workspace(path, row["branch"], repo)
+                where = Workspaces(home / "worktrees") if home else self.workspaces  # another home's worktrees
+                return Workspace(where.path_for(repo.id, row["id"]), row["branch"], repo)
             except ServiceError:
                 pass
         project = self.services.projects.get(row["project_id"])

@@ -9,20 +9,14 @@ the task at once. Each move passes the details its reason and next step are writ
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..store.db import Store, now_iso
+from ..store.db import Store, iso_in, now_iso
 from .failures import NOT_RETRIED
 from .tasks import Tasks
 from .usage import Usage
 
 PAUSING_ERRORS = ("rate_limit", "quota")
-
-
-def iso_in(seconds: float) -> str:
-    stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Lifecycle:
@@ -76,7 +70,7 @@ class Lifecycle:
         row = self.tasks._row(task_id)
         stamp = now_iso()
         with self.store.transaction() as db:
-            if not self._mine(self.store.one("SELECT owner FROM tasks WHERE id = ?", (task_id,))):
+            if not self.owns(task_id):
                 return  # taken over by another daemon: its run is the one that counts
             attempt = int(self.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task_id,))) + 1
             db["task_results"].insert({
@@ -93,8 +87,7 @@ class Lifecycle:
         """The agent is IDLE again after the run of `task_id`, unless that run was taken over meanwhile (then the
         agent may be busy again on the other daemon's run, and is not this daemon's to free)."""
         with self.store.transaction() as db:
-            if task_id is not None and not self._mine(self.store.one("SELECT owner FROM tasks WHERE id = ?",
-                                                                      (task_id,))):
+            if task_id is not None and not self.owns(task_id):
                 return
             db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
                        "WHERE id = ?", (now_iso(), agent_id))

@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from ..store.db import Store, now_iso
+from ..store.db import Store, iso_in, now_iso
 from ..store.models import PermissionRequest
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .policy import Policies
 from .tasks import Tasks
 
 Answer = Literal["allow", "deny"]
-
-
-def _iso_in(seconds: float) -> str:
-    stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Requests:
@@ -61,7 +55,7 @@ class Requests:
              description: str | None, suggested_rule: str | None, timeout_seconds: float) -> PermissionRequest:
         """Record the question and put the task WAITING_INPUT, in one transaction."""
         request_id = f"req-{secrets.token_hex(4)}"
-        created, expires = now_iso(), _iso_in(timeout_seconds)
+        created, expires = now_iso(), iso_in(timeout_seconds)
         with self.store.transaction() as db:
             row = self.tasks._row(task_id)
             db["permission_requests"].insert({

@@ -3,8 +3,8 @@
 Services and the engine use only this: `transaction()` for every change (all of it or none of it;
 the events recorded inside are announced to listeners after commit), `one`/`all`/`scalar` for reads,
 and inside a transaction `db.execute(sql, params)` and `db["table"].insert(row)` /
-`.update(pk, changes)`. SQL is written once, in the dialect both backends accept: `?` and `:name`
-placeholders, no engine-specific functions; the PostgreSQL backend translates placeholders only.
+`.update(pk, changes)`. SQL is written once, in SQLite's dialect restricted to what PostgreSQL also
+means the same way; the PostgreSQL backend translates the few spellings that differ (postgres.translate).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _iso_after(seconds: float) -> str:
+def iso_in(seconds: float) -> str:
+    """now_iso's format, `seconds` from now (a deadline, a lease, a resume time)."""
     stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -74,7 +75,7 @@ class Store:
     def clock(self, after_seconds: float = 0.0) -> str:
         """The database's own time (ISO-8601 UTC, as now_iso writes it), `after_seconds` from now: leases
         compare times that several machines write, so they are taken from the one clock all of them share."""
-        return now_iso() if not after_seconds else _iso_after(after_seconds)
+        return iso_in(after_seconds)
 
     # -- transactions and events --------------------------------------------------------------
     @contextmanager

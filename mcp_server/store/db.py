@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import SchemaTooNewError, Store, StoreOpenError, now_iso
+from .base import SchemaTooNewError, Store, StoreOpenError, iso_in, now_iso
 from .sqlite import SqliteStore
 
-__all__ = ["SchemaTooNewError", "Store", "StoreOpenError", "now_iso", "open_store"]
+__all__ = ["SchemaTooNewError", "Store", "StoreOpenError", "iso_in", "now_iso", "open_store"]
 
 
 def open_store(db_path: Path, database_url: str | None = None) -> Store:
