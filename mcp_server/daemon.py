@@ -288,7 +288,6 @@ class Daemon:
                 await self._run(services)
             finally:
                 paths.daemon_info_path(self.home).unlink(missing_ok=True)
-                services.team.leave()
                 services.close()
                 log.info("daemon stopped")
 
@@ -331,7 +330,6 @@ class Daemon:
             server = _QuietUvicorn(config)
             port = http_sock.getsockname()[1]
             http_url = f"http://{self.host}:{port}/mcp"
-        services.team.join()  # this daemon's lease: the others (on a shared queue) know it is alive
 
         def announce() -> None:
             # Only once signals are handled: `agentqueue stop` finds the pid here, and a SIGTERM
@@ -380,7 +378,7 @@ class Daemon:
             tg.start_soon(accept)
             if server is not None:
                 tg.start_soon(run_http)
-            tg.start_soon(self._housekeeping, services, mcp, engine)
+            tg.start_soon(self._housekeeping, services, mcp)
             await tg.start(self._watch_signals)
             announce()
             tg.start_soon(engine.run)
@@ -399,11 +397,8 @@ class Daemon:
             tg.cancel_scope.cancel()
         sock_path.unlink(missing_ok=True)
 
-    async def _housekeeping(self, services: Services, mcp: MCPServer, engine: Engine) -> None:
-        """Publish changes made outside tool calls, keep the lease fresh (and take over dead daemons' runs on a
-        shared queue), prune the audit log hourly."""
-        beat = time.monotonic()
-        every = services.team.lease_seconds / 3  # two beats may be missed before the lease runs out
+    async def _housekeeping(self, services: Services, mcp: MCPServer) -> None:
+        """Publish changes made outside tool calls, prune the audit log hourly (the engine keeps its own lease)."""
         pruned = -PRUNE_EVERY_S
         while True:
             await mcp.notifier.flush()  # type: ignore[attr-defined]
@@ -413,22 +408,7 @@ class Daemon:
                 if gone:
                     log.info("audit log: pruned %d row(s) older than %d days", gone,
                              services.settings.audit_retention_days)
-            if time.monotonic() - beat > every:
-                beat = time.monotonic()
-                try:
-                    await anyio.to_thread.run_sync(self._beat, services, engine)
-                except Exception:  # the database is unreachable for a moment: the next beat tries again
-                    log.exception("heartbeat failed")
             await anyio.sleep(0.25)
-
-    @staticmethod
-    def _beat(services: Services, engine: Engine) -> None:
-        if not services.team.beat():
-            log.warning("this daemon's lease ran out and other daemons took over its runs; rejoining the team")
-            engine.lease_lost()
-            services.team.join()
-        if services.team.shared:
-            engine.take_over()
 
     async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

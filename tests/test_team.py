@@ -348,3 +348,23 @@ async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_pa
                 await heard.wait()
             after = json.loads((await client.read_resource(uri)).contents[0].text)["status"]
         assert (before, after) == ("READY", "BLOCKED")
+
+
+@pytest.mark.anyio
+async def test_a_standalone_server_is_a_member_of_the_team_while_it_runs(tmp_path: Path, team_db: str) -> None:
+    """`agentqueue mcp --standalone` runs an engine too: it holds a lease like a daemon, so no daemon takes its
+    runs for a dead one's, and it leaves when its client goes."""
+    env = member_env(tmp_path, "s", team_db)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp", "--standalone"], env=env)
+    store = PostgresStore(team_db)
+    try:
+        async with Client(params, mode="legacy") as client:
+            homes = await anyio.to_thread.run_sync(lambda: wait_until(
+                lambda: [d["home"] for d in store.all("SELECT home FROM daemons")], 30, "the server to join"))
+            assert homes == [str(tmp_path / "home-s")]
+            status = (await client.call_tool("get_status", {})).structured_content
+            assert [d["home"] for d in status["daemons"]] == homes
+        await anyio.to_thread.run_sync(lambda: wait_until(
+            lambda: store.scalar("SELECT count(*) FROM daemons") == 0, 30, "the server to leave"))
+    finally:
+        store.close()

@@ -158,6 +158,36 @@ class Engine:
 
     # -- the loop ------------------------------------------------------------------------------
     async def run(self) -> None:
+        """Join the daemons on the queue (a lease kept fresh while the engine runs, a daemon's or a standalone
+        server's alike), recover, then schedule and run until shutdown; leave at the end."""
+        await anyio.to_thread.run_sync(self.team.join)
+        try:
+            async with anyio.create_task_group() as lease:
+                lease.start_soon(self._keep_lease)
+                await self._run()
+                lease.cancel_scope.cancel()  # only once every run has settled: they are this engine's to the end
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.team.leave)
+
+    async def _keep_lease(self) -> None:
+        every = self.team.lease_seconds / 3  # two beats may be missed before the lease runs out
+        while True:
+            await anyio.sleep(every)
+            try:
+                await anyio.to_thread.run_sync(self._beat)
+            except Exception:  # the database is unreachable for a moment: the next beat tries again
+                log.exception("heartbeat failed")
+
+    def _beat(self) -> None:
+        if not self.team.beat():
+            log.warning("this daemon's lease ran out and other daemons took over its runs; rejoining the team")
+            self.lease_lost()
+            self.team.join()
+        if self.team.shared:
+            self.take_over()
+
+    async def _run(self) -> None:
         await anyio.to_thread.run_sync(self.recover)
         async with anyio.create_task_group() as tg:
             self._tg = tg

@@ -108,8 +108,10 @@ class Team:
             # Runs owned by no daemon in the table (a daemon that claimed after its row was taken, or an engine
             # that never joined). Those whose owner was on this machine may have left a process or work here: they
             # are stopped and kept as the home's own are (the pid is checked against the worktree first).
+            # At start nothing runs here yet, so a run carrying this engine's own id is a leftover too.
             strays = self.store.all(f"SELECT id, owner FROM tasks WHERE status IN {RUNNING} AND (owner IS NULL OR "
-                                    "owner NOT IN (SELECT id FROM daemons))")
+                                    "owner NOT IN (SELECT id FROM daemons) OR (? = 1 AND owner = ?))",
+                                    (int(at_start), self.id))
             if strays:
                 db.execute(f"UPDATE tasks SET owner = ? WHERE id IN ({', '.join('?' for _ in strays)})",
                            (self.id, *(r["id"] for r in strays)))
