@@ -163,7 +163,8 @@ async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_w
 async def test_dependency_links_filters_and_the_other_views(board: LiveDaemon) -> None:
     board.call("orchestrator_control", action="pause")
     first = board.call("create_task", project_id="demo", title="Schema", description="SAY a")
-    second = board.call("create_task", project_id="demo", title="API", description="SAY b", depends_on=[first["id"]])
+    # A title with a space: task ids (word-word) never hold one, so the filter can only match the title.
+    second = board.call("create_task", project_id="demo", title="API v2", description="SAY b", depends_on=[first["id"]])
     board.call("create_task", project_id="demo", title="Docs", description="SAY c", depends_on=[second["id"]])
     async with chromium() as browser:
         page = await browser.new_page(viewport={"width": 1500, "height": 800})
@@ -174,7 +175,7 @@ async def test_dependency_links_filters_and_the_other_views(board: LiveDaemon) -
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(SCREENSHOTS / "board-dependencies.png"), full_page=True)
         assert await links.first.get_attribute("data-from") == first["id"]
-        await page.fill("input[name=q]", "API")
+        await page.fill("input[name=q]", "API v2")
         await page.click("text=Filter")
         await page.wait_for_url("**q=API**")
         assert await page.locator(".card").count() == 1
