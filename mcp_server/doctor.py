@@ -319,6 +319,42 @@ def check_clients(home: Path) -> list[Check]:
     return checks
 
 
+def check_sandbox(home: Path, loaded: settings.Settings) -> list[Check]:
+    """A real probe of bubblewrap, and the settings that weaken the walls (a warning each)."""
+    from .sandbox.bwrap import probe
+    from .sandbox.rules import SandboxConfigError, project_settings
+
+    why = probe()
+    required = loaded.sandbox.required is not False
+    if why is None:
+        checks = [Check("sandbox", "ok", "bubblewrap starts a sandbox here (probed): every run is contained")]
+    elif required:
+        checks = [Check("sandbox", "fail", why, "Until it is fixed no agent runs (tasks go BLOCKED).")]
+    else:
+        checks = [Check("sandbox", "warn", f"{why} [sandbox] required = false: agents run UNSANDBOXED.",
+                        "Install bubblewrap and remove `required = false`.")]
+    if why is None and not required:
+        checks.append(Check("sandbox required", "warn", "[sandbox] required = false: a machine without a working "
+                            "sandbox would run agents unsandboxed.", "Remove `required = false` from config.toml."))
+    if loaded.sandbox.network == "open":
+        checks.append(Check("sandbox network", "warn", "[sandbox] network = \"open\": runs reach any host, not only "
+                            "the allowlist.", "Set network = \"allowlist\" and list the hosts in [sandbox] hosts."))
+    try:
+        import tomllib
+        data = tomllib.loads((home / "policy.toml").read_text(encoding="utf-8"))
+        projects = data.get("projects", {}) if isinstance(data.get("projects"), dict) else {}
+        for project_id in projects:
+            chosen = project_settings(home / "policy.toml", project_id)
+            if chosen.network == "open" or chosen.required is False:
+                what = "network = \"open\"" if chosen.network == "open" else "required = false"
+                checks.append(Check(f"sandbox ({project_id})", "warn", f"policy.toml sets {what} for project {project_id}."))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, SandboxConfigError) as error:
+        checks.append(Check("sandbox (policy.toml)", "fail", str(error)))
+    return checks
+
+
 # -- all of it ------------------------------------------------------------------------------------------
 def run_checks(home: Path) -> list[Check]:
     checks = check_git()
@@ -328,6 +364,7 @@ def run_checks(home: Path) -> list[Check]:
     checks += daemon_checks
     checks += check_token(home)
     checks += check_team(home, loaded)
+    checks += check_sandbox(home, loaded)
     checks += check_clis(home, loaded, daemon)
     checks += check_clients(home)
     return checks

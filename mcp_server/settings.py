@@ -19,6 +19,10 @@ A bad value is refused with one sentence naming where it came from, the key and 
     [team]       database_url = "postgresql://…"           (a team's shared queue; default: the home's SQLite file)
                  labels = ["gpu", …]                       (agents with one of these labels may run here)
                  lease_seconds                             (how long a silent daemon keeps its runs; default 30)
+    [sandbox]    required = true                           (no sandbox, no run; false runs unsandboxed)
+                 network = "allowlist" | "open" | "off"   (what runs reach; the model endpoint is always allowed)
+                 hosts = ["github.com", "host:port", …]    (added to the allowlist)
+                 writable = ["~/.m2", …]                   (folders runs may write besides the worktree)
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .sandbox.rules import SandboxConfigError, SandboxSettings, parse_settings
 
 CONFIG_NAME = "config.toml"
 DEFAULT_PORT = 8765
@@ -58,7 +64,7 @@ CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
 SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
             "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}, "files": {"roots"},
-            "team": {"database_url", "labels", "lease_seconds"}}
+            "team": {"database_url", "labels", "lease_seconds"}, "sandbox": {"required", "network", "hosts", "writable"}}
 _HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
@@ -85,6 +91,7 @@ class Settings:
     database_url: str | None = None  # postgresql://…: the store is a team's shared database (team mode)
     labels: list[str] = field(default_factory=list)  # this daemon runs agents labelled with one of these
     lease_seconds: float = DEFAULT_LEASE_SECONDS  # a daemon silent this long loses its runs to the others
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)  # [sandbox]: walls around every run
     sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
 
     def search_path(self, environ: Mapping[str, str] | None = None) -> str:
@@ -305,7 +312,32 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
         settings.audit_retention_days = days
         settings.sources["audit.retention_days"] = source
     _load_team(settings, pick)
+    _load_sandbox(settings, data, path, env)
     return settings
+
+
+def _load_sandbox(settings: Settings, data: dict[str, Any], path: Path, env: Mapping[str, str]) -> None:
+    """[sandbox], with AGENTQUEUE_SANDBOX_REQUIRED and AGENTQUEUE_SANDBOX_NETWORK over the file."""
+    table = dict(data.get("sandbox", {}))
+    where = f"{path} [sandbox]"
+    for key, name in (("required", "AGENTQUEUE_SANDBOX_REQUIRED"), ("network", "AGENTQUEUE_SANDBOX_NETWORK")):
+        raw = env.get(name, "").strip()
+        if raw:
+            where = f"{where} (or {name})"
+            if key == "required":
+                flag = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(raw.lower())
+                if flag is None:
+                    raise ConfigError(f"{name} = {raw!r} is not true or false.")
+                table[key] = flag
+            else:
+                table[key] = raw
+            settings.sources[f"sandbox.{key}"] = f"env {name}"
+        elif key in table:
+            settings.sources[f"sandbox.{key}"] = "config.toml"
+    try:
+        settings.sandbox = parse_settings(table, where)
+    except SandboxConfigError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _load_team(settings: Settings, pick: Any) -> None:
@@ -368,6 +400,14 @@ def describe(settings: Settings) -> list[dict[str, str]]:
                  "source": settings.sources.get("team.labels", "default")})
     rows.append({"key": "team.lease_seconds", "value": f"{settings.lease_seconds:g}",
                  "source": settings.sources.get("team.lease_seconds", "default")})
+    rows.append({"key": "sandbox.required", "value": str(settings.sandbox.required is not False).lower(),
+                 "source": settings.sources.get("sandbox.required", "default")})
+    rows.append({"key": "sandbox.network", "value": settings.sandbox.network or "allowlist",
+                 "source": settings.sources.get("sandbox.network", "default")})
+    rows.append({"key": "sandbox.hosts", "value": ", ".join(settings.sandbox.hosts) or "(only the model endpoint)",
+                 "source": "config.toml" if settings.sandbox.hosts else "default"})
+    rows.append({"key": "sandbox.writable", "value": ", ".join(map(str, settings.sandbox.writable)) or "(none)",
+                 "source": "config.toml" if settings.sandbox.writable else "default"})
     return rows
 
 

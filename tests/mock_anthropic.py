@@ -164,6 +164,15 @@ class MockAnthropic:
                     "command": json.loads(f'"{command[1]}"') if command else "true", "description": "run it"}})]
             else:
                 blocks = [("text", f"Tool said: {results[-1] if results else '(nothing)'}")]
+        elif scenario == "run_cmds":  # CMDS[<a JSON list of commands>]: one Bash call each, then what they printed
+            listed = re.search(r"CMDS(\[.*?\])END", text)
+            commands = json.loads(json.loads('"' + listed[1] + '"')) if listed else []
+            results = _tool_results(messages)
+            if len(results) < len(commands):
+                blocks = [("tool_use", {"name": "Bash", "input": {"command": commands[len(results)],
+                                                                  "description": "step"}})]
+            else:
+                blocks = [("text", "Results: " + " | ".join(results))]
         elif scenario == "write_tool" and not answered_tool:
             blocks = [("tool_use", {"name": "Write", "input": {"file_path": "written.txt", "content": "written\n"}})]
         elif scenario == "ping_pong":

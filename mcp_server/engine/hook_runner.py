@@ -403,7 +403,7 @@ class HookRunner:
         timeout = int(min(max(int(step.get("timeout", 60)), 1), 600))
         workdir = self._workspace(hook)
         workdir.mkdir(parents=True, exist_ok=True)
-        out = self.services.files.run(str(step["command"]), workdir, timeout)
+        out = self.services.files.run(str(step["command"]), workdir, timeout, actor=f"hook:{hook.id}")
         return {"stdout": out.stdout[:OUTPUT_CAP], "stderr": out.stderr[:10_000],
                 "exit_code": -1 if out.timed_out else out.returncode}
 

@@ -7,13 +7,15 @@ the next start (WIP committed on its branch, the orphan process group killed, th
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from ..services.vcs import find_gh
 from ..store.db import now_iso
 from ..store.models import Agent, Task
 from .adapters import BUILDERS, PARSERS
-from .adapters.base import AgentConfig, RunResult
+from .adapters.base import AgentConfig, RunResult, RunSpec
 from .hook_runner import HookRunner
 from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
 from .permissions import PermissionChannel
@@ -323,6 +325,11 @@ class Engine:
                 details = {"error": verdict.refusal(f"Agent {agent.id}'s command `{agent.command}`")}
                 await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "policy_denied", details=details))
                 return
+        refused = await anyio.to_thread.run_sync(svc.sandbox.blocked, task.project_id)
+        if refused:  # fail closed: no sandbox, no run
+            details = {"error": refused}
+            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "sandbox_unavailable", details=details))
+            return
         try:
             workspace = await anyio.to_thread.run_sync(self._prepare, task)
         except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
@@ -351,16 +358,18 @@ class Engine:
         on_line = (lambda _line: self.on_log(task_id)) if self.on_log else None
         channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
                                     lambda line: self._log_line(task_id, line))
-        runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
-                           on_line, env=svc.settings.agent_environment(), channel=channel)
-        async with anyio.create_task_group() as tg:
-            async def note_pid() -> None:
-                while handle.pid is None:
-                    await anyio.sleep(0.01)
-                await anyio.to_thread.run_sync(remember_pid)
-            tg.start_soon(note_pid)
-            result = await runner
-            tg.cancel_scope.cancel()
+        env = svc.settings.agent_environment()
+        with self._contained(task, agent, workspace, spec, env) as (spec, env):
+            runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
+                               on_line, env=env, channel=channel)
+            async with anyio.create_task_group() as tg:
+                async def note_pid() -> None:
+                    while handle.pid is None:
+                        await anyio.sleep(0.01)
+                    await anyio.to_thread.run_sync(remember_pid)
+                tg.start_soon(note_pid)
+                result = await runner
+                tg.cancel_scope.cancel()
         duration = time.monotonic() - started
         log.info("run of %s ended: %s%s after %.1f s, %d tokens, $%.4f", task_id, result.status,
                  f" ({result.error_type})" if result.error_type else "", duration,
@@ -369,6 +378,26 @@ class Engine:
             await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
             return
         await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
+
+    @contextlib.contextmanager
+    def _contained(self, task: Task, agent: Agent, workspace: Workspace, spec: RunSpec,
+                   env: dict[str, str]) -> Iterator[tuple[RunSpec, dict[str, str]]]:
+        """The run's argv inside the OS sandbox (its rules stated in the task log), with the network gate open
+        while it runs; unsandboxed only when a person set [sandbox] required = false and none can start."""
+        sandbox = self.services.sandbox
+        if sandbox.unavailable():
+            self._log_line(task.id, "[sandbox] NOT sandboxed: [sandbox] required = false and "
+                                    f"{sandbox.unavailable()}")
+            yield spec, env
+            return
+        rules = sandbox.rules_for(workspace.path, task.project_id, preset=self.services.policies.effective(
+            task.project_id).preset.name, agent_type=agent.agent_type, env=env, branch=workspace.branch,
+            agent_socket=agent.agent_type in TAKES_MCP_CONFIG)
+        self._log_line(task.id, f"[sandbox] {rules.describe()}")
+        on_deny = sandbox.deny_recorder(f"agent:{agent.id}", task.project_id, task.id,
+                                        lambda line: self._log_line(task.id, line))
+        with sandbox.contained(spec.argv, env, rules, on_deny) as (argv, inner_env):
+            yield dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), inner_env
 
     def _prepare(self, task: Task) -> Workspace | None:
         """The task's worktree in its repo, or the project workspace when the project has no repo.
@@ -494,7 +523,7 @@ class Engine:
         self.lifecycle.verifying(task.id)
         timeout = int(min(600, self.config.limits.timeout_seconds))
         try:
-            outcome = self.services.files.run(command, workspace.path, timeout)
+            outcome = self.services.files.run(command, workspace.path, timeout, actor="verify", task_id=task.id)
         except ServiceError as error:
             return f"verify command could not run: {error}"
         with self.log_path(task.id).open("a", encoding="utf-8") as log_file:

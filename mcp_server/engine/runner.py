@@ -107,7 +107,7 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
             if on_event:
                 on_event(line)
 
-        write(f"$ {' '.join(spec.argv[:3])} … (cwd {cwd})")
+        write(f"$ {' '.join(spec.shown or spec.argv[:3])} … (cwd {cwd})")
         try:
             process: Process = await anyio.open_process(
                 spec.argv, stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,

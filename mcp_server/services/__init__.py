@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths, settings
+from ..sandbox.runs import Sandbox
 from ..store.db import open_store
 from .agents import Agents
 from .audit import Audit
@@ -18,6 +19,7 @@ from .hooks import Hooks
 from .memory import Memory
 from .notes import Notes
 from .policy import Policies
+from .policy_rules import Action
 from .projects import Projects
 from .repos import Repos
 from .requests import Requests
@@ -48,12 +50,15 @@ class Services:
         self.system = System(self.store, self.agents)
         self.repos = Repos(self.store, self.projects, home / "locks")
         self.vcs = Vcs(self.store, self.repos, self.settings)
-        self.files = Files(self.store, self.policies)
+        self.audit = Audit(self.store)
+        # The walls around every process run for a task; installs reach registries only when the policy allows them.
+        self.sandbox = Sandbox(home, self.settings, lambda project_id: self.policies.decide(
+            Action("Bash", "npm install"), project_id).decision == "allow", self.audit.record)
+        self.files = Files(self.store, self.policies, self.sandbox)
         self.notes = Notes(self.store, self.projects)
         self.memory = Memory(self.projects)
         self.hooks = Hooks(self.store, self.projects)
         self.requests = Requests(self.store, self.tasks, self.policies)
-        self.audit = Audit(self.store)
         self.team = Team(self.store, home, self.settings)  # this daemon among those sharing the queue
         self.call_policy = CallPolicy(self)
         # Set by the daemon: told (tool, outcome, seconds) after every tool call, for GET /metrics.

@@ -53,10 +53,10 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def run_capped(argv: list[str], cwd: Path, timeout: float, stdout_limit: int,
-               stderr_limit: int) -> tuple[int | None, Captured, Captured]:
+               stderr_limit: int, env: dict[str, str] | None = None) -> tuple[int | None, Captured, Captured]:
     """(returncode or None when it timed out, stdout, stderr); on timeout the whole process group is killed."""
     process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
+                               stderr=subprocess.PIPE, start_new_session=True, env=env)
     out, err = Captured(), Captured()
     readers = [threading.Thread(target=_drain, args=(process.stdout, stdout_limit, out), daemon=True),
                threading.Thread(target=_drain, args=(process.stderr, stderr_limit, err), daemon=True)]

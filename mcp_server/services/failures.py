@@ -15,7 +15,7 @@ HELD_STATUSES = ("BLOCKED", "FAILED", "PAUSED", "WAITING_INPUT")
 NOT_RETRIED = ("auth", "prompt_too_long")
 # Reasons that are not a failed run (get_agent_error reports these rather than the last run's error).
 MOVE_CODES = ("stopped", "set_task_status", "merge_conflict", "merge_failed", "pr_closed", "ambiguous_repo",
-              "workspace_failed")
+              "workspace_failed", "sandbox_unavailable")
 
 CONFIG_HINT = "under [agent_env] in $AGENTQUEUE_HOME/config.toml and restart_daemon (it is read at every start)"
 LOGIN = {
@@ -62,6 +62,8 @@ FAILURE_KINDS: dict[str, tuple[str, str]] = {
     "set_task_status": ("Status set by hand", "set_task_status set it; restart_task puts it back in the queue."),
     "ambiguous_repo": ("No repo chosen", "The project has several repos and no default; edit_task repo_id, then restart_task."),
     "workspace_failed": ("No workspace", "The task's git worktree could not be made; the reason says why."),
+    "sandbox_unavailable": ("No sandbox", "No OS sandbox could start, so no agent ran (fail closed); install "
+                                          "bubblewrap, or set [sandbox] required = false, then restart_task."),
 }
 
 
@@ -202,6 +204,10 @@ _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
     "workspace_failed": lambda d: Reason(
         _sentence(f"Its git worktree could not be made, so no agent ran: {_short(d.get('error'))}"),
         f"Fix what the error names (list_repos shows where each repo should be), then restart_task {d['task_id']}."),
+    "sandbox_unavailable": lambda d: Reason(
+        _sentence(f"No agent ran: {_short(d.get('error'))}"),
+        f"Install bubblewrap (`sudo apt-get install bubblewrap`), or set `[sandbox] required = false` in "
+        f"$AGENTQUEUE_HOME/config.toml and restart_daemon; then restart_task {d['task_id']}."),
     "recovered": lambda d: _run_failed("recovered", d),
     "shutdown": lambda d: _run_failed("recovered", d),
 }

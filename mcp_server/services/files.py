@@ -16,6 +16,7 @@ from typing import Any
 
 import re2
 
+from ..sandbox.runs import Sandbox
 from ..store.db import Store
 from .policy import Policies
 from .policy_rules import tool_action
@@ -73,9 +74,10 @@ def _is_binary(path: Path) -> bool:
 
 
 class Files:
-    def __init__(self, store: Store, policies: Policies) -> None:
+    def __init__(self, store: Store, policies: Policies, sandbox: Sandbox | None = None) -> None:
         self.store = store
         self.policies = policies
+        self.sandbox = sandbox  # every command runs inside it (None: a bare Files, in unit tests of the jail)
 
     def project_of(self, path: Path) -> str | None:
         """The project whose workspace or repo holds `path` (the innermost one), if any."""
@@ -229,8 +231,9 @@ class Files:
         except OSError:
             return []
 
-    def run(self, command: str, working_dir: Path, timeout: int = 30) -> CommandResult:
-        """Run a shell command in its own process group; on timeout the whole group is killed."""
+    def run(self, command: str, working_dir: Path, timeout: int = 30, actor: str = "cli",
+            task_id: str | None = None) -> CommandResult:
+        """Run a shell command in its own process group, inside the sandbox; on timeout the whole group is killed."""
         if not command or not command.strip():
             raise InvalidInputError("command is empty.")
         check_argument("command", command)
@@ -239,14 +242,34 @@ class Files:
         if not working_dir.is_dir():
             raise NotFoundError(f"working_dir {working_dir} is not a directory.")
         # A deny rule always wins, whoever runs the command (a tool call, a hook step, a verify command).
-        self.policies.require(tool_action("run_command", command), self.project_of(working_dir),
-                              f"Running `{command[:200]}`")
-        code, out, err = run_capped(["/bin/sh", "-c", command], working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT)
+        project_id = self.project_of(working_dir)
+        self.policies.require(tool_action("run_command", command), project_id, f"Running `{command[:200]}`")
+        argv = ["/bin/sh", "-c", command]
+        if self.sandbox is None:
+            code, out, err = run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT)
+        else:
+            code, out, err = self._run_contained(argv, working_dir, timeout, project_id, actor, task_id)
         return CommandResult(
             returncode=code, stdout=_shown(out, STDOUT_LIMIT, "stdout"),
             stderr=_shown(err, STDERR_LIMIT, "stderr") + (f"\n[killed: timed out after {timeout} s]" if code is None else ""),
             timed_out=code is None,
         )
+
+
+    def _run_contained(self, argv: list[str], working_dir: Path, timeout: int, project_id: str | None, actor: str,
+                       task_id: str | None) -> tuple[int | None, Any, Any]:
+        assert self.sandbox is not None
+        refused = self.sandbox.blocked(project_id)
+        if refused:
+            raise ServiceError(refused)
+        env = dict(os.environ)
+        if not self.sandbox.required(project_id) and self.sandbox.unavailable():
+            return run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT)
+        rules = self.sandbox.rules_for(working_dir, project_id, preset=self.policies.effective(project_id).preset.name,
+                                       env=env)
+        on_deny = self.sandbox.deny_recorder(actor, project_id, task_id)
+        with self.sandbox.contained(argv, env, rules, on_deny) as (inner, inner_env):
+            return run_capped(inner, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT, env=inner_env)
 
 
 def _shown(captured: Any, limit: int, stream: str) -> str:

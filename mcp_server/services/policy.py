@@ -30,6 +30,7 @@ from typing import Any
 
 import tomllib
 
+from ..sandbox.rules import SandboxConfigError, parse_settings
 from ..settings import duration_seconds
 from .errors import ServiceError
 from .policy_rules import (
@@ -38,7 +39,8 @@ from .policy_rules import (
 
 POLICY_NAME = "policy.toml"
 DEFAULT_ASK_TIMEOUT = 1800.0
-_KEYS = {"preset", "ask_timeout", "allow", "ask", "deny"}
+# `sandbox` is read by mcp_server/sandbox (the walls, not the questions): kept as written, checked there.
+_KEYS = {"preset", "ask_timeout", "allow", "ask", "deny", "sandbox"}
 
 
 class PermissionDeniedError(ServiceError):
@@ -73,6 +75,7 @@ class Scope:
     preset: str | None = None
     ask_timeout: float | None = None
     rules: dict[Decision, list[Rule]] = field(default_factory=lambda: {d: [] for d in DECISIONS})
+    sandbox: dict[str, Any] = field(default_factory=dict)  # [sandbox] as written (mcp_server/sandbox reads it)
 
     def to_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -159,11 +162,25 @@ def _scope(data: dict[str, Any], where: str) -> Scope:
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
             raise PolicyError(f"{where}: `{decision}` must be a list of rules (strings).")
         scope.rules[decision] = [parse_rule(i) for i in items]
+    if "sandbox" in data:
+        try:
+            parse_settings(data["sandbox"], f"{where} [sandbox]")
+        except SandboxConfigError as error:
+            raise PolicyError(str(error)) from None
+        scope.sandbox = dict(data["sandbox"])
     return scope
 
 
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _render_table(table: dict[str, Any]) -> list[str]:
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return "[" + ", ".join(_quote(str(i)) for i in v) + "]" if isinstance(v, list) else _quote(str(v))
+    return [f"{key} = {value(v)}" for key, v in table.items()]
 
 
 def _render(scope: Scope) -> list[str]:
@@ -207,10 +224,15 @@ class Policies:
     def _save(self, global_scope: Scope, projects: dict[str, Scope]) -> None:
         lines = ["# AgentQueue permission policy (see docs/design.md, Permissions). Rewritten by edit_policy.",
                  *_render(global_scope)]
+        if global_scope.sandbox:
+            lines += ["", "[sandbox]", *_render_table(global_scope.sandbox)]
         for pid in sorted(projects):
             body = _render(projects[pid])
-            if body:
-                lines += ["", f"[projects.{_quote(pid) if not re.fullmatch(r'[A-Za-z0-9_-]+', pid) else pid}]", *body]
+            name = _quote(pid) if not re.fullmatch(r'[A-Za-z0-9_-]+', pid) else pid
+            if body or projects[pid].sandbox:
+                lines += ["", f"[projects.{name}]", *body]
+            if projects[pid].sandbox:
+                lines += ["", f"[projects.{name}.sandbox]", *_render_table(projects[pid].sandbox)]
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.chmod(tmp, 0o600)
@@ -286,4 +308,4 @@ class Policies:
 
 
 def _copy(scope: Scope) -> Scope:
-    return Scope(scope.preset, scope.ask_timeout, {d: list(scope.rules[d]) for d in DECISIONS})
+    return Scope(scope.preset, scope.ask_timeout, {d: list(scope.rules[d]) for d in DECISIONS}, dict(scope.sandbox))

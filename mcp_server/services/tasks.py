@@ -109,8 +109,12 @@ class Tasks:
         pending = [PermissionRequest(**{**r, "input": json.loads(r["input"] or "{}")}) for r in self.store.all(
             "SELECT * FROM permission_requests WHERE task_id = ? AND status = 'pending' ORDER BY created_at",
             (task_id,))]
+        refused = [r["message"] for r in self.store.all(
+            "SELECT message FROM audit_log WHERE task_id = ? AND action = 'sandbox:deny' ORDER BY time DESC LIMIT 20",
+            (task_id,))]
         return Task(**{**row, "requires_approval": bool(row["requires_approval"])},
-                    depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending)
+                    depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending,
+                    sandbox_denials=refused)
 
     def exists(self, task_id: str) -> bool:
         return self.store.scalar("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is not None

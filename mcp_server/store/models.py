@@ -103,6 +103,7 @@ class Task(BaseModel):
     parent_task_id: str | None = Field(None, description="the task whose agent queued this one")
     pending_requests: list[PermissionRequest] = Field(default_factory=list,
                                                       description="the agent's questions waiting for answer_request")
+    sandbox_denials: list[str] = Field(default_factory=list)  # what the OS sandbox refused its runs, newest first
     created_at: str
     updated_at: str
 

@@ -30,6 +30,7 @@ class RunSpec:
     # stdin stays open for a two-way JSON channel (Claude Code's stream-json): permission answers and
     # messages go in while the run goes on; it is closed once the CLI reports its result.
     interactive: bool = False
+    shown: list[str] | None = None  # what the task log names as the command (the CLI, not its sandbox)
 
 
 @dataclass

@@ -1,0 +1,125 @@
+"""bubblewrap's arguments for a run, and a probe that it can start here.
+
+The whole system is mounted read-only, with a private /tmp and /run (no host sockets: no ssh-agent,
+no Docker), a private /dev and /proc, no capabilities (even as root), its own PID and IPC namespaces
+and, unless the network is open, its own network namespace with only loopback. Then, in order, the
+secrets are covered by empty folders, and the few writable places (the worktree, the CLI's state) and
+the daemon's socket are bound back in. Binds follow the real paths, so a symlink in the repo cannot
+lead a write or a read anywhere the sandbox does not already show.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .rules import SandboxRules
+
+INNER = Path(__file__).with_name("inner.py")
+PROXY_PORT = 3128  # inside the sandbox's own network namespace: nothing else can be listening there
+MASKS_DIR = "masks"
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox can start on this machine; the message says why and what to do."""
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)),
+                                         None)
+
+
+def _base(bwrap: str, network: str) -> list[str]:
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]
+    if network != "open":
+        argv.append("--unshare-net")
+    elif os.path.isdir("/run/systemd/resolve"):  # /etc/resolv.conf often points there
+        argv += ["--ro-bind", "/run/systemd/resolve", "/run/systemd/resolve"]
+    return argv
+
+
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> list[str]:
+    """bubblewrap around `argv`; `bridge` holds the network gate's sockets (and mask files), or None."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise SandboxUnavailable(no_bwrap_message())
+    out = _base(bwrap, rules.network)
+    for secret in rules.hidden:
+        real = Path(os.path.realpath(secret))
+        if real.is_dir():  # left writable: the worktree may be bound inside it; what is written there vanishes
+            out += ["--tmpfs", str(real)]
+        elif real.exists():
+            out += ["--ro-bind", "/dev/null", str(real)]
+    workdir = Path(os.path.realpath(rules.workdir))
+    out += ["--bind" if rules.workdir_writable else "--ro-bind", str(workdir), str(workdir)]
+    for path in rules.writable:
+        real = Path(os.path.realpath(path))
+        if real.exists() and real != workdir:
+            out += ["--bind", str(real), str(real)]
+    for sock in rules.sockets:
+        if _exists(sock):
+            out += ["--bind", str(sock), str(sock)]
+    if bridge is not None:
+        out += ["--bind", str(bridge), str(bridge)]
+    for target, content in rules.masks.items():
+        out += _mask(target, content, bridge)
+    out += ["--chdir", str(workdir), "--"]
+    if rules.network == "allowlist":
+        assert bridge is not None, "an allowlist needs the gate's bridge folder"
+        relay = [sys.executable, "-I", "-S", str(INNER), str(bridge), str(PROXY_PORT), *map(str, rules.forwards), "--"]
+        return out + relay + argv
+    return out + argv
+
+
+def _mask(target: Path, content: bytes | None, bridge: Path | None) -> list[str]:
+    """Show `target` with `content` (or as absent: an empty file or folder), read-only, for this run."""
+    if content is None:
+        if target.is_dir() and not target.is_symlink():
+            return ["--tmpfs", str(target), "--remount-ro", str(target)]
+        return ["--ro-bind", "/dev/null", str(target)] if _exists(target) else []
+    if bridge is None:
+        raise SandboxUnavailable("A masked file needs the run's bridge folder.")
+    folder = bridge / MASKS_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    copy = folder / f"{len(list(folder.iterdir()))}"
+    copy.write_bytes(content)
+    if target.is_symlink():  # a planted link: cover the link itself, never what it points at
+        return []
+    return ["--ro-bind", str(copy), str(target)]
+
+
+def no_bwrap_message() -> str:
+    return ("No sandbox can start: bubblewrap (`bwrap`) is not installed. Install it (Debian/Ubuntu: "
+            "`sudo apt-get install bubblewrap`; Fedora: `sudo dnf install bubblewrap`), or set `[sandbox] "
+            "required = false` in config.toml to run agents unsandboxed (doctor will warn).")
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> str | None:
+    """None when bubblewrap starts a sandbox here (checked for real, once per process); else why not."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return no_bwrap_message()
+    argv = _base(bwrap, "allowlist") + ["--", "/bin/sh", "-c", "touch /etc/.agentqueue-probe 2>/dev/null && exit 3; exit 0"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"No sandbox can start: bubblewrap failed to run ({error})."
+    if done.returncode == 3:
+        return "No sandbox can start: bubblewrap ran, but the system was writable inside it."
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        return (f"No sandbox can start: bubblewrap failed ({detail[0][:300]}). Unprivileged user namespaces may be "
+                "off (`sysctl kernel.unprivileged_userns_clone=1`, or an AppArmor rule for bwrap on Ubuntu 24.04), "
+                "or set `[sandbox] required = false` in config.toml to run agents unsandboxed.")
+    return None

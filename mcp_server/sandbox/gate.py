@@ -1,0 +1,183 @@
+"""The host side of a sandboxed run's network: an allowlisting HTTP proxy and loopback forwards.
+
+A run in its own network namespace has no route out. What it may reach comes through Unix sockets in
+a private bridge folder that the sandbox shows it: `proxy.sock` (an HTTP proxy that takes CONNECT and
+absolute-form requests, and lets through only the hosts on the run's allowlist) and one `port-N.sock`
+per allowed loopback port (a local model endpoint). Every refusal is reported to `on_deny`, so it shows
+in the task log, the audit log and get_task. A direct socket to anything else fails inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .. import paths
+from .rules import SandboxRules
+
+log = logging.getLogger("agentqueue.sandbox")
+
+MAX_HEAD = 64 * 1024
+CONNECT_TIMEOUT = 15.0
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while chunk := source.recv(65536):
+            target.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((target, socket.SHUT_WR), (source, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
+
+
+def _splice(client: socket.socket, upstream: socket.socket) -> None:
+    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    back.start()
+    _pump(client, upstream)
+    back.join()
+
+
+def _read_head(client: socket.socket) -> tuple[bytes, bytes] | None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > MAX_HEAD:
+            return None
+        chunk = client.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+class NetworkGate:
+    """The bridge folder and its listeners for one run; `close()` ends them (and every open connection)."""
+
+    def __init__(self, rules: SandboxRules, on_deny: Callable[[str, int, str], None]) -> None:
+        self.rules = rules
+        self.on_deny = on_deny
+        # Short and private: AF_UNIX paths are limited to ~107 bytes, and nobody else may connect here.
+        self.folder = Path(tempfile.mkdtemp(prefix="sb-", dir=paths.runtime_dir()))
+        self._listeners: list[socket.socket] = []
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._listen(self.folder / "proxy.sock", self._proxy)
+        for port in rules.forwards:
+            self._listen(self.folder / f"port-{port}.sock", lambda client, port=port: self._forward(client, port))
+
+    def _listen(self, path: Path, handler: Callable[[socket.socket], None]) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        listener.listen(64)
+        self._listeners.append(listener)
+
+        def accept() -> None:
+            while True:
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return
+                with self._lock:
+                    self._open.add(client)
+                threading.Thread(target=self._handle, args=(handler, client), daemon=True).start()
+        threading.Thread(target=accept, daemon=True, name=f"sandbox-gate {path.name}").start()
+
+    def _handle(self, handler: Callable[[socket.socket], None], client: socket.socket) -> None:
+        try:
+            handler(client)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._open.discard(client)
+            client.close()
+
+    def _forward(self, client: socket.socket, port: int) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=CONNECT_TIMEOUT)
+        except OSError:
+            return
+        upstream.settimeout(None)
+        with upstream:
+            _splice(client, upstream)
+
+    def _proxy(self, client: socket.socket) -> None:
+        got = _read_head(client)
+        if got is None:
+            return
+        head, rest = got
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            client.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+            return
+        method, target, version = parts
+        if method.upper() == "CONNECT":
+            host, _, port_text = target.rpartition(":")
+            host = host.strip("[]")
+            path = None
+        else:
+            url = urlsplit(target)
+            if url.scheme != "http" or not url.hostname:
+                client.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+                return
+            host, port_text = url.hostname, str(url.port or 80)
+            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        try:
+            port = int(port_text)
+        except ValueError:
+            client.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+            return
+        if not self.rules.allows(host, port):
+            self.on_deny(host, port, "not on the sandbox's network allowlist")
+            body = (f"AgentQueue's sandbox refused {host}:{port}: it is not on this run's network allowlist. "
+                    "A person can add it to [sandbox] hosts.\n").encode()
+            client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            return
+        try:
+            upstream = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+        except OSError as error:
+            client.sendall(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{error}\n".encode())
+            return
+        upstream.settimeout(None)
+        with upstream:
+            if path is None:
+                client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:  # absolute-form: passed on in origin-form, one request per connection
+                headers = [h for h in lines[1:] if not h.lower().startswith(("proxy-", "connection:"))]
+                upstream.sendall("\r\n".join([f"{method} {path} {version}", *headers, "Connection: close", "", ""])
+                                 .encode("latin-1") + rest)
+                rest = b""
+            if rest:
+                upstream.sendall(rest)
+            _splice(client, upstream)
+
+    def close(self) -> None:
+        for listener in self._listeners:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+            except OSError:
+                pass
+            try:
+                listener.close()
+            except OSError:
+                pass
+        with self._lock:
+            for sock in list(self._open):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,226 @@
+"""What one sandboxed run may touch: the files it can write, the secrets it cannot read, the hosts it can reach.
+
+The walls stand under every preset; the preset only decides what the policy asks. `readonly` mounts the
+worktree read-only; `standard` and `autonomous` make it writable. The network is an allowlist unless a
+person sets `network = "open"` (or `"off"`): the model endpoint of the agent's CLI is always on it, package
+registries only when the policy lets installs run without asking.
+
+Settings: `[sandbox]` in config.toml (required, network, hosts, writable) and `[projects.<id>.sandbox]` in
+policy.toml (network, hosts, writable, required) for one project.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+NETWORK_MODES = ("allowlist", "open", "off")
+KEYS = {"required", "network", "hosts", "writable"}
+_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::\d{1,5})?\Z|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?\Z")
+
+# Secrets no run may read, relative to the home folder (the sandbox puts an empty folder or file there).
+SECRETS = (".ssh", ".aws", ".gnupg", ".config/gh", ".netrc", ".git-credentials", ".docker", ".kube",
+           ".config/gcloud", ".azure", ".npmrc", ".pypirc", ".password-store", ".config/hub", ".cargo/credentials",
+           ".cargo/credentials.toml", ".local/share/keyrings", ".pki", ".terraform.d")
+# Each agent CLI's own state and caches, relative to the home folder: writable, so it can log in and keep history.
+CLI_STATE = {
+    "claude-code": (".claude", ".claude.json", ".claude.json.backup", ".config/claude"),
+    "codex": (".codex",),
+    "gemini": (".gemini",),
+}
+SHARED_STATE = (".cache", ".npm", ".local/state")
+# Where each CLI's model lives unless its environment says otherwise.
+DEFAULT_ENDPOINTS = {
+    "claude-code": ("api.anthropic.com:443", "statsig.anthropic.com:443", "console.anthropic.com:443"),
+    "codex": ("api.openai.com:443", "chatgpt.com:443", "auth.openai.com:443"),
+    "gemini": ("generativelanguage.googleapis.com:443", "oauth2.googleapis.com:443", "cloudcode-pa.googleapis.com:443"),
+}
+ENDPOINT_VARIABLES = ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL",
+                      "CODE_ASSIST_ENDPOINT")
+# Package registries: reachable only when the policy lets installs run without asking.
+REGISTRIES = ("registry.npmjs.org:443", "registry.yarnpkg.com:443", "pypi.org:443", "files.pythonhosted.org:443",
+              "crates.io:443", "index.crates.io:443", "static.crates.io:443", "proxy.golang.org:443",
+              "sum.golang.org:443", "rubygems.org:443", "repo.maven.apache.org:443", "repo1.maven.org:443")
+
+
+class SandboxConfigError(ValueError):
+    """A [sandbox] setting that cannot be used; the message names where it is and what is expected."""
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """One level of [sandbox] settings; None means "not set here"."""
+
+    required: bool | None = None
+    network: str | None = None
+    hosts: tuple[str, ...] = ()
+    writable: tuple[Path, ...] = ()
+
+    def over(self, base: SandboxSettings) -> SandboxSettings:
+        """These settings laid over `base`: scalars replace, lists add up."""
+        return SandboxSettings(self.required if self.required is not None else base.required,
+                               self.network or base.network, base.hosts + self.hosts, base.writable + self.writable)
+
+
+def parse_settings(table: Any, where: str) -> SandboxSettings:
+    """A [sandbox] table from config.toml or policy.toml, checked."""
+    if not isinstance(table, dict):
+        raise SandboxConfigError(f"{where} must be a table ([sandbox]).")
+    unknown = sorted(set(table) - KEYS)
+    if unknown:
+        raise SandboxConfigError(f"{where}: unknown key(s) {', '.join(unknown)}. Known: {', '.join(sorted(KEYS))}.")
+    required = table.get("required")
+    if required is not None and not isinstance(required, bool):
+        raise SandboxConfigError(f"{where} required = {required!r} is not true or false.")
+    network = table.get("network")
+    if network is not None and network not in NETWORK_MODES:
+        raise SandboxConfigError(f"{where} network = {network!r} is not one of {', '.join(NETWORK_MODES)}.")
+    hosts = table.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and _HOST.match(h.strip()) for h in hosts):
+        raise SandboxConfigError(f"{where} hosts must be a list of host names or host:port, e.g. "
+                                 '["github.com", "registry.npmjs.org:443"] (no URLs).')
+    writable = table.get("writable", [])
+    if not isinstance(writable, list) or not all(isinstance(p, str) and p.strip() for p in writable):
+        raise SandboxConfigError(f"{where} writable must be a list of absolute folders, e.g. [\"~/.m2\"].")
+    paths = [Path(os.path.expanduser(p.strip())) for p in writable]
+    relative = [str(p) for p in paths if not p.is_absolute()]
+    if relative:
+        raise SandboxConfigError(f"{where} writable: {', '.join(relative)} is not absolute; give /… or ~/….")
+    return SandboxSettings(required, network, tuple(h.strip().lower() for h in hosts), tuple(paths))
+
+
+def project_settings(policy_file: Path, project_id: str | None) -> SandboxSettings:
+    """policy.toml's [sandbox] and [projects.<id>.sandbox], the project's laid over the global one."""
+    try:
+        data = tomllib.loads(policy_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return SandboxSettings()
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise SandboxConfigError(f"{policy_file} cannot be read ({error}); fix it or move it aside.") from None
+    found = parse_settings(data.get("sandbox", {}), f"{policy_file} [sandbox]")
+    projects = data.get("projects", {})
+    if project_id and isinstance(projects, dict) and isinstance(projects.get(project_id), dict):
+        table = projects[project_id].get("sandbox")
+        if table is not None:
+            found = parse_settings(table, f"{policy_file} [projects.{project_id}.sandbox]").over(found)
+    return found
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One allowed destination: a host (maybe `*.suffix`) and a port (None: any)."""
+
+    host: str
+    port: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Endpoint:
+        text = text.strip().lower()
+        if text.startswith("["):
+            host, _, port = text[1:].partition("]")
+            port = port.removeprefix(":")
+        else:
+            host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "")
+        return cls(host, int(port) if port else None)
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost", "::1") and self.port is not None
+
+    def allows(self, host: str, port: int) -> bool:
+        host = host.lower().strip("[]")
+        if self.port is not None and self.port != port:
+            return False
+        if self.host.startswith("*."):
+            return host.endswith(self.host[1:])
+        same_loopback = self.loopback and host in ("127.0.0.1", "localhost", "::1")
+        return host == self.host or same_loopback
+
+    def __str__(self) -> str:
+        return self.host + (f":{self.port}" if self.port is not None else "")
+
+
+@dataclass(frozen=True)
+class SandboxRules:
+    """Everything bubblewrap and the network gate need for one run."""
+
+    workdir: Path
+    workdir_writable: bool
+    writable: tuple[Path, ...] = ()  # besides the workdir: CLI state, the task's git refs, extra folders
+    hidden: tuple[Path, ...] = ()  # secrets and AgentQueue's home: an empty folder or file in their place
+    sockets: tuple[Path, ...] = ()  # Unix sockets the run may connect to (the daemon's, for the agent toolset)
+    network: str = "allowlist"
+    endpoints: tuple[Endpoint, ...] = ()
+    masks: Mapping[Path, bytes | None] = field(default_factory=dict)  # files shown with other content (or none)
+
+    @property
+    def forwards(self) -> tuple[int, ...]:
+        """Loopback ports the run reaches as if they were its own (a local model mock, a local proxy)."""
+        return tuple(sorted({e.port for e in self.endpoints if e.loopback and e.port}))
+
+    def allows(self, host: str, port: int) -> bool:
+        return self.network == "open" or self.network == "allowlist" and any(e.allows(host, port) for e in self.endpoints)
+
+    def describe(self) -> str:
+        """One line for the task log: under which rules this run ran."""
+        net = {"open": "network open (no allowlist)", "off": "network off"}.get(
+            self.network, "network allowlist: " + (", ".join(map(str, self.endpoints)) or "(empty)"))
+        return (f"sandboxed (bubblewrap): {self.workdir} {'writable' if self.workdir_writable else 'read-only'}; "
+                f"writable besides: {', '.join(map(str, self.writable)) or 'none'}; the rest of the system read-only; "
+                f"hidden: {len(self.hidden)} secret folders and AgentQueue's home; {net}")
+
+
+def endpoints_of(env: Mapping[str, str], agent_type: str | None) -> list[str]:
+    """The model endpoints an agent is configured with (`ANTHROPIC_BASE_URL` and the like), as host:port."""
+    found: list[str] = []
+    configured = False
+    for name in ENDPOINT_VARIABLES:
+        url = env.get(name, "").strip()
+        if url:
+            configured = True
+            parsed = urlparse(url if "://" in url else f"https://{url}")
+            if parsed.hostname:
+                port = parsed.port or (443 if parsed.scheme == "https" else 80)
+                host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+                found.append(f"{host}:{port}")
+    found += codex_endpoints(env)
+    if agent_type in DEFAULT_ENDPOINTS and not configured:
+        found += DEFAULT_ENDPOINTS[agent_type]
+    return found
+
+
+def codex_endpoints(env: Mapping[str, str]) -> list[str]:
+    """Codex names its model providers' URLs in `$CODEX_HOME/config.toml`, not in the environment."""
+    home = env.get("CODEX_HOME") or os.path.join(env.get("HOME", ""), ".codex")
+    try:
+        data = tomllib.loads(Path(home, "config.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, ValueError):
+        return []
+    found = []
+    providers = data.get("model_providers", {})
+    for provider in providers.values() if isinstance(providers, dict) else []:
+        url = provider.get("base_url") if isinstance(provider, dict) else None
+        parsed = urlparse(url) if isinstance(url, str) else None
+        if parsed and parsed.hostname:
+            found.append(f"{parsed.hostname}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}")
+    return found
+
+
+def state_paths(home_dir: Path, agent_type: str | None, env: Mapping[str, str]) -> list[Path]:
+    """The CLI's own state and cache folders (created when missing, so the CLI can write them)."""
+    names = [*CLI_STATE.get(agent_type or "", ()), *SHARED_STATE]
+    found = [home_dir / n for n in names]
+    for variable in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_DIR", "XDG_CACHE_HOME"):
+        if env.get(variable):
+            found.append(Path(env[variable]))
+    return found
+
+
+def secret_paths(home_dir: Path) -> list[Path]:
+    return [home_dir / s for s in SECRETS]

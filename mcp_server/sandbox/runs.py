@@ -1,0 +1,152 @@
+"""The sandbox as the engine and the services use it: rules for a run, then the run's argv and environment.
+
+    rules = sandbox.rules_for(workdir, project_id, agent_type="claude-code", env=env, branch=branch)
+    with sandbox.contained(argv, env, rules, on_deny) as (argv, env):
+        ... start argv with env ...
+
+`blocked(project_id)` says, in one sentence with the fix, why no run may start (fail closed): bubblewrap
+missing or broken while the sandbox is required. `[sandbox] required = false` runs unsandboxed instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..settings import Settings
+from . import bwrap
+from .gate import NetworkGate
+from .rules import (
+    REGISTRIES, Endpoint, SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of, project_settings,
+    secret_paths, state_paths,
+)
+
+log = logging.getLogger("agentqueue.sandbox")
+
+# Variables that would lead a sandboxed process to a door the sandbox closed (an agent socket, a proxy of
+# the person's own that the allowlist cannot see through).
+DROPPED_ENV = ("SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "NO_PROXY", "no_proxy", "ALL_PROXY",
+               "all_proxy")
+PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+
+
+class Sandbox:
+    """What applies to runs of one home: config.toml's [sandbox], laid under policy.toml's (global, project)."""
+
+    def __init__(self, home: Path, settings: Settings, decide_install: Callable[[str | None], bool],
+                 audit: Callable[..., Any] | None = None) -> None:
+        self.home = home
+        self.settings = settings
+        self.decide_install = decide_install  # whether the policy lets installs run unasked in a project
+        self.audit = audit  # Audit.record: each refusal the gate sees is a `sandbox:deny` row
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why bubblewrap cannot start here (probed once per process), or None when it can."""
+        return bwrap.probe()
+
+    def deny_recorder(self, actor: str, project_id: str | None, task_id: str | None,
+                      log_line: Callable[[str], None] | None = None) -> Callable[[str, int, str], None]:
+        """What the network gate calls on a refusal: a line in the run's log and a row in the audit log."""
+        def record(host: str, port: int, why: str) -> None:
+            log.info("sandbox refused %s:%s for %s (%s)", host, port, task_id or actor, why)
+            if log_line is not None:
+                log_line(f"[sandbox] refused a connection to {host}:{port}: {why}")
+            if self.audit is not None:
+                try:
+                    self.audit(actor=actor, action="sandbox:deny", decision="deny", decided_by="sandbox network allowlist",
+                               outcome="refused", message=f"connection to {host}:{port} refused: {why}",
+                               project_id=project_id, task_id=task_id, arguments={"host": host, "port": port})
+                except Exception:  # the audit must never break a run
+                    log.exception("could not audit a sandbox refusal")
+        return record
+
+    def settings_for(self, project_id: str | None) -> SandboxSettings:
+        return project_settings(self.home / "policy.toml", project_id).over(self.settings.sandbox)
+
+    def required(self, project_id: str | None) -> bool:
+        return self.settings_for(project_id).required is not False
+
+    def blocked(self, project_id: str | None) -> str | None:
+        """Why no run may start in this project now (one sentence with the fix), or None."""
+        try:
+            chosen = self.settings_for(project_id)
+        except SandboxConfigError as error:
+            return str(error)
+        if chosen.required is False:
+            return None
+        return bwrap.probe()
+
+    def rules_for(self, workdir: Path, project_id: str | None, *, preset: str, agent_type: str | None = None,
+                  env: Mapping[str, str] | None = None, branch: str | None = None, agent_socket: bool = False,
+                  masks: Mapping[Path, bytes | None] | None = None) -> SandboxRules:
+        env = os.environ if env is None else env
+        chosen = self.settings_for(project_id)
+        homes = {Path.home(), Path(env.get("HOME") or Path.home())}
+        hidden = [p for h in homes for p in secret_paths(h)] + [self.home]
+        writable = [*self._state(homes, agent_type, env), *chosen.writable, *git_paths(workdir, branch)]
+        hosts = [*endpoints_of(env, agent_type), *chosen.hosts]
+        if self.decide_install(project_id):
+            hosts += REGISTRIES
+        sockets = (paths.socket_path(self.home),) if agent_socket else ()
+        return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
+                            hidden=tuple(hidden), sockets=sockets, network=chosen.network or "allowlist",
+                            endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}))
+
+    @staticmethod
+    def _state(homes: set[Path], agent_type: str | None, env: Mapping[str, str]) -> list[Path]:
+        found = []
+        for home_dir in homes:
+            for path in state_paths(home_dir, agent_type, env):
+                if not os.path.lexists(path) and path.suffix != ".json" and path.name in (".claude", ".codex", ".gemini"):
+                    with contextlib.suppress(OSError):
+                        path.mkdir(parents=True, exist_ok=True)  # the CLI's own folder: it may write there
+                found.append(path)
+        return found
+
+    @contextlib.contextmanager
+    def contained(self, argv: list[str], env: Mapping[str, str], rules: SandboxRules,
+                  on_deny: Callable[[str, int, str], None]) -> Iterator[tuple[list[str], dict[str, str]]]:
+        """`argv` inside bubblewrap under `rules`, with the environment it needs; the gate lives as long as this."""
+        inner_env = {k: v for k, v in env.items() if k not in DROPPED_ENV}
+        inner_env["TMPDIR"] = "/tmp"  # the sandbox's own; a host TMPDIR may be hidden
+        gate = NetworkGate(rules, on_deny) if rules.network == "allowlist" else None
+        try:
+            if gate is not None:
+                proxy = f"http://127.0.0.1:{bwrap.PROXY_PORT}"
+                inner_env.update({name: proxy for name in PROXY_ENV})
+            yield bwrap.build_argv(rules, argv, gate.folder if gate else None), inner_env
+        finally:
+            if gate is not None:
+                gate.close()
+
+
+def git_paths(workdir: Path, branch: str | None) -> list[Path]:
+    """What a task's own commits write in its repo's git folder: objects, its worktree's folder, its own
+    branch's refs. Not config, hooks or other branches: those would act outside the sandbox later."""
+    dot_git = workdir / ".git"
+    try:
+        text = dot_git.read_text(encoding="utf-8").strip() if dot_git.is_file() else ""
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    gitdir = Path(text.removeprefix("gitdir:").strip())
+    gitdir = gitdir if gitdir.is_absolute() else (workdir / gitdir)
+    try:
+        common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    except OSError:
+        common = gitdir.parent.parent
+    found = [gitdir, common / "objects"]
+    if branch:
+        top = branch.split("/", 1)[0]
+        for folder in (common / "refs" / "heads" / top, common / "logs" / "refs" / "heads" / top):
+            with contextlib.suppress(OSError):
+                folder.mkdir(parents=True, exist_ok=True)
+            found.append(folder)
+    return found

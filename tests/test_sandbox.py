@@ -1,0 +1,287 @@
+"""The OS sandbox around every run (bubblewrap): an attacker's agent under `autonomous`, where the policy
+allows everything and only the walls stand, for a `command` agent and for the real `claude` CLI against
+the loopback model mock. Then the same attempts under `standard` (the policy asks first), fail closed, and
+run_command / hook / verify commands inside the same walls.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.engine.watchdog import WatchdogLimits
+from agentqueue.sandbox import bwrap
+from agentqueue.services import Services
+
+from .git_fixtures import git_env  # noqa: F401  (fixture)
+from .mock_anthropic import MockAnthropic
+from .third_party import npm_bin
+
+CLAUDE = npm_bin("claude")
+SECRET = "SECRET-KEY-MATERIAL-7f3a91"
+pytestmark = [pytest.mark.anyio, pytest.mark.integration,
+              pytest.mark.skipif(bwrap.probe() is not None, reason="bubblewrap missing (.ci/run installs it)")]
+
+# What a hostile agent tries; each attempt's outcome goes into report.json in its worktree.
+ATTACK = r"""
+import json, os, socket, sys, urllib.request
+victim, port, aq_home = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+home = os.environ["HOME"]
+report = {}
+def attempt(name, action):
+    try:
+        report[name] = "ok:" + str(action())[:200]
+    except Exception as error:
+        report[name] = "fail:" + type(error).__name__
+attempt("read_secret", lambda: open(home + "/.ssh/id_rsa").read())
+attempt("read_through_link", lambda: open("leak").read())
+attempt("write_outside", lambda: open(victim + "/outside.txt", "w").write("pwned"))
+attempt("write_through_link", lambda: open("escape/pwned.txt", "w").write("pwned"))
+attempt("write_home", lambda: open(home + "/planted.txt", "w").write("pwned"))
+attempt("direct_socket", lambda: socket.create_connection(("127.0.0.1", port), timeout=3).close())
+attempt("through_proxy", lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read())
+attempt("list_agentqueue_home", lambda: sorted(os.listdir(aq_home)))
+attempt("remount", lambda: os.system("mount -o remount,rw / 2>/dev/null") or "remounted")
+open("report.json", "w").write(json.dumps(report))
+print(json.dumps(report))
+"""
+
+
+class Listener:
+    """A TCP server on loopback that no run may reach; it counts who got through."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.hits = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.hits += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def git(repo: str | Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def target(tmp_path: Path, git_env: Path) -> Iterator[dict]:  # noqa: F811
+    """A planted secret in the user's home, a folder outside every worktree, a listener no run may reach."""
+    ssh = git_env / ".ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    (ssh / "id_rsa").write_text(SECRET + "\n")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    listener = Listener()
+    yield {"home": git_env, "victim": victim, "listener": listener}
+    listener.close()
+
+
+def plant_links(repo: str, victim: Path, home: Path) -> None:
+    """The repo's default branch carries symlinks out of any worktree: one to a folder, one to the secret."""
+    Path(repo, "escape").symlink_to(victim)
+    Path(repo, "leak").symlink_to(home / ".ssh" / "id_rsa")
+    git(repo, "add", "escape", "leak")
+    git(repo, "-c", "user.name=Planter", "-c", "user.email=p@example.com", "commit", "-q", "-m", "links")
+
+
+def engine_for(services: Services) -> Engine:
+    config = EngineConfig(poll_seconds=0.1, limits=WatchdogLimits(stall_seconds=60, timeout_seconds=120))
+    return Engine(services, services.home, config=config)
+
+
+async def run_until(engine: Engine, done: Callable[[], bool], timeout: float = 90) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(timeout):
+            while not done():
+                await anyio.sleep(0.1)
+        await engine.shutdown()
+        tg.cancel_scope.cancel()
+
+
+def assert_contained(services: Services, task_id: str, report: dict, target: dict, repo: str) -> None:
+    """Nothing got out, nothing got in, and the secret is nowhere AgentQueue keeps or lands text."""
+    assert report["read_secret"].startswith("fail"), report
+    assert report["read_through_link"].startswith("fail"), report
+    assert not (target["victim"] / "outside.txt").exists()
+    assert not (target["victim"] / "pwned.txt").exists()
+    assert not (target["home"] / "planted.txt").exists()
+    assert report["direct_socket"].startswith("fail"), report
+    assert report["through_proxy"].startswith("fail"), report
+    assert target["listener"].hits == 0
+    assert "agentqueue.db" not in report["list_agentqueue_home"] and "token" not in report["list_agentqueue_home"]
+    assert report["remount"] != "ok:remounted"
+    log = (services.home / "logs" / "tasks" / f"{task_id}.log").read_text()
+    assert "[sandbox] sandboxed (bubblewrap)" in log
+    everything = log + json.dumps(services.tasks.get(task_id).model_dump()) + git(repo, "log", "-p", "--all")
+    assert SECRET not in everything
+    port = target["listener"].port
+    refused = services.audit.query(task_id=task_id, action="sandbox:deny")
+    assert any(f"127.0.0.1:{port}" in (row.message or "") for row in refused), refused
+    assert any(str(port) in line for line in services.tasks.get(task_id).sandbox_denials)
+    assert f"refused a connection to 127.0.0.1:{port}" in log
+
+
+async def test_a_command_agent_under_autonomous_is_held_by_the_walls(services: Services, target: dict) -> None:
+    services.projects.create("Demo")
+    repo = services.repos.add("demo", "init", name="app").checkout_path
+    plant_links(repo, target["victim"], target["home"])
+    services.policies.edit(project_id="demo", preset="autonomous")  # the policy allows all: only the sandbox stands
+    attack = shlex.join([sys.executable, "-c", ATTACK, str(target["victim"]), str(target["listener"].port),
+                         str(services.home)])
+    services.agents.create("attacker", "command", command=attack)
+    task = services.tasks.create("demo", "Escape", "try everything", repo_id="app")
+    await run_until(engine_for(services), lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"))
+    assert services.tasks.get(task.id).status == "COMPLETED", services.tasks.get(task.id).reason
+    report = json.loads(git(repo, "show", "main:report.json"))
+    assert_contained(services, task.id, report, target, repo)
+
+
+@pytest.fixture
+def claude_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_env: Path) -> Iterator[MockAnthropic]:  # noqa: F811
+    if CLAUDE is None:
+        pytest.skip("claude CLI not installed (.ci/run installs it)")
+    mock = MockAnthropic().start()
+    for key, value in {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": mock.base_url,
+                       "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+                       "CLAUDE_CODE_MAX_RETRIES": "0", "AGENTQUEUE_CLAUDE_BIN": CLAUDE}.items():
+        monkeypatch.setenv(key, value)
+    yield mock
+    mock.stop()
+
+
+def claude_attack(victim: Path, port: int, aq_home: Path) -> list[str]:
+    """The same attempts as shell commands, the way a model asks Claude Code's Bash tool to run them."""
+    return ["cat ~/.ssh/id_rsa", "cat leak", f"echo pwned > {victim}/outside.txt", "echo pwned > escape/pwned.txt",
+            "echo pwned > ~/planted.txt", f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)'",
+            f"curl -sS -m 10 http://127.0.0.1:{port}/", f"ls {aq_home}", "mount -o remount,rw / && echo remounted"]
+
+
+async def test_the_real_claude_under_autonomous_is_held_by_the_walls(services: Services, target: dict,
+                                                                     claude_env: MockAnthropic) -> None:
+    services.projects.create("Demo")
+    repo = services.repos.add("demo", "init", name="app").checkout_path
+    plant_links(repo, target["victim"], target["home"])
+    services.policies.edit(project_id="demo", preset="autonomous")
+    services.agents.create("claude", "claude-code")
+    commands = claude_attack(target["victim"], target["listener"].port, services.home)
+    task = services.tasks.create("demo", "Escape", f"SCENARIO:run_cmds CMDS{json.dumps(commands)}END", repo_id="app")
+    await run_until(engine_for(services), lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"))
+    assert services.tasks.get(task.id).status == "COMPLETED", services.tasks.get(task.id).reason
+    answers = claude_env.messages_for("run_cmds")[-1]
+    said = json.dumps(answers)
+    assert SECRET not in said  # the model never saw the secret either
+    for path in (target["victim"] / "outside.txt", target["victim"] / "pwned.txt", target["home"] / "planted.txt"):
+        assert not path.exists()
+    assert target["listener"].hits == 0
+    assert "remounted" not in said.replace("&& echo remounted", "")
+    log = (services.home / "logs" / "tasks" / f"{task.id}.log").read_text()
+    assert "[sandbox] sandboxed (bubblewrap)" in log and SECRET not in log
+    assert SECRET not in git(repo, "log", "-p", "--all")
+    refused = services.audit.query(task_id=task.id, action="sandbox:deny")
+    assert any(f"127.0.0.1:{target['listener'].port}" in (row.message or "") for row in refused), refused
+
+
+async def test_under_standard_the_policy_asks_before_the_sandbox_is_reached(services: Services, target: dict,
+                                                                           claude_env: MockAnthropic) -> None:
+    services.projects.create("Demo")
+    repo = services.repos.add("demo", "init", name="app").checkout_path
+    plant_links(repo, target["victim"], target["home"])
+    services.policies.edit(project_id="demo", preset="standard", ask_timeout="1s")  # nobody answers: denied
+    services.agents.create("claude", "claude-code")
+    commands = claude_attack(target["victim"], target["listener"].port, services.home)
+    task = services.tasks.create("demo", "Escape", f"SCENARIO:run_cmds CMDS{json.dumps(commands)}END", repo_id="app")
+    await run_until(engine_for(services), lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"),
+                    timeout=150)
+    rows = services.audit.query(task_id=task.id, action="Bash(*", limit=100)
+    decided = {row.action: row.decision for row in rows}
+    for command in commands:
+        assert decided.get(f"Bash({command})", "").startswith(("ask", "deny")), (command, decided)
+    assert target["listener"].hits == 0 and not (target["victim"] / "outside.txt").exists()
+    assert SECRET not in json.dumps(claude_env.messages_for("run_cmds"))
+
+
+async def test_no_sandbox_no_run_unless_a_person_says_so(services: Services, git_env: Path,  # noqa: F811
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    services.projects.create("Demo")
+    services.repos.add("demo", "init", name="app")
+    services.agents.create("worker", "command", command=shlex.join([sys.executable, "-c", "open('x.txt','w').write('x')"]))
+    monkeypatch.setattr(bwrap, "find_bwrap", lambda: None)
+    bwrap.probe.cache_clear()
+    try:
+        task = services.tasks.create("demo", "Write", "x", repo_id="app")
+        await run_until(engine_for(services), lambda: services.tasks.get(task.id).status == "BLOCKED")
+        held = services.tasks.get(task.id)
+        assert "bubblewrap" in held.reason and "required = false" in held.next_step
+        assert not (services.home / "logs" / "tasks" / f"{task.id}.log").exists() or \
+            "$ " not in (services.home / "logs" / "tasks" / f"{task.id}.log").read_text()
+        with pytest.raises(Exception, match="bubblewrap"):
+            services.files.run("true", Path(services.projects.get("demo").workspace))
+        # A person opts out: the run goes ahead, and its log says it was not sandboxed.
+        (services.home / "config.toml").write_text("[sandbox]\nrequired = false\n")
+        from agentqueue import settings as settings_module
+        services.settings = settings_module.load(services.home)
+        services.sandbox.settings = services.settings
+        services.tasks.restart(task.id)
+        await run_until(engine_for(services), lambda: services.tasks.get(task.id).status == "COMPLETED")
+        log = (services.home / "logs" / "tasks" / f"{task.id}.log").read_text()
+        assert "NOT sandboxed" in log
+    finally:
+        monkeypatch.undo()
+        bwrap.probe.cache_clear()
+
+
+def test_run_command_hooks_and_verify_share_the_walls(services: Services, target: dict) -> None:
+    services.projects.create("Demo")
+    workspace = Path(services.projects.get("demo").workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    out = services.files.run(f"cat ~/.ssh/id_rsa; echo pwned > {target['victim']}/x.txt; echo ok > inside.txt; "
+                             f"curl -sS -m 5 http://127.0.0.1:{target['listener'].port}/ ; echo done", workspace)
+    assert SECRET not in out.stdout + out.stderr
+    assert not (target["victim"] / "x.txt").exists()
+    assert (workspace / "inside.txt").read_text() == "ok\n"
+    assert target["listener"].hits == 0
+    assert "done" in out.stdout
+    refused = services.audit.query(action="sandbox:deny")
+    assert any(str(target["listener"].port) in (row.message or "") for row in refused)
+
+
+def test_readonly_mounts_the_worktree_read_only(services: Services) -> None:
+    services.projects.create("Demo")
+    services.policies.edit(project_id="demo", preset="readonly", add_rule="tool:run_command")
+    workspace = Path(services.projects.get("demo").workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    out = services.files.run("echo x > written.txt; cat written.txt", workspace)
+    assert not (workspace / "written.txt").exists()
+    assert "Read-only file system" in out.stderr
+
+
+def test_network_open_and_settings_errors(services: Services, tmp_path: Path) -> None:
+    (services.home / "policy.toml").write_text('[projects.demo.sandbox]\nnetwork = "sideways"\n')
+    with pytest.raises(Exception, match="network"):
+        services.sandbox.settings_for("demo")
+    (services.home / "policy.toml").write_text('[projects.demo.sandbox]\nnetwork = "open"\nhosts = ["github.com"]\n')
+    chosen = services.sandbox.settings_for("demo")
+    assert chosen.network == "open" and "github.com" in chosen.hosts
