@@ -285,3 +285,53 @@ def test_network_open_and_settings_errors(services: Services, tmp_path: Path) ->
     (services.home / "policy.toml").write_text('[projects.demo.sandbox]\nnetwork = "open"\nhosts = ["github.com"]\n')
     chosen = services.sandbox.settings_for("demo")
     assert chosen.network == "open" and "github.com" in chosen.hosts
+
+
+def test_the_gate_lets_through_only_the_allowlist(tmp_path: Path) -> None:
+    """The host side alone: an allowed loopback server answers through the proxy (absolute-form and CONNECT),
+    a port off the list gets 403 and is reported, a forward reaches only its own port."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agentqueue.sandbox.gate import NetworkGate
+    from agentqueue.sandbox.rules import Endpoint, SandboxRules
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = f"hello {self.path}".encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    denied: list[tuple[str, int]] = []
+    rules = SandboxRules(tmp_path, True, endpoints=(Endpoint.parse(f"127.0.0.1:{port}"), Endpoint.parse("*.example.org")))
+    gate = NetworkGate(rules, lambda host, p, _why: denied.append((host, p)))
+
+    def ask(request: bytes, path: str = "proxy.sock") -> bytes:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(gate.folder / path))
+            sock.sendall(request)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            return data
+
+    try:
+        assert b"hello /x?y=1" in ask(f"GET http://127.0.0.1:{port}/x?y=1 HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        assert b"hello /x" in ask(f"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode(), f"port-{port}.sock")
+        refused = ask(f"GET http://127.0.0.1:{port + 1}/ HTTP/1.1\r\n\r\n".encode())
+        assert refused.startswith(b"HTTP/1.1 403") and b"allowlist" in refused
+        assert ask(b"CONNECT evil.example.com:443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403")
+        assert ask(b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+        assert denied == [("127.0.0.1", port + 1), ("evil.example.com", 443)]
+        assert rules.allows("api.example.org", 443) and not rules.allows("example.org.evil.com", 443)
+    finally:
+        gate.close()
+        server.shutdown()
+    assert not gate.folder.exists()

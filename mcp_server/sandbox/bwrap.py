@@ -107,6 +107,10 @@ def no_bwrap_message() -> str:
 @functools.lru_cache(maxsize=1)
 def probe() -> str | None:
     """None when bubblewrap starts a sandbox here (checked for real, once per process); else why not."""
+    if not sys.platform.startswith("linux"):
+        return (f"No sandbox can start: AgentQueue sandboxes runs with bubblewrap on Linux, and {sys.platform} has "
+                "none yet (macOS sandbox-exec is designed, not built). Set `[sandbox] required = false` in "
+                "config.toml to run agents unsandboxed.")
     bwrap = find_bwrap()
     if bwrap is None:
         return no_bwrap_message()
