@@ -10,6 +10,8 @@ actions (no new model spend); context steps and `create_task` actions go on.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import re
@@ -364,6 +366,9 @@ class HookRunner:
         if agent_type == "command":  # checked at create_hook, and again now: a deny added since stops it
             self.services.policies.require(tool_action("run_command", str(config["command"])), hook.project_id,
                                            f"Hook {hook.id}'s model command `{str(config['command'])[:200]}`")
+        refused = self.services.sandbox.blocked(hook.project_id)
+        if refused:  # fail closed, as for tasks
+            raise ServiceError(refused)
         binary = find_cli(agent_type, self.services.settings) if agent_type != "command" else None
         mcp = agentqueue_server(self.home, f"hook:{hook.id}")
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
@@ -381,9 +386,17 @@ class HookRunner:
         started = time.monotonic()
         # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
         channel = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
-        result = await run_agent(spec, workspace, PARSERS[agent_type](), RunHandle(),
-                                 self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log", limits,
-                                 env=self.services.settings.agent_environment(), channel=channel)
+        log_path = self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+
+        def log_line(line: str) -> None:
+            with log_path.open("a", encoding="utf-8") as hook_log:
+                hook_log.write(line + "\n")
+        with self.services.sandbox.around(spec.argv, self.services.settings.agent_environment(), workspace,
+                                          hook.project_id, preset=policy.preset.name, actor=f"hook:{hook.id}",
+                                          agent_type=agent_type, agent_socket=True, log_line=log_line) as (argv, env):
+            result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
+                                     PARSERS[agent_type](), RunHandle(), log_path, limits, env=env, channel=channel)
         log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)
         return result
 

@@ -384,19 +384,12 @@ class Engine:
                    env: dict[str, str]) -> Iterator[tuple[RunSpec, dict[str, str]]]:
         """The run's argv inside the OS sandbox (its rules stated in the task log), with the network gate open
         while it runs; unsandboxed only when a person set [sandbox] required = false and none can start."""
-        sandbox = self.services.sandbox
-        if sandbox.unavailable():
-            self._log_line(task.id, "[sandbox] NOT sandboxed: [sandbox] required = false and "
-                                    f"{sandbox.unavailable()}")
-            yield spec, env
-            return
-        rules = sandbox.rules_for(workspace.path, task.project_id, preset=self.services.policies.effective(
-            task.project_id).preset.name, agent_type=agent.agent_type, env=env, branch=workspace.branch,
-            agent_socket=agent.agent_type in TAKES_MCP_CONFIG)
-        self._log_line(task.id, f"[sandbox] {rules.describe()}")
-        on_deny = sandbox.deny_recorder(f"agent:{agent.id}", task.project_id, task.id,
-                                        lambda line: self._log_line(task.id, line))
-        with sandbox.contained(spec.argv, env, rules, on_deny) as (argv, inner_env):
+        policy = self.services.policies.effective(task.project_id)
+        with self.services.sandbox.around(
+                spec.argv, env, workspace.path, task.project_id, preset=policy.preset.name, actor=f"agent:{agent.id}",
+                task_id=task.id, agent_type=agent.agent_type, branch=workspace.branch,
+                agent_socket=agent.agent_type in TAKES_MCP_CONFIG,
+                log_line=lambda line: self._log_line(task.id, line)) as (argv, inner_env):
             yield dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), inner_env
 
     def _prepare(self, task: Task) -> Workspace | None:

@@ -110,6 +110,24 @@ class Sandbox:
         return found
 
     @contextlib.contextmanager
+    def around(self, argv: list[str], env: Mapping[str, str], workdir: Path, project_id: str | None, *, preset: str,
+               actor: str, task_id: str | None = None, agent_type: str | None = None, branch: str | None = None,
+               agent_socket: bool = False, masks: Mapping[Path, bytes | None] | None = None,
+               log_line: Callable[[str], None] | None = None) -> Iterator[tuple[list[str], dict[str, str]]]:
+        """An agent's argv inside the sandbox, its rules stated in its log, the gate open while it runs; as it is
+        only when a person set `required = false` and no sandbox can start (the log says so)."""
+        say = log_line or (lambda _line: None)
+        if self.unavailable():
+            say(f"[sandbox] NOT sandboxed: [sandbox] required = false and {self.unavailable()}")
+            yield list(argv), dict(env)
+            return
+        rules = self.rules_for(workdir, project_id, preset=preset, agent_type=agent_type, env=env, branch=branch,
+                               agent_socket=agent_socket, masks=masks)
+        say(f"[sandbox] {rules.describe()}")
+        with self.contained(argv, env, rules, self.deny_recorder(actor, project_id, task_id, log_line)) as inner:
+            yield inner
+
+    @contextlib.contextmanager
     def contained(self, argv: list[str], env: Mapping[str, str], rules: SandboxRules,
                   on_deny: Callable[[str, int, str], None]) -> Iterator[tuple[list[str], dict[str, str]]]:
         """`argv` inside bubblewrap under `rules`, with the environment it needs; the gate lives as long as this."""
