@@ -74,10 +74,26 @@ class LiveDaemon:
                           timeout, f"task {task_id} to reach {statuses}")
 
 
+def signals(tmp_path: Path) -> Path:
+    """A folder beside the homes whose files a test's agents can see through the sandbox (WAITFOR gates, logs)."""
+    folder = tmp_path / "signals"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def let_agents_see_signals(home: Path) -> None:
+    """The sandbox shows agents nothing under /tmp but their worktree: a test's daemon lets them use `signals`."""
+    config = home / "config.toml"
+    text = config.read_text() if config.exists() else ""
+    if "[sandbox]" not in text:
+        config.write_text(text + f'\n[sandbox]\nwritable = ["{signals(home.parent)}"]\n')
+
+
 def start_daemon(env: dict[str, str], *args: str) -> LiveDaemon:
     """`agentqueue serve` in the background; returns once it accepts connections."""
     home = Path(env["AGENTQUEUE_HOME"])
     home.mkdir(parents=True, exist_ok=True)
+    let_agents_see_signals(home)
     out = open(home / "serve.out", "ab")
     process = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", *(args or ("--no-http",))], env=env,
                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)

@@ -18,7 +18,7 @@ import pytest
 from agentqueue import paths
 
 from .browser import SCREENSHOTS, chromium, needs_chromium
-from .cli_helpers import AGENT_COMMAND, LiveDaemon, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
+from .cli_helpers import AGENT_COMMAND, signals, LiveDaemon, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
 from .git_fixtures import git, make_repo
 from .mock_anthropic import MockAnthropic
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
@@ -113,7 +113,7 @@ def test_pages_and_actions_need_the_session_and_the_board_refuses_foreign_origin
 @pytest.mark.anyio
 async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_with_no_reload(
         board: LiveDaemon, tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
+    gate = signals(tmp_path) / "gate"
     board.call("orchestrator_control", action="pause")  # so the new card is seen READY first
     async with chromium() as browser:
         context = await browser.new_context(viewport={"width": 1500, "height": 900})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .cli_helpers import AGENT_COMMAND, LiveDaemon, cli_env, run_cli, start_daemon, stop_daemon, wait_until
+from .cli_helpers import AGENT_COMMAND, LiveDaemon, signals, cli_env, run_cli, start_daemon, stop_daemon, wait_until
 from .mock_anthropic import USAGE, MockAnthropic
 from .processes import Terminal
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
@@ -197,7 +197,7 @@ def test_an_agents_permission_request_is_answered_inline(tmp_path: Path, mock_ap
 
 def test_a_task_finishing_while_the_chat_idles_prints_its_line(live: LiveDaemon) -> None:
     live.call("create_agent", name="worker", agent_type="command", command=AGENT_COMMAND)
-    go = live.home / "go"
+    go = signals(live.home.parent) / "go"
     with Chat(live) as chat:
         chat.wait("you › ")
         task = live.call("create_task", project_id="demo", title="Quick one", agent_type="command", description=f"WAITFOR {go}\nSAY done")

@@ -16,7 +16,7 @@ import pytest
 
 from agentqueue import daemon
 
-from .cli_helpers import AGENT_COMMAND, LiveDaemon, Output, cli_env, cli_json, run_cli, start_daemon, stop_daemon
+from .cli_helpers import AGENT_COMMAND, LiveDaemon, Output, signals, cli_env, cli_json, run_cli, start_daemon, stop_daemon
 from .git_fixtures import git, make_repo
 from .processes import Terminal, alive
 
@@ -109,7 +109,7 @@ def _answer_on_a_tty(env: dict[str, str], answer: bytes, *args: str) -> tuple[in
 
 def test_stop_lists_the_agents_it_interrupts_and_asks(live: LiveDaemon, tmp_path: Path) -> None:
     task = live.call("create_task", project_id="demo", title="Long one",
-                     description=f"SAY working\nWAITFOR {tmp_path / 'never'}")
+                     description=f"SAY working\nWAITFOR {signals(tmp_path) / 'never'}")
     live.wait_status(task["id"], "IN_PROGRESS")
     refused = run_cli(live.env, "stop")  # no terminal to ask
     assert refused.returncode == 1
@@ -131,7 +131,7 @@ def test_stop_lists_the_agents_it_interrupts_and_asks(live: LiveDaemon, tmp_path
 
 
 def test_logs_follow_prints_each_line_as_the_agent_writes_it(live: LiveDaemon, tmp_path: Path) -> None:
-    go = tmp_path / "go"
+    go = signals(tmp_path) / "go"
     task = live.call("create_task", project_id="demo", title="Talks",
                      description=f"SAY first line\nWAITFOR {go}\nSAY second line")
     follower = subprocess.Popen([sys.executable, "-m", "agentqueue", "logs", task["id"], "-f"], env=live.env,

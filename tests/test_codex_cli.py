@@ -29,7 +29,9 @@ RUN_TIMEOUT = 60  # wall clock per codex run; each takes about a second
 
 def run_codex(tmp_path: Path, base_url: str, prompt: str, **home: Any) -> tuple[subprocess.CompletedProcess[str],
                                                                                    list[dict[str, Any]], float]:
-    spec = build(AgentConfig("codex", binary=CODEX), prompt, "", None)
+    # As the engine runs it inside AgentQueue's sandbox: Codex's own sandbox off (with bubblewrap installed, as
+    # AgentQueue needs, Codex 0.169's own sandbox silently runs no shell command as root).
+    spec = build(AgentConfig("codex", binary=CODEX, sandboxed=True), prompt, "", None)
     assert spec.stdin is None  # a pipe on stdin would be appended to the prompt
     env = {**os.environ, **mock.codex_home(tmp_path, base_url, **home), **spec.env}
     return run_cli_in_new_repo(spec.argv, tmp_path / "repo", env, RUN_TIMEOUT)
@@ -53,6 +55,8 @@ def test_argv_is_headless_json_workspace_write():
     assert argv[:2] == ["codex", "exec"] and "--json" in argv and "--skip-git-repo-check" in argv
     assert argv[argv.index("-s") + 1] == "workspace-write"
     assert argv[-2:] == ["--", "do it"]
+    inside = build(AgentConfig("codex", binary="codex", preset="readonly", sandboxed=True), "do it", "", None).argv
+    assert "--dangerously-bypass-approvals-and-sandbox" in inside and "-s" not in inside  # our walls, not its own
 
 
 def test_write_file_runs_the_shell_tool_and_reports_usage(tmp_path: Path, api: mock.MockOpenAI):

@@ -29,7 +29,7 @@ from agentqueue.services.team import Team
 from agentqueue.settings import Settings
 from agentqueue.store.postgres import PostgresStore
 
-from .cli_helpers import AGENT, LiveDaemon, cli_env, run_cli, start_daemon, stop_daemon, wait_until
+from .cli_helpers import AGENT, LiveDaemon, signals, cli_env, run_cli, start_daemon, stop_daemon, wait_until
 from .pg import PgServer, needs_postgres
 from .processes import alive
 
@@ -99,7 +99,7 @@ def labelled_agents(a: LiveDaemon, b: LiveDaemon, script: str, log: Path) -> Non
 
 
 def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, team_db: str) -> None:
-    runs = tmp_path / "runs.log"
+    runs = signals(tmp_path) / "runs.log"
     with team_of_two(tmp_path, team_db) as (a, b, store):
         a.call("create_project", name="Team", max_concurrent_agents=8)
         labelled_agents(a, b, RECORDER, runs)  # each daemon runs its own agents: they carry its label
@@ -146,7 +146,7 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
 
 def test_a_projects_concurrency_cap_holds_across_daemons(tmp_path: Path, team_db: str) -> None:
     """Two daemons with three agents each, one project capped at two runs: never more than two at once."""
-    runs = tmp_path / "runs.log"
+    runs = signals(tmp_path) / "runs.log"
     with team_of_two(tmp_path, team_db) as (a, b, store):
         a.call("create_project", name="Capped", max_concurrent_agents=2)
         labelled_agents(a, b, TIMED, runs)
@@ -218,7 +218,7 @@ class Handover:
 @contextmanager
 def a_run_on_a_then_b_joins(tmp_path: Path, team_db: str) -> Iterator[Handover]:
     origin = seeded_origin(tmp_path)
-    go = tmp_path / "go"
+    go = signals(tmp_path) / "go"
     a = start_daemon(member_env(tmp_path, "a", team_db))
     store = PostgresStore(team_db)
     b = None

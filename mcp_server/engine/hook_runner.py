@@ -377,7 +377,8 @@ class HookRunner:
         deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
         spec = BUILDERS[agent_type](AgentConfig(agent_type, binary=binary, model=config.get("model"),
                                                 command=config.get("command"), max_turns=int(config.get("max_turns", 20)),
-                                                preset=policy.preset.name, deny_rules=deny),
+                                                preset=policy.preset.name, deny_rules=deny,
+                                                sandboxed=self.services.sandbox.unavailable() is None),
                                     prompt, context, mcp)
         workspace = Path(self.services.projects.get(hook.project_id).workspace)
         workspace.mkdir(parents=True, exist_ok=True)

@@ -419,7 +419,8 @@ class Engine:
         policy = self.services.policies.effective(project_id)
         deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
         return AgentConfig(agent.agent_type, binary=binary, model=agent.model, command=agent.command,
-                           max_turns=self.config.max_turns, preset=policy.preset.name, deny_rules=deny)
+                           max_turns=self.config.max_turns, preset=policy.preset.name, deny_rules=deny,
+                           sandboxed=self.services.sandbox.unavailable() is None)
 
     def _log_line(self, task_id: str, line: str) -> None:
         """A line of the engine's own in a task's log (the run's log file is open in the runner)."""

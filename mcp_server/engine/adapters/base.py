@@ -56,6 +56,7 @@ class AgentConfig:
     max_turns: int = 50
     preset: str = "standard"  # the permission preset that applies to this run
     deny_rules: list[str] = field(default_factory=list)  # agent deny rules the CLI can enforce itself
+    sandboxed: bool = False  # inside AgentQueue's OS sandbox: a CLI's own sandbox would nest (and cannot start)
 
 
 def tokens(input_: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0,

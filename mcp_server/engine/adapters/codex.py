@@ -13,8 +13,10 @@ SANDBOX = {"readonly": ["-s", "read-only"], "standard": ["-s", "workspace-write"
 
 
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
-    argv = [config.binary or "codex", "exec", "--json", "--skip-git-repo-check",
-            *SANDBOX.get(config.preset, SANDBOX["standard"])]
+    # Inside AgentQueue's sandbox Codex's own (bubblewrap too) cannot start; ours holds the same walls: the
+    # worktree read-only under `readonly`, the network an allowlist under every preset.
+    walls = SANDBOX["autonomous"] if config.sandboxed else SANDBOX.get(config.preset, SANDBOX["standard"])
+    argv = [config.binary or "codex", "exec", "--json", "--skip-git-repo-check", *walls]
     if config.model:
         argv += ["-m", config.model]
     full = f"{context}\n\n{prompt}" if context else prompt
