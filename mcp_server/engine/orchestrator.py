@@ -31,6 +31,7 @@ from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
 from ..store.db import now_iso
 from ..store.models import Agent, Task
+from . import protected
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult
 from .hook_runner import HookRunner
@@ -339,7 +340,8 @@ class Engine:
             await self.flush()
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, f"agent:{agent.id}", task.id, ("agent",)) if tools else None
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id),
+        planted = await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
+        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
                                           task_prompt(task, svc.feedback.comments(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools), mcp)
         started = time.monotonic()
@@ -392,12 +394,28 @@ class Engine:
         Path(project.workspace).mkdir(parents=True, exist_ok=True)
         return Workspace(Path(project.workspace))
 
-    def _agent_config(self, agent: Agent, project_id: str) -> AgentConfig:
+    def _agent_config(self, agent: Agent, project_id: str, project_settings: bool = True) -> AgentConfig:
         binary = find_cli(agent.agent_type, self.services.settings) if agent.agent_type != "command" else None
         policy = self.services.policies.effective(project_id)
         deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
         return AgentConfig(agent.agent_type, binary=binary, model=agent.model, command=agent.command,
-                           max_turns=self.config.max_turns, preset=policy.preset.name, deny_rules=deny)
+                           max_turns=self.config.max_turns, preset=policy.preset.name, deny_rules=deny,
+                           project_settings=project_settings)
+
+    def _planted(self, task_id: str, agent_type: str, workspace: Workspace) -> dict[str, bytes | None] | None:
+        """Run-configuring files in the worktree that differ from the default branch (a rerun on a kept branch),
+        each with the default's content; None when they could not be compared (treated as planted)."""
+        if workspace.repo is None:
+            return {}
+        try:
+            planted = protected.planted_settings(workspace.path, workspace.repo.default_branch)
+        except (ServiceError, OSError) as error:
+            self._log_line(task_id, f"[protected] could not compare the run's settings with the default branch "
+                                    f"({error}); project settings are not loaded for this run.")
+            return None
+        if planted:
+            self._log_line(task_id, protected.planted_note(planted, agent_type))
+        return planted
 
     def _log_line(self, task_id: str, line: str) -> None:
         """A line of the engine's own in a task's log (the run's log file is open in the runner)."""
@@ -450,9 +468,15 @@ class Engine:
             if not task.requires_approval:
                 self._remember(task, result)
             return
-        if task.requires_approval:
+        # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
+        hold = protected.landing_hold(workspace.path, workspace.repo.default_branch, workspace.branch or "HEAD")
+        if task.requires_approval or hold:
             pr_url = self._open_pr(task, workspace)
-            self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url)
+            if hold:
+                self._log_line(task.id, f"[protected] {hold.reason()}")
+                log.warning("task %s waits for approval: %s", task.id, hold.reason())
+            self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url,
+                                     held=(hold.reason(), hold.next_step(task.id, pr_url)) if hold else None)
             return
         repo = workspace.repo
         where = {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
