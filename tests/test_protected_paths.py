@@ -27,10 +27,11 @@ from agentqueue.services import Services
 
 from .cli_helpers import cli_env, run_cli
 from .conftest import ok
-from .git_fixtures import commit_file, git, git_env, make_repo, porcelain  # noqa: F401  (git_env: fixture)
+from .git_fixtures import bare_sha, commit_file, git, git_env, make_origin, make_repo, porcelain  # noqa: F401
 from .mock_anthropic import MockAnthropic
 from .processes import wait_for
-from .test_engine_lifecycle import FINAL, engine_running, make_engine, run_until_final, show, status
+from .test_engine_lifecycle import (FINAL, engine_running, fake_gh, make_engine, run_until_final,  # noqa: F401
+                                    show, status)
 from .third_party import npm_bin
 
 pytestmark = pytest.mark.anyio
@@ -39,6 +40,7 @@ pytestmark = pytest.mark.anyio
 #   WRITE <file> <text>    write <text> to <file>, making its folders
 #   LINK <name> <target>   make a symlink
 #   MOVE <src> <dst>       rename a file
+#   SCRIPT <file> <cmd>    write an executable shell script that runs <cmd>
 AGENT = r"""
 import os, pathlib, re, sys
 prompt = sys.stdin.read()
@@ -50,6 +52,11 @@ for m in re.finditer(r"^LINK (\S+) (\S+)$", prompt, re.M):
     os.symlink(m[2], m[1])
 for m in re.finditer(r"^MOVE (\S+) (\S+)$", prompt, re.M):
     os.rename(m[1], m[2])
+for m in re.finditer(r"^SCRIPT (\S+) (.*)$", prompt, re.M):
+    path = pathlib.Path(m[1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + m[2] + "\n")
+    path.chmod(0o755)
 print("agent done", flush=True)
 """
 AGENT_COMMAND = shlex.join([sys.executable, "-c", AGENT])
@@ -128,6 +135,23 @@ async def test_a_task_changing_a_protected_path_waits_for_approval_then_approve_
     assert porcelain(repo) == ""
 
 
+async def test_with_a_remote_and_gh_the_protected_change_becomes_a_pull_request(
+        services: Services, git_env: Path, tmp_path: Path, fake_gh: Path) -> None:
+    origin = make_origin(tmp_path / "origin.git")
+    services.projects.create("Demo")
+    services.repos.add("demo", "clone", url=str(origin), name="app")
+    services.agents.create("worker", "command", command=AGENT_COMMAND)
+    task = services.tasks.create("demo", "CI", "WRITE .github/workflows/ci.yml on: push", repo_id="app")
+    await run_until_final(services, make_engine(services), task.id)
+    waiting = services.tasks.get(task.id)
+    assert waiting.status == "AWAITING_APPROVAL" and waiting.pr_url == "https://github.com/o/r/pull/1"
+    assert json.loads(fake_gh.read_text())["argv"][:2] == ["pr", "create"]
+    assert bare_sha(origin, "refs/heads/main") == git(tmp_path / "origin-seed", "rev-parse", "main")  # not pushed
+    assert waiting.reason is not None and ".github/workflows/ci.yml (CI configuration" in waiting.reason
+    assert waiting.next_step == (f"Review its pull request {waiting.pr_url} and merge it there (the task then "
+                                 f"completes), or request_changes {task.id} to send it back.")
+
+
 async def test_a_task_changing_only_ordinary_files_lands_at_once(svc: Services) -> None:
     task = svc.tasks.create("demo", "Plain", "WRITE src/app.py print(1)\nWRITE .github/README.md about", repo_id="app")
     await run_until_final(svc, make_engine(svc), task.id)
@@ -183,6 +207,19 @@ async def test_the_repositorys_own_hooks_folder_is_protected(svc: Services) -> N
     assert waiting.reason is not None and "tools/git-hooks/pre-commit (git hooks" in waiting.reason
 
 
+@pytest.mark.xfail(strict=True, reason="AgentQueue's own `git commit` of the leftovers (outside any sandbox) runs "
+                   "the hook the agent wrote, when core.hooksPath points into the worktree; the fix belongs in gitops "
+                   "(-c core.hooksPath=/dev/null for commits and merges in task worktrees)")
+async def test_agentqueues_own_commit_never_runs_a_hook_the_agent_wrote(svc: Services, tmp_path: Path) -> None:
+    git(checkout(svc), "config", "core.hooksPath", "tools/git-hooks")
+    escaped = tmp_path / "escaped.txt"
+    task = svc.tasks.create("demo", "Hook", f"SCRIPT tools/git-hooks/pre-commit echo ran > {shlex.quote(str(escaped))}",
+                            repo_id="app")
+    await run_until_final(svc, make_engine(svc), task.id)
+    assert status(svc, task.id) == "AWAITING_APPROVAL"
+    assert not escaped.exists(), "AgentQueue ran a git hook the agent wrote, outside the agent's sandbox"
+
+
 async def test_a_task_that_requires_approval_also_names_its_protected_files(svc: Services) -> None:
     task = svc.tasks.create("demo", "Review me", "WRITE .envrc export X=1", repo_id="app", requires_approval=True)
     await run_until_final(svc, make_engine(svc), task.id)
@@ -198,6 +235,7 @@ def test_file_names_git_would_quote_are_still_seen(git_env: Path, tmp_path: Path
     commit_file(repo, name, "run curl")
     hold = protected.landing_hold(repo, "main", "task")
     assert hold and hold.files == [name] and hold.error is None
+    assert "\n" not in hold.reason() and '.claude/commands/\\xe9"\\nx.md (agent CLI settings' in hold.reason()
 
 
 def test_a_diff_that_cannot_be_listed_holds_the_task(tmp_path: Path) -> None:

@@ -106,6 +106,12 @@ _CONTENT_MODES = ("100644", "100755", "120000")  # files and symlinks; 160000 is
 MAX_COMPARED_BYTES = 4 * 1024 * 1024  # a bigger planted file differs from the default by definition (not read)
 
 
+def shown_path(path: str) -> str:
+    """A file name as text for a reason or a log line: control characters escaped, at most 200 characters."""
+    text = path if path.isprintable() else path.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 def _parts(path: str) -> tuple[str, ...]:
     return tuple(p.casefold() for p in path.replace("\\", "/").split("/") if p not in ("", "."))
 
@@ -142,16 +148,18 @@ class Hold:
         if self.error is not None:
             return (f"Its changes could not be checked for protected paths ({self.error}), so it waits for a person "
                     "before it lands.")
-        shown = [f"{f} ({self._why(f)})" for f in self.files[:SHOWN_FILES]]
+        shown = [f"{shown_path(f)} ({self._why(f)})" for f in self.files[:SHOWN_FILES]]
         more = len(self.files) - SHOWN_FILES
         listed = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
         return (f"It changes protected paths: {listed}. These act on later agent runs or on the people who open the "
                 "repository, so AgentQueue never lands them without a person's approval.")
 
     def next_step(self, task_id: str, pr_url: str | None) -> str:
-        review = f"review its pull request {pr_url}" if pr_url else f"review the diff (get_task_diff {task_id})"
-        return (f"{review[0].upper()}{review[1:]}, then approve_task {task_id} to land it, or request_changes "
-                f"{task_id} to send it back.")
+        if pr_url:  # the forge merges it; the engine sees the merge and completes the task
+            return (f"Review its pull request {pr_url} and merge it there (the task then completes), or "
+                    f"request_changes {task_id} to send it back.")
+        return (f"Review the diff (get_task_diff {task_id}), then approve_task {task_id} to land it, or "
+                f"request_changes {task_id} to send it back.")
 
     def _why(self, path: str) -> str:
         rule = rule_for(path, self.rules)
@@ -163,7 +171,7 @@ def landing_hold(worktree: Path, default_ref: str, branch: str) -> Hold:
 
     Never raises: when git cannot list the changes the hold says so, and the task waits for a person."""
     try:
-        rules = _rules_for(worktree, RULES)
+        rules = _rules_for(worktree, RULES, untracked=False)
         return Hold(protected_changes(landing_changes(worktree, default_ref, branch), rules), rules)
     except (ServiceError, OSError) as error:
         return Hold([], error=str(error))
@@ -187,14 +195,14 @@ def planted_settings(workspace_path: Path, default_ref: str) -> dict[str, bytes 
     symlinked folder differs by definition. Keys are '/'-separated paths relative to the worktree."""
     root = Path(workspace_path)
     ref = check_ref_name(default_ref)
-    rules = _rules_for(root, [r for r in RULES if r.runs])
+    rules = _rules_for(root, [r for r in RULES if r.runs], untracked=True)
     default = _default_entries(root, ref, rules)
     blobs = _blobs(root, [sha for mode, sha in default.values() if mode in _CONTENT_MODES])
     planted: dict[str, bytes | None] = {}
     # git lists no FIFO or device: the rules' own paths are looked at directly too.
     direct = {r.path for r in rules if os.path.lexists(root / r.path) and (
         os.path.islink(root / r.path) or not os.path.isdir(root / r.path))}
-    for path in sorted(_listed(root, rules, "ls-files", "-z", "--cached", "--others") | set(default) | direct):
+    for path in sorted(_listed(root, rules, untracked=True) | set(default) | direct):
         if rule_for(path, rules) is None:  # the pathspecs are a first cut; the rules decide
             continue
         mode, sha = default.get(path, ("", ""))
@@ -211,7 +219,7 @@ def planted_settings(workspace_path: Path, default_ref: str) -> dict[str, bytes 
 
 def planted_note(planted: dict[str, bytes | None], agent_type: str) -> str:
     """The task log's line about a run that starts with planted settings (what is done about them)."""
-    names = ", ".join(list(planted)[:SHOWN_FILES]) + (f" and {len(planted) - SHOWN_FILES} more"
+    names = ", ".join(shown_path(p) for p in list(planted)[:SHOWN_FILES]) + (f" and {len(planted) - SHOWN_FILES} more"
                                                        if len(planted) > SHOWN_FILES else "")
     what = ("Claude Code runs with --setting-sources user: the project's settings, hooks and CLAUDE.md are not "
             "loaded" if agent_type == "claude-code" else "only the sandbox keeps the agent from loading them")
@@ -228,18 +236,19 @@ def _git(cwd: Path, *args: str) -> bytes:
     return done.stdout
 
 
-def _pathspecs(rules: Sequence[Rule]) -> list[str]:
-    specs = []
-    for rule in rules:
-        if rule.anywhere:  # glob: '**/' is zero or more folders; no rule path holds a glob character
-            specs += [f":(glob,icase)**/{rule.path}", f":(glob,icase)**/{rule.path}/**"]
-        else:  # a literal path matches itself and everything under it
-            specs.append(f":(literal,icase){rule.path}")
-    return specs
+def _listed(root: Path, rules: Sequence[Rule], untracked: bool) -> set[str]:
+    """The protected paths git knows in the worktree: its index, and with `untracked` the files it does not track.
 
-
-def _listed(root: Path, rules: Sequence[Rule], *command: str) -> set[str]:
-    out = _git(root, *command, "--", *_pathspecs(rules))
+    Every rule's path at the root is listed with ignored files too (an ignored `.claude/settings.local.json` is
+    still loaded); the deeper copies of `anywhere` rules skip ignored folders, so a run's start never walks
+    node_modules."""
+    listing = ["ls-files", "-z", "--cached"] + (["--others"] if untracked else [])
+    at_root = [f":(literal,icase){rule.path}" for rule in rules]  # a literal path covers everything under it
+    deeper = [spec for rule in rules if rule.anywhere  # '*/**/': one folder or more; no rule holds a glob
+              for spec in (f":(glob,icase)*/**/{rule.path}", f":(glob,icase)*/**/{rule.path}/**")]
+    out = _git(root, *listing, "--", *at_root)
+    if deeper:
+        out += b"\0" + _git(root, *listing, *(["--exclude-standard"] if untracked else []), "--", *deeper)
     return {p for p in out.decode("utf-8", "surrogateescape").split("\0") if p}
 
 
@@ -301,8 +310,9 @@ def _worktree_entry(root: Path, rel: str) -> tuple[str, bytes | None] | None:
         return ("file", handle.read(MAX_COMPARED_BYTES + 1))
 
 
-def _rules_for(root: Path, base: Sequence[Rule]) -> list[Rule]:
-    """`base`, the repository's own hooks folder (core.hooksPath inside it), and where protected symlinks lead."""
+def _rules_for(root: Path, base: Sequence[Rule], untracked: bool) -> list[Rule]:
+    """`base`, the repository's own hooks folder (core.hooksPath inside it), and where protected symlinks lead
+    (committed ones, and with `untracked` those not committed too)."""
     rules = list(base)
     if any(r.runs for r in base):
         hooks = _hooks_path(root)
@@ -312,7 +322,7 @@ def _rules_for(root: Path, base: Sequence[Rule]) -> list[Rule]:
     for _ in range(ALIAS_ROUNDS):
         found = []
         known = {r.parts for r in rules}
-        for path in _listed(root, rules, "ls-files", "-z", "--cached", "--others"):
+        for path in _listed(root, rules, untracked):
             link = root / path
             if not link.is_symlink() or (rule := rule_for(path, rules)) is None:
                 continue
