@@ -288,6 +288,19 @@ def test_a_planted_symlink_and_what_it_leads_to_are_masked(branch: Path) -> None
         ".claude": None, ".claude/settings.json": b'{"model": "x"}\n', "conf/settings.json": None}
 
 
+def test_a_symlink_loop_is_a_planted_and_a_protected_change_not_a_crash(branch: Path) -> None:
+    (branch / ".claude/settings.json").unlink()
+    (branch / ".claude").rmdir()
+    os.symlink("loop", branch / ".claude")
+    os.symlink(".claude", branch / "loop")
+    assert protected.planted_settings(branch, "main") == {".claude": None,
+                                                          ".claude/settings.json": b'{"model": "x"}\n'}
+    git(branch, "add", "-A")
+    git(branch, "commit", "-q", "-m", "a loop")
+    hold = protected.landing_hold(branch, "main", "task/one")
+    assert hold.error is None and hold.files == [".claude", ".claude/settings.json"]
+
+
 def test_ci_and_instruction_files_are_not_masked_in_reruns(branch: Path) -> None:
     """They need approval to land, but configure no agent run: the rerun sees the task's own work on them."""
     (branch / ".github/workflows").mkdir(parents=True)

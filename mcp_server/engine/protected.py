@@ -318,7 +318,7 @@ def _rules_for(root: Path, base: Sequence[Rule], untracked: bool) -> list[Rule]:
         hooks = _hooks_path(root)
         if hooks:
             rules.append(Rule(hooks, GIT_HOOKS, runs=True))
-    real_root = root.resolve()
+    real_root = Path(os.path.realpath(root))
     for _ in range(ALIAS_ROUNDS):
         found = []
         known = {r.parts for r in rules}
@@ -326,9 +326,8 @@ def _rules_for(root: Path, base: Sequence[Rule], untracked: bool) -> list[Rule]:
             link = root / path
             if not link.is_symlink() or (rule := rule_for(path, rules)) is None:
                 continue
-            target = link.resolve()
-            if not target.is_relative_to(real_root) or real_root.joinpath(path).parent.resolve().is_relative_to(
-                    target):
+            target = Path(os.path.realpath(link))  # never raises: a symlink loop resolves to some path
+            if not target.is_relative_to(real_root) or Path(os.path.realpath(link.parent)).is_relative_to(target):
                 continue  # outside the repository (the link itself is what counts), or an ancestor (everything)
             alias = target.relative_to(real_root).as_posix()
             if _parts(alias) and _parts(alias)[0] != ".git" and _parts(alias) not in known:
