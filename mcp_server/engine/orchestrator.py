@@ -33,6 +33,7 @@ from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
 from ..store.db import now_iso
 from ..store.models import Agent, Task
+from . import protected
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult, RunSpec
 from .hook_runner import HookRunner
@@ -346,7 +347,8 @@ class Engine:
             await self.flush()
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, f"agent:{agent.id}", task.id, ("agent",)) if tools else None
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id),
+        planted = await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
+        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
                                           task_prompt(task, svc.feedback.comments(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools), mcp)
         started = time.monotonic()
@@ -359,7 +361,7 @@ class Engine:
         channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
                                     lambda line: self._log_line(task_id, line))
         env = svc.settings.agent_environment()
-        with self._contained(task, agent, workspace, spec, env) as (spec, env):
+        with self._contained(task, agent, workspace, spec, env, planted or {}) as (spec, env):
             runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
                                on_line, env=env, channel=channel)
             async with anyio.create_task_group() as tg:
@@ -380,15 +382,17 @@ class Engine:
         await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
 
     @contextlib.contextmanager
-    def _contained(self, task: Task, agent: Agent, workspace: Workspace, spec: RunSpec,
-                   env: dict[str, str]) -> Iterator[tuple[RunSpec, dict[str, str]]]:
+    def _contained(self, task: Task, agent: Agent, workspace: Workspace, spec: RunSpec, env: dict[str, str],
+                   planted: dict[str, bytes | None]) -> Iterator[tuple[RunSpec, dict[str, str]]]:
         """The run's argv inside the OS sandbox (its rules stated in the task log), with the network gate open
-        while it runs; unsandboxed only when a person set [sandbox] required = false and none can start."""
+        while it runs; unsandboxed only when a person set [sandbox] required = false and none can start.
+        Settings an unmerged earlier run planted are shown to it as the default branch has them."""
         policy = self.services.policies.effective(task.project_id)
         with self.services.sandbox.around(
                 spec.argv, env, workspace.path, task.project_id, preset=policy.preset.name, actor=f"agent:{agent.id}",
                 task_id=task.id, agent_type=agent.agent_type, branch=workspace.branch,
                 agent_socket=agent.agent_type in TAKES_MCP_CONFIG,
+                masks={workspace.path / rel: content for rel, content in planted.items()},
                 log_line=lambda line: self._log_line(task.id, line)) as (argv, inner_env):
             yield dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), inner_env
 
@@ -414,13 +418,29 @@ class Engine:
         Path(project.workspace).mkdir(parents=True, exist_ok=True)
         return Workspace(Path(project.workspace))
 
-    def _agent_config(self, agent: Agent, project_id: str) -> AgentConfig:
+    def _agent_config(self, agent: Agent, project_id: str, project_settings: bool = True) -> AgentConfig:
         binary = find_cli(agent.agent_type, self.services.settings) if agent.agent_type != "command" else None
         policy = self.services.policies.effective(project_id)
         deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
         return AgentConfig(agent.agent_type, binary=binary, model=agent.model, command=agent.command,
                            max_turns=self.config.max_turns, preset=policy.preset.name, deny_rules=deny,
-                           sandboxed=self.services.sandbox.unavailable() is None)
+                           sandboxed=self.services.sandbox.unavailable() is None,
+                           project_settings=project_settings)
+
+    def _planted(self, task_id: str, agent_type: str, workspace: Workspace) -> dict[str, bytes | None] | None:
+        """Run-configuring files in the worktree that differ from the default branch (a rerun on a kept branch),
+        each with the default's content; None when they could not be compared (treated as planted)."""
+        if workspace.repo is None:
+            return {}
+        try:
+            planted = protected.planted_settings(workspace.path, workspace.repo.default_branch)
+        except (ServiceError, OSError) as error:
+            self._log_line(task_id, f"[protected] could not compare the run's settings with the default branch "
+                                    f"({error}); project settings are not loaded for this run.")
+            return None
+        if planted:
+            self._log_line(task_id, protected.planted_note(planted, agent_type))
+        return planted
 
     def _log_line(self, task_id: str, line: str) -> None:
         """A line of the engine's own in a task's log (the run's log file is open in the runner)."""
@@ -473,9 +493,15 @@ class Engine:
             if not task.requires_approval:
                 self._remember(task, result)
             return
-        if task.requires_approval:
+        # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
+        hold = protected.landing_hold(workspace.path, workspace.repo.default_branch, workspace.branch or "HEAD")
+        if task.requires_approval or hold:
             pr_url = self._open_pr(task, workspace)
-            self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url)
+            if hold:
+                self._log_line(task.id, f"[protected] {hold.reason()}")
+                log.warning("task %s waits for approval: %s", task.id, hold.reason())
+            self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url,
+                                     held=(hold.reason(), hold.next_step(task.id, pr_url)) if hold else None)
             return
         repo = workspace.repo
         where = {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,

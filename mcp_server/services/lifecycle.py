@@ -104,9 +104,11 @@ class Lifecycle:
                 self.tasks._move(row, "VERIFYING", "agent_completed")
 
     def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None,
-                  landed: tuple[str | None, str | None] = (None, None), details: dict[str, Any] | None = None) -> None:
+                  landed: tuple[str | None, str | None] = (None, None), details: dict[str, Any] | None = None,
+                  held: tuple[str, str] | None = None) -> None:
         """landed: (the default branch before, the commit it moved to), kept for get_task_diff.
-        details: repo_id, default_branch and files (a count), for the log line."""
+        details: repo_id, default_branch and files (a count), for the log line.
+        held: (reason, next_step) of a task that waits for approval for a reason of its own (protected paths)."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
             if not self._mine(row):
@@ -117,6 +119,8 @@ class Lifecycle:
             if awaiting_approval:
                 self.tasks._move(row, "AWAITING_APPROVAL", "needs_approval", {"pr_url": pr_url},
                                  details={"pr_url": pr_url})
+                if held:  # the move clears reason and next_step outside held statuses; this wait has one
+                    self.store.db["tasks"].update(task_id, {"reason": held[0], "next_step": held[1]})
             else:
                 self.tasks._move(row, "COMPLETED", "merged", {"assigned_agent": None, "base_sha": landed[0],
                                                               "landed_sha": landed[1]}, details=details)

@@ -57,6 +57,9 @@ class AgentConfig:
     preset: str = "standard"  # the permission preset that applies to this run
     deny_rules: list[str] = field(default_factory=list)  # agent deny rules the CLI can enforce itself
     sandboxed: bool = False  # inside AgentQueue's OS sandbox: a CLI's own sandbox would nest (and cannot start)
+    # False when the worktree holds run-configuring files an unmerged earlier run planted (engine/protected.py):
+    # the CLI then loads no project or local settings (for Claude Code, `--setting-sources user`).
+    project_settings: bool = True
 
 
 def tokens(input_: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0,

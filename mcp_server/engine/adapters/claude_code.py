@@ -51,6 +51,8 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     unasked = [r for r in config.deny_rules if r.split("(", 1)[0] not in ASKED_TOOLS]
     if unasked:
         argv += ["--disallowedTools", ",".join(unasked)]
+    if not config.project_settings:  # planted by an unmerged run: hooks and settings of the repo are not loaded
+        argv += ["--setting-sources", "user"]
     if config.model:
         argv += ["--model", config.model]
     if context:
