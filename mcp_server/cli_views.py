@@ -48,8 +48,9 @@ def tasks(home: Path, project: str | None, status: str | None, show_all: bool, a
         return 0
     console = Console()
     if not items:
-        console.print(_shown("No tasks" + (f" in {project}" if project else "") + (f" with status {status}" if status else "")
-                             + "." + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else "")))
+        console.print(_shown("No tasks" + (f" in {project}" if project else "")
+                             + (f" with status {status}" if status else "") + "."
+                             + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else "")))
         return 0
     # Ids and statuses are never cut; only titles wrap (and long project ids are shortened).
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -101,8 +102,8 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
     if next_step:
         grid.add_row("next step", _shown(next_step, "bold", multiline=True))
     if error and not reason:
-        grid.add_row("error", _shown(f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": "),
-                                     "red", multiline=True))
+        said = f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": ")
+        grid.add_row("error", _shown(said, "red", multiline=True))
         if error.get("suggested_fix"):
             grid.add_row("fix", _shown(error["suggested_fix"], multiline=True))
     grid.add_row("attempts", f"{attempts} run(s); retries {task.retry_count} of {task.max_retries}")
@@ -118,7 +119,8 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         cost = f" · ${result.cost_usd:.4f}" if result.cost_usd else ""
         took = f" · {duration(result.duration_s)}" if result.duration_s is not None else ""
         label = result.status + (f" ({result.error_type})" if result.error_type else "")
-        grid.add_row("last result", _shown(f"{label} · attempt {result.attempt}{took} · {result.tokens.total:,} tokens{cost}"))
+        grid.add_row("last result",
+                     _shown(f"{label} · attempt {result.attempt}{took} · {result.tokens.total:,} tokens{cost}"))
         warning = getattr(result, "warning", None)
         if warning:
             grid.add_row("warning", _shown(warning, "yellow", multiline=True))
@@ -155,6 +157,11 @@ def logs(home: Path, task_id: str, follow: bool, as_json: bool) -> int:
         services.close()
 
 
+def _json_line(task_id: str, line: bytes) -> str:
+    # ensure_ascii: the line's escapes and controls arrive as \u001b, never raw.
+    return json.dumps({"task_id": task_id, "line": line.decode("utf-8", "replace")}, ensure_ascii=True) + "\n"
+
+
 def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
     """Print the log as the agent writes it; stop once the task can produce no more (or on Ctrl-C)."""
     offset, pending = 0, b""
@@ -177,7 +184,7 @@ def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
                         pending += chunk
                         *lines, pending = pending.split(b"\n")
                         for line in lines:
-                            out.write(json.dumps({"task_id": task_id, "line": line.decode("utf-8", "replace")}, ensure_ascii=True) + "\n")
+                            out.write(_json_line(task_id, line))
                     else:
                         text = held + decoder.decode(chunk)
                         text, held = (text[:-1], "\r") if text.endswith("\r") else (text, "")
@@ -188,7 +195,7 @@ def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
                     out.write(visible(rest, multiline=True))
                     out.flush()
                 if as_json and pending:
-                    out.write(json.dumps({"task_id": task_id, "line": pending.decode("utf-8", "replace")}, ensure_ascii=True) + "\n")
+                    out.write(_json_line(task_id, pending))
                 print(f"[{task_id} is {status}]", file=sys.stderr, flush=True)
                 return 0
             if status == "READY" and not announced:

@@ -75,7 +75,7 @@ def test_visible_spells_out_controls_and_keeps_a_bodys_lines() -> None:
     assert visible("a\tb\nc") == "a\\tb\\nc"  # one line: a title cannot fake a second line
     assert visible("a\tb\r\nc\rd\n", multiline=True) == "a\tb\r\nc\\rd\n"  # a log keeps tabs, CRLF, newlines
     assert visible("\x00\x7f\x85\u2028\u2066\udcff") == "\\x00\\x7f\\x85\\u2028\\u2066\\udcff"
-    assert visible("émoji ✔ 日本 :smile: C:\\path") == "émoji ✔ 日本 :smile: C:\\path"  # the rest is untouched
+    assert visible("é ✔ 日本 :smile: C:\\path") == "é ✔ 日本 :smile: C:\\path"  # the rest is untouched
     assert visible(visible(HOSTILE)) == visible(HOSTILE)  # idempotent: made visible twice reads the same
 
 
@@ -234,7 +234,8 @@ def test_the_chat_renderer_shows_hostile_text_from_the_model_and_its_tools(monke
 
 
 @pytest.mark.integration
-def test_allow_in_the_chat_shows_and_answers_the_exact_action(live: LiveDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allow_in_the_chat_shows_and_answers_the_exact_action(live: LiveDaemon,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """An agent's permission request with a hostile action: the queue line shows the action whole and made
     visible, and /allow answers that request and repeats the same action string from the daemon's record."""
     task = live.call("create_task", project_id="demo", title="Asks", description="no agent runs it")
