@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from agentqueue import paths
 from agentqueue.chat.render import ScriptView, TerminalView
 from agentqueue.chat.repl import _command
 from agentqueue.chat.watcher import QueueWatcher
 from agentqueue.services import Services
 from agentqueue.visible import visible
 
-from .cli_helpers import LiveDaemon, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
+from .cli_helpers import LiveDaemon, Output, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
 from .git_fixtures import make_repo
 from .processes import Terminal
 
@@ -190,6 +191,38 @@ def test_every_cli_command_shows_hostile_text_as_text(live: LiveDaemon, tmp_path
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert_safe(refused.stderr)
     assert "\\x1b]0;pwned\\x07[/x]" in refused.stderr
+
+
+def test_logs_follow_makes_each_chunk_visible_whatever_its_boundaries(tmp_path: Path) -> None:
+    """The log grows in pieces that end mid-escape, mid-character and between the \r and \n of a CRLF:
+    `logs -f` still shows the escape spelled out, the character whole and the line end as a line end."""
+    home = tmp_path / "aq"
+    services = Services(home)
+    services.projects.create("Alpha")
+    task = services.tasks.create("alpha", "Streams", "no agent runs it")  # READY: -f waits and follows
+    log = paths.task_log(home, task.id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(b"")
+    follow = subprocess.Popen([sys.executable, "-m", "agentqueue", "logs", task.id, "-f"],
+                              env=cli_env(home, tmp_path / "user"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stdout = Output(follow.stdout)
+        # Each piece, and what of it `logs -f` prints before the next is written (so each is one read).
+        pieces = [(b"crlf line\r", b"crlf line"), (b"\nsplit \xe2\x9c", b"split "),
+                  (b"\x94 char\n\x1b]52;c;QkFT", b"QkFT"), (b"RTY0\x07 \xc2\x9b31m \xe2\x80", b"31m "),
+                  (b"\xae end\rEVIL\n", b"EVIL")]
+        for piece, printed in pieces:
+            with log.open("ab") as handle:
+                handle.write(piece)
+            stdout.read_until(printed, 30)
+        services.tasks.set_status(task.id, "FAILED")
+        out, _ = follow.communicate(timeout=30)
+    finally:
+        follow.kill()
+        services.close()
+    shown = (stdout.text + out).decode()
+    assert_safe(shown)
+    assert shown == "crlf line\r\nsplit ✔ char\n\\x1b]52;c;QkFTRTY0\\x07 \\x9b31m \\u202e end\\rEVIL\n", repr(shown)
 
 
 # -- the chat ------------------------------------------------------------------------------------------
