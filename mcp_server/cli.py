@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 port = settings.load(home).port
             except settings.ConfigError as error:
-                print(str(error), file=sys.stderr)
+                from .visible import visible
+
+                print(visible(str(error), multiline=True), file=sys.stderr)
                 sys.exit(paths.EXIT_CANNOT_START)
         from .toolsets import connection_options
 
@@ -215,11 +217,12 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
     from .cli_output import CliError
     from .services.errors import ServiceError
     from .store.db import StoreOpenError
+    from .visible import visible
 
     try:
         return _dispatch(args, home)
-    except (CliError, ServiceError, StoreOpenError) as error:
-        print(f"agentqueue {args.command}: {error}", file=sys.stderr)
+    except (CliError, ServiceError, StoreOpenError) as error:  # the message may quote a title, a branch, git's words
+        print(f"agentqueue {args.command}: {visible(str(error), multiline=True)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -9,6 +9,7 @@ from typing import Any
 from . import paths
 from .cli_output import CliError, duration, print_json
 from .daemon_client import DaemonError, ToolError, call_tool, running_daemon, terminal_asker
+from .visible import visible
 
 
 def _call(home: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def approve(home: Path, task_id: str, as_json: bool) -> int:
         print_json(task)
         return 0
     pr = f" (PR {task['pr_url']})" if task.get("pr_url") else ""
-    print(f"Approved {task['id']}: {task['status']}{pr}.")
+    print(visible(f"Approved {task['id']}: {task['status']}{pr}."))
     return 0
 
 
@@ -47,7 +48,7 @@ def pause_or_resume(home: Path, action: str, project: str | None, as_json: bool)
     if as_json:
         print_json(result)
     else:
-        print(message)
+        print(visible(message))
     return 0
 
 
@@ -76,8 +77,8 @@ def stop(home: Path, force: bool) -> int:
     if running:
         print(f"Stopping the daemon interrupts {len(running)} running agent(s):")
         for row in running:
-            print(f"  {row['agent_id'] or '-':<14} {row['task_id']:<16} {row['status']:<11} "
-                  f"{duration(row['elapsed_s']):>8}  {row['title'][:40]}")
+            print(f"  {visible(row['agent_id'] or '-'):<14} {visible(row['task_id']):<16} {row['status']:<11} "
+                  f"{duration(row['elapsed_s']):>8}  {visible(row['title'][:40])}")
         print("Their tasks are recovered when the daemon starts again (work kept as a WIP commit, the task "
               "back to READY).")
         if not force:
@@ -89,5 +90,5 @@ def stop(home: Path, force: bool) -> int:
                 print("Not stopped.")
                 return 1
     stopped, message = stop_daemon(home)
-    print(message)
+    print(visible(message, multiline=True))
     return 0 if stopped else 1

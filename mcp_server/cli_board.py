@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import paths
 from .cli_output import CliError
+from .visible import visible
 
 WAIT_FOR_INFO_S = 15.0
 
@@ -70,7 +71,7 @@ def open_board(home: Path, no_open: bool, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"board": base + "/", "login_url": link}))
     else:
-        print(f"The board: {base}/\nLogin link (works once, for 2 minutes): {link}")
+        print(f"The board: {visible(base)}/\nLogin link (works once, for 2 minutes): {visible(link)}")
     if not no_open and not as_json:
         opened = webbrowser.open(link)
         if not opened:

@@ -30,7 +30,8 @@ def open_services(home: Path) -> Services:
 
 def print_json(value: Any) -> None:
     """Machine-readable output: one JSON document on stdout (pydantic models dumped as dicts)."""
-    sys.stdout.write(json.dumps(_plain(value), indent=2, default=str) + "\n")
+    # ensure_ascii: every control, escape and non-ASCII character of a title or log is a \uXXXX escape.
+    sys.stdout.write(json.dumps(_plain(value), indent=2, default=str, ensure_ascii=True) + "\n")
 
 
 def _plain(value: Any) -> Any:

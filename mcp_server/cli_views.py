@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 import time
@@ -16,6 +17,7 @@ from rich.text import Text
 from . import paths
 from .cli_output import duration, open_services, print_json
 from .status_view import STYLES
+from .visible import visible
 
 # `logs -f` keeps following while the task may still produce output: waiting to start or retry, or running.
 FOLLOW_STATES = ("READY", "ASSIGNED", "IN_PROGRESS", "VERIFYING")
@@ -27,6 +29,11 @@ def log_path(home: Path, task_id: str) -> Path:
 
 def _status(status: str) -> Text:
     return Text(status, style=STYLES.get(status, ""))
+
+
+def _shown(text: str, style: str = "", multiline: bool = False) -> Text:
+    """Text from the store (a task's, an agent's, a repo's) as a rich Text: no markup, no escapes act."""
+    return Text(visible(text, multiline), style=style)
 
 
 # -- tasks --------------------------------------------------------------------------------------------
@@ -41,8 +48,9 @@ def tasks(home: Path, project: str | None, status: str | None, show_all: bool, a
         return 0
     console = Console()
     if not items:
-        console.print("No tasks" + (f" in {project}" if project else "") + (f" with status {status}" if status else "")
-                      + "." + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else ""))
+        console.print(_shown("No tasks" + (f" in {project}" if project else "")
+                             + (f" with status {status}" if status else "") + "."
+                             + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else "")))
         return 0
     # Ids and statuses are never cut; only titles wrap (and long project ids are shortened).
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -50,10 +58,10 @@ def tasks(home: Path, project: str | None, status: str | None, show_all: bool, a
     table.add_column("project", no_wrap=True, min_width=7, max_width=20, overflow="ellipsis")
     table.add_column("status", no_wrap=True, min_width=6)
     table.add_column("pri", justify="right", no_wrap=True, min_width=3)
-    table.add_column("title", min_width=5)
+    table.add_column("title", min_width=5, overflow="fold")  # a long word breaks, never cut
     for task in items:
         title = task.title + (f"  (after {', '.join(task.depends_on)})" if task.depends_on else "")
-        table.add_row(task.id, task.project_id, _status(task.status), str(task.priority), title)
+        table.add_row(_shown(task.id), _shown(task.project_id), _status(task.status), str(task.priority), _shown(title))
     console.print(table)
     footer = f"{len(items)} of {total} task(s)" if total > len(items) else f"{total} task(s)"
     if hidden:
@@ -81,48 +89,49 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         print_json(data)
         return 0
     console = Console()
-    console.print(Text.assemble((task.id, "bold"), "  ", _status(task.status), "  ", task.title))
+    console.print(Text.assemble(_shown(task.id, "bold"), "  ", _status(task.status), "  ", _shown(task.title)))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
-    grid.add_column(ratio=1)
-    grid.add_row("project", task.project_id + (f"  repo {task.repo_id}" if task.repo_id else "  (no repo)"))
+    grid.add_column(ratio=1, overflow="fold")
+    grid.add_row("project", _shown(task.project_id + (f"  repo {task.repo_id}" if task.repo_id else "  (no repo)")))
     grid.add_row("priority", str(task.priority) + ("  requires approval" if task.requires_approval else ""))
     if task.assigned_agent:
-        grid.add_row("agent", task.assigned_agent)
+        grid.add_row("agent", _shown(task.assigned_agent))
     if reason:
-        grid.add_row("reason", Text(reason, style="yellow"))
+        grid.add_row("reason", _shown(reason, "yellow", multiline=True))
     if next_step:
-        grid.add_row("next step", Text(next_step, style="bold"))
+        grid.add_row("next step", _shown(next_step, "bold", multiline=True))
     if error and not reason:
-        grid.add_row("error", Text(f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": "),
-                                   style="red"))
+        said = f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": ")
+        grid.add_row("error", _shown(said, "red", multiline=True))
         if error.get("suggested_fix"):
-            grid.add_row("fix", error["suggested_fix"])
+            grid.add_row("fix", _shown(error["suggested_fix"], multiline=True))
     grid.add_row("attempts", f"{attempts} run(s); retries {task.retry_count} of {task.max_retries}")
     if task.branch:
-        grid.add_row("branch", task.branch)
+        grid.add_row("branch", _shown(task.branch))
     if task.pr_url:
-        grid.add_row("PR", task.pr_url)
+        grid.add_row("PR", _shown(task.pr_url))
     if task.depends_on:
-        grid.add_row("depends on", ", ".join(task.depends_on))
+        grid.add_row("depends on", _shown(", ".join(task.depends_on)))
     if task.dependents:
-        grid.add_row("dependents", ", ".join(task.dependents))
+        grid.add_row("dependents", _shown(", ".join(task.dependents)))
     if result is not None:
         cost = f" · ${result.cost_usd:.4f}" if result.cost_usd else ""
         took = f" · {duration(result.duration_s)}" if result.duration_s is not None else ""
         label = result.status + (f" ({result.error_type})" if result.error_type else "")
-        grid.add_row("last result", f"{label} · attempt {result.attempt}{took} · {result.tokens.total:,} tokens{cost}")
+        grid.add_row("last result",
+                     _shown(f"{label} · attempt {result.attempt}{took} · {result.tokens.total:,} tokens{cost}"))
         warning = getattr(result, "warning", None)
         if warning:
-            grid.add_row("warning", Text(warning, style="yellow"))
+            grid.add_row("warning", _shown(warning, "yellow", multiline=True))
         if result.summary:
-            grid.add_row("summary", result.summary.strip()[-1200:])
+            grid.add_row("summary", _shown(result.summary.strip()[-1200:], multiline=True))
         files = result.files_changed
-        grid.add_row("files changed", ", ".join(files) if files else "none")
-    grid.add_row("log", f"{log}  (agentqueue logs {task.id})" if log.exists() else "none yet")
+        grid.add_row("files changed", _shown(", ".join(files)) if files else "none")
+    grid.add_row("log", _shown(f"{log}  (agentqueue logs {task.id})") if log.exists() else "none yet")
     console.print(grid)
     console.print(Text("description", style="dim"))
-    console.print(task.description.strip()[:2000], markup=False, highlight=False)
+    console.print(_shown(task.description.strip()[:2000], multiline=True))
     return 0
 
 
@@ -138,14 +147,19 @@ def logs(home: Path, task_id: str, follow: bool, as_json: bool) -> int:
                 print_json({"task_id": task_id, "status": task.status, "path": str(path),
                             "exists": path.exists(), "text": text})
             elif text:
-                sys.stdout.write(text)
+                sys.stdout.write(visible(text, multiline=True))
             else:
-                print(f"No log yet for {task_id} ({task.status}): no agent has run it. "
-                      f"`agentqueue logs {task_id} -f` waits for one.", file=sys.stderr)
+                print(visible(f"No log yet for {task_id} ({task.status}): no agent has run it. "
+                              f"`agentqueue logs {task_id} -f` waits for one."), file=sys.stderr)
             return 0
         return _follow(services, task_id, path, as_json)
     finally:
         services.close()
+
+
+def _json_line(task_id: str, line: bytes) -> str:
+    # ensure_ascii: the line's escapes and controls arrive as \u001b, never raw.
+    return json.dumps({"task_id": task_id, "line": line.decode("utf-8", "replace")}, ensure_ascii=True) + "\n"
 
 
 def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
@@ -153,6 +167,10 @@ def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
     offset, pending = 0, b""
     announced = False
     out = sys.stdout
+    # Chunks end anywhere: a character cut in two is decoded once whole, and a trailing \r waits for the
+    # next chunk to tell a CRLF line end (kept) from a line overwriting itself (shown as \r).
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    held = ""
     try:
         while True:
             status = services.tasks.get(task_id).status  # read before the file: its last lines precede the change
@@ -166,13 +184,18 @@ def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
                         pending += chunk
                         *lines, pending = pending.split(b"\n")
                         for line in lines:
-                            out.write(json.dumps({"task_id": task_id, "line": line.decode("utf-8", "replace")}) + "\n")
+                            out.write(_json_line(task_id, line))
                     else:
-                        out.write(chunk.decode("utf-8", errors="replace"))
+                        text = held + decoder.decode(chunk)
+                        text, held = (text[:-1], "\r") if text.endswith("\r") else (text, "")
+                        out.write(visible(text, multiline=True))
                     out.flush()
             if status not in FOLLOW_STATES:
+                if not as_json and (rest := held + decoder.decode(b"", final=True)):
+                    out.write(visible(rest, multiline=True))
+                    out.flush()
                 if as_json and pending:
-                    out.write(json.dumps({"task_id": task_id, "line": pending.decode("utf-8", "replace")}) + "\n")
+                    out.write(_json_line(task_id, pending))
                 print(f"[{task_id} is {status}]", file=sys.stderr, flush=True)
                 return 0
             if status == "READY" and not announced:
@@ -195,17 +218,19 @@ def diff(home: Path, task_id: str, as_json: bool) -> int:
         print_json(result)
         return 0
     files = result["files_changed"]
-    print(f"# {task_id}: branch {result['branch']} against {result['base'][:12]}, {len(files)} file(s) changed",
-          file=sys.stderr)
+    print(visible(f"# {task_id}: branch {result['branch']} against {result['base'][:12]}, {len(files)} file(s) "
+                  "changed"), file=sys.stderr)
     if not result["diff"].strip():
         print("(no changes)", file=sys.stderr)
         return 0
+    # Shown, not applied: a file's escape bytes print as \x1b even when piped (`diff --json` has them exact).
+    text = visible(result["diff"], multiline=True)
     if sys.stdout.isatty():
         from rich.syntax import Syntax
 
-        Console().print(Syntax(result["diff"], "diff", theme="ansi_dark", background_color="default"))
+        Console().print(Syntax(text, "diff", theme="ansi_dark", background_color="default", word_wrap=True))
     else:
-        sys.stdout.write(result["diff"] if result["diff"].endswith("\n") else result["diff"] + "\n")
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
@@ -227,7 +252,7 @@ def usage(home: Path, project: str | None, task: str | None, since: float | None
     total = summary["total"]
     scope = f"task {task}" if task else f"project {project}" if project else "all projects"
     window = f", last {since:g} h" if since else ""
-    console.print(Text.assemble(("Token usage", "bold"), f" ({scope}{window}): ", f"{total['total']:,} tokens",
+    console.print(Text.assemble(("Token usage", "bold"), visible(f" ({scope}{window}): "), f"{total['total']:,} tokens",
                                 f" · ${total['cost_usd']:.4f}", (f"  (in {total['input']:,} · out {total['output']:,}"
                                 f" · cache read {total['cache_read']:,} · write {total['cache_write']:,})", "dim")))
     if not summary["breakdown"]:
@@ -240,7 +265,7 @@ def usage(home: Path, project: str | None, task: str | None, since: float | None
     for name in ("runs", "tokens", "cost $"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     for row in summary["breakdown"]:
-        table.add_row(*[str(row[k] or "-") for k in group], str(row["runs"]), f"{row['total']:,}",
+        table.add_row(*[_shown(str(row[k] or "-")) for k in group], str(row["runs"]), f"{row['total']:,}",
                       f"{row['cost_usd']:.4f}")
     console.print(table)
     return 0

@@ -55,7 +55,9 @@ Ask = Callable[[str], bool]
 
 def ask_at_terminal(question: str) -> bool:
     """The policy's question on the terminal, answered y/N by the person who typed the command."""
-    print(question, file=sys.stderr, flush=True)
+    from .visible import visible
+
+    print(visible(question, multiline=True), file=sys.stderr, flush=True)  # it quotes the call's arguments
     try:
         return input("Allow it? [y/N] ").strip().lower() in ("y", "yes")
     except EOFError:

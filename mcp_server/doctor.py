@@ -382,13 +382,17 @@ def doctor(home: Path, as_json: bool = False) -> int:
     from rich.console import Console
     from rich.text import Text
 
+    from .visible import visible
+
+    # A detail quotes what a CLI, a config file or git printed: shown, never obeyed.
     console = Console()
-    console.print(Text.assemble(("AgentQueue doctor", "bold"), f" {__version__}  home {home}"))
+    console.print(Text.assemble(("AgentQueue doctor", "bold"), visible(f" {__version__}  home {home}")))
     for check in checks:
         mark, style = MARKS[check.level]
-        console.print(Text.assemble((f"{mark} ", style), (check.name, "bold"), f"  {check.detail}"))
+        console.print(Text.assemble((f"{mark} ", style), (visible(check.name), "bold"),
+                                    f"  {visible(check.detail, multiline=True)}"))
         if check.fix:
-            console.print(Text.assemble(("    fix: ", "dim"), check.fix))
+            console.print(Text.assemble(("    fix: ", "dim"), visible(check.fix, multiline=True)))
     warnings = sum(c.level == "warn" for c in checks)
     summary = (f"{problems} problem(s)" if problems else "No problems") + (f", {warnings} warning(s)" if warnings else "")
     console.print(Text(summary + ".", style="bold red" if problems else "green"))

@@ -21,6 +21,7 @@ from .cli_output import duration, open_services, print_json, seconds_since
 from .daemon_client import daemon_info, running_daemon
 from .services import Services
 from .store.models import TaskStatus
+from .visible import visible
 
 STATES = [s.value for s in TaskStatus]
 ACTIVE = ("ASSIGNED", "IN_PROGRESS", "VERIFYING")  # an agent process is working on the task
@@ -108,7 +109,7 @@ def _daemon_line(data: dict[str, Any]) -> Text:
     if daemon["running"]:
         parts = [f"daemon running (pid {daemon['pid']}, up {duration(daemon['uptime_s'])})"]
         if daemon.get("version") and daemon["version"] != __version__:
-            parts.append(f"version {daemon['version']}")
+            parts.append(f"version {visible(str(daemon['version']))}")
         parts.append(f"orchestrator {orchestrator}")
         return Text(" · ".join(parts), style="yellow" if orchestrator == "paused" else "")
     crashed = "; it stopped without cleaning up, see logs/daemon.out" if daemon.get("crashed") else ""
@@ -118,11 +119,11 @@ def _daemon_line(data: dict[str, Any]) -> Text:
 
 def render(data: dict[str, Any], width: int = 80) -> RenderableType:
     parts: list[RenderableType] = [
-        Text.assemble(("AgentQueue ", "bold"), __version__, ("  home ", "dim"), data["home"]),
+        Text.assemble(("AgentQueue ", "bold"), __version__, ("  home ", "dim"), visible(data["home"])),
         _daemon_line(data),
     ]
     if data["daemon"].get("http_url"):
-        parts.append(Text(f"HTTP {data['daemon']['http_url']}", style="dim"))
+        parts.append(Text(f"HTTP {visible(str(data['daemon']['http_url']))}", style="dim"))
     lead = f"tasks {data['tasks']['total']}: "
     parts.append(Text.assemble((lead, "bold"), _counts(data["tasks"]["by_status"], width - len(lead), len(lead))))
     if data["projects"]:
@@ -131,10 +132,11 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
         projects.add_column("project", min_width=7, max_width=30, no_wrap=True, overflow="ellipsis")
         projects.add_column("state", min_width=6, no_wrap=True)
         projects.add_column("tasks", min_width=5)
-        id_width = min(30, max(7, *(len(p["id"]) for p in data["projects"])))
+        id_width = min(30, max(7, *(len(visible(p["id"])) for p in data["projects"])))
         counts_width = max(20, width - id_width - 6 - 6)  # two column gaps of 3
         for project in data["projects"]:
-            projects.add_row(project["id"], Text(project["status"], "yellow" if project["status"] == "PAUSED" else ""),
+            projects.add_row(Text(visible(project["id"])),
+                             Text(visible(project["status"]), "yellow" if project["status"] == "PAUSED" else ""),
                              _counts(project["task_counts"], counts_width))
         parts.append(projects)
     if data["running"]:
@@ -143,20 +145,20 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
         running.add_column("task", min_width=4, no_wrap=True)
         running.add_column("status", min_width=6, no_wrap=True)
         running.add_column("elapsed", min_width=7, no_wrap=True, justify="right")
-        running.add_column("title", min_width=5)
+        running.add_column("title", min_width=5, overflow="fold")
         for row in data["running"]:
-            running.add_row(row["agent_id"] or "-", row["task_id"], row["status"], duration(row["elapsed_s"]),
-                            row["title"])
+            running.add_row(Text(visible(row["agent_id"] or "-")), Text(visible(row["task_id"])),
+                            Text(visible(row["status"])), duration(row["elapsed_s"]), Text(visible(row["title"])))
         parts.append(running)
     idle = [a for a in data["agents"] if a["state"] != "BUSY"]
     if data["agents"]:
         parts.append(Text(f"agents {len(data['agents'])}: " + ", ".join(
-            f"{a['id']} ({a['agent_type']}, {a['state'].lower()})" for a in data["agents"])
+            visible(f"{a['id']} ({a['agent_type']}, {a['state'].lower()})") for a in data["agents"])
             if len(data["agents"]) <= 4 else f"agents {len(data['agents'])}: {len(idle)} idle", style="dim"))
     else:
         parts.append(Text("agents: none registered (create_agent adds one)", style="yellow"))
     for warning in data["warnings"]:
-        parts.append(Text(f"! {warning}", style="yellow"))
+        parts.append(Text(f"! {visible(warning, multiline=True)}", style="yellow"))
     return Group(*parts)
 
 
@@ -170,8 +172,8 @@ def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
         if as_json:
             print_json(_no_data(home))
         else:
-            console.print(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
-                          "claude-code`) or start the daemon (`agentqueue serve`).")
+            console.print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
+                                       "claude-code`) or start the daemon (`agentqueue serve`).")))
         return 0
     services = open_services(home)
     try:

@@ -21,6 +21,7 @@ from .cli_actions import running_agents
 from .cli_output import CliError, duration
 from .daemon_client import running_daemon
 from .install import configs_with_entry, install
+from .visible import visible
 
 
 @dataclass
@@ -98,18 +99,18 @@ def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
         interrupt = f", interrupting {len(running)} running agent(s)" if running else ""
         print(f"  - stop the daemon (pid {daemon.get('pid')}){interrupt}")
         for row in running:
-            print(f"      {row['agent_id']}: {row['task_id']} ({row['status']}, {duration(row['elapsed_s'])})")
+            print(visible(f"      {row['agent_id']}: {row['task_id']} ({row['status']}, {duration(row['elapsed_s'])})"))
     for plan in plans:
         if plan.worktrees:
             print(f"  - remove {len(plan.worktrees)} worktree(s) of repo {plan.repo_id} ({plan.checkout})")
         if plan.merged:
-            print(f"  - delete {len(plan.merged)} task branch(es) of {plan.repo_id} already in {plan.default_branch}: "
-                  + ", ".join(plan.merged))
+            print(visible(f"  - delete {len(plan.merged)} task branch(es) of {plan.repo_id} already in "
+                          f"{plan.default_branch}: " + ", ".join(plan.merged)))
         if plan.unmerged:
             verb = "delete" if purge else "keep"
-            print(f"  - {verb} {len(plan.unmerged)} task branch(es) of {plan.repo_id} with work not in "
-                  f"{plan.default_branch}: " + ", ".join(plan.unmerged)
-                  + ("" if purge else "  (--purge deletes them)"))
+            print(visible(f"  - {verb} {len(plan.unmerged)} task branch(es) of {plan.repo_id} with work not in "
+                          f"{plan.default_branch}: " + ", ".join(plan.unmerged)
+                          + ("" if purge else "  (--purge deletes them)")))
     if purge:
         print(f"  - DELETE the data directory {home} (database, logs, notes, config, workspaces)")
     else:
@@ -155,13 +156,13 @@ def _prune(plan: RepoPlan, purge: bool) -> int:
             print(f"Removed worktree {path}")
         else:
             problems += 1
-            print(f"Kept worktree {path}: {done.stderr.strip()} (--purge removes it anyway)")
+            print(visible(f"Kept worktree {path}: {done.stderr.strip()} (--purge removes it anyway)", multiline=True))
     _git(plan.checkout, "worktree", "prune")
     for branch in plan.merged + (plan.unmerged if purge else []):
         done = _git(plan.checkout, "branch", "-D", branch)
         if done.returncode == 0:
-            print(f"Deleted branch {branch} in {plan.checkout}")
+            print(visible(f"Deleted branch {branch} in {plan.checkout}"))
         else:
             problems += 1
-            print(f"Kept branch {branch} in {plan.checkout}: {done.stderr.strip()}")
+            print(visible(f"Kept branch {branch} in {plan.checkout}: {done.stderr.strip()}", multiline=True))
     return problems

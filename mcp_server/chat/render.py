@@ -1,5 +1,9 @@
 """How a chat looks in a terminal (rich): streamed text, one line per tool call and result, a footer per
-turn, the queue's lines printed above the prompt without breaking what the person is typing."""
+turn, the queue's lines printed above the prompt without breaking what the person is typing.
+
+Everything shown came from the model, a tool, a task or a repo, so it goes through `visible` (escapes
+and controls shown, not obeyed) and is printed as a rich `Text` (markup and :emoji: codes shown as typed).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from ..visible import visible
 from .turns import Permission, TurnResult
 
 PROMPT = "you › "
@@ -33,8 +38,8 @@ def fold(arguments: dict[str, Any], width: int) -> str:
     parts = []
     for key, value in arguments.items():
         shown = value if isinstance(value, str) else json.dumps(value)
-        shown = " ".join(str(shown).split())
-        parts.append(f"{key}={shown[:40] + '…' if len(shown) > 41 else shown}")
+        shown = visible(" ".join(str(shown).split()))
+        parts.append(f"{visible(str(key))}={shown[:40] + '…' if len(shown) > 41 else shown}")
     line = "  ".join(parts)
     return line[: max(width - 1, 10)] + "…" if len(line) > width else line
 
@@ -47,39 +52,40 @@ class TerminalView:
         self.prompting = False
 
     def _print(self, text: Text | str, end: str = "\n") -> None:
+        """A Text is printed as built (its parts made visible by whoever built it); a str is made visible."""
         with self.lock:
             if not self.at_line_start:
                 self.console.print()
-            self.console.print(text, end=end, markup=False) if isinstance(text, str) else \
-                self.console.print(text, end=end)
+            self.console.print(Text(visible(text, multiline=True)) if isinstance(text, str) else text, end=end)
             self.at_line_start = end.endswith("\n")
 
     # -- the turn ---------------------------------------------------------------------------------
     def text(self, chunk: str) -> None:
         with self.lock:
-            self.console.print(chunk, end="", markup=False)
+            self.console.print(Text(visible(chunk, multiline=True)), end="")
             self.at_line_start = chunk.endswith("\n")
 
     def tool_call(self, name: str, arguments: dict[str, Any]) -> None:
+        name = visible(name)
         width = self.console.width - len(name) - 5
         self._print(Text.assemble(("⚙ ", "cyan"), (name, "bold cyan"), "  ", (fold(arguments, width), "dim")))
 
     def tool_result(self, summary: str, is_error: bool) -> None:
         self._print(Text.assemble(("  ✗ " if is_error else "  ↳ ", "red" if is_error else "green"),
-                                  (summary, "red" if is_error else "dim")))
+                                  (visible(summary), "red" if is_error else "dim")))
 
     def note(self, message: str) -> None:
-        self._print(Text(message, style="yellow"))
+        self._print(Text(visible(message, multiline=True), style="yellow"))
 
     def error(self, message: str) -> None:
-        self._print(Text("✗ " + message, style="bold red"))
+        self._print(Text("✗ " + visible(message, multiline=True), style="bold red"))
 
     def footer(self, turn: TurnResult) -> None:
         label = "interrupted · " if turn.interrupted else ""
         self._print(Text(f"── {label}{footer_text(turn)}", style="dim"))
 
     def ask(self, question: str, choices: str) -> str:
-        self._print(Text(question, style="bold yellow"))
+        self._print(Text(visible(question, multiline=True), style="bold yellow"))
         try:
             return input(choices).strip().lower()
         except EOFError:
@@ -88,9 +94,11 @@ class TerminalView:
             self.at_line_start = True
 
     def ask_permission(self, tool: str, arguments: dict[str, Any], description: str) -> Permission:
-        what = fold(arguments, self.console.width - len(tool) - 12)
-        answer = self.ask(f"claude wants to use {tool}: {what}" + (f" ({description})" if description else ""),
-                          "Allow? [y]es / [n]o / [a]lways: ")
+        # The whole input, uncut: a yes runs exactly these arguments (each on its own line, made visible).
+        lines = "".join(f"\n  {visible(str(key))}: {visible(value if isinstance(value, str) else json.dumps(value))}"
+                        for key, value in arguments.items())
+        answer = self.ask(f"claude wants to use {visible(tool)}" + (f" ({visible(description)})" if description else "")
+                          + (":" + lines if lines else ""), "Allow? [y]es / [n]o / [a]lways: ")
         return "allow" if answer in ("y", "yes") else "always" if answer in ("a", "always") else "deny"
 
     def ask_question(self, message: str) -> bool:
@@ -126,8 +134,8 @@ class ScriptView:
         self.stream_text = stream_text
 
     def text(self, chunk: str) -> None:
-        if self.stream_text:
-            sys.stdout.write(chunk)
+        if self.stream_text:  # a person may be reading it (`--json` has the text exact)
+            sys.stdout.write(visible(chunk, multiline=True))
             sys.stdout.flush()
 
     def tool_call(self, name: str, arguments: dict[str, Any]) -> None:
@@ -137,7 +145,7 @@ class ScriptView:
         return None
 
     def note(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        print(visible(message, multiline=True), file=sys.stderr, flush=True)
 
     def ask_permission(self, tool: str, arguments: dict[str, Any], description: str) -> Permission:
         self.note(f"claude asked to use {tool}; `agentqueue chat -p` cannot ask a person, so it was refused.")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..visible import visible
 from . import state
 from .claude import ClaudeMissing, ClaudeProcess, argv, find_claude
 from .turns import Conversation, TurnResult
@@ -26,7 +27,7 @@ def run(home: Path, project: str | None, model: str | None, resume: bool, prompt
     try:
         claude = find_claude(home)
     except ClaudeMissing as error:
-        print(f"agentqueue chat: {error}", file=sys.stderr)
+        print(f"agentqueue chat: {visible(str(error), multiline=True)}", file=sys.stderr)
         return 1
     session_id = None
     if resume:
@@ -42,8 +43,8 @@ def run(home: Path, project: str | None, model: str | None, resume: bool, prompt
     try:
         process = ClaudeProcess(argv(claude, home, project, model, session_id))
     except OSError as error:
-        print(f"agentqueue chat: {claude} could not start ({error.strerror or error}). Check it runs "
-              "(`claude --version`), reinstall it or set AGENTQUEUE_CLAUDE_BIN; `agentqueue doctor` helps.",
+        print(visible(f"agentqueue chat: {claude} could not start ({error.strerror or error}). Check it runs "
+                      "(`claude --version`), reinstall it or set AGENTQUEUE_CLAUDE_BIN; `agentqueue doctor` helps."),
               file=sys.stderr)
         return 1
     conversation = Conversation(process)
@@ -59,9 +60,9 @@ def _ensure_daemon(home: Path) -> bool:
     from ..plugin import DaemonStartError, connect_or_start
 
     try:
-        connect_or_start(home, progress=lambda line: print(line, file=sys.stderr, flush=True)).close()
+        connect_or_start(home, progress=lambda line: print(visible(line), file=sys.stderr, flush=True)).close()
     except DaemonStartError as error:
-        print(f"agentqueue chat: {error}", file=sys.stderr)
+        print(f"agentqueue chat: {visible(str(error), multiline=True)}", file=sys.stderr)
         return False
     return True
 
@@ -79,11 +80,12 @@ def _one_shot(home: Path, project: str | None, conversation: Conversation, promp
     if as_json:
         print(json.dumps({"text": turn.text, "tool_calls": turn.tool_calls, "tokens": turn.usage,
                           "cost_usd": turn.cost_usd, "session_id": turn.session_id, "duration_ms": turn.duration_ms,
-                          "is_error": not turn.ok, "error_kind": turn.error_kind, "error": turn.error}, indent=2))
+                          "is_error": not turn.ok, "error_kind": turn.error_kind, "error": turn.error}, indent=2,
+                         ensure_ascii=True))
     elif turn.text and not turn.text.endswith("\n"):
         print()
-    if turn.error:
-        print(f"agentqueue chat: {turn.error}", file=sys.stderr)
+    if turn.error:  # it quotes claude's stderr
+        print(f"agentqueue chat: {visible(turn.error, multiline=True)}", file=sys.stderr)
     return 0 if turn.ok else 1
 
 
@@ -100,7 +102,7 @@ def _interactive(home: Path, project: str | None, conversation: Conversation, cl
     view = TerminalView()
     watcher = QueueWatcher(home, view.announce)
     scope = f" · project {project}" if project else ""
-    view._print(Text.assemble(("AgentQueue chat", "bold"), f" · {claude}{scope}\n",
+    view._print(Text.assemble(("AgentQueue chat", "bold"), visible(f" · {claude}{scope}") + "\n",
                               ("Ctrl-C stops a reply · Ctrl-D or /exit leaves · /help", "dim")))
     watcher.start()
     status = 0
@@ -167,7 +169,12 @@ def _command(home: Path, text: str, view: Any, watcher: Any) -> str | None:
             if word == "/deny" and len(rest) > 1:
                 arguments["message"] = rest[1]
             done = call_tool(home, "answer_request", arguments, timeout=30, start=False, ask=view.ask_question)
-            view.note(f"{request_id}: {done.get('status')} — task {done.get('task_id')} goes on.")
+            # What was answered, from the daemon's record: the same action string the request line showed.
+            action = str(done.get("action") or done.get("tool") or "?")
+            said = f"{request_id} {done.get('status')}: {visible(action)}"
+            if word == "/always":  # the rule answer_request added (its suggested rule, else the action)
+                said += f"; the project's policy now allows {visible(str(done.get('suggested_rule') or action))}"
+            view.note(f"{said} — task {done.get('task_id')} goes on.")
             watcher.pending.pop(request_id, None)
         elif word == "/approve" and rest:
             call_tool(home, "approve_task", {"task_id": rest[0]}, timeout=60, start=False, ask=view.ask_question)

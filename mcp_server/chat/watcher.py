@@ -22,6 +22,7 @@ from rich.text import Text
 
 from .. import paths
 from ..daemon_client import DaemonError, ToolError, call_tool, daemon_info
+from ..visible import visible
 
 POLL_SECONDS = 0.5
 TASK_LINES = {  # event type -> (mark, style, what happened)
@@ -134,15 +135,16 @@ class QueueWatcher:
             self.seen_at[task_id] = time.time()
 
     def task_line(self, event_type: str, task_id: str) -> Text:
+        """One line (a title's newlines shown as \\n): the task's words can't fake a second queue line."""
         mark, style, what = TASK_LINES[event_type]
         task = self._call("get_task", task_id=task_id) or {}
-        line = Text.assemble((f"{mark} ", style), (task_id, "bold"), f" {what}")
+        line = Text.assemble((f"{mark} ", style), (visible(task_id), "bold"), f" {what}")
         if task.get("title"):
-            line.append(f": {task['title']}")
+            line.append(f": {visible(str(task['title']))}")
         if event_type != "task.completed" and task.get("reason"):
-            line.append(f" — {task['reason']}", style="dim")
+            line.append(f" — {visible(str(task['reason']))}", style="dim")
         if event_type == "task.awaiting_approval":
-            line.append(f"  /approve {task_id}", style="cyan")
+            line.append(f"  /approve {visible(task_id)}", style="cyan")
         return line
 
     def refresh_requests(self, announce_new: bool = True) -> None:
@@ -156,11 +158,17 @@ class QueueWatcher:
         self.pending = current
 
     def request_line(self, request: dict[str, Any]) -> Text:
-        rid = request["id"]
-        return Text.assemble(("? ", "bold yellow"), (request["task_id"], "bold"), " asks: ",
-                             (request.get("action") or request.get("tool") or "?", "bold"),
-                             f" (project {request.get('project_id')})  ",
+        """The request's action string whole, made visible: exactly what /allow lets the agent do (and, when
+        it differs, the rule /always adds to the policy)."""
+        rid = visible(str(request["id"]))
+        action = str(request.get("action") or request.get("tool") or "?")
+        rule = request.get("suggested_rule")
+        line = Text.assemble(("? ", "bold yellow"), (visible(str(request["task_id"])), "bold"), " asks: ",
+                             (visible(action), "bold"), visible(f" (project {request.get('project_id')})  "),
                              (f"/allow {rid} · /deny {rid} · /always {rid}", "cyan"))
+        if rule and rule != action:
+            line.append(f"  (/always remembers {visible(str(rule))})", style="dim")
+        return line
 
     def _call(self, tool: str, **arguments: Any) -> dict[str, Any] | None:
         try:
