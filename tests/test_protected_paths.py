@@ -207,9 +207,6 @@ async def test_the_repositorys_own_hooks_folder_is_protected(svc: Services) -> N
     assert waiting.reason is not None and "tools/git-hooks/pre-commit (git hooks" in waiting.reason
 
 
-@pytest.mark.xfail(strict=True, reason="AgentQueue's own `git commit` of the leftovers (outside any sandbox) runs "
-                   "the hook the agent wrote, when core.hooksPath points into the worktree; the fix belongs in gitops "
-                   "(-c core.hooksPath=/dev/null for commits and merges in task worktrees)")
 async def test_agentqueues_own_commit_never_runs_a_hook_the_agent_wrote(svc: Services, tmp_path: Path) -> None:
     git(checkout(svc), "config", "core.hooksPath", "tools/git-hooks")
     escaped = tmp_path / "escaped.txt"

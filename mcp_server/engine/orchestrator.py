@@ -75,6 +75,10 @@ class EngineConfig:
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
+# Agent CLIs that read project settings from the worktree and have no switch to skip them.
+MASKED_AGENTS = ("codex", "gemini")
+
+
 class Engine:
     def __init__(self, services: Services, home: Path, flush: Callable[[], Awaitable[None]] | None = None,
                  config: EngineConfig | None = None, on_log: Callable[[str], None] | None = None) -> None:
@@ -361,7 +365,10 @@ class Engine:
         channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
                                     lambda line: self._log_line(task_id, line))
         env = svc.settings.agent_environment()
-        with self._contained(task, agent, workspace, spec, env, planted or {}) as (spec, env):
+        # Claude Code skips planted settings itself (--setting-sources user) and may still edit them; a CLI with no
+        # such switch sees the default branch's files over the planted ones, read-only, for this run.
+        masks = planted or {} if agent.agent_type in MASKED_AGENTS else {}
+        with self._contained(task, agent, workspace, spec, env, masks) as (spec, env):
             runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
                                on_line, env=env, channel=channel)
             async with anyio.create_task_group() as tg:

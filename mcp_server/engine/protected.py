@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..services.errors import ServiceError
-from ..services.gitops import check_ref_name
+from ..services.gitops import SAFE_GIT, check_ref_name
 
 AGENT = "agent CLI settings, hooks, commands or MCP servers, which later agent runs load"
 GIT_HOOKS = "git hooks, which git runs on commit and merge (AgentQueue's own commits too)"
@@ -228,8 +228,9 @@ def planted_note(planted: dict[str, bytes | None], agent_type: str) -> str:
 
 
 # -- git and the file system ----------------------------------------------------------------------------
-def _git(cwd: Path, *args: str) -> bytes:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL)
+def _git(cwd: Path, *args: str, safe: bool = True) -> bytes:
+    """git's output; `safe=False` only to read the repository's own setting that SAFE_GIT would override."""
+    done = subprocess.run(["git", *(SAFE_GIT if safe else ()), *args], cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip()
         raise ServiceError(f"git {args[0]} failed in {cwd}: {message}")
@@ -270,7 +271,7 @@ def _blobs(root: Path, shas: list[str]) -> dict[str, bytes]:
     """The content of blobs, read in one `git cat-file --batch`."""
     if not shas:
         return {}
-    done = subprocess.run(["git", "cat-file", "--batch"], cwd=root, input="".join(f"{s}\n" for s in shas).encode(),
+    done = subprocess.run(["git", *SAFE_GIT, "cat-file", "--batch"], cwd=root, input="".join(f"{s}\n" for s in shas).encode(),
                           capture_output=True)
     if done.returncode != 0:
         raise ServiceError(f"git cat-file failed in {root}: {done.stderr.decode('utf-8', 'replace').strip()}")
@@ -342,7 +343,7 @@ def _rules_for(root: Path, base: Sequence[Rule], untracked: bool) -> list[Rule]:
 def _hooks_path(root: Path) -> str | None:
     """core.hooksPath when it names a folder inside the worktree (git resolves a relative one from its root)."""
     try:
-        value = _git(root, "config", "--get", "core.hooksPath").decode("utf-8", "surrogateescape").strip()
+        value = _git(root, "config", "--get", "core.hooksPath", safe=False).decode("utf-8", "surrogateescape").strip()
     except ServiceError:
         return None  # unset
     if not value or value.startswith("~"):

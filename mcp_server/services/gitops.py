@@ -53,6 +53,11 @@ def check_ref_name(name: str | None, what: str = "branch") -> str:
     return name
 
 
+# Every git command AgentQueue runs: no hook and no fsmonitor command, whatever a repo, a worktree or an agent
+# configured (a task's worktree is hostile until reviewed, and AgentQueue's own commits run outside the sandbox).
+SAFE_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+
+
 class Checkout:
     """A git working tree at `path`."""
 
@@ -73,7 +78,7 @@ class Checkout:
     def run(self, *args: str, env: dict[str, str] | None = None) -> str:
         try:
             with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
-                return self.repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=True)
+                return self.repo.git.execute(["git", *SAFE_GIT, *args], env=env, strip_newline_in_stdout=True)
         except git.GitCommandError as error:
             stderr = (error.stderr or "").strip().removeprefix("stderr:").strip(" '\n")
             raise GitError(f"git {args[0]} failed in {self.path}: {stderr or error}") from None
