@@ -567,6 +567,12 @@ def test_the_board_refuses_exactly_the_titles_the_tool_refuses(board: LiveDaemon
             assert flash_text(answer) == tool_says, (title, flash_text(answer), tool_says)
             assert "Task title" in tool_says
         assert titles(board) == []
+        made = board.call("create_task", project_id="demo", title="Fine", description="d")
+        try:
+            board.call("edit_task", task_id=made["id"], title="two\nlines")
+            raise AssertionError("edit_task took a title create_task refuses")
+        except ToolError as error:
+            assert "control character" in str(error)
         ok = person.post("/projects/demo/tasks", data={"title": "é" * 255, "description": "d", "csrf": csrf},
                          headers={"HX-Request": "true"})
         assert "queued" in flash_text(ok)
@@ -603,3 +609,8 @@ def test_numbers_in_board_forms_are_ascii_whole_numbers_or_a_clear_4xx(board: Li
             assert 400 <= answer.status_code < 500, (path, answer.status_code)
     assert titles(board) == ["Review me"]
     assert board.task_status(task["id"]) == "AWAITING_APPROVAL"
+    # Every attempt is an audit row of the person's session, refused, even those refused before any service ran.
+    changes = board.call("get_audit_log", action="board:changes", limit=100)["entries"]
+    assert len(changes) == 13 and {(e["actor"], e["outcome"]) for e in changes} == {("board", "refused")}
+    created = board.call("get_audit_log", action="board:create_task", limit=100)["entries"]
+    assert len(created) == 8 and {(e["actor"], e["outcome"]) for e in created} == {("board", "refused")}

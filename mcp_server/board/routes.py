@@ -79,16 +79,19 @@ class Board:
 
     async def act(self, request: Request, action: str, fn: Callable[..., Any], *args: Any,
                   project_id: str | None = None, task_id: str | None = None,
-                  arguments: dict[str, Any] | None = None, done: str = "Done.") -> Response:
+                  arguments: dict[str, Any] | None = None, done: str = "Done.", refused: str | None = None) -> Response:
         """Run one action (its tool's `arguments`) if the daemon and the policy permit it, through the
-        services; audit it; answer htmx (a flash) or a plain form (303)."""
+        services; audit it (also when `refused`: the form was bad, nothing ran); answer htmx (a flash)
+        or a plain form (303)."""
         started = time.monotonic()
         credential = request.scope.get(CREDENTIAL)
         arguments = arguments or {}
         status = 400
         try:
+            if refused is not None:
+                raise ServiceError(refused)
             verdict = await anyio.to_thread.run_sync(permit, self.svc, action, arguments, credential, self.options)
-        except ServiceError as error:  # an id the policy needs names nothing: the tool's own message
+        except ServiceError as error:  # a bad form, or an id the policy needs names nothing: the tool's message
             decision, decided_by, message, outcome = "none", "not reached", str(error), "refused"
         else:
             decision, decided_by = verdict.decision, verdict.decided_by
@@ -155,9 +158,8 @@ class Board:
         form = await request.form()
         title, description = str(form.get("title") or ""), str(form.get("description") or "")
         priority = _whole(str(form.get("priority") or "100"))
-        if priority is None:
-            return self._answer_error(request, f"priority must be a whole number such as 100 (got "
-                                               f"{_shown(form.get('priority'))}). Nothing was changed.")
+        refused = None if priority is not None else (
+            f"priority must be a whole number such as 100 (got {_shown(form.get('priority'))}). Nothing was changed.")
         depends_on = [str(d) for d in form.getlist("depends_on") if d]
         approval = form.get("requires_approval") in ("on", "true", "1")
         repo_id = str(form.get("repo_id") or "") or None
@@ -165,27 +167,22 @@ class Board:
                      "repo_id": repo_id, "requires_approval": approval, "depends_on": depends_on}
         return await self.act(request, "create_task", lambda: self.svc.tasks.create(
             project_id, title, description, priority, repo_id, approval, depends_on, 3, None),
-            project_id=project_id, arguments=arguments, done=f"Task “{title}” queued.")
-
-    def _answer_error(self, request: Request, message: str, status: int = 400) -> Response:
-        """A refusal before anything ran: a flash for htmx (which swaps only 2xx), else a 4xx page."""
-        if request.headers.get("hx-request"):
-            return self._flash(request, False, message)
-        return self.render(request, "error.html", status=status, message=message)
+            project_id=project_id, arguments=arguments, done=f"Task “{title}” queued.", refused=refused)
 
     async def task_action(self, request: Request) -> Response:
         task_id, action = request.path_params["task_id"], request.path_params["action"]
         if action not in ACTIONS:
-            return self._answer_error(request, f"Unknown action {action!r}: one of {', '.join(ACTIONS)}.")
+            return await self.act(request, "unknown", lambda: None, task_id=task_id, arguments={"action": action},
+                                  refused=f"Unknown action {_shown(action)}: one of {', '.join(ACTIONS)}.")
         tasks = self.svc.tasks
+        refused = None
         if action == "changes":
             form = await request.form()
             comment = str(form.get("comment") or "")
             file, text = str(form.get("file") or "") or None, str(form.get("line") or "").strip()
             line = _whole(text) if text else None
             if text and line is None:
-                return self._answer_error(request, f"line must be a line number such as 12 (got {_shown(text)}). "
-                                                   "Nothing was changed.")
+                refused = f"line must be a line number such as 12 (got {_shown(text)}). Nothing was changed."
             call = lambda: self.svc.feedback.request_changes(  # noqa: E731
                 task_id, comment, file, line, author="board")
             arguments = {"task_id": task_id, "comment": comment, "file": file, "line": line}
@@ -199,9 +196,9 @@ class Board:
         try:
             project_id = (await self.read(tasks.get, task_id)).project_id
         except NotFoundError as error:
-            return self._answer_error(request, str(error))
+            refused = refused or str(error)
         return await self.act(request, action, call, project_id=project_id, task_id=task_id,
-                              arguments=arguments, done=done)
+                              arguments=arguments, done=done, refused=refused)
 
     async def answer(self, request: Request) -> Response:
         request_id = request.path_params["request_id"]
@@ -218,7 +215,8 @@ class Board:
     async def project_state(self, request: Request) -> Response:
         project_id, state = request.path_params["project_id"], request.path_params["state"]
         if state not in ("pause", "resume"):
-            return self._answer_error(request, f"Unknown action {state!r}: pause or resume.")
+            return await self.act(request, "unknown", lambda: None, project_id=project_id, arguments={"action": state},
+                                  refused=f"Unknown action {_shown(state)}: pause or resume.")
         return await self.act(request, f"{state}_project", lambda: self.svc.projects.set_status(
             project_id, "PAUSED" if state == "pause" else "ACTIVE"), project_id=project_id,
             arguments={"project_id": project_id}, done=f"Project {'paused' if state == 'pause' else 'resumed'}.")
@@ -226,7 +224,8 @@ class Board:
     async def orchestrator(self, request: Request) -> Response:
         state = request.path_params["state"]
         if state not in ("pause", "resume"):
-            return self._answer_error(request, f"Unknown action {state!r}: pause or resume.")
+            return await self.act(request, "unknown", lambda: None, arguments={"action": state},
+                                  refused=f"Unknown action {_shown(state)}: pause or resume.")
 
         def change() -> None:
             self.svc.system.set_orchestrator("paused" if state == "pause" else "running")
