@@ -352,6 +352,9 @@ def test_bearer_token_actions_get_the_tools_policy_verdict_and_the_audit_names_t
     as_htmx = httpx.post(f"{base}/projects/demo/tasks", data=form, headers={**bearer(board), "HX-Request": "true"})
     assert 'class="flash error"' in as_htmx.text and flash_text(as_htmx).startswith(tool_refusal)
     assert titles(board) == []
+    # The token does not lift the bound on a form's size.
+    huge = httpx.post(f"{base}/projects/demo/tasks", data={**form, "description": "x" * (2 << 20)}, headers=bearer(board))
+    assert huge.status_code == 413 and titles(board) == []
     # The person at the board is the one the policy asks: their click is the answer.
     person, csrf = logged_in(board)
     with closing(person):

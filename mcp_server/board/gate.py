@@ -45,25 +45,24 @@ def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -
         if not auth.origin_ok(request.headers.get("origin"), host):
             await _refuse(send, 403, "A page from another site may not use the board (foreign Origin).")
             return
+        cookie = request.cookies.get(auth.cookie_name)
         if bearer_ok(request):
             scope[CREDENTIAL] = "bearer"
-            await inner(scope, receive, send)
-            return
-        if scope["path"] in OPEN_PATHS:
-            await inner(scope, receive, send)
-            return
-        cookie = request.cookies.get(auth.cookie_name)
-        if not auth.session_ok(cookie):
+        elif auth.session_ok(cookie):
+            scope[CREDENTIAL] = "session"
+        elif scope["path"] not in OPEN_PATHS:
             await _refuse(send, 401, "Not logged in, or the session ended. Run `agentqueue board` in a terminal: it "
                                      "opens the board with a one-time login link.")
             return
-        scope[CREDENTIAL] = "session"
-        if scope["method"] in SAFE_METHODS:
+        if scope["method"] in SAFE_METHODS or scope["path"] in OPEN_PATHS:
             await inner(scope, receive, send)
             return
-        body = await _read_body(receive)
+        body = await _read_body(receive)  # bounded for every credential
         if body is None:
             await _refuse(send, 413, f"The form is larger than {MAX_FORM_BYTES} bytes.")
+            return
+        if scope[CREDENTIAL] == "bearer":  # a script, not a page: no CSRF token to check
+            await inner(scope, _replay(body), send)
             return
         supplied = request.headers.get("x-csrf-token") or _form_field(body, "csrf")
         if not auth.csrf_ok(cookie or "", supplied):
