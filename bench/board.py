@@ -120,6 +120,7 @@ async def measure(tasks: int, loads: int, runs: int) -> dict[str, Any]:
                 browser = await playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
                 page = await (await browser.new_context(viewport={"width": 1600, "height": 1000})).new_page()
                 await page.goto(f"{base}/login?code={code}")
+                await page.wait_for_url(f"{base}/")  # the login page moves on to the board by itself
                 paints: dict[str, list[dict[str, float]]] = {"small": [], "big": []}
                 for _ in range(loads):  # interleaved, so both see the same machine
                     for project in ("small", "big"):

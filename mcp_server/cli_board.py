@@ -1,7 +1,13 @@
-"""`agentqueue board`: open the board in a browser, logged in through a one-time link."""
+"""`agentqueue board`: open the board in a browser, logged in through a one-time link.
+
+The login code never goes on a command line (`ps` shows argv to every local user, and opening a
+browser runs `xdg-open <url>`): it is printed for the person, and written into a private page in
+the home (0600) that redirects to the login link; only that page's path is given to the browser.
+"""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import sys
@@ -16,6 +22,7 @@ from .cli_output import CliError
 from .visible import visible
 
 WAIT_FOR_INFO_S = 15.0
+LOGIN_PAGE = "board-login.html"
 
 
 def board_address(home: Path) -> str:
@@ -73,7 +80,21 @@ def open_board(home: Path, no_open: bool, as_json: bool) -> int:
     else:
         print(f"The board: {visible(base)}/\nLogin link (works once, for 2 minutes): {visible(link)}")
     if not no_open and not as_json:
-        opened = webbrowser.open(link)
+        opened = webbrowser.open(login_page(home, link).as_uri())
         if not opened:
             print("No browser could be opened here: open the login link above in yours.", file=sys.stderr)
     return 0
+
+
+def login_page(home: Path, link: str) -> Path:
+    """A page only this user can read that sends the browser on to `link` (the code stays off argv)."""
+    page = home / LOGIN_PAGE
+    partial = home / f".{LOGIN_PAGE}.{os.getpid()}"
+    quoted = html.escape(link, quote=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"<!doctype html><meta charset=utf-8><meta name=referrer content=no-referrer>"
+                  f"<meta http-equiv=refresh content=\"0; url={quoted}\"><title>AgentQueue board</title>"
+                  f"<p>Opening the board… <a href=\"{quoted}\">continue</a> (the link works once, for 2 minutes).</p>\n")
+    os.replace(partial, page)
+    return page

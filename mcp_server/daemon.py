@@ -322,7 +322,8 @@ class Daemon:
                             "bearer token.", self.host, ", ".join(hosts) or "(none)")
             expected = f"Bearer {token}".encode()
             board, board_asgi = board_app(services, token, hosts, live, lambda request: hmac.compare_digest(
-                _normal_bearer(request.headers.get("authorization", "").encode()), expected))
+                _normal_bearer(request.headers.get("authorization", "").encode()), expected),
+                http_sock.getsockname()[1], self.options)
             config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public, hosts,
                                              board_asgi),
                                     log_config=None, lifespan="on",

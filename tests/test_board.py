@@ -6,9 +6,13 @@ session cookie, and every page after that is live (Server-Sent Events), with no 
 
 from __future__ import annotations
 
+import html
+from contextlib import closing
 import json
 import re
 import socket
+import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +20,7 @@ import httpx2 as httpx
 import pytest
 
 from agentqueue import paths
+from agentqueue.daemon_client import ToolError, call_tool
 
 from .browser import SCREENSHOTS, chromium, needs_chromium
 from .cli_helpers import AGENT_COMMAND, signals, LiveDaemon, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
@@ -57,6 +62,7 @@ async def live_page(browser: object, live: LiveDaemon, path: str, width: int = 1
     """A logged-in page at `path` with its live feed open; `window.loadedOnce` tells a reload apart."""
     page = await browser.new_page(viewport={"width": width, "height": height})  # type: ignore[attr-defined]
     await page.goto(login_link(live))
+    await page.wait_for_url(f"{live.base}/")  # type: ignore[attr-defined]
     await page.goto(f"{live.base}{path}")  # type: ignore[attr-defined]
     await page.evaluate("window.loadedOnce = true")
     await page.wait_for_function("window.agentqueueFeed && window.agentqueueFeed.readyState === 1")
@@ -74,13 +80,13 @@ def test_pages_and_actions_need_the_session_and_the_board_refuses_foreign_origin
         # A one-time link: the first use sets an HttpOnly, SameSite=Strict cookie; the second is refused.
         link = login_link(board).removeprefix(base)
         first = anonymous.get(link)
-        assert first.status_code == 303 and first.headers["location"] == "/"
+        assert first.status_code == 200 and 'http-equiv="refresh" content="0; url=/"' in first.text
         cookie = first.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
         assert anonymous.get(link).status_code == 401
         assert anonymous.get("/login?code=made-up").status_code == 401
     with httpx.Client(base_url=base, follow_redirects=False) as person:
-        assert person.get(login_link(board).removeprefix(base)).status_code == 303
+        assert person.get(login_link(board).removeprefix(base)).status_code == 200
         page = person.get("/projects/demo")
         assert page.status_code == 200 and "Demo" in page.text
         csrf = re.search(r'data-csrf="(\w+)"', page.text).group(1)
@@ -121,6 +127,7 @@ async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_w
         context.on("request", lambda request: asked.append(request.url))
         page = await context.new_page()
         await page.goto(login_link(board))
+        await page.wait_for_url(f"{board.base}/")  # type: ignore[attr-defined]
         assert await page.title() == "Projects · AgentQueue"
         await page.click("text=Demo")
         await page.evaluate("window.loadedOnce = true")  # gone if the page ever reloads
@@ -169,6 +176,7 @@ async def test_dependency_links_filters_and_the_other_views(board: LiveDaemon) -
     async with chromium() as browser:
         page = await browser.new_page(viewport={"width": 1500, "height": 800})
         await page.goto(login_link(board))
+        await page.wait_for_url(f"{board.base}/")  # type: ignore[attr-defined]
         await page.goto(f"{board.base}/projects/demo")  # type: ignore[attr-defined]
         links = page.locator("#links path")
         assert await links.count() == 2
@@ -236,6 +244,7 @@ async def test_a_permission_request_is_answered_on_the_task_page_and_the_same_ru
         async with chromium() as browser:
             page = await browser.new_page(viewport={"width": 1300, "height": 900})
             await page.goto(login_link(live))
+            await page.wait_for_url(f"{base}/")
             await page.goto(f"{base}/tasks/{task['id']}")
             request = page.locator(".request")
             await request.wait_for()
@@ -296,3 +305,315 @@ def test_agentqueue_board_says_what_to_do_when_the_daemon_has_no_http(tmp_path: 
         assert "Traceback" not in done.stderr
     finally:
         stop_daemon(live)
+
+
+# -- hardening (issue 18): each test attacks one finding of the second red team ------------------------------
+def flash_text(response: httpx.Response) -> str:
+    """The message of a board answer (a flash or an error page), as the person reads it."""
+    found = re.search(r'<p class="flash (?:ok|error)"[^>]*>(.*?)</p>', response.text, re.S)
+    assert found, response.text[:500]
+    return html.unescape(found.group(1))
+
+
+def logged_in(live: LiveDaemon) -> tuple[httpx.Client, str]:
+    """An httpx client holding a board session, and the CSRF token of its pages."""
+    base = live.base  # type: ignore[attr-defined]
+    person = httpx.Client(base_url=base, follow_redirects=False)
+    person.get(login_link(live).removeprefix(base))
+    page = person.get("/projects/demo")
+    assert page.status_code == 200, page.text[:300]
+    return person, re.search(r'data-csrf="(\w+)"', page.text).group(1)
+
+
+def bearer(live: LiveDaemon) -> dict[str, str]:
+    return {"Authorization": f"Bearer {paths.token_path(live.home).read_text().strip()}"}
+
+
+def titles(live: LiveDaemon) -> list[str]:
+    return [t["title"] for t in cli_json(live.env, "tasks", "--all")["tasks"]]
+
+
+def test_bearer_token_actions_get_the_tools_policy_verdict_and_the_audit_names_the_credential(
+        board: LiveDaemon) -> None:
+    base = board.base  # type: ignore[attr-defined]
+    policy = board.home / "policy.toml"
+    form = {"title": "Asked", "description": "SAY x"}
+    board.call("orchestrator_control", action="pause")
+    policy.write_text('ask = ["tool:create_task"]\n')
+    # A script holding the token has no person to ask: refused with the MCP gate's own words, nothing made.
+    try:
+        call_tool(board.home, "create_task", {"project_id": "demo", **form}, start=False)  # a client that cannot ask
+        raise AssertionError("the MCP tool was not asked about")
+    except ToolError as error:
+        tool_refusal = str(error)
+    assert "edit_policy(add_rule='tool:create_task'" in tool_refusal
+    script = httpx.post(f"{base}/projects/demo/tasks", data=form, headers=bearer(board))
+    assert script.status_code == 403 and flash_text(script).startswith(tool_refusal), flash_text(script)
+    as_htmx = httpx.post(f"{base}/projects/demo/tasks", data=form, headers={**bearer(board), "HX-Request": "true"})
+    assert 'class="flash error"' in as_htmx.text and flash_text(as_htmx).startswith(tool_refusal)
+    assert titles(board) == []
+    # The token does not lift the bound on a form's size.
+    huge = httpx.post(f"{base}/projects/demo/tasks", data={**form, "description": "x" * (2 << 20)}, headers=bearer(board))
+    assert huge.status_code == 413 and titles(board) == []
+    # The person at the board is the one the policy asks: their click is the answer.
+    person, csrf = logged_in(board)
+    with closing(person):
+        made = person.post("/projects/demo/tasks", data={**form, "csrf": csrf}, headers={"HX-Request": "true"})
+        assert "queued" in flash_text(made)
+        assert titles(board) == ["Asked"]
+        # deny is deny for everyone, with the tool's refusal.
+        policy.write_text('deny = ["tool:create_task", "tool:orchestrator_control"]\n')
+        for response in (person.post("/projects/demo/tasks", data={**form, "csrf": csrf}),
+                         httpx.post(f"{base}/projects/demo/tasks", data=form, headers=bearer(board)),
+                         person.post("/orchestrator/resume", data={"csrf": csrf}),
+                         httpx.post(f"{base}/orchestrator/resume", headers=bearer(board))):
+            assert response.status_code == 403 and "denied by AgentQueue's policy" in flash_text(response)
+        assert titles(board) == ["Asked"]
+        policy.write_text("")
+        assert board.call("orchestrator_control", action="status")["state"] == "paused"
+        # What a request claims about who it is never reaches the audit log.
+        claims = {"X-AgentQueue-Actor": "mallory", "X-Forwarded-User": "mallory", "User-Agent": "mallory"}
+        assert person.post("/projects/demo/tasks", data={**form, "title": "By the person", "csrf": csrf,
+                                                         "actor": "mallory", "author": "mallory"},
+                           headers=claims).status_code == 303
+        assert httpx.post(f"{base}/projects/demo/tasks", data={**form, "title": "By a script", "actor": "mallory"},
+                          headers={**bearer(board), **claims}).status_code == 303
+    rows = board.call("get_audit_log", action="board:create_task", limit=20)["entries"]
+    seen = [(e["actor"], e["outcome"], e["decision"]) for e in reversed(rows)]
+    assert seen == [("http:bearer", "refused", "ask→refused"), ("http:bearer", "refused", "ask→refused"),
+                    ("board", "ok", "ask→accept"), ("board", "refused", "deny"), ("http:bearer", "refused", "deny"),
+                    ("board", "ok", "allow"), ("http:bearer", "ok", "allow")], seen
+    assert not any("mallory" in json.dumps(e) and e["actor"] == "mallory" for e in rows)
+    orchestrator = board.call("get_audit_log", action="board:orchestrator_resume")["entries"]
+    assert sorted(e["actor"] for e in orchestrator) == ["board", "http:bearer"]
+
+
+def test_a_read_only_daemon_takes_no_board_action_with_any_credential(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "aq", tmp_path / "user")
+    first = start_daemon(env, "--no-http")
+    first.call("create_project", name="Demo")
+    first.call("orchestrator_control", action="pause")
+    stop_daemon(first)
+    live = start_daemon(env, "--port", str(free_port()), "--read-only")
+    try:
+        live.base = json.loads(paths.daemon_info_path(live.home).read_text())["http_url"].removesuffix("/mcp")  # type: ignore[attr-defined]
+        person, csrf = logged_in(live)
+        with closing(person):
+            assert person.get("/projects/demo").status_code == 200  # the board still shows the queue
+            for response in (person.post("/projects/demo/tasks", data={"title": "t", "description": "d", "csrf": csrf}),
+                             person.post("/orchestrator/resume", data={"csrf": csrf}),
+                             person.post("/projects/demo/pause", data={"csrf": csrf}),
+                             httpx.post(f"{live.base}/projects/demo/tasks", data={"title": "t", "description": "d"},  # type: ignore[attr-defined]
+                                        headers=bearer(live)),
+                             httpx.post(f"{live.base}/orchestrator/resume", headers=bearer(live))):  # type: ignore[attr-defined]
+                assert response.status_code == 403 and "read-only" in flash_text(response), response.text[:300]
+        assert titles(live) == []
+        assert live.call("orchestrator_control", action="status")["state"] == "paused"
+        assert [p["status"] for p in live.call("list_projects")["projects"]] == ["ACTIVE"]
+    finally:
+        stop_daemon(live)
+
+
+def test_the_live_feed_takes_a_task_id_never_a_path(board: LiveDaemon) -> None:
+    base = board.base  # type: ignore[attr-defined]
+    logs = board.home / "logs"
+    (logs / "tasks").mkdir(parents=True, exist_ok=True)
+    (logs / "planted.log").write_text("SECRET-OUTSIDE\n")  # what ../planted would have streamed
+    (board.home / "planted.log").write_text("SECRET-OUTSIDE\n")
+    board.call("orchestrator_control", action="pause")
+    task = board.call("create_task", project_id="demo", title="Real", description="SAY x")
+    (logs / "tasks" / f"{task['id']}.log").write_text("the task's own line\n")
+    person, _ = logged_in(board)
+    with closing(person):
+        for query in ("task=../planted", "task=..%2Fplanted", "task=..%2fplanted", "task=%2e%2e/planted",
+                      "task=../../planted", f"task={board.home}/planted", "task=/etc/passwd",
+                      "task=..%5Cplanted", f"task={task['id']}%00", f"task={task['id']}/../../planted",
+                      "task=%2E%2E%2F%2E%2E%2Fplanted", "task=.", "task=" + "a" * 5000):
+            refused = person.get(f"/events?{query}")
+            assert refused.status_code == 400 and "task id" in refused.text, (query, refused.status_code)
+            assert "SECRET" not in refused.text
+        missing = person.get("/events?task=no-such-task")
+        assert missing.status_code == 404 and "no-such-task" in missing.text
+        assert person.get("/events?project=no-such-project").status_code == 404
+        for offset in ("²", "٣", "1_0", "-1", "1e3", "9" * 40, "0x10"):
+            refused = person.get("/events", params={"task": task["id"], "offset": offset})
+            assert refused.status_code == 400 and "offset" in refused.text, (offset, refused.status_code)
+        # A real task id streams that task's log.
+        with person.stream("GET", f"/events?task={task['id']}&offset=0", timeout=10) as feed:
+            assert feed.status_code == 200
+            seen = ""
+            for chunk in feed.iter_text():
+                seen += chunk
+                if "own line" in seen:
+                    break
+        assert "the task's own line" in seen and "SECRET" not in seen
+
+
+def test_the_session_cookie_works_only_on_the_daemon_that_minted_it(tmp_path: Path) -> None:
+    """Browsers send a host's cookies to every port: another local daemon, even one with the same token, refuses them."""
+    token = "shared-token-" + "x" * 32
+    daemons = []
+    try:
+        for name in ("a", "b"):
+            env = cli_env(tmp_path / name, tmp_path / "user", AGENTQUEUE_TOKEN=token)
+            live = start_daemon(env, "--port", str(free_port()))
+            live.base = json.loads(paths.daemon_info_path(live.home).read_text())["http_url"].removesuffix("/mcp")  # type: ignore[attr-defined]
+            daemons.append(live)
+        a, b = daemons
+        port_a, port_b = (int(d.base.rsplit(":", 1)[1]) for d in daemons)  # type: ignore[attr-defined]
+        with httpx.Client(base_url=a.base, follow_redirects=False) as browser:  # type: ignore[attr-defined]
+            login = browser.get(login_link(a).removeprefix(a.base))  # type: ignore[attr-defined]
+            assert login.headers["set-cookie"].startswith(f"agentqueue_board_{port_a}=")
+            value = browser.cookies[f"agentqueue_board_{port_a}"]
+            assert browser.get("/").status_code == 200  # it works where it was minted
+        for name in (f"agentqueue_board_{port_a}", f"agentqueue_board_{port_b}", "agentqueue_board"):
+            stolen = httpx.get(f"{b.base}/", headers={"Cookie": f"{name}={value}"})  # type: ignore[attr-defined]
+            assert stolen.status_code == 401, name
+        # The port is in the signed value: rewriting it breaks the signature.
+        forged = value.replace(f"{port_a}.", f"{port_b}.", 1)
+        assert httpx.get(f"{b.base}/", headers={"Cookie": f"agentqueue_board_{port_b}={forged}"}).status_code == 401  # type: ignore[attr-defined]
+        # And a cookie of the old unbound shape is refused everywhere.
+        old_shape = value.split(".", 1)[1]
+        assert httpx.get(f"{a.base}/", headers={"Cookie": f"agentqueue_board_{port_a}={old_shape}"}).status_code == 401  # type: ignore[attr-defined]
+    finally:
+        for live in daemons:
+            stop_daemon(live)
+
+
+def test_no_board_answer_may_be_framed(board: LiveDaemon) -> None:
+    base = board.base  # type: ignore[attr-defined]
+    person, csrf = logged_in(board)
+    with closing(person):
+        answers = [person.get("/"), person.get("/projects/demo"), person.get("/agents"), person.get("/usage"),
+                   person.get("/static/board.js"), person.get("/login"), person.get("/tasks/no-such-task"),
+                   person.post("/projects/demo/tasks", data={"title": "", "description": "d", "csrf": csrf}),
+                   person.post("/projects/demo/tasks", data={"title": "", "description": "d", "csrf": csrf},
+                               headers={"HX-Request": "true"}),
+                   httpx.get(f"{base}/"), httpx.get(f"{base}/", headers={"Host": "evil.example"}),
+                   httpx.post(f"{base}/projects/demo/tasks", headers={"Origin": "http://evil.example"})]
+    for answer in answers:
+        assert answer.headers.get("content-security-policy") == "frame-ancestors 'none'", answer.request.url
+        assert answer.headers.get("x-frame-options") == "DENY", answer.request.url
+
+
+@needs_chromium()
+@pytest.mark.anyio
+async def test_a_foreign_page_cannot_frame_the_board(board: LiveDaemon) -> None:
+    """Even its public login page: a frame the browser refuses renders nothing of the board's."""
+    async with chromium() as browser:
+        context = await browser.new_context()
+        page = await context.new_page()
+        await page.goto(login_link(board))
+        await page.wait_for_url(f"{board.base}/")  # type: ignore[attr-defined]
+        for path in ("/login", "/projects/demo"):
+            evil = await context.new_page()
+            await evil.set_content(f'<iframe src="{board.base}{path}" width="800" height="600"></iframe>')  # type: ignore[attr-defined]
+            await evil.wait_for_timeout(1000)
+            framed = next(f for f in evil.frames if f != evil.main_frame)
+            content = await framed.content()
+            assert "Log in" not in content and "AgentQueue" not in content, (path, framed.url, content[:300])
+
+
+def test_agentqueue_board_keeps_the_login_code_off_every_command_line(board: LiveDaemon, tmp_path: Path) -> None:
+    """Opening a browser runs a program with the URL as an argument, which `ps` shows every local user."""
+    seen = tmp_path / "browser-argv.json"
+    fake = tmp_path / "fake-browser"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(seen)!r}, 'w').write(json.dumps(sys.argv))\n")
+    fake.chmod(0o755)
+    done = run_cli({**board.env, "BROWSER": str(fake)}, "board")
+    assert done.returncode == 0, done.stderr
+    code = re.search(r"/login\?code=([\w-]+)", done.stdout).group(1)  # printed for the person
+    argv = json.loads(seen.read_text())
+    assert not any(code in arg for arg in argv), argv
+    opened = argv[-1]
+    assert opened.startswith("file://") and "code" not in opened, argv
+    page = Path(urllib.parse.unquote(urllib.parse.urlsplit(opened).path))
+    assert page.stat().st_mode & 0o777 == 0o600 and code in page.read_text()
+    # The page sends the browser on to the login link, which works (once).
+    target = html.unescape(re.search(r'url=([^"]+)"', page.read_text()).group(1))
+    assert target == f"{board.base}/login?code={code}"  # type: ignore[attr-defined]
+    assert httpx.get(target, follow_redirects=False).status_code == 200
+    assert httpx.get(target, follow_redirects=False).status_code == 401
+
+
+@needs_chromium()
+@pytest.mark.anyio
+async def test_the_login_page_from_agentqueue_board_logs_a_real_browser_in(board: LiveDaemon, tmp_path: Path) -> None:
+    seen = tmp_path / "browser-argv.json"
+    fake = tmp_path / "fake-browser"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(seen)!r}, 'w').write(json.dumps(sys.argv))\n")
+    fake.chmod(0o755)
+    assert run_cli({**board.env, "BROWSER": str(fake)}, "board").returncode == 0
+    async with chromium() as browser:
+        page = await browser.new_page()
+        await page.goto(json.loads(seen.read_text())[-1])  # what the person's browser was given: a file
+        await page.wait_for_url(f"{board.base}/", timeout=10_000)  # type: ignore[attr-defined]
+        await page.wait_for_selector("text=Demo")
+        assert await page.title() == "Projects · AgentQueue"
+
+
+HOSTILE_TITLES = ["x" * 256, "Fix \x1b]52;c;ZXZpbAo=\x07 now", "two\nlines", "bell\x07", "tab\there", "del\x7f",
+                  "c1\x9b2J", "sep\u2028arator", "nul\x00byte"]
+
+
+def test_the_board_refuses_exactly_the_titles_the_tool_refuses(board: LiveDaemon) -> None:
+    person, csrf = logged_in(board)
+    with closing(person):
+        for title in HOSTILE_TITLES:
+            try:
+                board.call("create_task", project_id="demo", title=title, description="d")
+                raise AssertionError(f"the tool took {title!r}")
+            except ToolError as error:
+                tool_says = str(error)
+            answer = person.post("/projects/demo/tasks", data={"title": title, "description": "d", "csrf": csrf},
+                                 headers={"HX-Request": "true"})
+            assert flash_text(answer) == tool_says, (title, flash_text(answer), tool_says)
+            assert "Task title" in tool_says
+        assert titles(board) == []
+        made = board.call("create_task", project_id="demo", title="Fine", description="d")
+        try:
+            board.call("edit_task", task_id=made["id"], title="two\nlines")
+            raise AssertionError("edit_task took a title create_task refuses")
+        except ToolError as error:
+            assert "control character" in str(error)
+        ok = person.post("/projects/demo/tasks", data={"title": "é" * 255, "description": "d", "csrf": csrf},
+                         headers={"HX-Request": "true"})
+        assert "queued" in flash_text(ok)
+
+
+def test_numbers_in_board_forms_are_ascii_whole_numbers_or_a_clear_4xx(board: LiveDaemon) -> None:
+    task = board.call("create_task", project_id="demo", title="Review me", requires_approval=True,
+                      description="WRITE a.txt one")
+    board.wait_status(task["id"], "AWAITING_APPROVAL")
+    person, csrf = logged_in(board)
+    with closing(person):
+        for line in ("²", "٣", "１", "1_0", "1e3", "0x1", "9" * 40, "9" * 5000, "1.5", "one"):
+            changes = person.post(f"/tasks/{task['id']}/changes",
+                                  data={"comment": "c", "file": "a.txt", "line": line, "csrf": csrf})
+            assert changes.status_code == 400 and "line must be a line number" in flash_text(changes), (line, changes.status_code)
+        for line, words in (("0", "line must be between 1"), ("99999999999", "line must be between 1"),
+                            ("-3", "line must be between 1")):
+            changes = person.post(f"/tasks/{task['id']}/changes",
+                                  data={"comment": "c", "file": "a.txt", "line": line, "csrf": csrf})
+            assert changes.status_code == 400 and words in flash_text(changes), (line, flash_text(changes))
+        for priority in ("²", "٣", "1_0", "9" * 40, "9" * 5000, "1e3", "high"):
+            made = person.post("/projects/demo/tasks",
+                               data={"title": "p", "description": "d", "priority": priority, "csrf": csrf})
+            assert made.status_code == 400 and "priority must be a whole number" in flash_text(made), priority
+        huge = person.post("/projects/demo/tasks",
+                           data={"title": "p", "description": "d", "priority": "99999999999", "csrf": csrf})
+        assert huge.status_code == 400 and "priority must be between" in flash_text(huge)
+        # A CSRF token of non-ASCII characters is a refusal, not a crash.
+        assert person.post("/projects/demo/tasks", data={"title": "p", "description": "d", "csrf": "²" * 64}
+                           ).status_code == 403
+        # Ids in the path that name nothing: the service's not-found, never a 500.
+        for path in ("/tasks/..%2F..%2Ftoken/approve", "/tasks/%00/approve", "/requests/%2E%2E/x"):
+            answer = person.post(path, data={"csrf": csrf, "decision": "allow"})
+            assert 400 <= answer.status_code < 500, (path, answer.status_code)
+    assert titles(board) == ["Review me"]
+    assert board.task_status(task["id"]) == "AWAITING_APPROVAL"
+    # Every attempt is an audit row of the person's session, refused, even those refused before any service ran.
+    changes = board.call("get_audit_log", action="board:changes", limit=100)["entries"]
+    assert len(changes) == 13 and {(e["actor"], e["outcome"]) for e in changes} == {("board", "refused")}
+    created = board.call("get_audit_log", action="board:create_task", limit=100)["entries"]
+    assert len(created) == 8 and {(e["actor"], e["outcome"]) for e in created} == {("board", "refused")}

@@ -4,6 +4,11 @@ A session is a cookie signed with the daemon's bearer token (HMAC), not a row an
 a daemon restart (the page reconnects without logging in again) and rotating the token ends every
 session. Login codes are the only state: single-use and short-lived, so a link in a shell history
 or a browser's history is worthless a minute later.
+
+Browsers share cookies between every port of a host, so the session is bound to the daemon's port:
+the port is in the cookie's name (two local daemons never overwrite each other's cookie) and in the
+signed value (another daemon's cookie, even one signed with the same token, is refused here).
+`__Host-` would be the standard way, but browsers honour it only over https, and the board is http.
 """
 
 from __future__ import annotations
@@ -15,14 +20,16 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-COOKIE = "agentqueue_board"
+COOKIE = "agentqueue_board"  # the cookie's name is COOKIE_<port>
 CODE_TTL_S = 120.0
 SESSION_TTL_S = 12 * 3600.0
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 class BoardAuth:
-    def __init__(self, token: str, allowed_hosts: list[str] | None = None) -> None:
+    def __init__(self, token: str, port: int, allowed_hosts: list[str] | None = None) -> None:
+        self.port = port
+        self.cookie_name = f"{COOKIE}_{port}"
         self._key = hashlib.sha256(b"agentqueue board session\0" + token.encode()).digest()
         self._codes: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -43,30 +50,30 @@ class BoardAuth:
             expires = self._codes.pop(code, None)
         if expires is None or expires < time.monotonic():
             return None
-        return self._sign(f"{int(time.time() + SESSION_TTL_S)}.{secrets.token_urlsafe(16)}")
+        return self._sign(f"{self.port}.{int(time.time() + SESSION_TTL_S)}.{secrets.token_urlsafe(16)}")
 
     # -- sessions and CSRF --------------------------------------------------------------------
     def _sign(self, body: str) -> str:
         return f"{body}.{hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()}"
 
     def session_ok(self, cookie: str | None) -> bool:
-        if not cookie or cookie.count(".") != 2:
+        """Signed by this daemon's key, minted for this port, not expired."""
+        if not cookie or not cookie.isascii() or cookie.count(".") != 3:
             return False
         body, _, signature = cookie.rpartition(".")
         expected = hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(signature, expected):
             return False
-        try:
-            return int(body.split(".")[0]) > time.time()
-        except ValueError:
-            return False
+        port, expires, _nonce = body.split(".")
+        return port == str(self.port) and expires.isdigit() and int(expires) > time.time()
 
     def csrf_token(self, cookie: str) -> str:
         """Bound to the session: a page of this session can post; another site cannot read it."""
         return hmac.new(self._key, b"csrf\0" + cookie.encode(), hashlib.sha256).hexdigest()
 
     def csrf_ok(self, cookie: str, supplied: str | None) -> bool:
-        return bool(supplied) and hmac.compare_digest(self.csrf_token(cookie), supplied or "")
+        # Bytes: compare_digest refuses a non-ASCII str with a TypeError (a 500), and a form can send one.
+        return bool(supplied) and hmac.compare_digest(self.csrf_token(cookie).encode(), (supplied or "").encode("utf-8", "surrogatepass"))
 
     # -- where the request comes from ---------------------------------------------------------
     def host_ok(self, host_header: str | None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,6 +30,8 @@ COLUMN_OF = {status: name for name, statuses in COLUMNS for status in statuses}
 MAX_CARDS = 5000
 LOG_TAIL = 64_000
 DIFF_LIMIT = 400_000
+# A task id as ids.new_task_id makes them (adjective-noun, maybe -NN): never a path.
+TASK_ID = re.compile(r"[a-z0-9]{1,32}(?:-[a-z0-9]{1,32}){0,3}")
 
 
 def overview(svc: Services) -> dict[str, Any]:
@@ -119,6 +122,8 @@ def task_page(svc: Services, task_id: str) -> dict[str, Any]:
 
 def log_tail(svc: Services, task_id: str, offset: int | None = None) -> tuple[str, int]:
     """The log from `offset` (or its last LOG_TAIL bytes), and the offset to read from next."""
+    if not TASK_ID.fullmatch(task_id):  # the id names a file: nothing else may reach open()
+        return "", 0
     path = paths.task_log(svc.home, task_id)
     try:
         with open(path, "rb") as log:

@@ -1,4 +1,9 @@
-"""The board's front door: Host and Origin first, then a session (or the bearer token), then CSRF on actions."""
+"""The board's front door: Host and Origin first, then a session (or the bearer token), then CSRF on actions.
+
+Every answer, refusals included, forbids framing (clickjacking: a foreign page cannot lay the board
+under its own buttons). The credential that let a request in is noted in the scope, so an action
+knows whether a person (the session) or a script (the bearer token) is acting.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,18 @@ from urllib.parse import parse_qs
 
 from starlette.requests import Request
 
-from .auth import COOKIE, BoardAuth
+from .auth import BoardAuth
 
 OPEN_PATHS = ("/login", "/board/login-code")  # they check their own credential (a code, the bearer token)
 MAX_FORM_BYTES = 1 << 20
 SAFE_METHODS = ("GET", "HEAD")
+CREDENTIAL = "agentqueue.credential"  # scope key: "session" or "bearer"
+SECURITY_HEADERS = [
+    (b"content-security-policy", b"frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+]
 
 
 def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -> Any:
@@ -23,6 +35,7 @@ def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -
         if scope["type"] != "http":
             await inner(scope, receive, send)
             return
+        send = _with_security_headers(send)
         request = Request(scope)
         host = request.headers.get("host")
         if not auth.host_ok(host):
@@ -32,20 +45,24 @@ def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -
         if not auth.origin_ok(request.headers.get("origin"), host):
             await _refuse(send, 403, "A page from another site may not use the board (foreign Origin).")
             return
-        if scope["path"] in OPEN_PATHS or bearer_ok(request):
-            await inner(scope, receive, send)
-            return
-        cookie = request.cookies.get(COOKIE)
-        if not auth.session_ok(cookie):
+        cookie = request.cookies.get(auth.cookie_name)
+        if bearer_ok(request):
+            scope[CREDENTIAL] = "bearer"
+        elif auth.session_ok(cookie):
+            scope[CREDENTIAL] = "session"
+        elif scope["path"] not in OPEN_PATHS:
             await _refuse(send, 401, "Not logged in, or the session ended. Run `agentqueue board` in a terminal: it "
                                      "opens the board with a one-time login link.")
             return
-        if scope["method"] in SAFE_METHODS:
+        if scope["method"] in SAFE_METHODS or scope["path"] in OPEN_PATHS:
             await inner(scope, receive, send)
             return
-        body = await _read_body(receive)
+        body = await _read_body(receive)  # bounded for every credential
         if body is None:
             await _refuse(send, 413, f"The form is larger than {MAX_FORM_BYTES} bytes.")
+            return
+        if scope[CREDENTIAL] == "bearer":  # a script, not a page: no CSRF token to check
+            await inner(scope, _replay(body), send)
             return
         supplied = request.headers.get("x-csrf-token") or _form_field(body, "csrf")
         if not auth.csrf_ok(cookie or "", supplied):
@@ -54,6 +71,17 @@ def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -
         await inner(scope, _replay(body), send)
 
     return app
+
+
+def _with_security_headers(send: Any) -> Any:
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            names = {name.lower() for name, _ in message.get("headers") or []}
+            extra = [(name, value) for name, value in SECURITY_HEADERS if name not in names]
+            message = {**message, "headers": [*(message.get("headers") or []), *extra]}
+        await send(message)
+
+    return sending
 
 
 async def _read_body(receive: Any) -> bytes | None:

@@ -2,7 +2,8 @@
 
 Pages are rendered on the server (Jinja2); htmx posts the actions and the live feed (Server-Sent
 Events) tells open pages what changed. Every action goes through the same services as the MCP tools,
-with their validation and errors, and is written to the audit log as the board's.
+with their validation and errors, after the same policy verdict (permit.py), and is written to the
+audit log under the credential that made it (the board's session or the bearer token).
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import html
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -26,14 +29,19 @@ from starlette.staticfiles import StaticFiles
 from ..services import Services
 from ..services.errors import NotFoundError, ServiceError
 from . import data
-from .auth import COOKIE, SESSION_TTL_S, BoardAuth
+from .auth import SESSION_TTL_S, BoardAuth
+from .gate import CREDENTIAL
 from .live import Broadcaster
+from .permit import actor, permit
 
 log = logging.getLogger("agentqueue.board")
 HERE = Path(__file__).resolve().parent
 KEEPALIVE_S = 15.0
 ACTIONS = ("approve", "restart", "stop", "skip", "changes")
 QUIET = object()  # nothing happened for KEEPALIVE_S
+# Whole numbers in forms and queries: ASCII digits only (int() also takes "٣" and "1_0"), at most 19 of them;
+# the services check the range and say it in the tool's words.
+WHOLE = re.compile(r"[-+]?[0-9]{1,19}")
 
 
 def _environment() -> Environment:
@@ -48,17 +56,18 @@ class Board:
     """The board's pages and actions for one daemon."""
 
     def __init__(self, services: Services, auth: BoardAuth, live: Broadcaster,
-                 bearer_ok: Callable[[Request], bool]) -> None:
+                 bearer_ok: Callable[[Request], bool], options: dict[str, Any] | None = None) -> None:
         self.svc = services
         self.auth = auth
         self.live = live
         self.bearer_ok = bearer_ok
+        self.options = options or {}  # the daemon's --read-only / --toolsets
         self.templates = _environment()
         self.closing = False
 
     # -- plumbing -----------------------------------------------------------------------------
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        cookie = request.cookies.get(COOKIE) or ""
+        cookie = request.cookies.get(self.auth.cookie_name) or ""
         context.setdefault("feed", "")
         html = self.templates.get_template(name).render(
             request=request, csrf=self.auth.csrf_token(cookie) if cookie else "", **context)
@@ -70,24 +79,40 @@ class Board:
 
     async def act(self, request: Request, action: str, fn: Callable[..., Any], *args: Any,
                   project_id: str | None = None, task_id: str | None = None,
-                  arguments: dict[str, Any] | None = None, done: str = "Done.") -> Response:
-        """Run one action through the services, audit it, and answer htmx (a flash) or a plain form (303)."""
+                  arguments: dict[str, Any] | None = None, done: str = "Done.", refused: str | None = None) -> Response:
+        """Run one action (its tool's `arguments`) if the daemon and the policy permit it, through the
+        services; audit it (also when `refused`: the form was bad, nothing ran); answer htmx (a flash)
+        or a plain form (303)."""
         started = time.monotonic()
+        credential = request.scope.get(CREDENTIAL)
+        arguments = arguments or {}
+        status = 400
         try:
-            await anyio.to_thread.run_sync(fn, *args)
-        except ServiceError as error:
-            message, outcome = str(error), "refused"
+            if refused is not None:
+                raise ServiceError(refused)
+            verdict = await anyio.to_thread.run_sync(permit, self.svc, action, arguments, credential, self.options)
+        except ServiceError as error:  # a bad form, or an id the policy needs names nothing: the tool's message
+            decision, decided_by, message, outcome = "none", "not reached", str(error), "refused"
         else:
-            message, outcome = done, "ok"
+            decision, decided_by = verdict.decision, verdict.decided_by
+            if not verdict.allowed:
+                message, outcome, status = verdict.message, "refused", 403
+            else:
+                try:
+                    await anyio.to_thread.run_sync(fn, *args)
+                except ServiceError as error:
+                    message, outcome = str(error), "refused"
+                else:
+                    message, outcome = done, "ok"
         await anyio.to_thread.run_sync(lambda: self.svc.audit.record(
-            actor="board", action=f"board:{action}", decision="allow", decided_by="board session",
+            actor=actor(credential), action=f"board:{action}", decision=decision, decided_by=decided_by,
             outcome=outcome, message=None if outcome == "ok" else message, project_id=project_id,
             task_id=task_id, arguments=arguments, duration_ms=int((time.monotonic() - started) * 1000)))
         if request.headers.get("hx-request"):
             return self._flash(request, outcome == "ok", message)
         if outcome != "ok":
-            return self.render(request, "error.html", status=400, message=message)
-        return RedirectResponse(request.headers.get("referer") or "/", status_code=303)
+            return self.render(request, "error.html", status=status, message=message)
+        return RedirectResponse(_same_origin_path(request), status_code=303)
 
     def _flash(self, request: Request, ok: bool, message: str) -> HTMLResponse:
         response = self.render(request, "_flash.html", ok=ok, message=message)
@@ -132,50 +157,48 @@ class Board:
         project_id = request.path_params["project_id"]
         form = await request.form()
         title, description = str(form.get("title") or ""), str(form.get("description") or "")
-        try:
-            priority = int(str(form.get("priority") or "100"))
-        except ValueError:
-            return self._answer_error(request, f"priority must be a whole number (got {form.get('priority')!r}).")
+        priority = _whole(str(form.get("priority") or "100"))
+        refused = None if priority is not None else (
+            f"priority must be a whole number such as 100 (got {_shown(form.get('priority'))}). Nothing was changed.")
         depends_on = [str(d) for d in form.getlist("depends_on") if d]
         approval = form.get("requires_approval") in ("on", "true", "1")
         repo_id = str(form.get("repo_id") or "") or None
-        arguments = {"title": title, "priority": priority, "depends_on": depends_on, "requires_approval": approval}
+        arguments = {"project_id": project_id, "title": title, "description": description, "priority": priority,
+                     "repo_id": repo_id, "requires_approval": approval, "depends_on": depends_on}
         return await self.act(request, "create_task", lambda: self.svc.tasks.create(
             project_id, title, description, priority, repo_id, approval, depends_on, 3, None),
-            project_id=project_id, arguments=arguments, done=f"Task “{title}” queued.")
-
-    def _answer_error(self, request: Request, message: str) -> Response:
-        if request.headers.get("hx-request"):
-            return self._flash(request, False, message)
-        return self.render(request, "error.html", status=400, message=message)
+            project_id=project_id, arguments=arguments, done=f"Task “{title}” queued.", refused=refused)
 
     async def task_action(self, request: Request) -> Response:
         task_id, action = request.path_params["task_id"], request.path_params["action"]
         if action not in ACTIONS:
-            return self._answer_error(request, f"Unknown action {action!r}: one of {', '.join(ACTIONS)}.")
+            return await self.act(request, "unknown", lambda: None, task_id=task_id, arguments={"action": action},
+                                  refused=f"Unknown action {_shown(action)}: one of {', '.join(ACTIONS)}.")
         tasks = self.svc.tasks
+        refused = None
         if action == "changes":
             form = await request.form()
             comment = str(form.get("comment") or "")
-            file, line = str(form.get("file") or "") or None, str(form.get("line") or "")
-            if line and not line.isdigit():
-                return self._answer_error(request, f"line must be a line number (got {line!r}).")
+            file, text = str(form.get("file") or "") or None, str(form.get("line") or "").strip()
+            line = _whole(text) if text else None
+            if text and line is None:
+                refused = f"line must be a line number such as 12 (got {_shown(text)}). Nothing was changed."
             call = lambda: self.svc.feedback.request_changes(  # noqa: E731
-                task_id, comment, file, int(line) if line else None, author="board")
-            arguments = {"comment": comment, "file": file, "line": line or None}
+                task_id, comment, file, line, author="board")
+            arguments = {"task_id": task_id, "comment": comment, "file": file, "line": line}
             done = "Changes requested: the task is queued again with your comment."
         else:
             call = {"approve": lambda: tasks.approve(task_id), "restart": lambda: tasks.restart(task_id),
                     "stop": lambda: tasks.stop(task_id), "skip": lambda: tasks.skip(task_id)}[action]
-            arguments = {}
+            arguments = {"task_id": task_id}
             done = {"approve": "Approved.", "restart": "Queued again.", "stop": "Stopped.", "skip": "Skipped."}[action]
         project_id = None
         try:
             project_id = (await self.read(tasks.get, task_id)).project_id
         except NotFoundError as error:
-            return self._answer_error(request, str(error))
+            refused = refused or str(error)
         return await self.act(request, action, call, project_id=project_id, task_id=task_id,
-                              arguments=arguments, done=done)
+                              arguments=arguments, done=done, refused=refused)
 
     async def answer(self, request: Request) -> Response:
         request_id = request.path_params["request_id"]
@@ -183,40 +206,51 @@ class Board:
         decision = str(form.get("decision") or "")
         remember = form.get("remember") in ("on", "true", "1")
         message = str(form.get("message") or "") or None
+        by = "person (board)" if request.scope.get(CREDENTIAL) == "session" else "http:bearer"
         return await self.act(request, "answer_request", lambda: self.svc.requests.answer(
-            request_id, decision, remember, message, by="person (board)"),
-            arguments={"request_id": request_id, "decision": decision, "remember": remember},
+            request_id, decision, remember, message, by=by),
+            arguments={"request_id": request_id, "decision": decision, "remember": remember, "message": message},
             done=f"Answered: {decision}.")
 
     async def project_state(self, request: Request) -> Response:
         project_id, state = request.path_params["project_id"], request.path_params["state"]
         if state not in ("pause", "resume"):
-            return self._answer_error(request, f"Unknown action {state!r}: pause or resume.")
+            return await self.act(request, "unknown", lambda: None, project_id=project_id, arguments={"action": state},
+                                  refused=f"Unknown action {_shown(state)}: pause or resume.")
         return await self.act(request, f"{state}_project", lambda: self.svc.projects.set_status(
             project_id, "PAUSED" if state == "pause" else "ACTIVE"), project_id=project_id,
-            done=f"Project {'paused' if state == 'pause' else 'resumed'}.")
+            arguments={"project_id": project_id}, done=f"Project {'paused' if state == 'pause' else 'resumed'}.")
 
     async def orchestrator(self, request: Request) -> Response:
         state = request.path_params["state"]
         if state not in ("pause", "resume"):
-            return self._answer_error(request, f"Unknown action {state!r}: pause or resume.")
+            return await self.act(request, "unknown", lambda: None, arguments={"action": state},
+                                  refused=f"Unknown action {_shown(state)}: pause or resume.")
 
         def change() -> None:
             self.svc.system.set_orchestrator("paused" if state == "pause" else "running")
             self.live.publish({"kind": "event", "event_type": "orchestrator." + state, "project_id": None,
                                "task_id": None, "status": None})
-        return await self.act(request, f"orchestrator_{state}", change,
+        return await self.act(request, f"orchestrator_{state}", change, arguments={"action": state},
                               done=f"Orchestrator {'paused' if state == 'pause' else 'running'}.")
 
     # -- access -------------------------------------------------------------------------------
     async def login(self, request: Request) -> Response:
-        cookie = self.auth.redeem(request.query_params.get("code", ""))
+        code = request.query_params.get("code", "").strip()
+        if not code:
+            return self.render(request, "login.html", status=401,
+                               message="Run `agentqueue board` in a terminal: it opens the board logged in, or "
+                                       "prints a login code to paste here.")
+        cookie = self.auth.redeem(code)
         if cookie is None:
             return self.render(request, "login.html", status=401,
-                               message="This login link is used up or expired. Run `agentqueue board` for a new one.")
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, cookie, max_age=int(SESSION_TTL_S), httponly=True, samesite="strict",
-                            path="/")
+                               message="This login code is used up or expired. Run `agentqueue board` for a new one.")
+        # A page that moves on by itself, not a redirect: `agentqueue board` opens the login from a local
+        # file, and a SameSite=Strict cookie is not sent along a redirect chain that began on another site.
+        response = HTMLResponse('<!doctype html><meta charset=utf-8><meta http-equiv="refresh" content="0; url=/">'
+                                '<title>AgentQueue board</title><p>Logged in. <a href="/">Open the board</a>.</p>\n')
+        response.set_cookie(self.auth.cookie_name, cookie, max_age=int(SESSION_TTL_S), httponly=True,
+                            samesite="strict", path="/")
         return response
 
     async def login_code(self, request: Request) -> Response:
@@ -227,12 +261,24 @@ class Board:
 
     # -- the live feed ------------------------------------------------------------------------
     async def events(self, request: Request) -> Response:
+        """`?task=<task id>&offset=<bytes>` (a task page), `?project=<project id>` (a kanban) or nothing."""
         project_id = request.query_params.get("project") or None
         task_id = request.query_params.get("task") or None
-        try:
-            offset = int(request.query_params.get("offset", "0"))
-        except ValueError:
-            offset = 0
+        offset = _whole(request.query_params.get("offset") or "0")
+        if offset is None or offset < 0:
+            return _plain(400, f"offset must be a byte offset such as 0 (got {_shown(request.query_params.get('offset'))}).")
+        if task_id is not None:
+            if not data.TASK_ID.fullmatch(task_id):  # never a path: the log file is named after the id
+                return _plain(400, f"task must be a task id such as swift-falcon (got {_shown(task_id)}).")
+            try:
+                await self.read(self.svc.tasks.get, task_id)
+            except NotFoundError as error:
+                return _plain(404, str(error))
+        if project_id is not None:
+            try:
+                await self.read(self.svc.projects.get, project_id)
+            except NotFoundError as error:
+                return _plain(404, str(error))
         feed = self.live.open(project_id, task_id)
 
         async def stream() -> AsyncIterator[str]:
@@ -271,6 +317,31 @@ class Board:
         """The daemon stops: end every open stream (pages reconnect to the next daemon)."""
         self.closing = True
         self.live.publish({"kind": "bye"})
+
+
+def _whole(text: str) -> int | None:
+    """A whole number written in ASCII digits, or None (not one, or longer than any limit we take)."""
+    text = text.strip()
+    return int(text) if WHOLE.fullmatch(text) else None
+
+
+def _shown(value: Any) -> str:
+    """A bad value quoted back to the person, cut short (it may be a megabyte of anything)."""
+    text = repr(str(value if value is not None else ""))
+    return text if len(text) <= 60 else text[:57] + "…'"
+
+
+def _same_origin_path(request: Request) -> str:
+    """Where a plain form returns to: the Referer's path when it is this board's own page, else /."""
+    referer = urlsplit(request.headers.get("referer") or "")
+    if referer.netloc.lower() != (request.headers.get("host") or "").lower() or not referer.path.startswith("/") \
+            or referer.path.startswith("//"):
+        return "/"
+    return referer.path + (f"?{referer.query}" if referer.query else "")
+
+
+def _plain(status: int, message: str) -> Response:
+    return Response(message + "\n", status_code=status, media_type="text/plain; charset=utf-8")
 
 
 def _sse(event: str, payload: dict[str, Any]) -> str:

@@ -3,6 +3,8 @@
 The tool schemas declare them (tools/registry.py); the services check the ones other paths reach too.
 """
 
+import unicodedata
+
 from .errors import InvalidInputError
 
 MAX_COUNT = 1_000_000_000  # offsets, priorities (±), seconds: far beyond use, far below 2**63
@@ -48,3 +50,15 @@ def check_argument(parameter: str, value: str | None) -> None:
 def is_file_name(name: str) -> bool:
     """Whether the filesystem can hold a file of this name (no NUL or '/', at most 255 bytes)."""
     return "\0" not in name and "/" not in name and len(name.encode("utf-8", "surrogatepass")) <= MAX_NAME
+
+
+def check_title(title: str) -> None:
+    """A task's title (already stripped) is one line of plain text of at most MAX_NAME characters: every
+    surface that shows it (board, terminal, chat, branch names) gets the same bounded, inert text."""
+    if len(title) > MAX_NAME:
+        raise InvalidInputError(f"Task title is {len(title)} characters; the limit is {MAX_NAME}. Shorten it and put "
+                                "the detail in the description.")
+    bad = next((c for c in title if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        raise InvalidInputError(f"Task title contains a control character (U+{ord(bad):04X}); a title is one line of "
+                                "plain text. Remove it (the description may hold several lines).")

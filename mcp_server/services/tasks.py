@@ -11,7 +11,7 @@ from typing import Any
 from ..store.db import Store, now_iso
 from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskStatus, TaskSummary, Tokens
 from .errors import ConflictError, InvalidInputError, NotFoundError
-from .limits import MAX_COUNT, MAX_RETRIES, check_range
+from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import FAILURE_KINDS, HELD_STATUSES, MOVE_CODES, describe_failure, explain, move_note
 from .ids import new_task_id
 from .projects import RUNNING_STATUSES, Projects
@@ -298,6 +298,7 @@ class Tasks:
             depends_on = list(dict.fromkeys([*(depends_on or []), parent_task_id]))
         if not title.strip():
             raise InvalidInputError("Task title is empty. Give a short title such as 'Add login page'.")
+        check_title(title.strip())
         if not description.strip():
             raise InvalidInputError(
                 "Task description is empty. Describe the work so an agent can do it without this conversation."
@@ -357,6 +358,7 @@ class Tasks:
         if title is not None:
             if not title.strip():
                 raise InvalidInputError("title is empty. Give a new title, or leave it out to keep the current one.")
+            check_title(title.strip())
             changes["title"] = title.strip()
         if description is not None:
             if not description.strip():
