@@ -11,6 +11,7 @@ import io
 import json
 import re
 import shlex
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from agentqueue.chat.watcher import QueueWatcher
 from agentqueue.services import Services
 from agentqueue.visible import visible
 
-from .cli_helpers import LiveDaemon, Output, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
+from .cli_helpers import LiveDaemon, Output, signals, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
 from .git_fixtures import make_repo
 from .processes import Terminal
 
@@ -125,9 +126,13 @@ def no_raw_controls(text: str) -> None:
 def test_every_cli_command_shows_hostile_text_as_text(live: LiveDaemon, tmp_path: Path) -> None:
     env = live.env
     live.call("create_agent", name="worker", agent_type="command", command=shlex.join([sys.executable, "-c", AGENT]))
-    go = tmp_path / "go"
-    task = live.call("create_task", project_id="demo", title=HOSTILE, description=f"{HOSTILE}\nGO {go}",
+    go = signals(tmp_path) / "go"
+    # create_task refuses a title with control characters; one can still be in the store (written before that
+    # check, or by hand), and every command must print it safely.
+    task = live.call("create_task", project_id="demo", title="Hostile", description=f"{HOSTILE}\nGO {go}",
                      requires_approval=True)
+    with sqlite3.connect(live.home / "agentqueue.db") as db:
+        db.execute("UPDATE tasks SET title = ? WHERE id = ?", (HOSTILE, task["id"]))
     log = live.home / "logs" / "tasks" / f"{task['id']}.log"
     wait_until(lambda: log.exists() and "52;c;" in log.read_text(errors="replace"), 60, "the agent's hostile line")
     follow = subprocess.Popen([sys.executable, "-m", "agentqueue", "logs", task["id"], "-f"], env=env,
