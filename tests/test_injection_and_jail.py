@@ -318,15 +318,16 @@ async def test_search_files_allows_relative_linked_and_reports_truncation(client
 
 async def test_run_command_refuses_escapes(client, services, world, jail, tmp_path):
     await ok(client, "set_active_project", project_id="proj")
-    marker = tmp_path / "ran"
+    # `touch` in the working dir itself: the sandbox makes that dir writable, so only the refusal keeps it away.
+    marker = "ran-escape-marker"
     before = db_snapshot(services)
     for label, path in escapes(world, jail):
         text = await fail(client, "run_command", command=f"touch {marker}", working_dir=path)
         refusal_ok(text, "run_command", label)
-        assert not marker.exists(), label
+        assert not list(tmp_path.rglob(marker)), label
     text = await fail(client, "run_command", command=f"touch {marker}", working_dir="sub\0")
     assert_clear(text, "run_command", "NUL")
-    assert not marker.exists() and db_snapshot(services) == before
+    assert not list(tmp_path.rglob(marker)) and db_snapshot(services) == before
 
 
 async def test_run_command_working_dirs(client, world, jail):
@@ -364,7 +365,7 @@ async def test_run_command_caps_output(client, world):
 
 @pytest.mark.parametrize("era", ["modern"])  # slow (4 s) and nothing era-specific: run once
 async def test_run_command_timeout_kills_the_process_group(client, world, tmp_path, era):
-    marker = tmp_path / "late-child"
+    marker = world.workspace / "late-child"  # where the command may write: only the kill stops it
     started = time.monotonic()
     done = await ok(client, "run_command", command=f"(sleep 3; touch {marker}) & sleep 30", working_dir="proj",
                     timeout=1)
@@ -377,7 +378,7 @@ async def test_run_command_timeout_kills_the_process_group(client, world, tmp_pa
 
 
 async def test_run_command_denied_by_policy(client, services, world, tmp_path, monkeypatch):
-    marker = tmp_path / "ran"
+    marker = world.workspace / "ran"
     monkeypatch.setenv("AGENTQUEUE_RUN_COMMAND", "deny")
     await refused(client, services, "run_command", "denied by AgentQueue's policy", "AGENTQUEUE_RUN_COMMAND",
                   command=f"touch {marker}", working_dir="proj")
