@@ -81,6 +81,13 @@ def signals(tmp_path: Path) -> Path:
     return folder
 
 
+def let_agents_write(services: Any, *folders: Path) -> None:
+    """An in-process engine's runs may write these folders (as `[sandbox] writable` in config.toml would allow)."""
+    from agentqueue.sandbox.rules import SandboxSettings
+
+    services.settings.sandbox = SandboxSettings(writable=tuple(folders)).over(services.settings.sandbox)
+
+
 def let_agents_see_signals(home: Path) -> None:
     """The sandbox shows agents nothing under /tmp but their worktree: a test's daemon lets them use `signals`."""
     config = home / "config.toml"

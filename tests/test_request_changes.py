@@ -22,6 +22,7 @@ from .conftest import db_snapshot, fail, ok
 from .git_fixtures import commit_file, git, git_env, sha  # noqa: F401  (git_env: fixture)
 from .processes import wait_for
 from .test_engine_lifecycle import engine_running, events, make_engine
+from .cli_helpers import let_agents_write
 from .test_engine_pr_poll import gh_states  # noqa: F401  (fixture: a fake `gh` on PATH)
 
 pytestmark = pytest.mark.anyio
@@ -51,6 +52,7 @@ def svc(services: Services, git_env: Path, dumps: Path) -> Services:
     services.projects.create("Demo")
     services.repos.add("demo", "init", name="app")
     services.agents.create("worker", "command", command=shlex.join([sys.executable, "-c", AGENT, str(dumps)]))
+    let_agents_write(services, dumps)
     return services
 
 
@@ -186,6 +188,7 @@ async def test_the_rerun_updates_an_open_pr_and_a_merged_pr_gets_a_new_one(servi
     services.projects.create("Demo")
     services.repos.add("demo", "clone", url=str(origin), name="app")
     services.agents.create("worker", "command", command=shlex.join([sys.executable, "-c", AGENT, str(dumps)]))
+    let_agents_write(services, dumps)
     task = services.tasks.create("demo", "Greeting", DESCRIPTION, requires_approval=True)
     prs = lambda: [e.payload["pr_url"] for e in events(services, task.id, "pr.created")]  # noqa: E731
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from .rules import SandboxRules
 
 INNER = Path(__file__).with_name("inner.py")
-PROXY_PORT = 3128  # inside the sandbox's own network namespace: nothing else can be listening there
+PROXY_PORT = 3128
+PRIVATE = (Path("/tmp"), Path("/var/tmp"), Path("/run"))  # empty inside: what a run needs there is bound back  # inside the sandbox's own network namespace: nothing else can be listening there
 MASKS_DIR = "masks"
 
 
@@ -54,6 +55,9 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
     if bwrap is None:
         raise SandboxUnavailable(no_bwrap_message())
     out = _base(bwrap, rules.network)
+    for path in rules.readable:  # before the secrets are covered: a program folder never uncovers one
+        if path.exists():
+            out += ["--ro-bind", str(path), str(path)]
     for secret in rules.hidden:
         real = Path(os.path.realpath(secret))
         if real.is_dir():  # left writable: the worktree may be bound inside it; what is written there vanishes

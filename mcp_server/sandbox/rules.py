@@ -155,6 +155,7 @@ class SandboxRules:
     writable: tuple[Path, ...] = ()  # besides the workdir: CLI state, the task's git refs, extra folders
     hidden: tuple[Path, ...] = ()  # secrets and AgentQueue's home: an empty folder or file in their place
     sockets: tuple[Path, ...] = ()  # Unix sockets the run may connect to (the daemon's, for the agent toolset)
+    readable: tuple[Path, ...] = ()  # programs under a folder the sandbox makes private (/tmp): shown read-only
     network: str = "allowlist"
     endpoints: tuple[Endpoint, ...] = ()
     masks: Mapping[Path, bytes | None] = field(default_factory=dict)  # files shown with other content (or none)

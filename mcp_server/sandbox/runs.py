@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ class Sandbox:
 
     def rules_for(self, workdir: Path, project_id: str | None, *, preset: str, agent_type: str | None = None,
                   env: Mapping[str, str] | None = None, branch: str | None = None, agent_socket: bool = False,
-                  masks: Mapping[Path, bytes | None] | None = None) -> SandboxRules:
+                  masks: Mapping[Path, bytes | None] | None = None, argv0: str | None = None) -> SandboxRules:
         env = os.environ if env is None else env
         chosen = self.settings_for(project_id)
         homes = {Path.home(), Path(env.get("HOME") or Path.home())}
@@ -95,7 +96,7 @@ class Sandbox:
             hosts += REGISTRIES
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
-                            hidden=tuple(hidden), sockets=sockets, network=chosen.network or "allowlist",
+                            hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0)), network=chosen.network or "allowlist",
                             endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}))
 
     @staticmethod
@@ -122,7 +123,7 @@ class Sandbox:
             yield list(argv), dict(env)
             return
         rules = self.rules_for(workdir, project_id, preset=preset, agent_type=agent_type, env=env, branch=branch,
-                               agent_socket=agent_socket, masks=masks)
+                               agent_socket=agent_socket, masks=masks, argv0=argv[0] if argv else None)
         say(f"[sandbox] {rules.describe()}")
         with self.contained(argv, env, rules, self.deny_recorder(actor, project_id, task_id, log_line)) as inner:
             yield inner
@@ -142,6 +143,21 @@ class Sandbox:
         finally:
             if gate is not None:
                 gate.close()
+
+
+def programs(env: Mapping[str, str], argv0: str | None) -> list[Path]:
+    """What a run executes that lives under a folder the sandbox makes private (a venv or a CLI under /tmp):
+    AgentQueue's own interpreter (the relay, the agent's MCP plugin), the folders on PATH, the command's own."""
+    candidates = [Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent]
+    candidates += [Path(p) for p in env.get("PATH", "").split(os.pathsep) if p]
+    if argv0 and os.sep in argv0:
+        candidates += [Path(argv0).parent, Path(os.path.realpath(argv0)).parent]
+    found = []
+    for path in candidates:
+        real = Path(os.path.realpath(path))
+        if real.is_dir() and any(real.is_relative_to(private) for private in bwrap.PRIVATE):
+            found.append(real)
+    return list(dict.fromkeys(found))
 
 
 def git_paths(workdir: Path, branch: str | None) -> list[Path]:
