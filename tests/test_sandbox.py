@@ -335,3 +335,43 @@ def test_the_gate_lets_through_only_the_allowlist(tmp_path: Path) -> None:
         gate.close()
         server.shutdown()
     assert not gate.folder.exists()
+
+
+def test_doctor_and_the_board_show_what_lowers_the_walls(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentqueue import doctor
+    from agentqueue.board.data import overview
+
+    services.projects.create("Demo")
+    checks = {c.name: c for c in doctor.check_sandbox(services.home, services.settings)}
+    assert checks["sandbox"].level == "ok" and "probed" in checks["sandbox"].detail
+    assert overview(services)["sandbox"] is None and overview(services)["projects"][0]["sandbox"] is None
+    (services.home / "policy.toml").write_text('[projects.demo.sandbox]\nnetwork = "open"\n')
+    checks = {c.name: c for c in doctor.check_sandbox(services.home, services.settings)}
+    assert checks["sandbox (demo)"].level == "warn" and "open" in checks["sandbox (demo)"].detail
+    assert overview(services)["projects"][0]["sandbox"] == "sandbox network open"
+    monkeypatch.setattr(bwrap, "find_bwrap", lambda: None)
+    bwrap.probe.cache_clear()
+    try:
+        failed = {c.name: c for c in doctor.check_sandbox(services.home, services.settings)}["sandbox"]
+        assert failed.level == "fail" and "bubblewrap" in failed.detail
+        assert overview(services)["sandbox"] == "no sandbox: no run starts"
+    finally:
+        monkeypatch.undo()
+        bwrap.probe.cache_clear()
+
+
+def test_a_mask_shows_the_default_branchs_file_read_only(services: Services, tmp_path: Path) -> None:
+    """Planted settings (engine/protected.py) are shown to a Codex or Gemini rerun as the default branch has them."""
+    work = tmp_path / "work"
+    (work / ".gemini").mkdir(parents=True)
+    (work / ".gemini" / "settings.json").write_text('{"planted": true}')
+    (work / ".mcp.json").write_text('{"planted": true}')
+    rules = services.sandbox.rules_for(work, None, preset="standard", agent_type="gemini", env={"PATH": "/usr/bin:/bin"},
+                                       masks={work / ".gemini" / "settings.json": b'{"default": true}',
+                                              work / ".mcp.json": None})
+    argv = ["/bin/sh", "-c", "cat .gemini/settings.json; echo; wc -c < .mcp.json; echo x > .gemini/settings.json"]
+    with services.sandbox.contained(argv, {"PATH": "/usr/bin:/bin"}, rules, lambda *_: None) as (inner, env):
+        done = subprocess.run(inner, cwd=work, env=env, capture_output=True, text=True, timeout=30)
+    assert done.stdout.splitlines()[:2] == ['{"default": true}', "0"], done
+    assert "Read-only file system" in done.stderr or "Permission denied" in done.stderr
+    assert (work / ".gemini" / "settings.json").read_text() == '{"planted": true}'  # the worktree is untouched

@@ -41,9 +41,11 @@ def overview(svc: Services) -> dict[str, Any]:
                             "JOIN tasks t ON t.id = a.current_task ORDER BY a.name")
     return {"projects": [{"project": p, "tokens": (tokens.get(p.id) or {}).get("total", 0),
                           "cost": (tokens.get(p.id) or {}).get("cost_usd", 0.0),
-                          "running": [r for r in running if r["project_id"] == p.id]} for p in projects],
+                          "running": [r for r in running if r["project_id"] == p.id],
+                          "sandbox": svc.sandbox.weakened(p.id)} for p in projects],
             "orchestrator": svc.system.orchestrator_state(), "running": running,
-            "pending_requests": len(svc.requests.list("pending", limit=500))}
+            "pending_requests": len(svc.requests.list("pending", limit=500)),
+            "sandbox": svc.sandbox.weakened(None)}
 
 
 def kanban(svc: Services, project_id: str, query: str = "", agent: str = "") -> dict[str, Any]:

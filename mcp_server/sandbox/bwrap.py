@@ -50,7 +50,7 @@ def _exists(path: Path) -> bool:
 
 
 def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> list[str]:
-    """bubblewrap around `argv`; `bridge` holds the network gate's sockets (and mask files), or None."""
+    """bubblewrap around `argv`; `bridge` is the run's private folder: the network gate's sockets, mask files."""
     bwrap = find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable(no_bwrap_message())
@@ -73,7 +73,7 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
     for sock in rules.sockets:
         if _exists(sock):
             out += ["--bind", str(sock), str(sock)]
-    if bridge is not None:
+    if bridge is not None and rules.network == "allowlist":
         out += ["--bind", str(bridge), str(bridge)]
     for target, content in rules.masks.items():
         out += _mask(target, content, bridge)
@@ -86,19 +86,17 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
 
 
 def _mask(target: Path, content: bytes | None, bridge: Path | None) -> list[str]:
-    """Show `target` with `content` (or as absent: an empty file or folder), read-only, for this run."""
-    if content is None:
-        if target.is_dir() and not target.is_symlink():
-            return ["--tmpfs", str(target), "--remount-ro", str(target)]
-        return ["--ro-bind", "/dev/null", str(target)] if _exists(target) else []
+    """Show `target` with `content` (None: empty, as if absent from the default branch), read-only, for this run."""
+    if target.is_symlink() or not _exists(target):
+        return []  # a planted link is covered by the worktree's own rules; nothing there, nothing to cover
+    if target.is_dir():
+        return ["--tmpfs", str(target), "--remount-ro", str(target)]
     if bridge is None:
         raise SandboxUnavailable("A masked file needs the run's bridge folder.")
     folder = bridge / MASKS_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
     copy = folder / f"{len(list(folder.iterdir()))}"
-    copy.write_bytes(content)
-    if target.is_symlink():  # a planted link: cover the link itself, never what it points at
-        return []
+    copy.write_bytes(content or b"")  # a regular file: a bound /dev/null is unreadable (bubblewrap mounts nodev)
     return ["--ro-bind", str(copy), str(target)]
 
 

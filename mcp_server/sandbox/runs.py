@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,16 @@ class Sandbox:
     def unavailable() -> str | None:
         """Why bubblewrap cannot start here (probed once per process), or None when it can."""
         return bwrap.probe()
+
+    def weakened(self, project_id: str | None) -> str | None:
+        """What a person set that lowers the walls of this project's runs, in a few words (the board shows it)."""
+        try:
+            chosen = self.settings_for(project_id)
+        except SandboxConfigError as error:
+            return str(error)
+        if self.unavailable():
+            return "no sandbox: no run starts" if chosen.required is not False else "runs NOT sandboxed"
+        return "sandbox network open" if chosen.network == "open" else None
 
     def deny_recorder(self, actor: str, project_id: str | None, task_id: str | None,
                       log_line: Callable[[str], None] | None = None) -> Callable[[str, int, str], None]:
@@ -135,14 +147,16 @@ class Sandbox:
         inner_env = {k: v for k, v in env.items() if k not in DROPPED_ENV}
         inner_env["TMPDIR"] = "/tmp"  # the sandbox's own; a host TMPDIR may be hidden
         gate = NetworkGate(rules, on_deny) if rules.network == "allowlist" else None
+        folder = gate.folder if gate else Path(tempfile.mkdtemp(prefix="sb-", dir=paths.runtime_dir()))
         try:
             if gate is not None:
                 proxy = f"http://127.0.0.1:{bwrap.PROXY_PORT}"
                 inner_env.update({name: proxy for name in PROXY_ENV})
-            yield bwrap.build_argv(rules, argv, gate.folder if gate else None), inner_env
+            yield bwrap.build_argv(rules, argv, folder), inner_env
         finally:
             if gate is not None:
                 gate.close()
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def programs(env: Mapping[str, str], argv0: str | None) -> list[Path]:
