@@ -12,10 +12,9 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from agentqueue.engine.orchestrator import Engine, EngineConfig
@@ -25,6 +24,7 @@ from agentqueue.services import Services
 
 from .git_fixtures import git_env  # noqa: F401  (fixture)
 from .mock_anthropic import MockAnthropic
+from .test_engine_claude import run_until
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
@@ -109,16 +109,6 @@ def plant_links(repo: str, victim: Path, home: Path) -> None:
 def engine_for(services: Services) -> Engine:
     config = EngineConfig(poll_seconds=0.1, limits=WatchdogLimits(stall_seconds=60, timeout_seconds=120))
     return Engine(services, services.home, config=config)
-
-
-async def run_until(engine: Engine, done: Callable[[], bool], timeout: float = 90) -> None:
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        with anyio.fail_after(timeout):
-            while not done():
-                await anyio.sleep(0.1)
-        await engine.shutdown()
-        tg.cancel_scope.cancel()
 
 
 def assert_contained(services: Services, task_id: str, report: dict, target: dict, repo: str) -> None:
@@ -324,7 +314,7 @@ def test_the_gate_lets_through_only_the_allowlist(tmp_path: Path) -> None:
 
     try:
         assert b"hello /x?y=1" in ask(f"GET http://127.0.0.1:{port}/x?y=1 HTTP/1.1\r\nHost: a\r\n\r\n".encode())
-        assert b"hello /x" in ask(f"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode(), f"port-{port}.sock")
+        assert b"hello /x" in ask(b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", f"port-{port}.sock")
         refused = ask(f"GET http://127.0.0.1:{port + 1}/ HTTP/1.1\r\n\r\n".encode())
         assert refused.startswith(b"HTTP/1.1 403") and b"allowlist" in refused
         assert ask(b"CONNECT evil.example.com:443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403")

@@ -19,33 +19,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .. import paths
+from .inner import splice
 from .rules import SandboxRules
 
 log = logging.getLogger("agentqueue.sandbox")
 
 MAX_HEAD = 64 * 1024
 CONNECT_TIMEOUT = 15.0
-
-
-def _pump(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while chunk := source.recv(65536):
-            target.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        for sock, how in ((target, socket.SHUT_WR), (source, socket.SHUT_RD)):
-            try:
-                sock.shutdown(how)
-            except OSError:
-                pass
-
-
-def _splice(client: socket.socket, upstream: socket.socket) -> None:
-    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-    back.start()
-    _pump(client, upstream)
-    back.join()
 
 
 def _read_head(client: socket.socket) -> tuple[bytes, bytes] | None:
@@ -110,7 +90,7 @@ class NetworkGate:
             return
         upstream.settimeout(None)
         with upstream:
-            _splice(client, upstream)
+            splice(client, upstream)
 
     def _proxy(self, client: socket.socket) -> None:
         got = _read_head(client)
@@ -162,7 +142,7 @@ class NetworkGate:
                 rest = b""
             if rest:
                 upstream.sendall(rest)
-            _splice(client, upstream)
+            splice(client, upstream)
 
     def close(self) -> None:
         for listener in self._listeners:

@@ -29,20 +29,24 @@ def pump(source: socket.socket, target: socket.socket) -> None:
                 pass
 
 
-def relay(client: socket.socket, path: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        upstream.connect(path)
-    except OSError:
-        client.close()
-        upstream.close()
-        return
+def splice(client: socket.socket, upstream: socket.socket) -> None:
+    """Copy both ways until both sides are done (the host's gate uses this too)."""
     back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
     back.start()
     pump(client, upstream)
     back.join()
-    client.close()
-    upstream.close()
+
+
+def relay(client: socket.socket, path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+        splice(client, upstream)
+    except OSError:
+        pass
+    finally:
+        client.close()
+        upstream.close()
 
 
 def serve(listener: socket.socket, path: str) -> None:

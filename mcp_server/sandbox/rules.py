@@ -174,7 +174,7 @@ class SandboxRules:
             self.network, "network allowlist: " + (", ".join(map(str, self.endpoints)) or "(empty)"))
         return (f"sandboxed (bubblewrap): {self.workdir} {'writable' if self.workdir_writable else 'read-only'}; "
                 f"writable besides: {', '.join(map(str, self.writable)) or 'none'}; the rest of the system read-only; "
-                f"hidden: {len(self.hidden)} secret folders and AgentQueue's home; {net}")
+                f"hidden: {', '.join(map(str, self.hidden))}; {net}")
 
 
 def endpoints_of(env: Mapping[str, str], agent_type: str | None) -> list[str]:

@@ -101,7 +101,7 @@ class Sandbox:
         env = os.environ if env is None else env
         chosen = self.settings_for(project_id)
         homes = {Path.home(), Path(env.get("HOME") or Path.home())}
-        hidden = [p for h in homes for p in secret_paths(h)] + [self.home]
+        hidden = [p for h in homes for p in secret_paths(h) if os.path.lexists(p)] + [self.home]
         writable = [*self._state(homes, agent_type, env), *chosen.writable, *git_paths(workdir, branch)]
         hosts = [*endpoints_of(env, agent_type), *chosen.hosts]
         if self.decide_install(project_id):
