@@ -270,7 +270,10 @@ def _scope(data: dict[str, Any], where: str) -> Scope:
         items = data.get(decision, [])
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
             raise PolicyError(f"{where}: `{decision}` must be a list of rules (strings).")
-        scope.rules[decision] = [parse_rule(i) for i in items]
+        try:
+            scope.rules[decision] = [parse_rule(i) for i in items]
+        except PolicyError as error:
+            raise PolicyError(f"{where}: {error}") from None
     return scope
 
 
@@ -305,9 +308,13 @@ class Policies:
                 return self._cache[2]
             try:
                 data = tomllib.loads(self.path.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as error:
-                raise PolicyError(f"{self.path} is not valid TOML ({error}); fix it or move it aside "
-                                  "(without it the standard preset applies).") from None
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+                what = "UTF-8 text" if isinstance(error, UnicodeDecodeError) else "valid TOML"
+                raise PolicyError(f"{self.path} is not {what} ({shell.short(str(error), 120)}); fix it or move it "
+                                  "aside (without it the standard preset applies).") from None
+            except OSError as error:
+                raise PolicyError(f"{self.path} cannot be read ({error.strerror or error}); fix its permissions or "
+                                  "move it aside (without it the standard preset applies).") from None
             projects_raw = data.pop("projects", {})
             if not isinstance(projects_raw, dict):
                 raise PolicyError(f"{self.path}: `projects` must be a table of [projects.<id>] tables.")
