@@ -424,3 +424,16 @@ async def test_a_corrupt_policy_file_is_one_sentence_through_the_client(server, 
             text = result.content[0].text
             assert result.is_error and needle in text and str(home / "policy.toml") in text, text
             assert "Traceback" not in text and text.count("\n") == 0 and len(text) < 600
+
+
+def test_remember_suggests_one_rule_per_simple_command_not_yet_allowed(tmp_path: Path) -> None:
+    from agentqueue.engine.permissions import suggested_rule
+
+    policy = Policies(tmp_path).effective()
+    action = bash("ls & touch PWNED; echo owned > outside.txt && env rm -rf build")
+    rules = suggested_rule({}, action, policy).split("\n")
+    assert rules == ["Bash(touch PWNED)", "Bash(rm -rf build)"]
+    for rule in rules:
+        Policies(tmp_path).edit(add_rule=rule, rule_list="allow")
+    assert Policies(tmp_path).decide(bash("ls & touch PWNED; env rm -rf build")).decision == "allow"
+    assert suggested_rule({}, bash("make deploy"), policy) == "Bash(make deploy)"

@@ -150,6 +150,11 @@ class EffectivePolicy:
         bare = next(((r, s) for r, s in self.rules["allow"] if r.spec is None and not s.startswith("preset ")
                      and r.covers_tool(action.tool) and matches_one(r, action)), None)
         verdicts: list[Verdict] = []
+        if len(analysis.commands) > shell.MAX_COMMANDS:  # too many to judge one by one: deny rules, then ask
+            for command in analysis.commands:
+                if hit := self._first("deny", action, None, command.spellings()):
+                    return Verdict("deny", shell.short(str(Action(action.tool, command.text))), hit[0].text, hit[1])
+            return self._unknown(action, whole, f"the shell parser: {analysis.problems[-1]}")
         for command in analysis.commands:
             verdict = self._judge_simple(action, command)
             if verdict.decision == "deny":
