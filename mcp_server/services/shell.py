@@ -158,8 +158,7 @@ def _analyse(command: str, depth: int) -> Analysis:
         return result
     tree = _parser().parse(command.encode("utf-8", "surrogatepass"))
     if tree.root_node.has_error:
-        result.problems.append("the shell parser could not read it (a syntax error or a construct it does not "
-                               "know)")
+        result.problems.append("a syntax error, or a construct it cannot read")
         return result
     walker = _Walker(result, depth)
     walker.visit(tree.root_node, 0)
