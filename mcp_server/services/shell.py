@@ -156,6 +156,8 @@ def _analyse(command: str, depth: int) -> Analysis:
     if "\x00" in command:
         result.problems.append("a NUL character")
         return result
+    # bash drops backslash-newline before it splits words (`r\<newline>m` is `rm`); tree-sitter splits there.
+    command = _CONTINUATION.sub(r"\1", command)
     tree = _parser().parse(command.encode("utf-8", "surrogatepass"))
     if tree.root_node.has_error:
         result.problems.append("a syntax error, or a construct it cannot read")
@@ -165,6 +167,9 @@ def _analyse(command: str, depth: int) -> Analysis:
     if len(result.commands) > MAX_COMMANDS:
         result.problems.append(f"more than {MAX_COMMANDS:,} simple commands")
     return result
+
+
+_CONTINUATION = re.compile(r"(?<!\\)((?:\\\\)*)\\\n")
 
 
 # -- words ------------------------------------------------------------------------------------------------
@@ -265,6 +270,11 @@ class _Walker:
         if kind == "heredoc_redirect":
             self.heredoc(node, level)
             return
+        if kind == "word" and re.search(r"(?<!\\)\n", _text(node).replace("\\\\", "")):
+            # tree-sitter-bash reads `ls\n\\touch x` as one command whose argument is "\n\\touch"; bash runs two
+            self.problem("a line the parser joined to the one before it")
+        if self.arithmetic(node, kind):
+            self.problem("arithmetic on a variable (bash evaluates the variable's text there, `a[$(cmd)]` included)")
         if kind == "variable_assignment":
             name = node.child_by_field_name("name")
             if name is not None and DANGEROUS_VARIABLES.match(_text(name)):
@@ -274,6 +284,19 @@ class _Walker:
             return
         for child in node.named_children:
             self.visit(child, level + 1)
+
+    @staticmethod
+    def arithmetic(node: Any, kind: str) -> bool:
+        """An arithmetic context that reads a variable: `$((x))`, `((x))`, `for ((…))`, `[[ $x -eq 1 ]]`."""
+        if kind == "compound_statement":
+            if not node.children or node.children[0].type != "((":
+                return False
+        elif kind == "test_command":
+            if not any(_text(n) in _ARITHMETIC_TESTS for n in _descendants(node) if n.type == "test_operator"):
+                return False
+        elif kind not in ("arithmetic_expansion", "c_style_for_statement"):
+            return False
+        return any(n.type in ("variable_name", "simple_expansion", "expansion") for n in _descendants(node))
 
     def redirected(self, node: Any, level: int) -> None:
         body = node.child_by_field_name("body")
@@ -497,6 +520,18 @@ class _Walker:
         if words:
             self.result.commands.append(SimpleCommand(tuple(words), tuple(literal), wrappers, assignments, risks,
                                                       more_args, self.cwds))
+
+
+_ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
+
+
+def _descendants(node: Any, limit: int = 10_000) -> list[Any]:
+    out, stack = [], list(node.named_children)
+    while stack and len(out) < limit:
+        child = stack.pop()
+        out.append(child)
+        stack.extend(child.named_children)
+    return out
 
 
 def _shell_string(words: list[str]) -> str | None:

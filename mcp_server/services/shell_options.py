@@ -124,6 +124,8 @@ def risks(command: SimpleCommand) -> list[str]:
     name = posixpath.basename(words[0])
     found = [f"{name} {option}" for option in command.risks]
     found += [f"it sets {v}" for v in command.assignments if DANGEROUS_VARIABLES.match(v)]
+    if name in ("test", "["):  # arithmetic and `-v a[…]` evaluate a variable's text, `$(…)` included
+        found += [f"{name} {w}" for w in words[1:] if w in ("-v", "-R", "-eq", "-ne", "-lt", "-le", "-gt", "-ge")]
     if name in INERT:
         return found
     if command.more_args:
