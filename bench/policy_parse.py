@@ -43,7 +43,7 @@ def measure(runs: int) -> dict[str, float]:
     from agentqueue.services.policy import Policies
     from agentqueue.services.policy_rules import agent_action
 
-    clear = getattr(getattr(policy_rules, "shell", None), "analyse", None)
+    clear = getattr(getattr(policy_rules, "shell", None), "_analyse_cached", None)
     home = Path(tempfile.mkdtemp())
     policies = Policies(home)
     started = time.perf_counter()

@@ -113,6 +113,8 @@ TABLE = [
     ("ls >| x", D, A, A),
     ("ls 2> err.txt", D, A, A),
     ("echo x>/tmp/y", D, Q, A),
+    ("ls &>> log.txt", D, A, A),
+    ("cat <> f", D, Q, A),  # tree-sitter-bash cannot read `<>`: asked, never allowed
     ("ls 2>&1", A, A, A),
     ("ls > /dev/null 2>&1", A, A, A),
     ("ls >&2", A, A, A),
@@ -447,3 +449,16 @@ def test_remember_suggests_one_rule_per_simple_command_not_yet_allowed(tmp_path:
         Policies(tmp_path).edit(add_rule=rule, rule_list="allow")
     assert Policies(tmp_path).decide(bash("ls & touch PWNED; env rm -rf build")).decision == "allow"
     assert suggested_rule({}, bash("make deploy"), policy) == "Bash(make deploy)"
+
+
+def test_the_parser_is_imported_only_when_a_command_is_decided(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from agentqueue.services.policy import Policies; "
+            "from agentqueue.services.policy_rules import agent_action, tool_action; "
+            f"p = Policies(Path({str(tmp_path)!r})); p.decide(tool_action('create_task')); "
+            "p.decide(agent_action('Read', {'file_path': '/x'}, None)); print('tree_sitter' in sys.modules); "
+            "p.decide(agent_action('Bash', {'command': 'ls'}, None)); print('tree_sitter' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]

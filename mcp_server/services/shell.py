@@ -138,9 +138,16 @@ def _parser() -> Any:
     return Parser(Language(tree_sitter_bash.language()))
 
 
-@lru_cache(maxsize=2048)
 def analyse(command: str) -> Analysis:
-    """Every simple command and redirection in `command`, or the problems that stop us knowing."""
+    """Every simple command and redirection in `command`, or the problems that stop us knowing.
+    The result is shared (cached): callers read it, never change it."""
+    if len(command) > 4_096:  # a cache of big strings would hold megabytes an attacker chose
+        return _analyse(command, 0)
+    return _analyse_cached(command)
+
+
+@lru_cache(maxsize=2048)
+def _analyse_cached(command: str) -> Analysis:
     return _analyse(command, 0)
 
 
