@@ -233,6 +233,13 @@ def test_a_refusal_says_which_option_or_path_and_why(presets: dict[str, Policies
     assert verdict.decision == "ask" and str(Path.home() / ".ssh/id_rsa") in verdict.decided_by
     verdict = presets["standard"].decide(bash("$CMD x"))
     assert "expansion in command position" in verdict.decided_by
+    # the refusal names the part that was refused, and a rule that would allow just that part
+    refusal = presets["readonly"].decide(bash("ls & touch PWNED; echo owned > outside.txt")).refusal("Bash(…)")
+    assert "add_rule='Bash(touch PWNED)'" in refusal
+    refusal = presets["readonly"].decide(bash("ls > /tmp/out")).refusal("Bash(ls > /tmp/out)")
+    assert "add_rule='Write(/tmp/out)'" in refusal
+    refusal = presets["readonly"].decide(bash("$CMD x")).refusal("Bash($CMD x)")
+    assert "write the command so that it can be read" in refusal and "add_rule" not in refusal
 
 
 # -- a person's rules --------------------------------------------------------------------------------------

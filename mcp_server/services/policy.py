@@ -41,7 +41,6 @@ from .policy_rules import (
 
 POLICY_NAME = "policy.toml"
 _STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
-_NOT_FILES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero", "/dev/stdin"}
 DEFAULT_ASK_TIMEOUT = 1800.0
 _KEYS = {"preset", "ask_timeout", "allow", "ask", "deny"}
 
@@ -68,8 +67,13 @@ class Verdict:
         if self.rule:
             how = (f"remove the rule with edit_policy (remove_rule={self.rule!r})" if self.source != "AGENTQUEUE_RUN_COMMAND"
                    else "unset AGENTQUEUE_RUN_COMMAND for the daemon")
-        else:
+        elif self.reason and self.reason.startswith("the shell parser"):
+            how = "write the command so that it can be read (no expansion in command position, no `eval \"$X\"`…) " \
+                  "or pick another preset"
+        elif _is_rule(self.action):
             how = f"add an allow rule with edit_policy (add_rule={self.action!r}, list=allow) or pick another preset"
+        else:
+            how = "pick another preset"
         return f"{shell.short(what)} is denied by AgentQueue's policy ({self.decided_by}). To allow it, {how}."
 
 
@@ -127,9 +131,10 @@ class EffectivePolicy:
                 return Verdict(decision, shown, hit[0].text, hit[1])
         return self._default(action, shown)
 
-    def _unknown(self, action: Action, shown: str, reason: str) -> Verdict:
-        """What the parser cannot account for: never a prefix allow; the preset's escalation (ask in
-        standard, deny in readonly), and ask even in autonomous when a deny rule might be hidden in it."""
+    def _escalate(self, action: Action, shown: str, reason: str) -> Verdict:
+        """What a preset allow does not cover, or the parser cannot account for: never a prefix allow; the
+        preset's escalation (ask in standard, deny in readonly), and ask even in autonomous when a deny
+        rule might be hidden in it."""
         decision = self.preset.escalate
         if decision == "allow" and self.rules["deny"]:
             decision = "ask"
@@ -143,7 +148,7 @@ class EffectivePolicy:
         return self._ordered(action, str(action))
 
     def _decide_command(self, action: Action) -> Verdict:
-        whole = shell.short(str(action))
+        whole = shell.shown(str(action))
         analysis = shell.analyse(action.argument or "")
         if hit := self._first("deny", action):  # the whole text too: a deny still applies to what cannot be parsed
             return Verdict("deny", whole, hit[0].text, hit[1])
@@ -153,8 +158,8 @@ class EffectivePolicy:
         if len(analysis.commands) > shell.MAX_COMMANDS:  # too many to judge one by one: deny rules, then ask
             for command in analysis.commands:
                 if hit := self._first("deny", action, None, command.spellings()):
-                    return Verdict("deny", shell.short(str(Action(action.tool, command.text))), hit[0].text, hit[1])
-            return self._unknown(action, whole, f"the shell parser: {analysis.problems[-1]}")
+                    return Verdict("deny", shell.shown(str(Action(action.tool, command.text))), hit[0].text, hit[1])
+            return self._escalate(action, whole, f"the shell parser: {analysis.problems[-1]}")
         for command in analysis.commands:
             verdict = self._judge_simple(action, command)
             if verdict.decision == "deny":
@@ -167,7 +172,7 @@ class EffectivePolicy:
             verdicts.append(verdict)
         if bare and not (analysis.problems and self.rules["deny"]):
             return Verdict("allow", whole, bare[0].text, bare[1])
-        verdicts += [self._unknown(action, whole, f"the shell parser: {p}") for p in analysis.problems]
+        verdicts += [self._escalate(action, whole, f"the shell parser: {p}") for p in analysis.problems]
         if not verdicts:
             return self._ordered(action, whole)
         strictest = max(verdicts, key=lambda v: _STRICTNESS[v.decision])
@@ -178,7 +183,7 @@ class EffectivePolicy:
 
     def _judge_simple(self, action: Action, command: shell.SimpleCommand) -> Verdict:
         part = Action(action.tool, command.text, action.root)
-        shown = shell.short(str(part))
+        shown = shell.shown(str(part))
         spellings = command.spellings()
         if hit := self._first("deny", part, None, spellings):
             return Verdict("deny", shown, hit[0].text, hit[1])
@@ -202,24 +207,18 @@ class EffectivePolicy:
             return Verdict("ask", shown, hit[0].text, hit[1])
         return self._default(part, shown)
 
-    def _escalate(self, action: Action, shown: str, reason: str) -> Verdict:
-        decision = self.preset.escalate
-        if decision == "allow" and self.rules["deny"]:
-            decision = "ask"
-        return Verdict(decision, shown, None, f"preset {self.preset.name}", reason)
-
     def _judge_access(self, action: Action, kind: str, path: str | None, cwds: tuple[str | None, ...],
                       shown: str) -> Verdict:
         """A file a command reads or writes, judged like Read(<path>) / Write(<path>) against the worktree."""
         what = "writes" if kind == "write" else "reads"
         if path is None:
             return self._escalate(action, shown, f"it {what} a file named by an expansion")
-        if path in ("-", "") or path in _NOT_FILES:
+        if path in ("-", "") or path in shell.NOT_FILES:
             return Verdict("allow", shown, None, "shell", None)
         targets = _resolve(path, cwds, action.root)
         if targets is None:
             return self._escalate(action, shown, f"it {what} {shell.short(path, 80)}, which cannot be placed")
-        if action.tool not in ("Bash",) or action.root is None:
+        if action.tool.startswith("tool:") or action.root is None:
             # AgentQueue's own run_command has no worktree: a path it cannot place inside one asks.
             outside = [t for t in targets if t.startswith("/")]
             return (self._escalate(action, shown, f"it {what} {shell.short(outside[0], 80)}") if outside
@@ -407,6 +406,14 @@ class Policies:
                 raise PolicyError("Nothing to change: give preset, add_rule, remove_rule or ask_timeout.")
             self._save(global_scope, projects)
         return self.effective(project_id)
+
+
+def _is_rule(text: str) -> bool:
+    try:
+        parse_rule(text)
+    except PolicyError:
+        return False
+    return True
 
 
 def _resolve(path: str, cwds: tuple[str | None, ...], root: str | None) -> list[str] | None:

@@ -69,7 +69,7 @@ _STRUCTURAL = {
     "brace_expression", "translated_string", "command_name", "heredoc_content", "herestring_redirect",
     "arithmetic_expansion", "heredoc_redirect", "heredoc_body", "file_redirect",
 }
-_NOT_FILES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"}
+NOT_FILES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty", "/dev/zero"}
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,11 @@ def _plain(word: str) -> bool:
 def short(text: str, limit: int = 200) -> str:
     """A command as quoted back to a person: at most `limit` characters."""
     return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
+
+
+def shown(text: str) -> str:
+    """An action as a verdict names it: whole while it could be a rule, else cut for quoting."""
+    return text if len(text) <= 1_000 else short(text)
 
 
 @lru_cache(maxsize=1)
@@ -334,7 +339,7 @@ class _Walker:
         kind: Literal["read", "write"] = "read" if operator in ("<", "<&") else "write"
         if operator == "<>":
             kind = "write"
-        if literal and value in _NOT_FILES:
+        if literal and value in NOT_FILES:
             return
         self.result.accesses.append(Access(kind, value if literal else None, self.cwds))
 
