@@ -249,7 +249,8 @@ RM_SPELLINGS = [
     "bash -c 'rm x'", "sh -c \"ls; rm x\"", "eval rm x", "ls; rm x", "ls & rm x", "echo $(rm x)", "echo `rm x`",
     "timeout 5 rm x", "nice rm x", "command rm x", "exec rm x", "nohup rm x", "time rm x", "stdbuf -oL rm x",
     "cat <(rm x)", "$'rm' x", "(rm x)", "{ rm x; }", "if true; then rm x; fi", "f() { rm x; }",
-    "bash -c \"bash -c 'rm x'\"", "xargs -I{} sh -c 'rm {}'", "nice -n 3 timeout 5 env rm x",
+    "bash -c \"bash -c 'rm x'\"", "xargs -I{} sh -c 'rm {}'", "nice -n 3 timeout 5 env rm x", "busybox rm x",
+    "busybox sh -c 'rm x'", "ionice -c 3 rm x", "r\\\nm x",
 ]
 
 
@@ -302,6 +303,8 @@ def test_a_persons_read_deny_holds_against_their_own_command_allow(tmp_path: Pat
     policies.edit(add_rule="Read(~/.ssh/**)", rule_list="deny")
     assert policies.decide(bash("cat ~/.ssh/id_rsa")).decision == "deny"
     assert policies.decide(bash("cat < ~/.ssh/id_rsa")).decision == "deny"
+    assert policies.decide(bash("cat $F")).decision == "allow"  # the person's allow covers what they allowed
+    assert policies.decide(bash("cat < $F")).decision == "ask"  # a redirection's unknown target is never allowed
     policies.edit(add_rule="Edit(./secrets/**)", rule_list="deny")
     assert policies.decide(bash("echo x > secrets/token")).decision == "deny"
 

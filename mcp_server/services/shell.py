@@ -43,6 +43,10 @@ _WRAPPER_VALUE_OPTIONS: dict[str, set[str]] = {
     "nohup": set(),
     "coproc": set(),
     "setsid": set(),
+    "busybox": set(),  # `busybox rm x`: the applet is the command
+    "ionice": {"-c", "-n", "--class", "--classdata"},
+    "unbuffer": set(),
+    "chronic": set(),
 }
 # Wrapper options that write, read or run something themselves, or move the command elsewhere.
 _WRAPPER_RISKS: dict[str, set[str]] = {
@@ -51,7 +55,7 @@ _WRAPPER_RISKS: dict[str, set[str]] = {
     "xargs": {"-a", "--arg-file"},
     "sudo": {"-D", "--chdir", "-e", "--edit", "-s", "--shell", "-i", "--login"},
 }
-SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "busybox"}
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash"}
 _FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}
 # Setting one of these changes what a later, harmless-looking command runs or reads.
 DANGEROUS_VARIABLES = re.compile(

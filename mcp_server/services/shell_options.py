@@ -152,7 +152,7 @@ def risks(command: SimpleCommand) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str]]:
+def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str | None]]:
     """The files and folders a preset-allowed command's arguments name (options' values given as
     separate words count; a grep pattern and a commit message do not)."""
     words = command.words
@@ -160,11 +160,11 @@ def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str]]:
     if name in INERT:
         return []
     key, start = _key(words)
-    out: list[tuple[Literal["read", "write"], str]] = []
-    positional: list[str] = []
+    out: list[tuple[Literal["read", "write"], str | None]] = []
+    positional: list[str | None] = []  # None: an expansion, known only when it runs
     skip_next = False
     options_done = False
-    for word in words[start:]:
+    for word, literal in zip(words[start:], command.literal[start:]):
         if skip_next:
             skip_next = False
             continue
@@ -178,7 +178,7 @@ def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str]]:
             if key in ("git commit",) and word.startswith("-m"):
                 continue
             continue
-        positional.append(word)
+        positional.append(word if literal else None)
     if name in _PATTERN_FIRST and positional and not any(
             w in ("-e", "-f", "--regexp", "--file") or w.startswith(("--regexp=", "--file=", "-e", "-f"))
             for w in words[1:] if w.startswith("-") and not w.startswith("--") or w.startswith("--re")
