@@ -472,3 +472,11 @@ def test_the_parser_is_imported_only_when_a_command_is_decided(tmp_path: Path) -
             "p.decide(agent_action('Bash', {'command': 'ls'}, None)); print('tree_sitter' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_what_a_verdict_quotes_carries_no_control_character(presets: dict[str, Policies]) -> None:
+    hostile = "cat '/etc/\x1b]52;c;aGk=\x07\x1b[2J'\n$CMD \u202eexe"
+    for name in ("readonly", "standard"):
+        verdict = presets[name].decide(bash(hostile))
+        text = verdict.decided_by + verdict.refusal(str(bash(hostile)))
+        assert not any(ch in text for ch in "\x1b\x07\u202e\n"), text

@@ -224,7 +224,7 @@ class EffectivePolicy:
             return (self._escalate(action, shown, f"it {what} {shell.short(outside[0], 80)}") if outside
                     else Verdict("allow", shown, None, "shell", None))
         verdicts = [self._ordered(Action("Write" if kind == "write" else "Read", target, action.root),
-                                  f"{'Write' if kind == 'write' else 'Read'}({shell.short(target, 120)})")
+                                  shell.shown(f"{'Write' if kind == 'write' else 'Read'}({target})"))
                     for target in targets]
         worst = max(verdicts, key=lambda v: _STRICTNESS[v.decision])
         if worst.decision != "allow" and worst.reason is None:

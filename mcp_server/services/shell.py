@@ -129,9 +129,14 @@ def _plain(word: str) -> bool:
     return bool(word) and re.fullmatch(r"[\w@%+=:,./~^{}\[\]*?!#-]+", word) is not None
 
 
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def short(text: str, limit: int = 200) -> str:
-    """A command as quoted back to a person: at most `limit` characters."""
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
+    """A command as quoted back to a person: at most `limit` characters, control characters shown as
+    escapes (a quoted command never moves the cursor or hides text in a terminal, a log or a question)."""
+    cut = text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
+    return _UNPRINTABLE.sub(lambda m: repr(m[0])[1:-1], cut)
 
 
 def shown(text: str) -> str:

@@ -34,10 +34,10 @@ _OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "du": _spec("", ("--files0-from",)),
     "git": _spec("cCp", ("--config-env", "--exec-path", "--git-dir", "--work-tree", "--namespace", "--super-prefix",
                          "--paginate", "--config")),
-    "git diff": _spec("O", ("--output", "--ext-diff", "--no-index", "--textconv", "--config")),
-    "git log": _spec("O", ("--output", "--ext-diff", "--textconv", "--config")),
-    "git show": _spec("O", ("--output", "--ext-diff", "--textconv", "--config")),
-    "git blame": _spec("S", ("--contents", "--textconv", "--config")),
+    "git diff": _spec("O", ("--output", "--ext-diff", "--no-index", "--config")),
+    "git log": _spec("O", ("--output", "--ext-diff", "--config")),
+    "git show": _spec("O", ("--output", "--ext-diff", "--config")),
+    "git blame": _spec("S", ("--contents", "--config")),
     "git branch": _spec("dDfmMcCu", ("--delete", "--force", "--move", "--copy", "--set-upstream-to", "--unset-upstream",
                                      "--edit-description", "--track", "--no-track", "--create-reflog", "--config")),
     "git status": _spec("", ("--config",)),
@@ -175,14 +175,12 @@ def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str | 
             options_done = True
             continue
         if not options_done and word.startswith("-") and word != "-":
-            if key in ("git commit",) and word.startswith("-m"):
-                continue
-            continue
+            continue  # an option; a value given as the next word is judged as an operand
         positional.append(word if literal else None)
-    if name in _PATTERN_FIRST and positional and not any(
-            w in ("-e", "-f", "--regexp", "--file") or w.startswith(("--regexp=", "--file=", "-e", "-f"))
-            for w in words[1:] if w.startswith("-") and not w.startswith("--") or w.startswith("--re")
-            or w.startswith("--file")):
+    # grep PATTERN FILE…: the first operand is a pattern, unless -e/-f (or --regexp/--file) gave it.
+    given = any(w in ("--file", "--regexp") or w.startswith(("--file=", "--regexp=")) or re.match(r"-[^-]*[ef]", w)
+                for w in words[1:])
+    if name in _PATTERN_FIRST and positional and not given:
         positional = positional[1:]
     writes = _WRITES_ARGS.get(name)
     for index, word in enumerate(positional):
