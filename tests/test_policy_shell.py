@@ -76,6 +76,9 @@ TABLE = [
     ("echo $((1 + $(rm x)))", D, Q, A),
     ("[[ -f $(rm x) ]]", D, Q, A),
     ("! rm x", D, Q, A),
+    ("echo `echo \\`rm x\\``", D, Q, A),  # backticks in backticks: tree-sitter reads them as text
+    ("trap 'rm x' EXIT; ls", D, Q, A),
+    ("alias ll='rm -rf x'", D, Q, A),
     ("coproc rm x", D, Q, A),
     # shell strings, parsed again
     ("bash -c 'rm -rf /'", D, Q, A),
@@ -250,7 +253,7 @@ RM_SPELLINGS = [
     "timeout 5 rm x", "nice rm x", "command rm x", "exec rm x", "nohup rm x", "time rm x", "stdbuf -oL rm x",
     "cat <(rm x)", "$'rm' x", "(rm x)", "{ rm x; }", "if true; then rm x; fi", "f() { rm x; }",
     "bash -c \"bash -c 'rm x'\"", "xargs -I{} sh -c 'rm {}'", "nice -n 3 timeout 5 env rm x", "busybox rm x",
-    "busybox sh -c 'rm x'", "ionice -c 3 rm x", "r\\\nm x",
+    "busybox sh -c 'rm x'", "ionice -c 3 rm x", "r\\\nm x", "trap 'rm x' EXIT", "alias ll='rm x'",
 ]
 
 

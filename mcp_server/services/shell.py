@@ -294,6 +294,8 @@ class _Walker:
         if kind == "word" and re.search(r"(?<!\\)\n", _text(node).replace("\\\\", "")):
             # tree-sitter-bash reads `ls\n\\touch x` as one command whose argument is "\n\\touch"; bash runs two
             self.problem("a line the parser joined to the one before it")
+        if kind == "command_substitution" and _text(node).startswith("`") and "\\`" in _text(node):
+            self.problem("backticks inside backticks")  # tree-sitter reads the inner ones as text; bash runs them
         if self.arithmetic(node, kind):
             self.problem("arithmetic on a variable (bash evaluates the variable's text there, `a[$(cmd)]` included)")
         if kind == "variable_assignment":
@@ -431,6 +433,16 @@ class _Walker:
                     return
                 self.nested(string, depth, assignments, wrappers, risks)
                 return
+            if name in ("trap", "alias"):  # their strings run later, as commands: judged now
+                strings = [w.split("=", 1)[1] for w in words[1:] if "=" in w] if name == "alias" else words[1:2]
+                for string, ok in zip(strings, literal[1:]):
+                    if string.startswith("-"):
+                        continue
+                    if not ok:
+                        self.problem(f"`{name}` with a command the parser cannot see")
+                    else:
+                        self.nested(string, depth, assignments, (*wrappers, name), risks)
+                break
             if name == "find":
                 self.find(words, literal, assignments, wrappers, risks, depth)
                 return
@@ -543,7 +555,7 @@ class _Walker:
                                                       more_args, self.cwds))
 
 
-_ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
+_ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"}
 
 
 def _descendants(node: Any, limit: int = 10_000) -> list[Any]:
