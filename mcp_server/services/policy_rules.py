@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from . import shell, shell_options
+from . import shell
 from .errors import InvalidInputError
 
 Decision = Literal["allow", "ask", "deny"]
