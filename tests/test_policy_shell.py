@@ -364,6 +364,22 @@ def command_line(draw: st.DrawFn, good: list[str], bad: list[str], depth: int = 
     return text, placed
 
 
+ALLOWED_STANDARD = ["npm test", "pytest -q tests", "git status", "git diff HEAD", "ls -la", "cat src/a.py",
+                    "echo hi > out.txt", "mkdir -p build", "make test", "grep -rn foo src"]
+ASKED_STANDARD = ["curl https://x", "git push origin main", "cat ~/.ssh/id_rsa", "rg --pre=sh x", "echo x > /tmp/y",
+                  "npm install left-pad", "sort -o /tmp/x a", "head ../../etc/passwd", "make deploy", "$CMD x"]
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command_line(ALLOWED_STANDARD, ASKED_STANDARD))
+def test_fuzz_standard_never_allows_what_it_asks_about(presets: dict[str, Policies], generated: tuple[str, bool]) -> None:
+    command, placed_asked = generated
+    verdict = presets["standard"].decide(bash(command))
+    if placed_asked:
+        assert verdict.decision != "allow", f"{command!r} allowed by {verdict.decided_by}"
+
+
 @pytest.fixture(scope="module")
 def with_deny_rules(tmp_path_factory: pytest.TempPathFactory) -> Policies:
     policies = Policies(tmp_path_factory.mktemp("deny"))
