@@ -69,6 +69,10 @@ def cannot_ask(decision: CallDecision) -> str:
     """The refusal a client without elicitation gets: what, why, and how a person can allow it."""
     project = f", project_id={decision.project_id!r}" if decision.project_id else ""
     calls = " and ".join(f"edit_policy(add_rule={rule!r}, list=\"allow\"{project})" for rule in decision.suggested)
+    if not calls:  # no rule can name it (a command too long or unreadable to allow part by part)
+        return (f"{decision.step.what}: AgentQueue's policy asks a person before this ({decision.decided_by}), and "
+                "this client cannot ask (it does not support MCP elicitation). Nothing was changed. Make this call "
+                "from a client that supports elicitation.")
     return (f"{decision.step.what}: AgentQueue's policy asks a person before this ({decision.decided_by}), and this "
             "client cannot ask (it does not support MCP elicitation). Nothing was changed. To allow it, a person "
             f"adds the allow rule{'s' if len(decision.suggested) > 1 else ''}: {calls} from a client that can ask, "

@@ -17,7 +17,8 @@ from typing import Any
 import anyio
 
 from ..services import Services
-from ..services.policy_rules import Action, agent_action
+from ..services.policy import EffectivePolicy
+from ..services.policy_rules import COMMAND_TOOLS, Action, agent_action, split_action
 from .adapters.claude_code import control_response, user_message
 
 log = logging.getLogger("agentqueue.permissions")
@@ -25,8 +26,9 @@ log = logging.getLogger("agentqueue.permissions")
 POLL_SECONDS = 0.2
 
 
-def suggested_rule(request: dict[str, Any], action: Action) -> str:
-    """The rule `remember` adds: Claude Code's own suggestion when it made one, else the exact action."""
+def suggested_rule(request: dict[str, Any], action: Action, policy: EffectivePolicy | None = None) -> str:
+    """The rule `remember` adds: Claude Code's own suggestion when it made one, else the exact action;
+    for a command, one exact rule per simple command the policy did not already allow, a line each."""
     for suggestion in request.get("permission_suggestions") or []:
         if suggestion.get("type") == "addRules" and suggestion.get("behavior", "allow") == "allow":
             for rule in suggestion.get("rules") or []:
@@ -37,6 +39,9 @@ def suggested_rule(request: dict[str, Any], action: Action) -> str:
         path = Path(action.argument)
         if path.is_absolute() and path.is_relative_to(action.root):
             return f"{action.tool}({path.relative_to(action.root)})"
+    if action.tool in COMMAND_TOOLS and policy is not None:
+        parts = [str(p) for p in split_action(action) if policy.decide(p).decision != "allow"]
+        return "\n".join(dict.fromkeys(parts)) or str(action)
     return str(action)
 
 
@@ -88,7 +93,8 @@ class PermissionChannel:
         opened = await anyio.to_thread.run_sync(
             lambda: svc.requests.open(self.task_id, self.agent_id, tool, tool_input, str(action),
                                       request.get("description") or tool_input.get("description"),
-                                      suggested_rule(request, action), timeout))
+                                      suggested_rule(request, action, svc.policies.effective(self.project_id)),
+                                      timeout))
         self.write_log(f"[permission] asked a person about {action} (request {opened.id}, {asked_by})")
         deadline = time.monotonic() + timeout
         while True:

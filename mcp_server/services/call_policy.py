@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .errors import NotFoundError, ServiceError
 from .policy import Verdict
-from .policy_rules import Action, Decision, split_action, tool_action
+from .policy_rules import Action, Decision, PolicyError, parse_rule, split_action, tool_action
 
 _STRICTNESS: dict[Decision, int] = {"allow": 0, "ask": 1, "deny": 2}
 
@@ -54,6 +54,14 @@ def _in_user_home(real: Path) -> bool:
     """The default root: the user's home folder, but none of its hidden folders (~/.ssh, ~/.aws, ~/.config…)."""
     home = Path(os.path.realpath(Path.home()))
     return real.is_relative_to(home) and not any(part.startswith(".") for part in real.relative_to(home).parts)
+
+
+def _valid_rule(text: str) -> bool:
+    try:
+        parse_rule(text)
+    except PolicyError:
+        return False
+    return True
 
 
 def _text(args: dict[str, Any], key: str) -> str | None:
@@ -214,5 +222,7 @@ class CallPolicy:
             judged[0] = (own_step, Verdict("allow", own.action, "read-only tools", f"preset {policy.preset.name}"))
         step, verdict = max(judged, key=lambda pair: _STRICTNESS[pair[1].decision])
         parts = [part for part in split_action(step.action) if policy.decide(part).decision != "allow"]
-        suggested = tuple(dict.fromkeys(str(part) for part in parts or [step.action]))
+        # Only rules edit_policy would take: a megabyte-long command has no rule to suggest, nor is echoed.
+        suggested = tuple(rule for rule in dict.fromkeys(str(part) for part in parts or [step.action])
+                          if _valid_rule(rule))
         return CallDecision(verdict.decision, step, verdict, project_id, task_id, verdict.decided_by, suggested)

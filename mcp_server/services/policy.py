@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 import re
 import threading
 from dataclasses import dataclass, field
@@ -33,11 +34,14 @@ import tomllib
 from ..sandbox.rules import SandboxConfigError, parse_settings
 from ..settings import duration_seconds
 from .errors import ServiceError
+from . import shell, shell_options
 from .policy_rules import (
-    DECISIONS, DEFAULT_PRESET, PRESETS, Action, Decision, PolicyError, Preset, Rule, parse_rule, rule_matches, split_action,
+    COMMAND_TOOLS, DECISIONS, DEFAULT_PRESET, PRESETS, Action, Decision, PolicyError, Preset, Rule, matches_one,
+    parse_rule, rule_matches,
 )
 
 POLICY_NAME = "policy.toml"
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 DEFAULT_ASK_TIMEOUT = 1800.0
 # `sandbox` is read by mcp_server/sandbox (the walls, not the questions): kept as written, checked there.
 _KEYS = {"preset", "ask_timeout", "allow", "ask", "deny", "sandbox"}
@@ -53,19 +57,26 @@ class Verdict:
     action: str
     rule: str | None  # the rule that decided, None when the preset's default did
     source: str  # "project web-app" | "global" | "preset standard" | "AGENTQUEUE_RUN_COMMAND"
+    reason: str | None = None  # why a default applied where a rule seemed to: `rg --pre`, a path outside
 
     @property
     def decided_by(self) -> str:
-        return f"rule {self.rule} ({self.source})" if self.rule else f"{self.source} default"
+        base = f"rule {self.rule} ({self.source})" if self.rule else f"{self.source} default"
+        return f"{base}; {self.reason}" if self.reason else base
 
     def refusal(self, what: str) -> str:
         """The sentence a refused caller sees: what was refused, by what, and how to allow it."""
         if self.rule:
             how = (f"remove the rule with edit_policy (remove_rule={self.rule!r})" if self.source != "AGENTQUEUE_RUN_COMMAND"
                    else "unset AGENTQUEUE_RUN_COMMAND for the daemon")
-        else:
+        elif self.reason and self.reason.startswith("the shell parser"):
+            how = "write the command so that it can be read (no expansion in command position, no `eval \"$X\"`…) " \
+                  "or pick another preset"
+        elif _is_rule(self.action):
             how = f"add an allow rule with edit_policy (add_rule={self.action!r}, list=allow) or pick another preset"
-        return f"{what} is denied by AgentQueue's policy ({self.decided_by}). To allow it, {how}."
+        else:
+            how = "pick another preset"
+        return f"{shell.short(what)} is denied by AgentQueue's policy ({self.decided_by}). To allow it, {how}."
 
 
 @dataclass
@@ -97,27 +108,132 @@ class EffectivePolicy:
     ask_timeout: float
     rules: dict[Decision, list[tuple[Rule, str]]]
 
-    def _first(self, decision: Decision, action: Action) -> tuple[Rule, str] | None:
-        return next(((r, s) for r, s in self.rules[decision] if rule_matches(r, action, decision)), None)
+    def _first(self, decision: Decision, action: Action, preset: bool | None = None,
+               texts: list[str] | None = None) -> tuple[Rule, str] | None:
+        """The first rule of `decision` matching `action` (or any of `texts`, a simple command's spellings);
+        `preset` True/False keeps only the preset's rules / only the person's."""
+        for rule, source in self.rules[decision]:
+            if preset is not None and source.startswith("preset ") != preset:
+                continue
+            if texts is None and rule_matches(rule, action, decision):
+                return rule, source
+            if texts is not None and any(matches_one(rule, Action(action.tool, t, action.root)) for t in texts):
+                return rule, source
+        return None
+
+    def _default(self, action: Action, shown: str, reason: str | None = None) -> Verdict:
+        default = self.preset.tool_default if action.tool.startswith("tool:") else self.preset.agent_default
+        return Verdict(default, shown, None, f"preset {self.preset.name}", reason)
+
+    def _ordered(self, action: Action, shown: str, texts: list[str] | None = None) -> Verdict:
+        """deny → the person's allow → the person's ask → the preset's allow → the preset's ask → default."""
+        if hit := self._first("deny", action, None, texts):
+            return Verdict("deny", shown, hit[0].text, hit[1])
+        for decision, preset in (("allow", False), ("ask", False), ("allow", True), ("ask", True)):
+            if hit := self._first(decision, action, preset, texts):
+                return Verdict(decision, shown, hit[0].text, hit[1])
+        return self._default(action, shown)
+
+    def _escalate(self, action: Action, shown: str, reason: str) -> Verdict:
+        """What a preset allow does not cover, or the parser cannot account for: never a prefix allow; the
+        preset's escalation (ask in standard, deny in readonly), and ask even in autonomous when a deny
+        rule might be hidden in it."""
+        decision = self.preset.escalate
+        if decision == "allow" and self.rules["deny"]:
+            decision = "ask"
+        return Verdict(decision, shown, None, f"preset {self.preset.name}", reason)
 
     def decide(self, action: Action) -> Verdict:
-        """deny → allow → ask → the preset's default; a compound command is judged part by part."""
-        parts = split_action(action)
-        whole = str(action)
-        for part in parts:  # a deny on any part denies the whole
-            if hit := self._first("deny", part):
-                return Verdict("deny", whole, hit[0].text, hit[1])
-        if (bare := self._first("allow", action)) and bare[0].spec is None:
+        """A command is judged simple command by simple command (and each redirection as a write); the
+        strictest verdict wins. Any other action goes through the rule order once."""
+        if action.tool in COMMAND_TOOLS and action.argument and action.argument.strip():
+            return self._decide_command(action)
+        return self._ordered(action, str(action))
+
+    def _decide_command(self, action: Action) -> Verdict:
+        whole = shell.shown(str(action))
+        analysis = shell.analyse(action.argument or "")
+        if hit := self._first("deny", action):  # the whole text too: a deny still applies to what cannot be parsed
+            return Verdict("deny", whole, hit[0].text, hit[1])
+        bare = next(((r, s) for r, s in self.rules["allow"] if r.spec is None and not s.startswith("preset ")
+                     and r.covers_tool(action.tool) and matches_one(r, action)), None)
+        verdicts: list[Verdict] = []
+        if len(analysis.commands) > shell.MAX_COMMANDS:  # too many to judge one by one: deny rules, then ask
+            for command in analysis.commands:
+                if hit := self._first("deny", action, None, command.spellings()):
+                    return Verdict("deny", shell.shown(str(Action(action.tool, command.text))), hit[0].text, hit[1])
+            return self._escalate(action, whole, f"the shell parser: {analysis.problems[-1]}")
+        for command in analysis.commands:
+            verdict = self._judge_simple(action, command)
+            if verdict.decision == "deny":
+                return verdict
+            verdicts.append(verdict)
+        for access in analysis.accesses:
+            verdict = self._judge_access(action, access.kind, access.path, access.cwds, shell.short(str(action), 120))
+            if verdict.decision == "deny" and (verdict.rule or not bare):
+                return verdict
+            verdicts.append(verdict)
+        if bare and not (analysis.problems and self.rules["deny"]):
             return Verdict("allow", whole, bare[0].text, bare[1])
-        allowed = [self._first("allow", part) for part in parts]
-        if all(allowed):
-            rule, source = allowed[-1]  # type: ignore[misc]
-            return Verdict("allow", whole, rule.text, source)
-        for part in parts:  # an ask on any part not already allowed asks
-            if hit := self._first("ask", part):
-                return Verdict("ask", whole, hit[0].text, hit[1])
-        default = self.preset.tool_default if action.tool.startswith("tool:") else self.preset.agent_default
-        return Verdict(default, whole, None, f"preset {self.preset.name}")
+        verdicts += [self._escalate(action, whole, f"the shell parser: {p}") for p in analysis.problems]
+        if not verdicts:
+            return self._ordered(action, whole)
+        strictest = max(verdicts, key=lambda v: _STRICTNESS[v.decision])
+        if strictest.decision == "allow":  # named after the last command's rule (the redirections' come after)
+            last = verdicts[len(analysis.commands) - 1] if analysis.commands else verdicts[-1]
+            return Verdict("allow", whole, last.rule, last.source, last.reason)
+        return strictest
+
+    def _judge_simple(self, action: Action, command: shell.SimpleCommand) -> Verdict:
+        part = Action(action.tool, command.text, action.root)
+        shown = shell.shown(str(part))
+        spellings = command.spellings()
+        if hit := self._first("deny", part, None, spellings):
+            return Verdict("deny", shown, hit[0].text, hit[1])
+        named = [(kind, path) for kind, path in shell_options.paths(command)] if action.tool in COMMAND_TOOLS else []
+        judged_paths = [self._judge_access(action, kind, path, command.cwds, shown) for kind, path in named]
+        if denied := next((v for v in judged_paths if v.decision == "deny" and v.rule), None):
+            return denied  # a person's deny on a path (`Read(~/.ssh/**)`) holds whatever allows the command
+        if hit := self._first("allow", part, False, [command.text]):
+            return Verdict("allow", shown, hit[0].text, hit[1])
+        if hit := self._first("ask", part, False, spellings):
+            return Verdict("ask", shown, hit[0].text, hit[1])
+        if hit := self._first("allow", part, True, [command.text]):
+            if risks := shell_options.risks(command):
+                return self._escalate(part, shown, f"{hit[0].text} does not cover {', '.join(risks[:3])}")
+            if judged_paths:
+                worst = max(judged_paths, key=lambda v: _STRICTNESS[v.decision])
+                if worst.decision != "allow":
+                    return worst
+            return Verdict("allow", shown, hit[0].text, hit[1])
+        if hit := self._first("ask", part, True, spellings):
+            return Verdict("ask", shown, hit[0].text, hit[1])
+        return self._default(part, shown)
+
+    def _judge_access(self, action: Action, kind: str, path: str | None, cwds: tuple[str | None, ...],
+                      shown: str) -> Verdict:
+        """A file a command reads or writes, judged like Read(<path>) / Write(<path>) against the worktree."""
+        what = "writes" if kind == "write" else "reads"
+        if path is None:
+            return self._escalate(action, shown, f"it {what} a file named by an expansion")
+        if path in ("-", "") or path in shell.NOT_FILES:
+            return Verdict("allow", shown, None, "shell", None)
+        targets = _resolve(path, cwds, action.root)
+        if targets is None:
+            return self._escalate(action, shown, f"it {what} {shell.short(path, 80)}, which cannot be placed")
+        if action.tool.startswith("tool:") or action.root is None:
+            # AgentQueue's own run_command has no worktree: a path it cannot place inside one asks.
+            outside = [t for t in targets if t.startswith("/")]
+            return (self._escalate(action, shown, f"it {what} {shell.short(outside[0], 80)}") if outside
+                    else Verdict("allow", shown, None, "shell", None))
+        verdicts = [self._ordered(Action("Write" if kind == "write" else "Read", target, action.root),
+                                  shell.shown(f"{'Write' if kind == 'write' else 'Read'}({target})"))
+                    for target in targets]
+        worst = max(verdicts, key=lambda v: _STRICTNESS[v.decision])
+        if worst.decision != "allow" and worst.reason is None:
+            return Verdict(worst.decision, worst.action, worst.rule, worst.source,
+                           f"`{shell.short(action.argument or '', 80)}` {what} {shell.short(targets[0], 80)}")
+        return worst
 
     def denies_outright(self, tool: str, read_only: bool) -> bool:
         """Whether every call of AgentQueue's tool `tool` is denied, whatever its detail: a bare deny rule,
@@ -161,7 +277,10 @@ def _scope(data: dict[str, Any], where: str) -> Scope:
         items = data.get(decision, [])
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
             raise PolicyError(f"{where}: `{decision}` must be a list of rules (strings).")
-        scope.rules[decision] = [parse_rule(i) for i in items]
+        try:
+            scope.rules[decision] = [parse_rule(i) for i in items]
+        except PolicyError as error:
+            raise PolicyError(f"{where}: {error}") from None
     if "sandbox" in data:
         try:
             parse_settings(data["sandbox"], f"{where} [sandbox]")
@@ -210,9 +329,13 @@ class Policies:
                 return self._cache[2]
             try:
                 data = tomllib.loads(self.path.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as error:
-                raise PolicyError(f"{self.path} is not valid TOML ({error}); fix it or move it aside "
-                                  "(without it the standard preset applies).") from None
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+                what = "UTF-8 text" if isinstance(error, UnicodeDecodeError) else "valid TOML"
+                raise PolicyError(f"{self.path} is not {what} ({shell.short(str(error), 120)}); fix it or move it "
+                                  "aside (without it the standard preset applies).") from None
+            except OSError as error:
+                raise PolicyError(f"{self.path} cannot be read ({error.strerror or error}); fix its permissions or "
+                                  "move it aside (without it the standard preset applies).") from None
             projects_raw = data.pop("projects", {})
             if not isinstance(projects_raw, dict):
                 raise PolicyError(f"{self.path}: `projects` must be a table of [projects.<id>] tables.")
@@ -305,6 +428,39 @@ class Policies:
                 raise PolicyError("Nothing to change: give preset, add_rule, remove_rule or ask_timeout.")
             self._save(global_scope, projects)
         return self.effective(project_id)
+
+
+def _is_rule(text: str) -> bool:
+    try:
+        parse_rule(text)
+    except PolicyError:
+        return False
+    return True
+
+
+def _resolve(path: str, cwds: tuple[str | None, ...], root: str | None) -> list[str] | None:
+    """Where `path` may point: `~` is the home, a relative path resolves against each place the command
+    may run in (the worktree, or where a `cd` went); `..` is folded. None when that cannot be known."""
+    if path.startswith("~"):
+        if path != "~" and not path.startswith("~/"):
+            return None  # `~user`
+        path = str(Path.home()) + path[1:]
+    if path.startswith("/"):
+        return [posixpath.normpath(path)]
+    out = []
+    for cwd in cwds:
+        if cwd is None:
+            return None
+        if cwd.startswith("~"):
+            cwd = str(Path.home()) + cwd[1:]
+        base = cwd if cwd.startswith("/") else posixpath.join(root or "", cwd)
+        joined = posixpath.join(base, path)
+        if not joined.startswith("/"):  # no worktree: keep it relative, but `..` out of it is outside
+            joined = posixpath.normpath(joined)
+            out.append("/.." if joined == ".." or joined.startswith("../") else joined)
+        else:
+            out.append(posixpath.normpath(joined))
+    return list(dict.fromkeys(out))
 
 
 def _copy(scope: Scope) -> Scope:

@@ -9,9 +9,9 @@ detail where it matters: `tool:run_command:<command>` (matched like a Bash comma
 `tool:git_push:<repo> <branch>`, `tool:delete_project:<id>` (globs). A bare `Bash` or
 `tool:run_command` rule matches every use.
 
-A compound command (`a && b; c | d`) is judged part by part: a deny or ask on any part counts,
-and an allow must cover every part. A command with `$(…)` or backticks can only be allowed by a
-bare `Bash` rule.
+A command is parsed as a shell would (`services/shell.py`) and judged simple command by simple
+command: a deny or ask on any of them counts, an allow must cover every one, redirections are
+writes to their targets, and what the parser cannot account for is never allowed by a prefix rule.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+from . import shell
 from .errors import InvalidInputError
 
 Decision = Literal["allow", "ask", "deny"]
@@ -37,8 +38,10 @@ PATH_TOOLS = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_path
 EDIT_FAMILY = {"Edit", "Write", "MultiEdit", "NotebookEdit"}
 READ_FAMILY = {"Read", "Glob", "Grep", "LS", "NotebookRead"}
 _RULE = re.compile(r"\A(?P<tool>[A-Za-z][\w-]*)(?:\((?P<spec>.*)\))?\Z", re.S)
-_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\||\n)\s*")
-_UNSAFE = re.compile(r"\$\(|`|<\(|>\(")
+# Control characters (tab aside), DEL, C1 and the bidirectional overrides: none belongs in a rule,
+# and each could corrupt policy.toml or hide what a rule says from the person reading it.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+MAX_RULE_CHARS = 1_000
 
 
 class PolicyError(InvalidInputError):
@@ -79,6 +82,12 @@ class Rule:
 def parse_rule(text: str) -> Rule:
     """`Bash(npm test:*)`, `Edit(src/**)`, `mcp__github`, `tool:run_command:pytest:*`, `tool:delete_project`."""
     raw = text.strip() if isinstance(text, str) else ""
+    if len(raw) > MAX_RULE_CHARS:
+        raise PolicyError(f"A rule is {len(raw):,} characters long; at most {MAX_RULE_CHARS:,} are accepted. "
+                          "Write a shorter pattern, e.g. `Bash(npm run e2e:*)`.")
+    if bad := _CONTROL.search(raw):
+        raise PolicyError(f"Rule {shell.short(raw, 80)!r} contains the control character U+{ord(bad[0]):04X}; a rule "
+                          "is one line of printable text. Remove it and add the rule again.")
     if not raw:
         raise PolicyError("A rule is empty. Write e.g. `Bash(npm test:*)`, `Edit(src/**)` or `tool:git_push`.")
     if raw.startswith("tool:"):
@@ -122,8 +131,12 @@ def tool_action(name: str, detail: str | None = None) -> Action:
 
 # -- matching ---------------------------------------------------------------------------------------------
 def command_parts(command: str) -> list[str]:
-    """`a && b; c | d` -> [a, b, c, d] (a rough split: quotes are not parsed, which errs towards asking)."""
-    return [part for part in _SPLIT.split(command.strip()) if part]
+    """`a && b; c | $(d)` -> [a, b, c, d]: every simple command bash would run, unquoted and unwrapped;
+    the whole command when the parser cannot account for all of it."""
+    analysis = shell.analyse(command)
+    if analysis.problems or not analysis.commands:
+        return [command.strip()] if command.strip() else []
+    return list(dict.fromkeys(c.text for c in analysis.commands))
 
 
 def split_action(action: Action) -> list[Action]:
@@ -171,10 +184,22 @@ def _path_matches(spec: str, argument: str, root: str | None) -> bool:
 
 
 def rule_matches(rule: Rule, action: Action, decision: Decision) -> bool:
-    """Whether `rule` applies to `action` (one simple command, for command actions).
+    """Whether `rule` applies to `action`. A command is parsed: an allow must cover every simple command
+    in it (and nothing the parser cannot account for, unless the rule is bare); a deny or ask applies
+    when it matches any simple command, in any spelling (`/bin/rm`, `'rm'`, `\\rm`, `env rm`, `xargs rm`)."""
+    if action.tool in COMMAND_TOOLS and rule.spec is not None and action.argument and rule.covers_tool(action.tool):
+        analysis = shell.analyse(action.argument)
+        if decision == "allow":
+            return not analysis.problems and bool(analysis.commands) and all(
+                matches_one(rule, Action(action.tool, c.text, action.root)) for c in analysis.commands)
+        return matches_one(rule, action) or any(
+            matches_one(rule, Action(action.tool, text, action.root))
+            for c in analysis.commands for text in c.spellings())
+    return matches_one(rule, action)
 
-    `decision` matters only for commands: an allow never covers `$(…)` or backticks unless it is bare.
-    """
+
+def matches_one(rule: Rule, action: Action) -> bool:
+    """Whether `rule` matches `action` as it stands (for commands: one simple command's text)."""
     if action.tool.startswith("tool:") != rule.tool.startswith("tool:"):
         return False
     if rule.tool == "tool:*":
@@ -186,9 +211,6 @@ def rule_matches(rule: Rule, action: Action, decision: Decision) -> bool:
     if action.argument is None:
         return False
     if action.tool in COMMAND_TOOLS:
-        # One simple command here; EffectivePolicy.decide splits compound ones and judges each part.
-        if decision == "allow" and _UNSAFE.search(action.argument):
-            return False
         return _command_matches(rule.spec, action.argument)
     if action.tool in PATH_TOOLS:
         return _path_matches(rule.spec, action.argument, action.root)
@@ -211,7 +233,7 @@ def outside_root(action: Action) -> bool:
 # What tests, builds, linters and git reads look like: allowed without asking in `standard`.
 SAFE_COMMANDS = [
     "ls", "pwd", "cat", "head", "tail", "wc", "echo", "grep", "rg", "diff", "sort", "uniq", "which", "mkdir",
-    "true", "test",
+    "true", "test", "find",
     "git status", "git diff", "git log", "git show", "git branch", "git rev-parse", "git ls-files", "git blame",
     "git add", "git commit", "git stash", "git switch", "git checkout", "git restore", "git merge-base",
     "npm test", "npm run test", "npm run build", "npm run lint", "npm run typecheck", "npm run format",
@@ -241,6 +263,9 @@ class Preset:
     summary: str
     agent_default: Decision  # an agent action no rule settles
     tool_default: Decision  # a call of an AgentQueue tool no rule settles
+    # What a command gets when a preset allow matches its words but not what it does (an option that
+    # writes or runs, a path outside the worktree), or when the shell parser cannot account for it.
+    escalate: Decision = "ask"
     allow: list[str] = field(default_factory=list)
     ask: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
@@ -251,9 +276,9 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "readonly": Preset(
         "readonly", "agents read and run read-only commands; nothing is edited, executed or published",
-        agent_default="deny", tool_default="deny", tool_allow_read_only=True,
+        agent_default="deny", tool_default="deny", tool_allow_read_only=True, escalate="deny",
         allow=["Read(./**)", "Glob", "Grep", "LS", "TodoWrite",
-               *[f"Bash({c}:*)" for c in ("ls", "pwd", "cat", "head", "tail", "wc", "echo", "grep", "rg", "diff",
+               *[f"Bash({c}:*)" for c in ("ls", "pwd", "cat", "head", "tail", "wc", "echo", "grep", "rg", "diff", "find",
                                           "git status", "git diff", "git log", "git show", "git branch",
                                           "git rev-parse", "git ls-files", "git blame")]],
     ),
@@ -270,7 +295,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "autonomous": Preset(
         "autonomous", "everything runs without asking (for sandboxes; today's behaviour)",
-        agent_default="allow", tool_default="allow",
+        agent_default="allow", tool_default="allow", escalate="allow",
     ),
 }
 DEFAULT_PRESET = "standard"

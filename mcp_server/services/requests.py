@@ -16,6 +16,7 @@ from ..store.db import Store, iso_in, now_iso
 from ..store.models import PermissionRequest
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .policy import Policies
+from .policy_rules import parse_rule
 from .tasks import Tasks
 
 Answer = Literal["allow", "deny"]
@@ -83,9 +84,13 @@ class Requests:
                                 + (f" ({request.decided_by})" if request.decided_by else "")
                                 + "; nothing was changed.")
         if remember:
-            rule = request.suggested_rule or request.action
-            self.policies.edit(project_id=request.project_id, add_rule=rule,
-                               rule_list="allow" if decision == "allow" else "deny")
+            # One rule a line: a compound command suggests one per simple command (rules hold no newline).
+            rules = (request.suggested_rule or request.action).split("\n")
+            for rule in rules:
+                parse_rule(rule)  # every rule is checked before any is written
+            for rule in rules:
+                self.policies.edit(project_id=request.project_id, add_rule=rule,
+                                   rule_list="allow" if decision == "allow" else "deny")
         self._settle(request, "allowed" if decision == "allow" else "denied",
                      by + (" (remembered)" if remember else ""), message, resumes=True)
         return self.get(request_id)

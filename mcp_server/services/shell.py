@@ -1,0 +1,597 @@
+"""Reads a shell command as bash would run it: every simple command it contains, and every file it redirects.
+
+The permission policy judges what a command runs, so it needs the commands a shell would run, not the
+first words of a string. tree-sitter-bash parses the text; this module walks the whole tree (lists,
+pipelines, `&`, subshells, groups, `$(…)`, backticks, process substitution, here-documents, `if`/`for`/
+`while`/`case` bodies, functions), reads each word as bash would after quote removal, and unwraps
+wrappers (`env`, `timeout`, `xargs`, `sudo`, `find -exec`, `bash -c '…'`, `eval`…) to the command they
+run. Whatever it cannot account for — a parse error, an expansion in command position, a construct it
+does not know, nesting too deep, text too long — becomes a `problem`, which the policy never allows by
+a prefix rule. tree-sitter is imported on first use, so the plugin path and tools that judge no command
+never load it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+MAX_COMMAND_CHARS = 100_000  # longer commands are not parsed at all: the policy asks (or denies)
+MAX_COMMANDS = 1_000  # more simple commands than this in one command line: asked about as a whole
+MAX_DEPTH = 4  # `bash -c "bash -c '…'"`: strings parsed inside strings, this deep
+MAX_NESTING = 200  # syntax tree depth walked (deeper is refused, not recursed into)
+
+# Wrappers run the command that follows their own options; the values these options take.
+_WRAPPER_VALUE_OPTIONS: dict[str, set[str]] = {
+    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string", "-P"},
+    "nice": {"-n", "--adjustment"},
+    "timeout": {"-s", "--signal", "-k", "--kill-after"},
+    "stdbuf": {"-i", "-o", "-e", "--input", "--output", "--error"},
+    "xargs": {"-I", "-L", "-n", "-P", "-s", "-d", "-E", "-a", "--arg-file", "--delimiter", "--max-args",
+              "--max-procs", "--max-chars", "--max-lines", "--replace", "--eof", "--process-slot-var"},
+    "sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U", "--user", "--group", "--chdir", "--host",
+             "--prompt", "--role", "--type", "--command-timeout", "--other-user", "--close-from"},
+    "doas": {"-u", "-C"},
+    "exec": {"-a"},
+    "time": {"-o", "--output", "-f", "--format"},
+    "command": set(),
+    "builtin": set(),
+    "nohup": set(),
+    "coproc": set(),
+    "setsid": set(),
+    "busybox": set(),  # `busybox rm x`: the applet is the command
+    "ionice": {"-c", "-n", "--class", "--classdata"},
+    "unbuffer": set(),
+    "chronic": set(),
+}
+# Wrapper options that write, read or run something themselves, or move the command elsewhere.
+_WRAPPER_RISKS: dict[str, set[str]] = {
+    "env": {"-C", "--chdir", "-S", "--split-string", "-P"},
+    "time": {"-o", "--output", "-a", "--append"},
+    "xargs": {"-a", "--arg-file"},
+    "sudo": {"-D", "--chdir", "-e", "--edit", "-s", "--shell", "-i", "--login"},
+}
+SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash"}
+_FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}
+# Setting one of these changes what a later, harmless-looking command runs or reads.
+DANGEROUS_VARIABLES = re.compile(
+    r"\A(?:PATH|LD_\w+|DYLD_\w+|BASH_ENV|ENV|PAGER|GIT_\w+|MANPAGER|EDITOR|VISUAL|SSH_ASKPASS|RIPGREP_CONFIG_PATH|"
+    r"LESSOPEN|LESSCLOSE|PROMPT_COMMAND|IFS|SHELLOPTS|BASHOPTS|PS4|CDPATH|GLOBIGNORE|TAR_OPTIONS|GREP_OPTIONS)\Z")
+_STRUCTURAL = {
+    "program", "list", "pipeline", "subshell", "compound_statement", "redirected_statement", "negated_command",
+    "if_statement", "elif_clause", "else_clause", "for_statement", "c_style_for_statement", "while_statement",
+    "do_group", "case_statement", "case_item", "function_definition", "command_substitution",
+    "process_substitution", "expansion", "simple_expansion", "arithmetic_expansion", "string", "raw_string",
+    "concatenation", "binary_expression", "unary_expression", "ternary_expression", "postfix_expression",
+    "parenthesized_expression", "test_command", "variable_assignment", "variable_assignments", "array",
+    "subscript", "comment", "word", "number", "ansi_c_string", "string_content", "heredoc_start", "heredoc_end",
+    "variable_name", "special_variable_name", "file_descriptor", "test_operator", "regex", "extglob_pattern",
+    "brace_expression", "translated_string", "command_name", "heredoc_content", "herestring_redirect",
+    "arithmetic_expansion", "heredoc_redirect", "heredoc_body", "file_redirect",
+}
+NOT_FILES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty", "/dev/zero"}
+
+
+@dataclass(frozen=True)
+class Access:
+    """A file a redirection reads or writes; `path` is None when an expansion names it."""
+
+    kind: Literal["read", "write"]
+    path: str | None
+    cwds: tuple[str | None, ...] = ("",)  # where relative paths may resolve: "" the start, None unknown
+
+
+@dataclass(frozen=True)
+class SimpleCommand:
+    """One command a shell would run: its words after quote removal and after its wrappers."""
+
+    words: tuple[str, ...]
+    literal: tuple[bool, ...]  # per word: False when an expansion makes it unknowable before it runs
+    wrappers: tuple[str, ...] = ()  # the wrappers in front of it, as written (unquoted)
+    assignments: tuple[str, ...] = ()  # variable names set for this command (`FOO=1 cmd`, `env FOO=1 cmd`)
+    risks: tuple[str, ...] = ()  # a wrapper's own options that write, read or run something
+    more_args: bool = False  # xargs / find -exec add arguments no one can see before it runs
+    cwds: tuple[str | None, ...] = ("",)
+
+    @property
+    def text(self) -> str:
+        """The command as one string: what allow rules match (and what `remember` suggests)."""
+        return " ".join(w if not lit or _plain(w) else shlex.quote(w) for w, lit in zip(self.words, self.literal))
+
+    def spellings(self) -> list[str]:
+        """Every way a deny or ask rule may name this command: as written, by its program's basename,
+        with and without the wrappers in front of it."""
+        words = list(self.words)
+        inner = [self.text, " ".join(words)]
+        if "/" in words[0]:
+            inner.append(" ".join([posixpath.basename(words[0]), *words[1:]]))
+        out = list(inner)
+        for start in range(len(self.wrappers)):  # `nice timeout 5 rm` is also `timeout 5 rm`
+            chain = " ".join(self.wrappers[start:])
+            out += [f"{chain} {text}" for text in inner]
+            if "/" in chain.split(" ", 1)[0]:
+                out += [f"{posixpath.basename(chain)} {text}" for text in inner]
+        return list(dict.fromkeys(out))
+
+
+@dataclass
+class Analysis:
+    commands: list[SimpleCommand] = field(default_factory=list)
+    accesses: list[Access] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # what the parser cannot account for
+
+
+def _plain(word: str) -> bool:
+    return bool(word) and re.fullmatch(r"[\w@%+=:,./~^{}\[\]*?!#-]+", word) is not None
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def short(text: str, limit: int = 200) -> str:
+    """A command as quoted back to a person: at most `limit` characters, control characters shown as
+    escapes (a quoted command never moves the cursor or hides text in a terminal, a log or a question)."""
+    cut = text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
+    return _UNPRINTABLE.sub(lambda m: repr(m[0])[1:-1], cut)
+
+
+def shown(text: str) -> str:
+    """An action as a verdict names it: whole while it could be a rule, else cut for quoting."""
+    return text if len(text) <= 1_000 else short(text)
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    import tree_sitter_bash  # imported here: only a decision about a command needs the parser
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_bash.language()))
+
+
+def analyse(command: str) -> Analysis:
+    """Every simple command and redirection in `command`, or the problems that stop us knowing.
+    The result is shared (cached): callers read it, never change it."""
+    if len(command) > 4_096:  # a cache of big strings would hold megabytes an attacker chose
+        return _analyse(command, 0)
+    return _analyse_cached(command)
+
+
+@lru_cache(maxsize=2048)
+def _analyse_cached(command: str) -> Analysis:
+    return _analyse(command, 0)
+
+
+def _analyse(command: str, depth: int) -> Analysis:
+    result = Analysis()
+    if len(command) > MAX_COMMAND_CHARS:
+        result.problems.append(f"the command is {len(command):,} characters long (over {MAX_COMMAND_CHARS:,}, "
+                               "not parsed)")
+        return result
+    if depth > MAX_DEPTH:
+        result.problems.append(f"shell strings nested more than {MAX_DEPTH} deep")
+        return result
+    if "\x00" in command:
+        result.problems.append("a NUL character")
+        return result
+    # bash drops backslash-newline before it splits words (`r\<newline>m` is `rm`); tree-sitter splits there.
+    command = _CONTINUATION.sub(r"\1", command)
+    tree = _parser().parse(command.encode("utf-8", "surrogatepass"))
+    if tree.root_node.has_error:
+        result.problems.append("a syntax error, or a construct it cannot read")
+        return result
+    walker = _Walker(result, depth)
+    walker.visit(tree.root_node, 0)
+    if len(result.commands) > MAX_COMMANDS:
+        result.problems.append(f"more than {MAX_COMMANDS:,} simple commands")
+    return result
+
+
+_CONTINUATION = re.compile(r"(?<!\\)((?:\\\\)*)\\\n")
+
+
+# -- words ------------------------------------------------------------------------------------------------
+_DQ_ESCAPE = re.compile(r"\\([\\$`\"\n])")
+_WORD_ESCAPE = re.compile(r"\\(.)", re.S)
+_ANSI = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|[0-7]{1,3}|c.|.)", re.S)
+_ANSI_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
+                "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def _ansi_c(body: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        code = match[1]
+        if code[0] in "xuU":
+            return chr(int(code[1:], 16)) if int(code[1:], 16) < 0x110000 else ""
+        if code[0].isdigit():
+            return chr(int(code, 8) & 0xFF)
+        if code[0] == "c":
+            return chr(ord(code[1].upper()) ^ 0x40)
+        return _ANSI_SIMPLE.get(code, "\\" + code)
+    return _ANSI.sub(one, body)
+
+
+def _text(node: Any) -> str:
+    return node.text.decode("utf-8", "surrogatepass")
+
+
+def word_value(node: Any) -> tuple[str, bool]:
+    """What bash makes of one word after quote removal, and whether that is known before it runs."""
+    kind = node.type
+    text = _text(node)
+    if kind == "word":
+        return _WORD_ESCAPE.sub(lambda m: "" if m[1] == "\n" else m[1], text), True
+    if kind == "number":
+        return text, True
+    if kind == "raw_string":
+        return text[1:-1], True
+    if kind == "ansi_c_string":
+        return _ansi_c(text[2:-1]), True
+    if kind in ("string", "translated_string"):
+        parts, literal = [], True
+        for child in node.named_children:
+            if child.type == "string_content":
+                parts.append(_DQ_ESCAPE.sub(lambda m: "" if m[1] == "\n" else m[1], _text(child)))
+            elif child.type == "string":
+                value, ok = word_value(child)
+                parts.append(value)
+                literal = literal and ok
+            else:
+                parts.append(_text(child))
+                literal = False
+        return "".join(parts), literal
+    if kind == "concatenation":
+        parts, literal = [], True
+        children = node.named_children
+        if any(c.type == "word" and _text(c) == "{" for c in children):
+            literal = False  # brace expansion: `--p{re,x}` becomes two words bash makes up
+        for child in children:
+            value, ok = word_value(child)
+            parts.append(value)
+            literal = literal and ok
+        return "".join(parts), literal
+    return text, False  # expansions, substitutions, brace expressions: known only when it runs
+
+
+# -- the walk ---------------------------------------------------------------------------------------------
+class _Walker:
+    def __init__(self, result: Analysis, depth: int) -> None:
+        self.result = result
+        self.depth = depth
+        self.cwds: tuple[str | None, ...] = ("",)
+
+    def problem(self, text: str) -> None:
+        if text not in self.result.problems:
+            self.result.problems.append(text)
+
+    def visit(self, node: Any, level: int, extra_args: list[Any] | None = None) -> None:
+        if level > MAX_NESTING:
+            self.problem(f"nesting deeper than {MAX_NESTING}")
+            return
+        if len(self.result.commands) > MAX_COMMANDS:
+            return
+        kind = node.type
+        if not node.is_named:
+            return
+        if kind == "command":
+            self.command(node, level, extra_args or [])
+            return
+        if kind == "declaration_command" or kind == "unset_command":
+            self.declaration(node, level)
+            return
+        if kind == "redirected_statement":
+            self.redirected(node, level)
+            return
+        if kind == "file_redirect":
+            self.redirect(node, level)
+            return
+        if kind == "heredoc_redirect":
+            self.heredoc(node, level)
+            return
+        if kind == "word" and re.search(r"(?<!\\)\n", _text(node).replace("\\\\", "")):
+            # tree-sitter-bash reads `ls\n\\touch x` as one command whose argument is "\n\\touch"; bash runs two
+            self.problem("a line the parser joined to the one before it")
+        if kind == "command_substitution" and _text(node).startswith("`") and "\\`" in _text(node):
+            self.problem("backticks inside backticks")  # tree-sitter reads the inner ones as text; bash runs them
+        if self.arithmetic(node, kind):
+            self.problem("arithmetic on a variable (bash evaluates the variable's text there, `a[$(cmd)]` included)")
+        if kind == "variable_assignment":
+            name = node.child_by_field_name("name")
+            if name is not None and DANGEROUS_VARIABLES.match(_text(name)):
+                self.problem(f"it sets {_text(name)}, which changes what later commands run")
+        elif kind not in _STRUCTURAL:
+            self.problem(f"a shell construct the policy does not know ({kind})")
+            return
+        for child in node.named_children:
+            self.visit(child, level + 1)
+
+    @staticmethod
+    def arithmetic(node: Any, kind: str) -> bool:
+        """An arithmetic context that reads a variable: `$((x))`, `((x))`, `for ((…))`, `[[ $x -eq 1 ]]`."""
+        if kind == "compound_statement":
+            if not node.children or node.children[0].type != "((":
+                return False
+        elif kind == "test_command":
+            if not any(_text(n) in _ARITHMETIC_TESTS for n in _descendants(node) if n.type == "test_operator"):
+                return False
+        elif kind not in ("arithmetic_expansion", "c_style_for_statement"):
+            return False
+        return any(n.type in ("variable_name", "simple_expansion", "expansion") for n in _descendants(node))
+
+    def redirected(self, node: Any, level: int) -> None:
+        body = node.child_by_field_name("body")
+        extra: list[Any] = []
+        for child in node.named_children:
+            if child.type == "file_redirect":
+                destinations = child.children_by_field_name("destination")
+                extra += destinations[1:]  # tree-sitter hands `ls >f x`'s `x` to the redirect; bash gives it to ls
+        if extra and (body is None or body.type != "command"):
+            self.problem("words after a redirection the parser could not place")
+        for child in node.named_children:
+            if body is not None and child == body:
+                self.visit(child, level + 1, extra)
+            else:
+                self.visit(child, level + 1)
+
+    def redirect(self, node: Any, level: int) -> None:
+        operator = next((_text(c) for c in node.children if not c.is_named), "")
+        destinations = node.children_by_field_name("destination")
+        for child in destinations:
+            self.visit(child, level + 1)  # `> $(cmd)` runs cmd
+        if not destinations:
+            return
+        target = destinations[0]
+        value, literal = word_value(target)
+        if operator in (">&", "<&", ">&-", "<&-") and (value.isdigit() or value == "-") and literal:
+            return  # `2>&1`, `>&-`: a descriptor, not a file
+        kind: Literal["read", "write"] = "read" if operator in ("<", "<&") else "write"
+        if operator == "<>":
+            kind = "write"
+        if literal and value in NOT_FILES:
+            return
+        self.result.accesses.append(Access(kind, value if literal else None, self.cwds))
+
+    def heredoc(self, node: Any, level: int) -> None:
+        start = next((c for c in node.named_children if c.type == "heredoc_start"), None)
+        quoted = start is not None and re.search(r"['\"\\]", _text(start)) is not None
+        for child in node.named_children:
+            if child.type == "heredoc_body" and not quoted:
+                parts = [p for p in child.named_children if p.type == "heredoc_content"] or (
+                    [child] if not child.named_children else [])
+                if any(re.search(r"`|\$\(", _text(part)) for part in parts):
+                    self.problem("a here-document whose text runs a command the parser did not read")
+            if child.type == "heredoc_body" and quoted:
+                continue  # `<<'EOF'`: the text is literal, nothing in it runs
+            self.visit(child, level + 1)
+
+    def declaration(self, node: Any, level: int) -> None:
+        keyword = next((_text(c) for c in node.children if not c.is_named), node.type)
+        words, literal = [keyword], [True]
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                name = child.child_by_field_name("name")
+                if name is not None and DANGEROUS_VARIABLES.match(_text(name)):
+                    self.problem(f"it sets {_text(name)}, which changes what later commands run")
+                value = child.child_by_field_name("value")
+                got, ok = word_value(value) if value is not None else ("", True)
+                words.append(f"{_text(name) if name is not None else ''}={got}")
+                literal.append(ok)
+            else:
+                got, ok = word_value(child)
+                words.append(got)
+                literal.append(ok)
+            self.visit(child, level + 1)
+        self.emit(words, literal, (), (), (), False)
+
+    def command(self, node: Any, level: int, extra_args: list[Any]) -> None:
+        assignments: list[str] = []
+        words: list[str] = []
+        literal: list[bool] = []
+        for child in [*node.named_children, *extra_args]:
+            self.visit(child, level + 1)  # substitutions anywhere in the command run too
+            if child.type == "variable_assignment":
+                name = child.child_by_field_name("name")
+                assignments.append(_text(name) if name is not None else "?")
+            elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                continue
+            elif child.type == "command_name":
+                inner = child.named_children
+                value, ok = word_value(inner[0]) if len(inner) == 1 else (_text(child), False)
+                words.append(value)
+                literal.append(ok)
+            elif child.type == "comment":
+                continue
+            else:
+                value, ok = word_value(child)
+                words.append(value)
+                literal.append(ok)
+        if not words:
+            return  # only assignments (checked above) or redirections
+        self.unwrap(words, literal, tuple(assignments), (), (), False, self.depth)
+
+    def unwrap(self, words: list[str], literal: list[bool], assignments: tuple[str, ...], wrappers: tuple[str, ...],
+               risks: tuple[str, ...], more_args: bool, depth: int) -> None:
+        """Peel wrappers off until the command they run; emit it (and sudo itself, which is a decision)."""
+        for _ in range(16):
+            if not words:
+                return
+            if not literal[0]:
+                self.problem(f"an expansion in command position ({short(words[0], 60)})")
+                return
+            if re.search(r"[*?\[{]", words[0]) or "=" in words[0] and not words[0].startswith(("/", ".")):
+                self.problem(f"a command name bash would expand ({short(words[0], 60)})")
+                return
+            name = posixpath.basename(words[0])
+            if name in ("eval",) or name in SHELLS and _shell_string(words) is not None:
+                string = " ".join(words[1:]) if name == "eval" else _shell_string(words)
+                ok = all(literal[1:]) if name == "eval" else _shell_string_literal(words, literal)
+                if not ok or string is None:
+                    self.problem(f"`{name}` runs a string the parser cannot see before it runs")
+                    return
+                self.nested(string, depth, assignments, wrappers, risks)
+                return
+            if name in ("trap", "alias"):  # their strings run later, as commands: judged now
+                strings = [w.split("=", 1)[1] for w in words[1:] if "=" in w] if name == "alias" else words[1:2]
+                for string, ok in zip(strings, literal[1:]):
+                    if string.startswith("-"):
+                        continue
+                    if not ok:
+                        self.problem(f"`{name}` with a command the parser cannot see")
+                    else:
+                        self.nested(string, depth, assignments, (*wrappers, name), risks)
+                break
+            if name == "find":
+                self.find(words, literal, assignments, wrappers, risks, depth)
+                return
+            if name not in _WRAPPER_VALUE_OPTIONS:
+                break
+            if name == "command" and any(w in ("-v", "-V") for w in words[1:2]):
+                break  # `command -v x` only looks x up
+            takes = _WRAPPER_VALUE_OPTIONS[name]
+            index, found_risks, env_names = 1, [], []
+            split_string: str | None = None
+            while index < len(words):
+                word = words[index]
+                if word == "--":
+                    index += 1
+                    break
+                if name in ("env", "sudo") and re.fullmatch(r"[A-Za-z_]\w*=.*", word, re.S):
+                    env_names.append(word.split("=", 1)[0])
+                    index += 1
+                    continue
+                if not word.startswith("-") or word == "-":
+                    if name == "env" and word == "-":
+                        index += 1
+                        continue
+                    break
+                option = word.split("=", 1)[0]
+                short_with_value = len(word) > 2 and word[:2] in takes and not word.startswith("--")
+                if option in _WRAPPER_RISKS.get(name, set()) or word[:2] in _WRAPPER_RISKS.get(name, set()):
+                    found_risks.append(f"{name} {option}")
+                if option in ("-S", "--split-string") and name == "env":
+                    split_string = word.split("=", 1)[1] if "=" in word else (
+                        word[2:] if short_with_value else (words[index + 1] if index + 1 < len(words) else ""))
+                if option in takes and "=" not in word and not short_with_value:
+                    index += 2
+                else:
+                    index += 1
+            if name == "timeout" and index < len(words):
+                index += 1  # the duration
+            if name == "xargs":
+                more_args = True
+            wrapper = " ".join(words[:index])
+            if name in ("sudo", "doas"):
+                self.emit(words[:index], literal[:index], assignments, wrappers, (*risks, *found_risks), False)
+            if split_string is not None:
+                self.nested(" ".join([split_string, *words[index:]]), depth, (*assignments, *env_names),
+                            (*wrappers, wrapper), (*risks, *found_risks))
+                return
+            words, literal = words[index:], literal[index:]
+            assignments = (*assignments, *env_names)
+            wrappers, risks = (*wrappers, wrapper), (*risks, *found_risks)
+            if not words and name == "xargs":
+                words, literal = ["echo"], [True]
+            if not words and name not in ("sudo", "doas"):
+                if name == "env":
+                    words, literal = ["env"], [True]
+                else:
+                    return
+        else:
+            self.problem("wrappers nested too deep")
+            return
+        if name in ("cd", "pushd", "popd"):
+            self.change_directory(words, literal)
+        self.emit(words, literal, assignments, wrappers, risks, more_args)
+
+    def find(self, words: list[str], literal: list[bool], assignments: tuple[str, ...], wrappers: tuple[str, ...],
+             risks: tuple[str, ...], depth: int) -> None:
+        """`find` is judged with its own options; what its -exec/-ok run is judged as a command too."""
+        self.emit(words, literal, assignments, wrappers, risks, False)
+        index = 1
+        while index < len(words):
+            if words[index] in _FIND_EXEC:
+                end = index + 1
+                while end < len(words) and words[end] not in (";", "+"):
+                    end += 1
+                inner, inner_literal = words[index + 1:end], literal[index + 1:end]
+                if inner:
+                    self.unwrap(list(inner), list(inner_literal), assignments, (*wrappers, f"find … {words[index]}"),
+                                risks, True, depth)
+                index = end
+            index += 1
+
+    def nested(self, string: str, depth: int, assignments: tuple[str, ...], wrappers: tuple[str, ...],
+               risks: tuple[str, ...]) -> None:
+        inner = _analyse(string, depth + 1)
+        for problem in inner.problems:
+            self.problem(problem)
+        for command in inner.commands:
+            self.result.commands.append(SimpleCommand(
+                command.words, command.literal, (*wrappers, *command.wrappers), (*assignments, *command.assignments),
+                (*risks, *command.risks), command.more_args, self.cwds if command.cwds == ("",) else
+                tuple(dict.fromkeys((*self.cwds, *command.cwds)))))
+        for access in inner.accesses:
+            self.result.accesses.append(Access(access.kind, access.path, tuple(dict.fromkeys((*self.cwds, *access.cwds)))))
+
+    def change_directory(self, words: list[str], literal: list[bool]) -> None:
+        """Relative paths after a `cd` may resolve in either place (a subshell's cd does not last)."""
+        args = [(w, ok) for w, ok in zip(words[1:], literal[1:]) if not w.startswith("-") or w == "-"]
+        if posixpath.basename(words[0]) == "popd" or not args:
+            where: str | None = None if posixpath.basename(words[0]) == "popd" else "~"
+        else:
+            target, ok = args[0]
+            where = None if not ok or target == "-" else target
+        moved = [where if where is None or where.startswith(("/", "~")) or cwd is None
+                 else (posixpath.join(cwd, where) if cwd else where) for cwd in self.cwds]
+        self.cwds = tuple(dict.fromkeys((*self.cwds, *moved)))[:8]
+
+    def emit(self, words: list[str], literal: list[bool], assignments: tuple[str, ...], wrappers: tuple[str, ...],
+             risks: tuple[str, ...], more_args: bool) -> None:
+        if words:
+            self.result.commands.append(SimpleCommand(tuple(words), tuple(literal), wrappers, assignments, risks,
+                                                      more_args, self.cwds))
+
+
+_ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"}
+
+
+def _descendants(node: Any, limit: int = 10_000) -> list[Any]:
+    out, stack = [], list(node.named_children)
+    while stack and len(out) < limit:
+        child = stack.pop()
+        out.append(child)
+        stack.extend(child.named_children)
+    return out
+
+
+def _shell_string(words: list[str]) -> str | None:
+    """The string `bash -c STRING` (also `-lc`, `-ec`, `-o pipefail -c`) runs; None when it runs a file or stdin."""
+    index, has_c = 1, False
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            index += 1
+            break
+        if word in ("-o", "+o", "-O", "+O"):
+            index += 2
+            continue
+        if word.startswith(("-", "+")) and len(word) > 1 and not word.startswith("--"):
+            has_c = has_c or "c" in word[1:]
+            index += 1
+            continue
+        if word.startswith("--"):
+            index += 1
+            continue
+        break
+    if not has_c:
+        return None
+    return words[index] if index < len(words) else ""
+
+
+def _shell_string_literal(words: list[str], literal: list[bool]) -> bool:
+    string = _shell_string(words)
+    return string is not None and (string == "" or literal[len(words) - 1 - words[::-1].index(string)]
+                                   and all(ok for w, ok in zip(words, literal) if w == string))
