@@ -446,7 +446,7 @@ def _resolve(path: str, cwds: tuple[str | None, ...], root: str | None) -> list[
             return None  # `~user`
         path = str(Path.home()) + path[1:]
     if path.startswith("/"):
-        return [posixpath.normpath(path)]
+        return _followed([posixpath.normpath(path)])
     out = []
     for cwd in cwds:
         if cwd is None:
@@ -460,6 +460,19 @@ def _resolve(path: str, cwds: tuple[str | None, ...], root: str | None) -> list[
             out.append("/.." if joined == ".." or joined.startswith("../") else joined)
         else:
             out.append(posixpath.normpath(joined))
+    return _followed(out)
+
+
+def _followed(targets: list[str]) -> list[str]:
+    """The targets and, for each that is (or passes through) a symlink, where it really leads: a link
+    committed in the worktree must not make a file outside it look inside."""
+    out = []
+    for target in targets:
+        out.append(target)
+        if target.startswith("/"):
+            real = os.path.realpath(target)
+            if real != target:
+                out.append(real)
     return list(dict.fromkeys(out))
 
 
