@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from mcp.types import CallToolResult, TextContent
 
+from .services.limits import MAX_NAME
 from .services.policy_rules import PolicyError
 from .tools.gate import CURRENT_CALL, CallRecord
 from .tools.registry import SPECS
@@ -118,6 +119,8 @@ async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message
                                  else None) or state.options.get("task_id")
     project_id = record.project_id or (record.arguments.get("project_id") if isinstance(
         record.arguments.get("project_id"), str) else None) or state.active_project
+    # An id no id can be (a refused 100 kB one) is kept in the arguments, cut; never as a column PostgreSQL indexes.
+    task_id, project_id = (i if i is None or len(i) <= MAX_NAME else None for i in (task_id, project_id))
     row = dict(actor=actor_of(ctx, state), action=record.action or f"tool:{record.name}", decision=record.decision,
                decided_by=record.decided_by, outcome=outcome, message=message, project_id=project_id,
                task_id=task_id, arguments=record.arguments,

@@ -145,6 +145,8 @@ class HookRunner:
         # Events for a hook whose run is going: each runs after it, in order (or is recorded as skipped).
         self._queued: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        # Model runs going now, by hook: the daemon knows a connection from one's processes as hook:<id>.
+        self.llm_runs: dict[str, RunHandle] = {}
         if listen:
             services.store.on_commit(self._on_commit)
 
@@ -381,9 +383,13 @@ class HookRunner:
         started = time.monotonic()
         # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
         channel = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
-        result = await run_agent(spec, workspace, PARSERS[agent_type](), RunHandle(),
-                                 self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log", limits,
-                                 env=self.services.settings.agent_environment(), channel=channel)
+        handle = self.llm_runs[hook.id] = RunHandle()
+        try:
+            result = await run_agent(spec, workspace, PARSERS[agent_type](), handle,
+                                     self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log", limits,
+                                     env=self.services.settings.agent_environment(), channel=channel)
+        finally:
+            self.llm_runs.pop(hook.id, None)
         log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)
         return result
 

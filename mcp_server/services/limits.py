@@ -48,3 +48,8 @@ def check_argument(parameter: str, value: str | None) -> None:
 def is_file_name(name: str) -> bool:
     """Whether the filesystem can hold a file of this name (no NUL or '/', at most 255 bytes)."""
     return "\0" not in name and "/" not in name and len(name.encode("utf-8", "surrogatepass")) <= MAX_NAME
+
+
+def quoted(text: str, limit: int = 200) -> str:
+    """`text` quoted for a message, cut to `limit` characters: a refusal never echoes a megabyte back."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text):,} characters)"
