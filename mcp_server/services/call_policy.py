@@ -186,13 +186,13 @@ class CallPolicy:
         request = self.svc.requests.get(str(args.get("request_id") or ""))
         decision = "allow" if args.get("decision") == "allow" else "deny"
         who = f"agent {request.agent_id}" if request.agent_id else "an agent"
-        own = Step(tool_action("answer_request", f"{decision} {request.id}"),
-                   f"{decision.capitalize()} {who}'s request {request.id} to {request.action[:300]} (task {request.task_id})")
+        what = f"{decision.capitalize()} {who}'s request {request.id} to {request.action[:300]} (task {request.task_id})"
         if args.get("remember") is not True:
-            return own, []
+            return Step(tool_action("answer_request", f"{decision} {request.id}"), what), []
         rule = request.suggested_rule or request.action
-        return own, [Step(tool_action("edit_policy"), f"Add `{rule[:300]}` to the {decision} list of project "
-                                                      f"{request.project_id}'s policy (answer_request remember=true)")]
+        remember = f"add `{rule[:300]}` to the {decision} list of project {request.project_id}'s policy"
+        return (Step(tool_action("answer_request", f"{decision} {request.id}"), f"{what}, and {remember}"),
+                [Step(tool_action("edit_policy"), f"{remember[0].upper()}{remember[1:]} (answer_request remember=true)")])
 
     def _approval_merge(self, task_id: str) -> list[Step]:
         """approve_task lands the task's branch: into the repo's default branch, unless a pull request carries it."""
