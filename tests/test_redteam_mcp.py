@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from agentqueue.app import build_server
 from agentqueue.services import Services
 from agentqueue.settings import load
 from agentqueue.store.sqlite import SqliteStore as Store
-from agentqueue.toolsets import NAMED_TOOLSETS, PERSON_ONLY
+from agentqueue.toolsets import NAMED_TOOLSETS
 from agentqueue.wire import refusal
 
 from .conftest import db_snapshot, fail, ok
@@ -238,14 +239,18 @@ def test_the_standalone_server_answers_bad_lines_like_the_plugin(tmp_path: Path)
     try:
         server.stdin.write(b"".join(lines))
         server.stdin.flush()
-        answers = []
-        while len(answers) < 2 + len(BAD_LINES):
-            line = server.stdout.readline()
-            assert line, f"the server stopped answering after {answers}"
-            answers.append(json.loads(line))
+        answers: list[dict] = []
+        reader = threading.Thread(target=lambda: answers.extend(
+            json.loads(server.stdout.readline() or "null") for _ in range(2 + len(BAD_LINES))), daemon=True)
+        reader.start()
+        reader.join(timeout=60)  # a line left unanswered would leave the client waiting forever
+        assert not reader.is_alive(), f"the server left lines unanswered; it answered only {answers}"
     finally:
         server.stdin.close()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
     expected = [json.loads(refusal(line)[1]) for line in BAD_LINES]  # what the plugin answers
     assert [a for a in answers if a.get("id") not in (1, 2)] == expected
     assert [e["id"] for e in expected] == [None, None, None, 9, None]
@@ -297,7 +302,8 @@ def forged_plugin(home: Path, options: dict[str, Any]) -> StdioServerParameters:
 def audit_rows(home: Path, action: str) -> list[dict]:
     store = Store(paths.db_path(home))
     try:
-        return store.all("SELECT actor, task_id, decision, outcome FROM audit_log WHERE action LIKE ? ORDER BY id",
+        return store.all("SELECT action, actor, task_id, decision, outcome FROM audit_log WHERE action LIKE ? "
+                         "ORDER BY id",
                          (action,))
     finally:
         store.close()
@@ -376,6 +382,8 @@ def attack_report(mock: Any) -> dict:
 
 @pytest.mark.integration
 async def test_an_agent_that_runs_its_own_plugin_is_still_the_agent(tmp_path: Path) -> None:
+    from agentqueue.toolsets import PERSON_ONLY
+
     from .mock_anthropic import MockAnthropic
     from .test_engine_claude import CLAUDE
 
@@ -413,10 +421,11 @@ async def test_an_agent_that_runs_its_own_plugin_is_still_the_agent(tmp_path: Pa
             assert out[name][0] and "not available here" in out[name][1], out
         assert 'preset = "autonomous"' in (home / "policy.toml").read_text() and "[projects" not in \
             (home / "policy.toml").read_text()
-        rows = audit_rows(home, "tool:%")
-        refused = [r for r in rows if r["decision"] == "deny" and r["outcome"] == "refused"]
-        assert {r["actor"] for r in refused} == {"agent:claude"} and {r["task_id"] for r in refused} == {task["id"]}
-        assert len(refused) == 3
+        # Audited as the agent, against its own task (approve_task names the task it acted on).
+        refused = {r["action"]: r for r in audit_rows(home, "tool:%") if r["outcome"] == "refused"}
+        assert sorted(refused) == ["tool:answer_request", "tool:approve_task", "tool:edit_policy"]
+        assert {r["actor"] for r in refused.values()} == {"agent:claude"}
+        assert refused["tool:edit_policy"]["task_id"] == task["id"] and refused["tool:edit_policy"]["decision"] == "deny"
     finally:
         daemon.stop(home, timeout=15)
         if server.poll() is None:
