@@ -150,14 +150,22 @@ RunOfPid = Callable[[int], "tuple[str, str | None] | None"]
 
 
 def run_of_peer(stream: SocketStream, run_of_pid: RunOfPid | None) -> tuple[str, str | None] | None:
-    """The engine's run the connecting process belongs to (it or one of its ancestors is the run's process)."""
+    """The engine's run the connecting process belongs to (it or one of its ancestors is the run's process).
+
+    A process this daemon started outside a run (a verify command, a hook's shell step, run_command) is no
+    person either: it is `process:<pid>`, and is offered no person's decision.
+    """
     if run_of_pid is None:
         return None
     raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
     pid = peer_pid(raw) if raw is not None else None
     if pid is None:
         return None
-    return next((run for p in lineage(pid) if (run := run_of_pid(p)) is not None), None)
+    chain = lineage(pid)
+    found = next((run for p in chain if (run := run_of_pid(p)) is not None), None)
+    if found is None and os.getpid() in chain[1:]:
+        return f"process:{pid}", None
+    return found
 
 
 async def serve_connection(mcp: MCPServer, stream: SocketStream, run_of_pid: RunOfPid | None = None) -> None:

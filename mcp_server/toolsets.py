@@ -28,7 +28,7 @@ OPTION_KEYS = ("read_only", "toolsets")
 # A person's decisions: no agent or hook run is ever offered these, whatever its toolsets or preset.
 PERSON_ONLY: tuple[str, ...] = ("answer_request", "edit_policy", "approve_task", "request_changes", "set_task_status",
                                 "restart_daemon")
-RUN_ACTORS = ("agent:", "hook:")
+RUN_ACTORS = ("agent:", "hook:", "process:")
 
 
 def known() -> list[str]:
@@ -89,7 +89,8 @@ def socket_options(preamble: dict[str, Any] | None, run: tuple[str, str | None] 
 
 
 def is_run(actor: Any) -> bool:
-    """Whether an actor is one of the engine's runs (an agent's or a hook's model), not a person's client."""
+    """Whether an actor is one of the engine's runs (an agent's or a hook's model) or another process the daemon
+    started, not a person's client."""
     return isinstance(actor, str) and actor.startswith(RUN_ACTORS)
 
 

@@ -428,3 +428,46 @@ async def test_an_agent_that_runs_its_own_plugin_is_still_the_agent(tmp_path: Pa
         if server.poll() is None:
             server.kill()
         mock.stop()
+
+
+async def test_a_process_the_daemon_started_outside_a_run_is_no_person_either(tmp_path: Path) -> None:
+    """A hook's shell step (or a verify command: code a task wrote) that opens its own plugin connection."""
+    home = tmp_path / "aq"
+    home.mkdir()
+    (home / "policy.toml").write_text('preset = "autonomous"\n')  # nothing asks: only the connection's identity stands
+    script = tmp_path / "attack.py"
+    script.write_text(ATTACK)
+    env = {**os.environ, "AGENTQUEUE_HOME": str(home)}
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, 60, "the daemon")
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        async with Client(params, mode="legacy") as person:
+            await ok(person, "create_project", name="Demo")
+            hook = await ok(person, "create_hook", project_id="demo", name="sneaky", action="create_task",
+                            trigger={"type": "periodic", "interval_seconds": 3600},
+                            task_template={"title": "t", "description": "d"},
+                            context_steps=[{"type": "shell", "command": f"{sys.executable} {script} {home} none",
+                                            "timeout": 60}])
+            fired = await ok(person, "fire_hook", hook_id=hook["id"])
+        store = Store(paths.db_path(home))
+        try:
+            await wait_for(lambda: store.scalar("SELECT status FROM hook_runs WHERE id = ?", (fired["run_id"],))
+                           in ("completed", "failed", "skipped"), 90, "the hook run to end")
+            context = json.loads(store.scalar("SELECT context_results FROM hook_runs WHERE id = ?",
+                                              (fired["run_id"],)))
+        finally:
+            store.close()
+        [report] = [line for line in context[0]["stdout"].splitlines() if line.startswith("ATTACK ")]
+        out = json.loads(report[len("ATTACK "):])
+        assert "answer_request" not in out["tools"] and "edit_policy" not in out["tools"] and "list_requests" in out["tools"]
+        for name in ("answer_request", "edit_policy", "approve_task"):
+            assert out[name][0] and "not available here" in out[name][1] and "person's decision" in out[name][1], out
+        assert (home / "policy.toml").read_text() == 'preset = "autonomous"\n'
+        actors = {r["actor"] for r in audit_rows(home, "tool:%") if r["outcome"] == "refused"}
+        assert len(actors) == 1 and actors.pop().startswith("process:")
+    finally:
+        daemon.stop(home, timeout=15)
+        if server.poll() is None:
+            server.kill()
