@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 import re
 import time
 from typing import Any

@@ -6,7 +6,8 @@ named set picks tools across modules: `agent` is what a task's own agent gets.
 
 Who a connection is never comes from the connection itself: a preamble may only narrow what it is
 offered (`read_only`, `toolsets`). The daemon learns from the socket's peer (SO_PEERCRED) whether the
-caller runs inside one of its engine's runs, and only then names it `agent:<id>`/`hook:<id>`.
+caller runs inside one of its engine's runs, and only then names it `agent:<id>`/`hook:<id>`
+(`process:<pid>` for another process the daemon started).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
 PREAMBLE_KEY = "agentqueue"
 # What a preamble may carry; anything else is dropped (a connection can narrow itself, never widen or name itself).
 OPTION_KEYS = ("read_only", "toolsets")
-# A person's decisions: no agent or hook run is ever offered these, whatever its toolsets or preset.
+# A person's decisions: no run (an agent's, a hook's model) and no other process the daemon started is ever
+# offered these, whatever its toolsets or preset.
 PERSON_ONLY: tuple[str, ...] = ("answer_request", "edit_policy", "approve_task", "request_changes", "set_task_status",
                                 "restart_daemon")
 RUN_ACTORS = ("agent:", "hook:", "process:")

@@ -108,7 +108,7 @@ class Engine:
         """
         for task_id, handle in list(self.running.items()):
             if handle.pid == pid:
-                agent = self.services.tasks.get(task_id).assigned_agent
+                agent = self.services.store.scalar("SELECT assigned_agent FROM tasks WHERE id = ?", (task_id,))
                 return f"agent:{agent or 'unknown'}", task_id
         for hook_id, handle in list(self.hooks.llm_runs.items()):
             if handle.pid == pid:
