@@ -220,6 +220,11 @@ async def test_a_narrowed_connection_cannot_subscribe_to_a_hidden_resource(servi
     async with Client(narrowed, mode="legacy") as client:
         with pytest.raises(MCPError, match="not available here"):
             await client.subscribe_resource("agentqueue://audit")
+    # 2026: a listen stream is honoured only for the resources the connection is offered.
+    async with Client(narrowed) as client:
+        note = "agentqueue://projects/demo/notes/plan"
+        async with client.listen(resource_subscriptions=["agentqueue://audit", note]) as subscription:
+            assert list(subscription.honored.resource_subscriptions or []) == [note]
 
 
 # -- 9. the standalone server answers bad lines as the plugin does -----------------------------------------------
