@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,8 @@ from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .services import Services
 from .settings import ConfigError
 from .store.db import StoreOpenError, now_iso
-from .toolsets import decode_preamble
+from .peer import lineage, peer_pid
+from .toolsets import decode_preamble, socket_options
 
 log = logging.getLogger("agentqueue.daemon")
 
@@ -144,15 +145,40 @@ def is_disconnect(error: BaseException) -> bool:
     return isinstance(error, _DISCONNECTS)
 
 
-async def serve_connection(mcp: MCPServer, stream: SocketStream) -> None:
+# (actor, task_id) of the engine's run a process is, or None: Engine.run_of_pid.
+RunOfPid = Callable[[int], "tuple[str, str | None] | None"]
+
+
+def run_of_peer(stream: SocketStream, run_of_pid: RunOfPid | None) -> tuple[str, str | None] | None:
+    """The engine's run the connecting process belongs to (it or one of its ancestors is the run's process).
+
+    A process this daemon started outside a run (a verify command, a hook's shell step, run_command) is no
+    person either: it is `process:<pid>`, and is offered no person's decision.
+    """
+    if run_of_pid is None:
+        return None
+    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    pid = peer_pid(raw) if raw is not None else None
+    if pid is None:
+        return None
+    chain = lineage(pid)
+    found = next((run for p in chain if (run := run_of_pid(p)) is not None), None)
+    if found is None and os.getpid() in chain[1:]:
+        return f"process:{pid}", None
+    return found
+
+
+async def serve_connection(mcp: MCPServer, stream: SocketStream, run_of_pid: RunOfPid | None = None) -> None:
     """One plugin connection = one MCP session, with its own lifespan (and so its own active project)."""
     pipe = _SocketLines(stream)
     lowlevel = mcp._lowlevel_server
     try:
-        # A socket connection is limited only by what its own plugin asks for (`agentqueue mcp --read-only`);
-        # the daemon's own flags limit HTTP clients.
-        options = await pipe.preamble()
-        CONNECTION_OPTIONS.set(options or {})
+        # A socket connection is limited by what its own plugin asks for (`agentqueue mcp --read-only`), and is
+        # who the kernel says it is: a process of one of the engine's runs is that run's agent or hook, never a
+        # person, whatever its preamble claims. The daemon's own flags limit HTTP clients.
+        preamble = await pipe.preamble()
+        run = await anyio.to_thread.run_sync(run_of_peer, stream, run_of_pid)  # reads /proc and the store
+        CONNECTION_OPTIONS.set(socket_options(preamble, run))
         async with stream, stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
             await lowlevel.run(read, write, lowlevel.create_initialization_options())
     except Exception as error:
@@ -350,7 +376,7 @@ class Daemon:
                 try:
                     while True:
                         stream = await listener.accept()
-                        connections.start_soon(serve_connection, mcp, stream)
+                        connections.start_soon(serve_connection, mcp, stream, engine.run_of_pid)
                 except anyio.ClosedResourceError:
                     await anyio.sleep_forever()  # stopping: no new connections; open ones end with the daemon
 

@@ -2,7 +2,8 @@
 
 - `tools/list` leaves out what the connection's selection hides (`--read-only`, `--toolsets`, a
   plugin's preamble) and what the policy denies outright, so the model never sees those tools; a
-  `tools/call` of one is refused.
+  `tools/call` of one is refused. Resources follow the tools that read the same data: a connection
+  offered none of them neither lists, reads nor subscribes to the resource.
 - Every `tools/call` is written to the audit log after it ends, in its own transaction: what the
   policy gate decided (noted in the call's `CallRecord`), how it ended, how long it took.
 - Argument-validation errors are rewritten into one sentence a model can act on.
@@ -10,14 +11,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
 from typing import Any
 
 import anyio
-from mcp.types import CallToolResult, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 
+from .resources import readers_of
+from .services.limits import MAX_NAME
 from .services.policy_rules import PolicyError
 from .tools.gate import CURRENT_CALL, CallRecord
 from .tools.registry import SPECS
@@ -59,7 +64,50 @@ def _text_of(result: dict[str, Any]) -> str:
     return " ".join(b.get("text", "") for b in result.get("content") or [] if isinstance(b, dict)).strip()
 
 
+def resource_hidden(state: Any, uri: str) -> str | None:
+    """Why this connection is not offered a resource: it is offered none of the tools that read the same data."""
+    options = state.options
+    if not options.get("read_only") and options.get("toolsets") is None:
+        return None
+    reasons = [state.hides(spec.name, spec.group, spec.read_only) for name in readers_of(uri)
+               if (spec := SPECS.get(name)) is not None]
+    if reasons and None in reasons:
+        return None
+    return reasons[0] if reasons else "this connection is limited (--toolsets, --read-only) to the resources of its tools"
+
+
+_LISTED = {"resources/list": ("resources", "uri"), "resources/templates/list": ("resourceTemplates", "uriTemplate")}
+
+
+async def _resources(ctx: Any, call_next: Any) -> Any:
+    """resources/*: what the connection's selection hides is left out of lists and refused to read or subscribe."""
+    state = state_for(ctx)
+    params = ctx.params if isinstance(ctx.params, dict) else {}
+    if ctx.method in _LISTED:
+        result = await call_next(ctx)
+        key, field = _LISTED[ctx.method]
+        if isinstance(result, dict) and isinstance(result.get(key), list):
+            result[key] = [r for r in result[key] if not resource_hidden(state, str(r.get(field, "")))]
+        return result
+    if ctx.method in ("resources/read", "resources/subscribe"):
+        uri = str(params.get("uri") or "")
+        if hidden := resource_hidden(state, uri):
+            raise MCPError(code=INVALID_PARAMS, message=f"{uri[:300]} is not available here: {hidden}. Connect without "
+                                                        "that restriction to read it.")
+        return await call_next(ctx)
+    # subscriptions/listen (2026): the hidden URIs are dropped from what the stream will carry.
+    notifications = params.get("notifications")
+    wanted = notifications.get("resourceSubscriptions") if isinstance(notifications, dict) else None
+    if isinstance(wanted, list):
+        kept = [u for u in wanted if isinstance(u, str) and not resource_hidden(state, u)]
+        ctx = dataclasses.replace(ctx, params={**params, "notifications": {**notifications,
+                                                                          "resourceSubscriptions": kept}})
+    return await call_next(ctx)
+
+
 async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
+    if ctx.method.startswith("resources/") or ctx.method == "subscriptions/listen":
+        return await _resources(ctx, call_next)
     if ctx.method == "tools/list":
         result = await call_next(ctx)
         state = state_for(ctx)
@@ -118,6 +166,8 @@ async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message
                                  else None) or state.options.get("task_id")
     project_id = record.project_id or (record.arguments.get("project_id") if isinstance(
         record.arguments.get("project_id"), str) else None) or state.active_project
+    # An id no id can be (a refused 100 kB one) is kept in the arguments, cut; never as a column PostgreSQL indexes.
+    task_id, project_id = (i if i is None or len(i) <= MAX_NAME else None for i in (task_id, project_id))
     row = dict(actor=actor_of(ctx, state), action=record.action or f"tool:{record.name}", decision=record.decision,
                decided_by=record.decided_by, outcome=outcome, message=message, project_id=project_id,
                task_id=task_id, arguments=record.arguments,

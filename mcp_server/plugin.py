@@ -352,6 +352,15 @@ def refuse_client(message: str) -> None:
             pass
 
 
+def cannot_use(home: Path, error: BaseException) -> str:
+    """One sentence for a home or socket folder the plugin cannot use: which path, and how to fix it."""
+    if not isinstance(error, OSError) or isinstance(error, paths.UnsafeRuntimeDir):
+        return str(error)
+    where = error.filename or home
+    return (f"cannot use {where} ({error.strerror or error}): AgentQueue keeps its socket, database and logs in "
+            f"AGENTQUEUE_HOME ({home}). Make that folder one this user can write, or set AGENTQUEUE_HOME to one.")
+
+
 def main(options: dict[str, Any] | None = None) -> int:
     # Every exit goes through os._exit: the stdin thread may sit in a blocking read, and normal
     # interpreter shutdown would abort on its lock ("Fatal Python error").
@@ -360,9 +369,10 @@ def main(options: dict[str, Any] | None = None) -> int:
         home = paths.home()
         try:
             pipe = Pipe(home, options)
-        except DaemonStartError as error:
-            note(home, str(error))
-            refuse_client(str(error))
+        except (DaemonStartError, paths.UnsafeRuntimeDir, OSError) as error:
+            message = cannot_use(home, error)
+            note(home, message)
+            refuse_client(message)
             os._exit(1)
         if sys.stdin.isatty():
             print(TTY_HELP.format(home=home), file=sys.stderr, flush=True)

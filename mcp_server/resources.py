@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import weakref
 from pathlib import Path
@@ -21,6 +22,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 
 from . import paths
+from .apps import BOARD_URI, TASK_URI
 from .services import Services, result_size
 from .services.errors import NotFoundError
 
@@ -31,6 +33,30 @@ PROJECTS = "agentqueue://projects"
 EVENTS = "agentqueue://events/recent"
 APPROVALS = "agentqueue://approvals"
 AUDIT = "agentqueue://audit"
+
+
+# The tools that read what each resource shows: a connection offered none of them (`--toolsets`, `--read-only`)
+# is offered the resource neither (a template's `{name}` matches like a value).
+_READERS: list[tuple[re.Pattern[str], tuple[str, ...]]] = [(re.compile(pattern), tools) for pattern, tools in (
+    (r"agentqueue://status", ("get_status",)),
+    (r"agentqueue://projects", ("list_projects",)),
+    (r"agentqueue://projects/[^/]+", ("list_projects",)),
+    (r"agentqueue://projects/[^/]+/tasks", ("list_tasks",)),
+    (r"agentqueue://projects/[^/]+/notes/.+", ("read_note",)),
+    (r"agentqueue://tasks/[^/]+", ("get_task",)),
+    (r"agentqueue://tasks/[^/]+/log", ("get_task",)),
+    (r"agentqueue://events/recent", ("get_recent_events",)),
+    (r"agentqueue://approvals", ("list_requests",)),
+    (r"agentqueue://audit", ("get_audit_log",)),
+    (re.escape(BOARD_URI), ("get_status", "list_tasks")),
+    (re.escape(TASK_URI), ("get_task",)),
+)]
+
+
+def readers_of(uri: str) -> tuple[str, ...]:
+    """The tools that read the same data as the resource `uri` (or template); () for a URI we do not serve."""
+    bare = re.sub(r"\{\?[^}]*\}$", "", uri).split("?", 1)[0]  # `{?offset}` in a template, `?offset=…` in a URI
+    return next((tools for pattern, tools in _READERS if pattern.fullmatch(bare)), ())
 
 
 def uris_for(event: dict[str, Any]) -> set[str]:

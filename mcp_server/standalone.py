@@ -1,17 +1,25 @@
-"""`agentqueue mcp --standalone`: the MCP server on this process's stdio, no daemon."""
+"""`agentqueue mcp --standalone`: the MCP server on this process's stdio, no daemon.
+
+Lines that are not one JSON-RPC message are answered here exactly as the plugin answers them
+(`wire.refusal`), since the SDK's stdio transport would leave them unanswered.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+from mcp.server.stdio import stdio_server
 
 from . import logs, paths
 from .app import build_server
+from .wire import refusal
 from .daemon import AlreadyRunningError, home_lock
 from .engine.orchestrator import Engine
 from .services import Services
@@ -19,6 +27,65 @@ from .settings import ConfigError
 from .store.db import StoreOpenError
 
 log = logging.getLogger("agentqueue.standalone")
+
+
+class _CheckedStdio:
+    """stdin and stdout for the SDK's stdio transport: bad lines are answered with JSON-RPC errors, never passed on.
+
+    It holds the real descriptors privately and points fd 0 at /dev/null and fd 1 at stderr while it serves, as
+    the SDK's own stdio does, so a child process or a stray print can never write into the protocol stream.
+    """
+
+    def __init__(self, stdin_fd: int, stdout_fd: int) -> None:
+        self.stdin = anyio.wrap_file(os.fdopen(stdin_fd, "rb", closefd=False))
+        self.stdout = anyio.wrap_file(os.fdopen(stdout_fd, "wb", closefd=False))
+        self.lock = anyio.Lock()  # our answers and the SDK's lines never interleave
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        while line := await self.stdin.readline():
+            forward, answer = refusal(line)
+            if answer is not None:
+                await self._send(answer)
+            if forward:
+                yield line.decode("utf-8")
+
+    async def _send(self, data: bytes) -> None:
+        async with self.lock:
+            await self.stdout.write(data)
+            await self.stdout.flush()
+
+    async def write(self, text: str) -> None:
+        await self._send(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _claimed_stdio() -> Iterator[_CheckedStdio]:
+    """The wire's descriptors, kept private for the session; fd 0 and 1 are restored afterwards."""
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+        os.dup2(2, 1)
+        yield _CheckedStdio(wire_in, wire_out)
+    finally:
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
+        for fd in (null, wire_in, wire_out):
+            os.close(fd)
+
+
+async def _run_stdio(mcp: Any) -> None:
+    """What `mcp.run_stdio_async()` does, over the checked stdio (returns at stdin EOF)."""
+    lowlevel = mcp._lowlevel_server
+    with _claimed_stdio() as pipe:
+        async with stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
 
 
 async def _serve(home: Path, options: dict[str, Any]) -> None:
@@ -33,14 +100,14 @@ async def _serve(home: Path, options: dict[str, Any]) -> None:
                 stack.enter_context(home_lock(home, grace=0))  # a running daemon is the common case
             except AlreadyRunningError:
                 log.warning("A daemon runs for %s: this standalone server serves MCP without its own engine.", home)
-                await mcp.run_stdio_async()
+                await _run_stdio(mcp)
                 return
             notifier = mcp.notifier  # type: ignore[attr-defined]
             engine = Engine(services, home, flush=notifier.flush,
                             on_log=lambda task_id: notifier.mark(f"agentqueue://tasks/{task_id}/log"))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(engine.run)
-                await mcp.run_stdio_async()  # returns at stdin EOF: the client is gone
+                await _run_stdio(mcp)  # returns at stdin EOF: the client is gone
                 await engine.shutdown()
                 tg.cancel_scope.cancel()
     finally:

@@ -3,13 +3,16 @@
 Stdlib only: the plugin (`agentqueue mcp`) validates its flags with it before it relays anything.
 A group is a module of `tools/`; the registry refuses a tool whose module is not listed here. A
 named set picks tools across modules: `agent` is what a task's own agent gets.
+
+Who a connection is never comes from the connection itself: a preamble may only narrow what it is
+offered (`read_only`, `toolsets`). The daemon learns from the socket's peer (SO_PEERCRED) whether the
+caller runs inside one of its engine's runs, and only then names it `agent:<id>`/`hook:<id>`
+(`process:<pid>` for another process the daemon started).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
 from typing import Any
 
 TOOLSETS: tuple[str, ...] = ("projects", "channels", "tasks", "repos", "agents", "system", "files", "git", "notes",
@@ -21,8 +24,13 @@ NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
 }
 # The first line a plugin sends the daemon before the client's bytes: {"agentqueue": {options}}.
 PREAMBLE_KEY = "agentqueue"
-# What a preamble may carry; anything else is dropped (a connection can narrow itself, never widen).
-OPTION_KEYS = ("read_only", "toolsets", "task_id", "actor")
+# What a preamble may carry; anything else is dropped (a connection can narrow itself, never widen or name itself).
+OPTION_KEYS = ("read_only", "toolsets")
+# A person's decisions: no run (an agent's, a hook's model) and no other process the daemon started is ever
+# offered these, whatever its toolsets or preset.
+PERSON_ONLY: tuple[str, ...] = ("answer_request", "edit_policy", "approve_task", "request_changes", "set_task_status",
+                                "restart_daemon")
+RUN_ACTORS = ("agent:", "hook:", "process:")
 
 
 def known() -> list[str]:
@@ -59,12 +67,33 @@ def connection_options(read_only: bool = False, toolsets: list[str] | None = Non
     return options
 
 
-def client_options(read_only: bool = False, toolsets: list[str] | None = None,
-                   environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """`agentqueue mcp`'s options: its flags, plus the task and actor the engine sets for a task's agent."""
-    env = os.environ if environ is None else environ
-    return connection_options(read_only, toolsets, env.get("AGENTQUEUE_TASK_ID") or None,
-                              env.get("AGENTQUEUE_ACTOR") or None)
+def client_options(read_only: bool = False, toolsets: list[str] | None = None) -> dict[str, Any]:
+    """`agentqueue mcp`'s options: its flags only. Who the client is, the daemon finds out itself."""
+    return connection_options(read_only, toolsets)
+
+
+def socket_options(preamble: dict[str, Any] | None, run: tuple[str, str | None] | None) -> dict[str, Any]:
+    """A socket connection's options: its preamble's narrowing, and the identity of the run it comes from.
+
+    `run` is (actor, task_id) when the peer process belongs to one of the engine's runs: a task's agent
+    then gets the `agent` toolset whatever its preamble asked for. Anyone else is a person's client.
+    """
+    options = {k: v for k, v in (preamble or {}).items() if k in OPTION_KEYS}
+    if run is None:
+        return options
+    actor, task_id = run
+    options["actor"] = actor
+    if actor.startswith("agent:"):
+        options["toolsets"] = ["agent"]
+        if task_id:
+            options["task_id"] = task_id
+    return options
+
+
+def is_run(actor: Any) -> bool:
+    """Whether an actor is one of the engine's runs (an agent's or a hook's model) or another process the daemon
+    started, not a person's client."""
+    return isinstance(actor, str) and actor.startswith(RUN_ACTORS)
 
 
 def encode_preamble(options: dict[str, Any]) -> bytes:

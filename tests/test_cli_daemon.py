@@ -69,6 +69,11 @@ def test_reads_as_json_and_approve_through_the_daemon(live: LiveDaemon) -> None:
     logs = cli_json(env, "logs", task["id"])
     assert "wrote out.txt" in logs["text"]
 
+    # Approving lands the branch on main: from a script (no terminal to ask) that is refused with how to allow it.
+    refused = run_cli(env, "approve", task["id"])
+    assert refused.returncode == 1 and "tool:merge_into_default:app" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and cli_json(env, "show", task["id"])["task"]["status"] == "AWAITING_APPROVAL"
+    (live.home / "policy.toml").write_text('allow = ["tool:merge_into_default"]\n')  # a person allows it
     approved = run_cli(env, "approve", task["id"])
     assert approved.returncode == 0 and "COMPLETED" in approved.stdout, approved.stderr
     assert git(live.repo, "show", "main:out.txt") == "changed"  # type: ignore[attr-defined]

@@ -58,6 +58,9 @@ async def test_llm_hook_creates_a_task_through_agentqueue_mcp_server(tmp_path: P
             assert run["id"] == fired["run_id"] and run["status"] == "completed", run
             tasks = (await call("list_tasks", {"project_id": "demo"}))["tasks"]
             assert [t["title"] for t in tasks] == [HOOK_TASK["title"]]
+            # The daemon knew the model's connection as the hook's run by its process, not by its environment.
+            [made] = (await call("get_audit_log", {"action": "tool:create_task"}))["entries"]
+            assert made["actor"] == "hook:planner"
             requests = len(mock.messages_for("hook_create_task"))
             assert requests >= 2  # the tool call, then the answer after its result
             assert run["tokens_used"] == sum(USAGE.values()) * requests

@@ -50,7 +50,8 @@ async def running(services: Services) -> AsyncIterator[tuple[Engine, Client]]:
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
         try:
-            async with Client(build_server(services), mode="legacy") as client:
+            # The person answering requests says yes when AgentQueue asks them to confirm an allow.
+            async with Client(build_server(services), mode="legacy", elicitation_callback=person_says_yes) as client:
                 yield engine, client
         finally:
             with anyio.CancelScope(shield=True):

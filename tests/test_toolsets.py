@@ -71,20 +71,20 @@ async def test_a_limited_plugin_and_a_full_one_share_a_daemon(live_home: Path) -
     assert (row["decision"], row["outcome"]) == ("deny", "refused") and "read-only" in row["decided_by"]
 
 
-async def test_the_agent_toolset_and_the_task_it_works_for(live_home: Path) -> None:
+async def test_the_agent_toolset_narrows_but_the_environment_names_nobody(live_home: Path) -> None:
     async with Client(plugin(live_home)) as person:
         await ok(person, "create_project", name="Demo")
         parent = await ok(person, "create_task", title="Parent", description="the task an agent works on",
                           project_id="demo")
-    # What the engine gives a task's agent: the agent toolset, its task and its name, in the environment.
+    # The agent toolset is a narrowing anyone may ask for; the task and the name an environment claims are not
+    # believed (the daemon knows a task's agent by its process: tests/test_agent_tools.py, test_redteam_mcp.py).
     agent = plugin(live_home, "--toolsets", "agent", AGENTQUEUE_TASK_ID=parent["id"], AGENTQUEUE_ACTOR="agent:a1")
     async with Client(agent) as client:
         assert await names(client) == set(NAMED_TOOLSETS["agent"])
-        child = await ok(client, "create_task", title="Follow-up", description="queued by the agent")
-    assert child["project_id"] == "demo" and child["parent_task_id"] == parent["id"]
-    assert child["depends_on"] == [parent["id"]] and child["status"] == "DEFINED"
+        child = await ok(client, "create_task", title="Follow-up", description="queued", project_id="demo")
+    assert child["project_id"] == "demo" and child["parent_task_id"] is None and child["depends_on"] == []
     row = last_audit_row(live_home, "tool:create_task")
-    assert (row["actor"], row["task_id"], row["outcome"]) == ("agent:a1", parent["id"], "ok")
+    assert row["actor"].startswith("client:") and (row["task_id"], row["outcome"]) == (None, "ok")
 
 
 async def test_the_standalone_server_takes_the_same_flags(tmp_path: Path) -> None:

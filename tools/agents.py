@@ -49,7 +49,7 @@ async def edit_agent(
     ctx: Context,
     agent_id: AgentId,
     model: Annotated[str | None, Field(description='"" clears')] = None,
-    command: str | None = None,
+    command: Command | None = None,
     repo_id: Annotated[str | None, Field(description='"" unbinds')] = None,
     capabilities: list[str] | None = None,
     label: Annotated[Label | None, Field(description='"" clears')] = None,

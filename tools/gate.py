@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from ..services.call_policy import CallDecision
 from ..services.errors import ServiceError, os_limit_error
+from ..services.limits import MAX_NAME, quoted
 from .state import client_state
 
 DECLINED = "Declined: nothing was changed."
@@ -68,7 +69,8 @@ def can_elicit(ctx: Context) -> bool:
 def cannot_ask(decision: CallDecision) -> str:
     """The refusal a client without elicitation gets: what, why, and how a person can allow it."""
     project = f", project_id={decision.project_id!r}" if decision.project_id else ""
-    calls = " and ".join(f"edit_policy(add_rule={rule!r}, list=\"allow\"{project})" for rule in decision.suggested)
+    calls = " and ".join(f"edit_policy(add_rule={quoted(rule, 300)}, list=\"allow\"{project})"
+                         for rule in decision.suggested)
     if not calls:  # no rule can name it (a command too long or unreadable to allow part by part)
         return (f"{decision.step.what}: AgentQueue's policy asks a person before this ({decision.decided_by}), and "
                 "this client cannot ask (it does not support MCP elicitation). Nothing was changed. Make this call "
@@ -99,12 +101,26 @@ def refuse_surrogates(kwargs: dict[str, Any]) -> None:
                 raise ToolError(str(os_limit_error(error, name))) from None
 
 
+def refuse_oversized_ids(kwargs: dict[str, Any]) -> None:
+    """An id longer than any id AgentQueue makes names nothing: say so before a lookup (PostgreSQL refuses an
+    index key that long with its own text, which must not reach the caller)."""
+    for name, value in kwargs.items():
+        if not (name.endswith("_id") or name == "depends_on"):
+            continue
+        for text in strings_in(value):
+            if len(text) > MAX_NAME:
+                what = "task" if name == "depends_on" else name.removesuffix("_id").replace("_", " ")
+                raise ToolError(f"{name} is {len(text):,} characters long, and AgentQueue's ids are at most {MAX_NAME}: "
+                                f"it names no {what}. Nothing was changed; pass an id as the list tools show it.")
+
+
 async def gate(ctx: Context) -> Approval | Elicit[Approval]:
     params = ctx.request_context.params or {}
     name = str(params.get("name") or "")
     arguments = params.get("arguments") or {}
     arguments = dict(arguments) if isinstance(arguments, dict) else {}
     refuse_surrogates(arguments)  # before the policy looks anything up with them
+    refuse_oversized_ids(arguments)
     record = CURRENT_CALL.get() or CallRecord(name, arguments)
     state = client_state(ctx)
     from .registry import SPECS  # the registry imports this module

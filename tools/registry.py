@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_serializer
 from ..services import limits, result_size
 from ..services.errors import ServiceError, os_limit_error
 from ..toolsets import TOOLSETS
-from .gate import ApprovalParam, refuse_surrogates, settle, strings_in
+from .gate import ApprovalParam, refuse_oversized_ids, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
 __all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Noted", "Offset", "PathText", "Priority", "ProjectId",
@@ -176,6 +176,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             settle(kwargs.pop(APPROVAL, None))  # raises when a person declined
             refuse_surrogates(kwargs)
+            refuse_oversized_ids(kwargs)
             ctx = next((v for v in kwargs.values() if isinstance(v, Context)), None)
             try:
                 if inspect.iscoroutinefunction(fn):

@@ -13,7 +13,7 @@ from mcp_types import CLIENT_INFO_META_KEY
 
 from ..services import Services
 from ..services.errors import ServiceError
-from ..toolsets import known, offers
+from ..toolsets import PERSON_ONLY, is_run, known, offers
 
 log = logging.getLogger("agentqueue.tools")
 
@@ -50,8 +50,8 @@ class ClientState:
     persistent: bool = True
     # Set by app.py: awaited after every tool call so resource subscribers hear of changes at once.
     after_call: Callable[[], Any] | None = None
-    # The connection's options: read_only, toolsets (from flags or a plugin's preamble), and whatever
-    # else the connection was opened with (task agents: their task id).
+    # The connection's options: read_only, toolsets (from flags or a plugin's preamble), and who it is when
+    # the daemon found it to be one of its runs (actor agent:<id>/hook:<id>, a task agent's task_id).
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -59,6 +59,8 @@ class ClientState:
 
     def hides(self, name: str, group: str, read_only: bool) -> str | None:
         """Why this connection does not offer a tool (None when it does)."""
+        if name in PERSON_ONLY and is_run(self.options.get("actor")):
+            return f"it is a person's decision, and this connection comes from a run ({self.options['actor']})"
         if self.options.get("read_only") and not read_only:
             return "this connection is read-only (--read-only)"
         toolsets = self.options.get("toolsets")
@@ -90,7 +92,8 @@ def client_state(ctx: Context) -> ClientState:
 
 
 def actor_of(request_context: ServerRequestContext[Any, Any], state: ClientState) -> str:
-    """Who is calling, for the audit log: the connection's `actor` option, else `client:<clientInfo name>`."""
+    """Who is calling, for the audit log: the run the daemon found the connection to come from, else
+    `client:<clientInfo name>` (`http:<name>` over HTTP, where the bearer token is the credential)."""
     if isinstance(state.options.get("actor"), str):
         return state.options["actor"]
     params = request_context.session.client_params
@@ -98,7 +101,8 @@ def actor_of(request_context: ServerRequestContext[Any, Any], state: ClientState
     if not name and isinstance(request_context.meta, dict):  # a 2026 request may carry it in _meta
         info = request_context.meta.get(CLIENT_INFO_META_KEY)
         name = info.get("name") if isinstance(info, dict) else None
-    return f"client:{name or 'unknown'}"
+    via_http = getattr(request_context.request, "headers", None) is not None
+    return f"{'http' if via_http else 'client'}:{name or 'unknown'}"
 
 
 def services(ctx: Context) -> Services:

@@ -147,6 +147,8 @@ class HookRunner:
         # Events for a hook whose run is going: each runs after it, in order (or is recorded as skipped).
         self._queued: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        # Model runs going now, by hook: the daemon knows a connection from one's processes as hook:<id>.
+        self.llm_runs: dict[str, RunHandle] = {}
         if listen:
             services.store.on_commit(self._on_commit)
 
@@ -393,11 +395,15 @@ class HookRunner:
         def log_line(line: str) -> None:
             with log_path.open("a", encoding="utf-8") as hook_log:
                 hook_log.write(line + "\n")
-        with self.services.sandbox.around(spec.argv, self.services.settings.agent_environment(), workspace,
-                                          hook.project_id, preset=policy.preset.name, actor=f"hook:{hook.id}",
-                                          agent_type=agent_type, agent_socket=True, log_line=log_line) as (argv, env):
-            result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
-                                     PARSERS[agent_type](), RunHandle(), log_path, limits, env=env, channel=channel)
+        handle = self.llm_runs[hook.id] = RunHandle()  # run_of_pid: its MCP connection is the hook's own
+        try:
+            with self.services.sandbox.around(spec.argv, self.services.settings.agent_environment(), workspace,
+                                              hook.project_id, preset=policy.preset.name, actor=f"hook:{hook.id}",
+                                              agent_type=agent_type, agent_socket=True, log_line=log_line) as (argv, env):
+                result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
+                                         PARSERS[agent_type](), handle, log_path, limits, env=env, channel=channel)
+        finally:
+            self.llm_runs.pop(hook.id, None)
         log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)
         return result
 

@@ -107,6 +107,21 @@ class Engine:
         handle = self.running.get(task_id)
         return handle.kill("killed") if handle else False
 
+    def run_of_pid(self, pid: int) -> tuple[str, str | None] | None:
+        """(actor, task_id) of the run whose process is `pid`: `agent:<id>` and its task, or `hook:<id>` and None.
+
+        The daemon asks this about a socket peer and its ancestors, so a task's agent is known by the
+        process the engine started, never by what the agent says about itself.
+        """
+        for task_id, handle in list(self.running.items()):
+            if handle.pid == pid:
+                agent = self.services.store.scalar("SELECT assigned_agent FROM tasks WHERE id = ?", (task_id,))
+                return f"agent:{agent or 'unknown'}", task_id
+        for hook_id, handle in list(self.hooks.llm_runs.items()):
+            if handle.pid == pid:
+                return f"hook:{hook_id}", None
+        return None
+
     def land_approved(self, task: Task) -> None:
         """approve_task: merge the kept branch now (raises on conflict); with a PR, GitHub merges it."""
         if not task.repo_id or not task.branch:

@@ -14,6 +14,7 @@ from ..store.db import Store, now_iso
 from ..store.models import Agent
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .ids import slugify
+from .limits import MAX_COMMAND, quoted
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
 INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
@@ -163,17 +164,20 @@ class Agents:
             if find_cli(agent_type, self.settings) is None:
                 raise InvalidInputError(missing_cli_message(agent_type))
             return
+        if len(command or "") > MAX_COMMAND:  # also bounds the policy's reading of it, which the gate does first
+            raise InvalidInputError(f"command is {len(command or ''):,} characters long; a command agent's command is at "
+                                    f"most {MAX_COMMAND:,}. Put a long script in a file and give its path.")
         try:
             program = shlex.split(command or "")[0]
         except (ValueError, IndexError):
-            raise InvalidInputError(f"command {command!r} cannot be parsed as a command line (check its quotes).") \
-                from None
+            raise InvalidInputError(f"command {quoted(command or '')} cannot be parsed as a command line (check its "
+                                    "quotes).") from None
         if os.sep in program and not os.path.isabs(program):
             return  # relative to the task's worktree (e.g. ./scripts/agent.sh): only a run can tell
         found = program if os.path.isabs(program) else shutil.which(program, path=self.settings.search_path())
         if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
             raise InvalidInputError(
-                f"command's program {program!r} is not an executable the daemon can find (absolute path, or on its "
+                f"command's program {quoted(program)} is not an executable the daemon can find (absolute path, or on its "
                 "PATH plus config.toml [env] path). Give its absolute path.")
 
     def bootstrap_default(self) -> str | None:

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import unquote, urlparse
 
 from .errors import NotFoundError, ServiceError
 from .policy import Verdict
@@ -64,6 +65,22 @@ def _valid_rule(text: str) -> bool:
     return True
 
 
+def local_clone_source(url: str | None) -> list[str]:
+    """The folders `git clone <url>` would read on this machine: a `file://` URL, or a path (git takes a text
+    with no `:` before its first `/` as a path), with the `.git` variants git tries. Empty for a remote URL."""
+    if not url:
+        return []
+    if url.lower().startswith("file:"):
+        path = unquote(urlparse(url).path)
+    elif "://" in url or ":" in url.split("/", 1)[0]:
+        return []  # https://, ssh://, git@host:repo: not this machine's files
+    else:
+        path = url
+    base = os.path.abspath(path.rstrip("/") or "/")  # relative to this process's cwd, where git runs (no `~`)
+    variants = [base, f"{base}/.git", f"{base}.git", f"{base}.git/.git"]
+    return list(dict.fromkeys([base, *(v for v in variants if os.path.lexists(v))]))
+
+
 def _text(args: dict[str, Any], key: str) -> str | None:
     value = args.get(key)
     return value.strip() if isinstance(value, str) and value.strip() else None
@@ -84,6 +101,7 @@ class CallPolicy:
             ("task_id", lambda v: self.svc.tasks.get(v).project_id),
             ("repo_id", lambda v: self.svc.repos.get(v).project_id),
             ("hook_id", lambda v: self.svc.hooks.get(v).project_id),
+            ("request_id", lambda v: self.svc.requests.get(v).project_id),
             ("working_dir", self._project_of_dir),
         ]
         for key, lookup in lookups:
@@ -144,6 +162,11 @@ class CallPolicy:
         elif name == "set_task_status":
             tid, status = str(args.get("task_id") or ""), str(args.get("status") or "")
             own = Step(tool_action(name, f"{tid} {status}"), f"Force task {tid} to {status}")
+        elif name == "answer_request":
+            own, remembered = self._answer(args)
+            extra += remembered
+        elif name == "approve_task":
+            extra += self._approval_merge(str(args.get("task_id") or ""))
         elif name == "restart_daemon":
             own = Step(tool_action(name), "Restart the AgentQueue daemon (running agents stop, their tasks are requeued)")
         if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
@@ -165,6 +188,30 @@ class CallPolicy:
                                "or call set_active_project (list_projects shows ids).")
         return self.svc.repos.for_project(project_id, _text(args, "repo_id"))
 
+    def _answer(self, args: dict[str, Any]) -> tuple[Step, list[Step]]:
+        """Answering an agent's request grants (or refuses) what the policy asked a person about; remembering
+        the answer writes a rule into the policy, which is an edit_policy and asks like one."""
+        request = self.svc.requests.get(str(args.get("request_id") or ""))
+        decision = "allow" if args.get("decision") == "allow" else "deny"
+        who = f"agent {request.agent_id}" if request.agent_id else "an agent"
+        what = f"{decision.capitalize()} {who}'s request {request.id} to {request.action[:300]} (task {request.task_id})"
+        if args.get("remember") is not True:
+            return Step(tool_action("answer_request", f"{decision} {request.id}"), what), []
+        rule = request.suggested_rule or request.action
+        remember = f"add `{rule[:300]}` to the {decision} list of project {request.project_id}'s policy"
+        return (Step(tool_action("answer_request", f"{decision} {request.id}"), f"{what}, and {remember}"),
+                [Step(tool_action("edit_policy"), f"{remember[0].upper()}{remember[1:]} (answer_request remember=true)")])
+
+    def _approval_merge(self, task_id: str) -> list[Step]:
+        """approve_task lands the task's branch: into the repo's default branch, unless a pull request carries it."""
+        task = self.svc.tasks.get(task_id)
+        if task.status != "AWAITING_APPROVAL" or not task.repo_id or not task.branch or task.pr_url:
+            return []  # nothing merges (the tool says why when there is nothing to approve)
+        repo = self.svc.repos.get(task.repo_id)
+        return [Step(tool_action("merge_into_default", f"{repo.id} {task.branch}"),
+                     f"Merge {task.branch} into {repo.default_branch}, the default branch of repo {repo.id} "
+                     f"(approving task {task.id})")]
+
     def _current_branch(self, repo: Any) -> str:
         try:
             return self.svc.repos.checkout(repo).current_branch() or "HEAD"
@@ -178,6 +225,8 @@ class CallPolicy:
             wanted.append((_text(args, "workspace") or "", "as a project's workspace"))
         if name == "add_repo" and _text(args, "path"):
             wanted.append((_text(args, "path") or "", "as a repo's checkout"))
+        if name == "add_repo" and args.get("source") == "clone" and (local := local_clone_source(_text(args, "url"))):
+            wanted += [(folder, "copied into the workspace by a clone") for folder in local]
         roots = [self.svc.home / "workspaces", *self.svc.settings.roots]
         found = []
         for folder, why in wanted:
@@ -187,7 +236,7 @@ class CallPolicy:
             inside = any(real.is_relative_to(os.path.realpath(root)) for root in roots)
             if not inside and "files.roots" not in self.svc.settings.sources:
                 inside = _in_user_home(real)
-            if not inside:
+            if not inside and str(real) not in (f for f, _ in found):
                 found.append((str(real), why))
         return found
 

@@ -62,3 +62,8 @@ def check_title(title: str) -> None:
     if bad is not None:
         raise InvalidInputError(f"Task title contains a control character (U+{ord(bad):04X}); a title is one line of "
                                 "plain text. Remove it (the description may hold several lines).")
+
+
+def quoted(text: str, limit: int = 200) -> str:
+    """`text` quoted for a message, cut to `limit` characters: a refusal never echoes a megabyte back."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text):,} characters)"

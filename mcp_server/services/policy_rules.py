@@ -251,9 +251,10 @@ ASK_COMMANDS = [
     "python -m pip", "python3 -m pip", "uv add", "uv pip install", "poetry add", "cargo install", "go get",
     "go install", "gem install", "apt", "apt-get", "brew", "sudo", "docker", "rm -rf",
 ]
-# AgentQueue's own tools that change shared state beyond the queue: asked about in `standard`.
+# AgentQueue's own tools that change shared state beyond the queue: asked about in `standard` (an allow answer to
+# an agent's request grants what the policy asked a person about, so it asks too; a deny answer does not).
 RISKY_TOOLS = ["run_command", "git_push", "push_branch", "merge_into_default", "delete_project", "restart_daemon",
-               "edit_policy", "outside_roots"]
+               "edit_policy", "outside_roots", "answer_request:allow *"]
 EDIT_TOOLS = ["Edit", "Write", "MultiEdit", "NotebookEdit"]
 
 
