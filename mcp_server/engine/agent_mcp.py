@@ -11,13 +11,10 @@ from .. import paths
 TAKES_MCP_CONFIG = ("claude-code",)
 
 
-def agentqueue_server(home: Path, actor: str, task_id: str | None = None,
-                      toolsets: tuple[str, ...] = ()) -> dict[str, Any]:
-    """`agentqueue mcp` for an agent: the plugin names the actor (and task) to the daemon in its preamble,
-    so the audit log says who called, and a task's agent queues follow-ups of its own task."""
+def agentqueue_server(home: Path, toolsets: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`agentqueue mcp` for an agent: the daemon knows from the connecting process which run it is (the audit
+    actor, and the task whose follow-ups it queues), so the plugin claims nothing."""
     command = paths.self_command("mcp", *(("--toolsets", ",".join(toolsets)) if toolsets else ()))
     # NO_START: an engine without a daemon (the standalone server) has no socket, and must not get a rival.
-    env = {"AGENTQUEUE_HOME": str(home), "AGENTQUEUE_ACTOR": actor, "AGENTQUEUE_NO_START": "1"}
-    if task_id:
-        env["AGENTQUEUE_TASK_ID"] = task_id
+    env = {"AGENTQUEUE_HOME": str(home), "AGENTQUEUE_NO_START": "1"}
     return {"mcpServers": {"agentqueue": {"type": "stdio", "command": command[0], "args": command[1:], "env": env}}}

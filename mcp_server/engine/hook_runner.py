@@ -372,7 +372,7 @@ class HookRunner:
         if refused:  # fail closed, as for tasks
             raise ServiceError(refused)
         binary = find_cli(agent_type, self.services.settings) if agent_type != "command" else None
-        mcp = agentqueue_server(self.home, f"hook:{hook.id}")
+        mcp = agentqueue_server(self.home)
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
                    "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
         policy = self.services.policies.effective(hook.project_id)

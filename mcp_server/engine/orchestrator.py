@@ -365,7 +365,7 @@ class Engine:
         if self.flush:
             await self.flush()
         tools = agent.agent_type in TAKES_MCP_CONFIG
-        mcp = agentqueue_server(self.home, f"agent:{agent.id}", task.id, ("agent",)) if tools else None
+        mcp = agentqueue_server(self.home, ("agent",)) if tools else None
         planted = await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
         spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
                                           task_prompt(task, svc.feedback.comments(task.id)),
