@@ -365,3 +365,17 @@ def test_a_mask_shows_the_default_branchs_file_read_only(services: Services, tmp
     assert done.stdout.splitlines()[:2] == ['{"default": true}', "0"], done
     assert "Read-only file system" in done.stderr or "Permission denied" in done.stderr
     assert (work / ".gemini" / "settings.json").read_text() == '{"planted": true}'  # the worktree is untouched
+
+
+def test_registries_open_when_the_policy_lets_installs_run(services: Services, tmp_path: Path) -> None:
+    """Standard asks before installs, so registries are off its list; a rule a person adds counts at once, even for
+    a run already going (the gate asks the policy when the connection comes)."""
+    services.projects.create("Demo")
+    rules = services.sandbox.rules_for(tmp_path, "demo", preset="standard", env={"PATH": "/usr/bin"})
+    assert not rules.allows("registry.npmjs.org", 443)
+    assert not services.sandbox.registry_allowed("demo", "registry.npmjs.org", 443)
+    services.policies.edit(project_id="demo", add_rule="Bash(npm install:*)", rule_list="allow")
+    assert services.sandbox.registry_allowed("demo", "registry.npmjs.org", 443)
+    assert not services.sandbox.registry_allowed("demo", "evil.example.com", 443)
+    services.policies.edit(project_id="demo", preset="autonomous")
+    assert services.sandbox.rules_for(tmp_path, "demo", preset="autonomous", env={"PATH": "/usr/bin"}).allows("pypi.org", 443)

@@ -44,9 +44,11 @@ def _read_head(client: socket.socket) -> tuple[bytes, bytes] | None:
 class NetworkGate:
     """The bridge folder and its listeners for one run; `close()` ends them (and every open connection)."""
 
-    def __init__(self, rules: SandboxRules, on_deny: Callable[[str, int, str], None]) -> None:
+    def __init__(self, rules: SandboxRules, on_deny: Callable[[str, int, str], None],
+                 also_allows: Callable[[str, int], bool] | None = None) -> None:
         self.rules = rules
         self.on_deny = on_deny
+        self.also_allows = also_allows  # asked at connect time: a rule a person added mid-run counts at once
         # Short and private: AF_UNIX paths are limited to ~107 bytes, and nobody else may connect here.
         self.folder = Path(tempfile.mkdtemp(prefix="sb-", dir=paths.runtime_dir()))
         self._listeners: list[socket.socket] = []
@@ -119,7 +121,7 @@ class NetworkGate:
         except ValueError:
             client.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
             return
-        if not self.rules.allows(host, port):
+        if not self.rules.allows(host, port) and not (self.also_allows and self.also_allows(host, port)):
             self.on_deny(host, port, "not on the sandbox's network allowlist")
             body = (f"AgentQueue's sandbox refused {host}:{port}: it is not on this run's network allowlist. "
                     "A person can add it to [sandbox] hosts.\n").encode()

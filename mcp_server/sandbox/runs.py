@@ -137,16 +137,22 @@ class Sandbox:
         rules = self.rules_for(workdir, project_id, preset=preset, agent_type=agent_type, env=env, branch=branch,
                                agent_socket=agent_socket, masks=masks, argv0=argv[0] if argv else None)
         say(f"[sandbox] {rules.describe()}")
-        with self.contained(argv, env, rules, self.deny_recorder(actor, project_id, task_id, log_line)) as inner:
+        with self.contained(argv, env, rules, self.deny_recorder(actor, project_id, task_id, log_line),
+                            lambda host, port: self.registry_allowed(project_id, host, port)) as inner:
             yield inner
+
+    def registry_allowed(self, project_id: str | None, host: str, port: int) -> bool:
+        """A package registry, once the policy lets installs run unasked (e.g. remember=true on an install request)."""
+        return any(Endpoint.parse(r).allows(host, port) for r in REGISTRIES) and self.decide_install(project_id)
 
     @contextlib.contextmanager
     def contained(self, argv: list[str], env: Mapping[str, str], rules: SandboxRules,
-                  on_deny: Callable[[str, int, str], None]) -> Iterator[tuple[list[str], dict[str, str]]]:
+                  on_deny: Callable[[str, int, str], None], also_allows: Callable[[str, int], bool] | None = None
+                  ) -> Iterator[tuple[list[str], dict[str, str]]]:
         """`argv` inside bubblewrap under `rules`, with the environment it needs; the gate lives as long as this."""
         inner_env = {k: v for k, v in env.items() if k not in DROPPED_ENV}
         inner_env["TMPDIR"] = "/tmp"  # the sandbox's own; a host TMPDIR may be hidden
-        gate = NetworkGate(rules, on_deny) if rules.network == "allowlist" else None
+        gate = NetworkGate(rules, on_deny, also_allows) if rules.network == "allowlist" else None
         folder = gate.folder if gate else Path(tempfile.mkdtemp(prefix="sb-", dir=paths.runtime_dir()))
         try:
             if gate is not None:

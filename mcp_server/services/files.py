@@ -268,7 +268,8 @@ class Files:
         rules = self.sandbox.rules_for(working_dir, project_id, preset=self.policies.effective(project_id).preset.name,
                                        env=env)
         on_deny = self.sandbox.deny_recorder(actor, project_id, task_id)
-        with self.sandbox.contained(argv, env, rules, on_deny) as (inner, inner_env):
+        also = lambda host, port: self.sandbox.registry_allowed(project_id, host, port)  # noqa: E731
+        with self.sandbox.contained(argv, env, rules, on_deny, also) as (inner, inner_env):
             return run_capped(inner, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT, env=inner_env)
 
 
