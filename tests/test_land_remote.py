@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentqueue.engine.workspaces import Landing, Workspace, Workspaces
+from agentqueue.services import gitops
 from agentqueue.services.errors import ServiceError
 from agentqueue.store.models import Repo
 
@@ -124,6 +125,13 @@ def test_two_daemons_land_concurrently_through_origin(origin: Path, tmp_path: Pa
     assert not (tmp_path / "adder").exists()  # the adder's path was never used by these daemons
 
 
+@pytest.fixture
+def hooks_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AgentQueue runs git with hooks off (gitops.SAFE_GIT); these tests stage a race with the daemon's own
+    pre-push hook, so they let hooks run (fsmonitor stays off)."""
+    monkeypatch.setattr(gitops, "SAFE_GIT", ("-c", "core.fsmonitor=false"))
+
+
 def race_hook(hook: Path, other: Path, marker: Path | None) -> None:
     """A pre-push hook that has another clone push to origin first (once, when `marker` is given)."""
     once = f"[ -e '{marker}' ] && exit 0\ntouch '{marker}'\n" if marker else ""
@@ -133,7 +141,7 @@ def race_hook(hook: Path, other: Path, marker: Path | None) -> None:
     hook.chmod(0o755)
 
 
-def test_push_rejected_because_origin_moved_is_retried(origin: Path, tmp_path: Path) -> None:
+def test_push_rejected_because_origin_moved_is_retried(origin: Path, tmp_path: Path, hooks_run: None) -> None:
     repo = clone_repo(origin, tmp_path)
     ws = daemon(tmp_path, "a")
     workspace = do_task(ws, repo, "t1", {"mine.txt": "mine\n"})
@@ -155,7 +163,7 @@ def test_push_rejected_because_origin_moved_is_retried(origin: Path, tmp_path: P
     assert_never_forced(origin)
 
 
-def test_origin_moving_on_every_attempt_gives_up_cleanly(origin: Path, tmp_path: Path) -> None:
+def test_origin_moving_on_every_attempt_gives_up_cleanly(origin: Path, tmp_path: Path, hooks_run: None) -> None:
     repo = clone_repo(origin, tmp_path)
     ws = daemon(tmp_path, "a")
     workspace = do_task(ws, repo, "t1", {"mine.txt": "mine\n"})
