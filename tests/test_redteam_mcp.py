@@ -30,6 +30,7 @@ from agentqueue.store.sqlite import SqliteStore as Store
 from agentqueue.toolsets import NAMED_TOOLSETS
 from agentqueue.wire import refusal
 
+from .cli_helpers import let_agents_see_signals, signals
 from .conftest import db_snapshot, fail, ok
 from .git_fixtures import git, make_repo
 from .processes import claude_env, wait_for
@@ -396,8 +397,9 @@ async def test_an_agent_that_runs_its_own_plugin_is_still_the_agent(tmp_path: Pa
     home = tmp_path / "aq"
     home.mkdir()
     (home / "policy.toml").write_text('preset = "autonomous"\n')  # no question stands between the agent and us
-    script = tmp_path / "attack.py"
+    script = signals(tmp_path) / "attack.py"  # where the sandbox lets the agent see it
     script.write_text(ATTACK)
+    let_agents_see_signals(home)
     env = claude_env(tmp_path, mock.base_url, CLAUDE, AGENTQUEUE_HOME=str(home), AGENTQUEUE_POLL_SECONDS="0.1")
     server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -442,7 +444,10 @@ async def test_a_process_the_daemon_started_outside_a_run_is_no_person_either(tm
     (home / "policy.toml").write_text('preset = "autonomous"\n')  # nothing asks: only the connection's identity stands
     script = tmp_path / "attack.py"
     script.write_text(ATTACK)
-    env = {**os.environ, "AGENTQUEUE_HOME": str(home)}
+    # Sandboxed, a shell step cannot reach the daemon's socket at all; this is the machine with no sandbox (a
+    # person set required = false), where the connection's identity is what stands.
+    (home / "config.toml").write_text("[sandbox]\nrequired = false\n")
+    env = {**os.environ, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_BWRAP": str(tmp_path / "no-bwrap")}
     server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -30,6 +30,10 @@ class SandboxUnavailable(RuntimeError):
 
 
 def find_bwrap() -> str | None:
+    """AGENTQUEUE_BWRAP (a path; one that does not exist means "none here"), else PATH, else the usual places."""
+    chosen = os.environ.get("AGENTQUEUE_BWRAP", "").strip()
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
     return shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)),
                                          None)
 
