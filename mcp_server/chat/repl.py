@@ -161,6 +161,11 @@ def _command(home: Path, text: str, view: Any, watcher: Any) -> str | None:
         if not watcher.pending:
             view.note("No permission request is waiting.")
         return None
+    def typed(question: str) -> bool:
+        """The policy's question about the very call the person just typed: their command is the answer."""
+        view.note(f"{word}: {question.splitlines()[0] if question else ''} — yes, you typed it.")
+        return True
+
     try:
         if word in ("/allow", "/deny", "/always"):
             request_id = rest[0] if rest else _only_request(watcher)
@@ -168,7 +173,7 @@ def _command(home: Path, text: str, view: Any, watcher: Any) -> str | None:
                                          "remember": word == "/always"}
             if word == "/deny" and len(rest) > 1:
                 arguments["message"] = rest[1]
-            done = call_tool(home, "answer_request", arguments, timeout=30, start=False, ask=view.ask_question)
+            done = call_tool(home, "answer_request", arguments, timeout=30, start=False, ask=typed)
             # What was answered, from the daemon's record: the same action string the request line showed.
             action = str(done.get("action") or done.get("tool") or "?")
             said = f"{request_id} {done.get('status')}: {visible(action)}"
@@ -177,7 +182,7 @@ def _command(home: Path, text: str, view: Any, watcher: Any) -> str | None:
             view.note(f"{said} — task {done.get('task_id')} goes on.")
             watcher.pending.pop(request_id, None)
         elif word == "/approve" and rest:
-            call_tool(home, "approve_task", {"task_id": rest[0]}, timeout=60, start=False, ask=view.ask_question)
+            call_tool(home, "approve_task", {"task_id": rest[0]}, timeout=60, start=False, ask=typed)
             view.note(f"{rest[0]} approved.")
         else:
             view.note(f"Unknown command {word}. /help lists them.")
