@@ -16,8 +16,8 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 from .errors import NotFoundError, ServiceError
-from .policy import Verdict
-from .policy_rules import Action, Decision, PolicyError, parse_rule, split_action, tool_action
+from .policy import Verdict, is_rule
+from .policy_rules import Action, Decision, split_action, tool_action
 
 _STRICTNESS: dict[Decision, int] = {"allow": 0, "ask": 1, "deny": 2}
 
@@ -55,14 +55,6 @@ def _in_user_home(real: Path) -> bool:
     """The default root: the user's home folder, but none of its hidden folders (~/.ssh, ~/.aws, ~/.config…)."""
     home = Path(os.path.realpath(Path.home()))
     return real.is_relative_to(home) and not any(part.startswith(".") for part in real.relative_to(home).parts)
-
-
-def _valid_rule(text: str) -> bool:
-    try:
-        parse_rule(text)
-    except PolicyError:
-        return False
-    return True
 
 
 def local_clone_source(url: str | None) -> list[str]:
@@ -273,5 +265,5 @@ class CallPolicy:
         parts = [part for part in split_action(step.action) if policy.decide(part).decision != "allow"]
         # Only rules edit_policy would take: a megabyte-long command has no rule to suggest, nor is echoed.
         suggested = tuple(rule for rule in dict.fromkeys(str(part) for part in parts or [step.action])
-                          if _valid_rule(rule))
+                          if is_rule(rule))
         return CallDecision(verdict.decision, step, verdict, project_id, task_id, verdict.decided_by, suggested)

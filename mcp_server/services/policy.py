@@ -72,7 +72,7 @@ class Verdict:
         elif self.reason and self.reason.startswith("the shell parser"):
             how = "write the command so that it can be read (no expansion in command position, no `eval \"$X\"`…) " \
                   "or pick another preset"
-        elif _is_rule(self.action):
+        elif is_rule(self.action):
             how = f"add an allow rule with edit_policy (add_rule={self.action!r}, list=allow) or pick another preset"
         else:
             how = "pick another preset"
@@ -430,7 +430,8 @@ class Policies:
         return self.effective(project_id)
 
 
-def _is_rule(text: str) -> bool:
+def is_rule(text: str) -> bool:
+    """Whether `text` is a rule edit_policy would accept (suggestions offer only such rules)."""
     try:
         parse_rule(text)
     except PolicyError:
