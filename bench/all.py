@@ -1,0 +1,134 @@
+"""Every row of issue 19's table, measured in one run and written into docs/benchmarks.md.
+
+Runs each benchmark with `--json`, collects its rows (value, the anchor measured beside it in the
+same run, the ratio, the goal) and rewrites the part of docs/benchmarks.md between the two markers
+below; the rest of the file (earlier issues' figures) is left as it is. Timings never fail the run.
+
+    python bench/all.py            # full sizes (100k-task stores: about half an hour on 2 cores)
+    python bench/all.py --quick    # each benchmark's --quick form, for a look in a few minutes
+    python bench/all.py --only launch,board --print   # some benchmarks; print, do not write the docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+BEGIN = "<!-- bench/all.py: begin (generated; edit bench/all.py, not this part) -->"
+END = "<!-- bench/all.py: end -->"
+
+# name -> (script, extra arguments for a full run); each script also takes --quick and --json PATH.
+BENCHES: dict[str, tuple[str, list[str]]] = {
+    "engine": ("engine_throughput.py", []),
+    "store": ("scale.py", ["--sizes", "1000,100000"]),
+    "toolsets": ("toolsets.py", []),
+    "launch": ("launch.py", []),
+    "cli": ("cli_reads.py", []),
+    "board": ("board.py", []),
+}
+
+# The issue's "now" column, measured the week it was filed (2-core machine), keyed by the row's metric.
+BEFORE: dict[str, str] = {}
+
+
+def run(name: str, quick: bool) -> tuple[list[dict[str, Any]], float, str]:
+    """The rows one benchmark wrote, its wall time, and its output's tail when it wrote none."""
+    script, extra = BENCHES[name]
+    with tempfile.TemporaryDirectory(prefix="aq-bench-all-") as tmp:
+        out = Path(tmp) / "rows.json"
+        argv = [sys.executable, str(ROOT / "bench" / script), "--json", str(out), *(["--quick"] if quick else extra)]
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+        elapsed = time.perf_counter() - start
+        rows = json.loads(out.read_text()) if out.exists() else []
+    tail = "" if rows else (proc.stdout + proc.stderr)[-2000:]
+    return rows, elapsed, tail
+
+
+def number(value: Any, unit: str) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and not value.is_integer():
+        text = f"{value:,.1f}" if abs(value) >= 10 else f"{value:,.2f}"
+    else:
+        text = f"{int(value):,}"
+    return f"{text} {unit}".strip()
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| metric | anchor, same run | goal | before (issue 19) | now | ratio to anchor | met |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        unit = row.get("unit", "")
+        anchor = row.get("anchor")
+        anchor_text = f"{anchor}: {number(row.get('anchor_value'), unit)}" if anchor else "—"
+        ratio = row.get("ratio")
+        lines.append("| " + " | ".join([
+            row["metric"], anchor_text, row.get("goal", "—"), BEFORE.get(row["metric"], row.get("before", "—")),
+            number(row["value"], unit), f"{ratio:.3f} ×" if isinstance(ratio, (int, float)) else "—",
+            "yes" if row.get("met") else "**no**",
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def section(results: dict[str, tuple[list[dict[str, Any]], float, str]], quick: bool) -> str:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    rows = [row for name in BENCHES if name in results for row in results[name][0]]
+    failed = [name for name, (got, _, _) in results.items() if not got]
+    parts = [BEGIN, "",
+             f"`python bench/all.py{' --quick' if quick else ''}` on {platform.node() or 'this machine'} "
+             f"({os.cpu_count()} CPUs), {when}. Each ratio is against the anchor measured in the same run.", "",
+             table(rows), ""]
+    parts.append("Per benchmark (wall time): " + ", ".join(
+        f"`bench/{BENCHES[name][0]}` {results[name][1]:.0f} s" for name in BENCHES if name in results) + ".")
+    if failed:
+        parts += ["", "Wrote no rows: " + ", ".join(f"`{name}`" for name in failed) + " (see its output)."]
+    parts += ["", END]
+    return "\n".join(parts)
+
+
+def write_doc(text: str) -> None:
+    doc = DOC.read_text()
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        doc = head + text + rest.split(END, 1)[1]
+    else:
+        doc = doc.rstrip("\n") + "\n\n## Fast at every layer (issue 19)\n\n" + text + "\n"
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="each benchmark's quick form")
+    parser.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
+    parser.add_argument("--print", action="store_true", help="print the section; do not write docs/benchmarks.md")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHES)}")
+    results = {}
+    for name in names:  # one at a time: two benchmarks side by side would measure each other
+        print(f"bench/all.py: {BENCHES[name][0]} …", file=sys.stderr, flush=True)
+        results[name] = run(name, args.quick)
+        rows, elapsed, tail = results[name]
+        print(f"  {len(rows)} row(s) in {elapsed:.0f} s" + (f"\n{tail}" if tail else ""), file=sys.stderr)
+    text = section(results, args.quick)
+    print(text)
+    if not args.print:
+        write_doc(text)
+
+
+if __name__ == "__main__":
+    main()
