@@ -144,7 +144,7 @@ def http_figures(port: int, cookie: str, card: str, requests: int) -> dict[str, 
             "kept_alive_ms": statistics.median(kept), "fresh_ms": statistics.median(fresh)}
 
 
-async def in_browser(home: Path, base: str, port: int, loads: int, runs: int
+async def in_browser(home: Path, base: str, loads: int, runs: int
                      ) -> tuple[dict[str, list[dict[str, float]]], list[float]]:
     """First paints of both kanbans, and status-change-to-card latencies, in a real Chromium."""
     from playwright.async_api import async_playwright
@@ -201,7 +201,7 @@ async def measure(tasks: int, loads: int, runs: int, requests: int, browser_on: 
             paints: dict[str, list[dict[str, float]]] = {"small": [], "big": []}
             lags: list[float] = []
             if browser_on:
-                paints, lags = await in_browser(home, base, port, loads, runs)
+                paints, lags = await in_browser(home, base, loads, runs)
         finally:
             daemon.terminate()
             daemon.wait(timeout=30)

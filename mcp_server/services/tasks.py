@@ -15,7 +15,7 @@ from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import HELD_STATUSES, error_report, explain, move_note
 from .ids import new_task_id
 from .projects import RUNNING_STATUSES, Projects
-from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, parse_statuses  # noqa: F401
+from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, parse_statuses
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
 # A task's work lives in its repo from the first run until it lands: its repo cannot change then.
