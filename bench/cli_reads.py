@@ -140,7 +140,8 @@ def main() -> None:
                         "--allow-empty", "-m", "one"], check=True)
         env = {**os.environ, "AGENTQUEUE_HOME": str(home), "COLUMNS": "100"}
         env.pop("AGENTQUEUE_DATABASE_URL", None)
-        programs = {"after": [sys.executable, "-m", "agentqueue"]}
+        script = Path(sys.executable).parent / "agentqueue"  # what a person types; else the module
+        programs = {"after": [str(script)] if script.exists() else [sys.executable, "-m", "agentqueue"]}
         if args.before:
             programs = {"before": [args.before], **programs}
         commands = [["tasks"], ["tasks", "--json"], ["show", held], ["show", held, "--json"], ["status"],
