@@ -74,36 +74,45 @@ def _task_table(console: Console, items: list[dict[str, Any]]) -> Text:
     every cell on its own (0.4 s for 500 rows, most of `agentqueue tasks`): ids, statuses and priorities are
     never cut, a long project id is shortened with "…", and only titles wrap (a long word breaks)."""
     from rich.cells import cell_len, set_cell_size
-    from rich.text import Text
+    from rich.text import Span, Text
 
     from .status_view import STYLES
+
+    def width(text: str) -> int:
+        return len(text) if text.isascii() else cell_len(text)
+
+    def fit(text: str, size: int) -> str:  # padded (or cut) to `size` cells
+        return text.ljust(size) if text.isascii() and len(text) <= size else set_cell_size(text, size)
 
     rows = [(visible(t["id"]), visible(t["project_id"]), visible(t["status"]), str(t["priority"]),
              visible(t["title"] + (f"  (after {', '.join(t['depends_on'])})" if t["depends_on"] else "")))
             for t in items]
     gap = "   "
-    w_id = max(4, *(cell_len(r[0]) for r in rows))
-    w_project = min(20, max(7, *(cell_len(r[1]) for r in rows)))
-    w_status = max(6, *(cell_len(r[2]) for r in rows))
+    w_id = max(4, *(width(r[0]) for r in rows))
+    w_project = min(20, max(7, *(width(r[1]) for r in rows)))
+    w_status = max(6, *(width(r[2]) for r in rows))
     w_pri = max(3, *(len(r[3]) for r in rows))
     indent = w_id + w_project + w_status + w_pri + 4 * len(gap)
     w_title = max(5, console.width - indent)
-    table = Text()
-    table.append(gap.join((set_cell_size("task", w_id), set_cell_size("project", w_project),
-                           set_cell_size("status", w_status), "pri".rjust(w_pri), "title")), "bold")
-    table.append("\n" + "─" * min(console.width, indent + w_title) + "\n")
+    header = gap.join((fit("task", w_id), fit("project", w_project), fit("status", w_status), "pri".rjust(w_pri),
+                       "title"))
+    parts = [header, "\n", "─" * min(console.width, indent + w_title), "\n"]
+    spans = [Span(0, len(header), "bold")]
+    at = sum(len(p) for p in parts)
     for task_id, project, status, priority, title in rows:
-        if cell_len(project) > w_project:
+        if width(project) > w_project:
             project = set_cell_size(project, w_project - 1) + "…"
-        lines = [title] if cell_len(title) <= w_title else \
-            [line.plain for line in Text(title).wrap(console, w_title, overflow="fold")]
-        table.append(set_cell_size(task_id, w_id) + gap + set_cell_size(project, w_project) + gap)
-        table.append(set_cell_size(status, w_status), STYLES.get(status, ""))
-        table.append(gap + priority.rjust(w_pri) + gap + lines[0] + "\n")
-        for line in lines[1:]:
-            table.append(" " * indent + line + "\n")
-    table.rstrip()
-    return table
+        lines = [title] if width(title) <= w_title else \
+            [line.plain.rstrip() for line in Text(title).wrap(console, w_title, overflow="fold")]
+        lead = fit(task_id, w_id) + gap + fit(project, w_project) + gap
+        shown_status = fit(status, w_status)
+        if STYLES.get(status):
+            spans.append(Span(at + len(lead), at + len(lead) + len(shown_status), STYLES[status]))
+        row = lead + shown_status + gap + priority.rjust(w_pri) + gap + lines[0] + "\n" + \
+            "".join(" " * indent + line + "\n" for line in lines[1:])
+        parts.append(row)
+        at += len(row)
+    return Text("".join(parts).rstrip("\n"), spans=spans)
 
 
 # -- show ---------------------------------------------------------------------------------------------

@@ -221,3 +221,27 @@ def test_the_read_commands_import_nothing_heavy(tmp_path: Path, args: list[str])
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report == {"code": 0, "heavy": []}, done.stderr
     assert done.stdout.strip(), "the command printed nothing"
+
+
+def test_the_task_list_wraps_only_titles_and_shows_them_inert(tmp_path: Path) -> None:
+    home = tmp_path / "aq"
+    svc = Services(home)
+    project = svc.projects.create("A project with a rather long name that is long").id
+    first = svc.tasks.create(project, "Short", "d").id
+    title = "Words that wrap around [red]markup[/red] \u202e and averyveryverylongwordthatcannotfitinthecolumn"
+    second = svc.tasks.create(project, title, "d", depends_on=[first]).id
+    svc.tasks.set_status(first, "BLOCKED")
+    svc.close()
+    done = run_cli(cli_env(home, tmp_path / "user", COLUMNS="60"), "tasks")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["task", "project", "status", "pri", "title"] and set(lines[1]) == {"─"}
+    assert all(len(line) <= 60 for line in lines), lines
+    assert lines[2].split()[:4] == [first, "a-project-with-a-ra…", "BLOCKED", "100"]
+    assert lines[3].split()[:4] == [second, "a-project-with-a-ra…", "DEFINED", "100"]
+    column = lines[3].index("Words")
+    wrapped = [lines[3][column:]] + [line[column:] for line in lines[4:-1]]
+    assert all(not line[:column].strip() for line in lines[4:-1])  # continuation lines hold only the title
+    assert "".join(wrapped).replace(" ", "") == (title.replace("\u202e", "\\u202e") + f"(after {first})").replace(" ", "")
+    assert "\u202e" not in done.stdout and "[red]markup[/red]" in "".join(wrapped)  # shown as typed, inert
+    assert lines[-1] == "2 task(s)"
