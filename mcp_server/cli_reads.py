@@ -98,6 +98,11 @@ def task_list(store: Store, project_id: str | None = None, status: str | None = 
     return {"tasks": tasks, "total": total, "hidden_completed": hidden}
 
 
+def task_status(store: Store, task_id: str) -> str:
+    """A task's status (what `logs -f` polls), or get_task's refusal for an unknown id."""
+    return str(_task_row(store, task_id)["status"])
+
+
 # -- show ---------------------------------------------------------------------------------------------
 def task(store: Store, task_id: str) -> dict[str, Any]:
     """get_task (as Tasks.get)."""

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
+    from .store.base import Store
+
 # rich costs a read tens of milliseconds to import: `--json` never does, the text views import it when they print.
 # `logs -f` keeps following while the task may still produce output: waiting to start or retry, or running.
 FOLLOW_STATES = ("READY", "ASSIGNED", "IN_PROGRESS", "VERIFYING")
@@ -185,24 +187,24 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
 
 # -- logs ---------------------------------------------------------------------------------------------
 def logs(home: Path, task_id: str, follow: bool, as_json: bool) -> int:
-    services = open_services(home)
+    store = cli_reads.open_store_for_reading(home)
     try:
-        task = services.tasks.get(task_id)  # a clear error for an unknown id
+        status = cli_reads.task_status(store, task_id)  # a clear error for an unknown id
         path = log_path(home, task_id)
         if not follow:
             text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
             if as_json:
-                print_json({"task_id": task_id, "status": task.status, "path": str(path),
+                print_json({"task_id": task_id, "status": status, "path": str(path),
                             "exists": path.exists(), "text": text})
             elif text:
                 sys.stdout.write(visible(text, multiline=True))
             else:
-                print(visible(f"No log yet for {task_id} ({task.status}): no agent has run it. "
+                print(visible(f"No log yet for {task_id} ({status}): no agent has run it. "
                               f"`agentqueue logs {task_id} -f` waits for one."), file=sys.stderr)
             return 0
-        return _follow(services, task_id, path, as_json)
+        return _follow(store, task_id, path, as_json)
     finally:
-        services.close()
+        store.close()
 
 
 def _json_line(task_id: str, line: bytes) -> str:
@@ -210,7 +212,7 @@ def _json_line(task_id: str, line: bytes) -> str:
     return json.dumps({"task_id": task_id, "line": line.decode("utf-8", "replace")}, ensure_ascii=True) + "\n"
 
 
-def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
+def _follow(store: Store, task_id: str, path: Path, as_json: bool) -> int:
     """Print the log as the agent writes it; stop once the task can produce no more (or on Ctrl-C)."""
     offset, pending = 0, b""
     announced = False
@@ -221,7 +223,7 @@ def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
     held = ""
     try:
         while True:
-            status = services.tasks.get(task_id).status  # read before the file: its last lines precede the change
+            status = cli_reads.task_status(store, task_id)  # read before the file: its last lines precede the change
             if path.exists():
                 with path.open("rb") as handle:
                     handle.seek(offset)

@@ -206,7 +206,8 @@ print(json.dumps({'code': code, 'heavy': heavy}), file=sys.stderr)
 
 
 @pytest.mark.parametrize("args", [["tasks"], ["tasks", "--json"], ["tasks", "--all", "--project", "alpha"],
-                                  ["show", "{task}"], ["show", "{task}", "--json"], ["status"], ["status", "--json"]])
+                                  ["show", "{task}"], ["show", "{task}", "--json"], ["status"], ["status", "--json"],
+                                  ["logs", "{task}", "--json"]])
 def test_the_read_commands_import_nothing_heavy(tmp_path: Path, args: list[str]) -> None:
     home = tmp_path / "aq"
     svc = Services(home)
