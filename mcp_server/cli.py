@@ -216,7 +216,7 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
     """The human commands; a refusal is one sentence on stderr and exit status 1, never a traceback."""
     from .cli_output import CliError
     from .services.errors import ServiceError
-    from .store.db import StoreOpenError
+    from .store.base import StoreOpenError  # not store.db: that imports sqlite-utils, which a read does not need
     from .visible import visible
 
     try:

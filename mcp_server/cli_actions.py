@@ -56,14 +56,14 @@ def running_agents(home: Path) -> list[dict[str, Any]]:
     """The tasks an agent is working on (what stopping the daemon interrupts), read from the store."""
     if not paths.db_path(home).exists():
         return []
-    from .cli_output import open_services
+    from .cli_reads import open_store_for_reading
     from .status_view import running_tasks
 
-    services = open_services(home)
+    store = open_store_for_reading(home)
     try:
-        return running_tasks(services)
+        return running_tasks(store)
     finally:
-        services.close()
+        store.close()
 
 
 def stop(home: Path, force: bool) -> int:

@@ -7,18 +7,19 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from . import paths
+from . import cli_reads, paths
 from .cli_output import duration, open_services, print_json
-from .status_view import STYLES
 from .visible import visible
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from .store.base import Store
+
+# rich costs a read tens of milliseconds to import: `--json` never does, the text views import it when they print.
 # `logs -f` keeps following while the task may still produce output: waiting to start or retry, or running.
 FOLLOW_STATES = ("READY", "ASSIGNED", "IN_PROGRESS", "VERIFYING")
 
@@ -28,41 +29,41 @@ def log_path(home: Path, task_id: str) -> Path:
 
 
 def _status(status: str) -> Text:
+    from rich.text import Text
+
+    from .status_view import STYLES
+
     return Text(status, style=STYLES.get(status, ""))
 
 
 def _shown(text: str, style: str = "", multiline: bool = False) -> Text:
     """Text from the store (a task's, an agent's, a repo's) as a rich Text: no markup, no escapes act."""
+    from rich.text import Text
+
     return Text(visible(text, multiline), style=style)
 
 
 # -- tasks --------------------------------------------------------------------------------------------
 def tasks(home: Path, project: str | None, status: str | None, show_all: bool, as_json: bool) -> int:
-    services = open_services(home)
+    store = cli_reads.open_store_for_reading(home)
     try:
-        items, total, hidden = services.tasks.list(project, status, include_completed=show_all, limit=500)
+        page = cli_reads.task_list(store, project, status, include_completed=show_all, limit=500)
     finally:
-        services.close()
+        store.close()
     if as_json:
-        print_json({"tasks": items, "total": total, "hidden_completed": hidden})
+        print_json(page)
         return 0
+    from rich.console import Console
+    from rich.text import Text
+
+    items, total, hidden = page["tasks"], page["total"], page["hidden_completed"]
     console = Console()
     if not items:
         console.print(_shown("No tasks" + (f" in {project}" if project else "")
                              + (f" with status {status}" if status else "") + "."
                              + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else "")))
         return 0
-    # Ids and statuses are never cut; only titles wrap (and long project ids are shortened).
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    table.add_column("task", no_wrap=True, min_width=4)
-    table.add_column("project", no_wrap=True, min_width=7, max_width=20, overflow="ellipsis")
-    table.add_column("status", no_wrap=True, min_width=6)
-    table.add_column("pri", justify="right", no_wrap=True, min_width=3)
-    table.add_column("title", min_width=5, overflow="fold")  # a long word breaks, never cut
-    for task in items:
-        title = task.title + (f"  (after {', '.join(task.depends_on)})" if task.depends_on else "")
-        table.add_row(_shown(task.id), _shown(task.project_id), _status(task.status), str(task.priority), _shown(title))
-    console.print(table)
+    console.print(_task_table(console, items), no_wrap=True, overflow="ignore", crop=False)
     footer = f"{len(items)} of {total} task(s)" if total > len(items) else f"{total} task(s)"
     if hidden:
         footer += f"; {hidden} completed hidden (--all shows them)"
@@ -70,33 +71,83 @@ def tasks(home: Path, project: str | None, status: str | None, show_all: bool, a
     return 0
 
 
+def _task_table(console: Console, items: list[dict[str, Any]]) -> Text:
+    """The task list as aligned columns. Laid out here rather than by rich's Table, which measures and renders
+    every cell on its own (0.4 s for 500 rows, most of `agentqueue tasks`): ids, statuses and priorities are
+    never cut, a long project id is shortened with "…", and only titles wrap (a long word breaks)."""
+    from rich.cells import cell_len, set_cell_size
+    from rich.text import Span, Text
+
+    from .status_view import STYLES
+
+    def width(text: str) -> int:
+        return len(text) if text.isascii() else cell_len(text)
+
+    def fit(text: str, size: int) -> str:  # padded (or cut) to `size` cells
+        return text.ljust(size) if text.isascii() and len(text) <= size else set_cell_size(text, size)
+
+    rows = [(visible(t["id"]), visible(t["project_id"]), visible(t["status"]), str(t["priority"]),
+             visible(t["title"] + (f"  (after {', '.join(t['depends_on'])})" if t["depends_on"] else "")))
+            for t in items]
+    gap = "   "
+    w_id = max(4, *(width(r[0]) for r in rows))
+    w_project = min(20, max(7, *(width(r[1]) for r in rows)))
+    w_status = max(6, *(width(r[2]) for r in rows))
+    w_pri = max(3, *(len(r[3]) for r in rows))
+    indent = w_id + w_project + w_status + w_pri + 4 * len(gap)
+    w_title = max(5, console.width - indent)
+    header = gap.join((fit("task", w_id), fit("project", w_project), fit("status", w_status), "pri".rjust(w_pri),
+                       "title"))
+    parts = [header, "\n", "─" * min(console.width, indent + w_title), "\n"]
+    spans = [Span(0, len(header), "bold")]
+    at = sum(len(p) for p in parts)
+    for task_id, project, status, priority, title in rows:
+        if width(project) > w_project:
+            project = set_cell_size(project, w_project - 1) + "…"
+        lines = [title] if width(title) <= w_title else \
+            [line.plain.rstrip() for line in Text(title).wrap(console, w_title, overflow="fold")]
+        lead = fit(task_id, w_id) + gap + fit(project, w_project) + gap
+        shown_status = fit(status, w_status)
+        if STYLES.get(status):
+            spans.append(Span(at + len(lead), at + len(lead) + len(shown_status), STYLES[status]))
+        row = lead + shown_status + gap + priority.rjust(w_pri) + gap + lines[0] + "\n" + \
+            "".join(" " * indent + line + "\n" for line in lines[1:])
+        parts.append(row)
+        at += len(row)
+    return Text("".join(parts).rstrip("\n"), spans=spans)
+
+
 # -- show ---------------------------------------------------------------------------------------------
 def show(home: Path, task_id: str, as_json: bool) -> int:
-    services = open_services(home)
+    store = cli_reads.open_store_for_reading(home)
     try:
-        task = services.tasks.get(task_id)
-        attempts, result = services.tasks.results(task_id)
-        reason, next_step = getattr(task, "reason", None), getattr(task, "next_step", None)
+        task = cli_reads.task(store, task_id)
+        attempts, result = cli_reads.last_result(store, task_id)
+        reason, next_step = task["reason"], task["next_step"]
         error = None
-        if task.status in ("BLOCKED", "FAILED") and result is not None and result.status != "completed":
-            error = services.tasks.agent_error(task_id)
+        if task["status"] in ("BLOCKED", "FAILED") and result is not None and result["status"] != "completed":
+            error = cli_reads.agent_error(store, task_id)
     finally:
-        services.close()
+        store.close()
     log = log_path(home, task_id)
     data = {"task": task, "attempts": attempts, "result": result, "reason": reason, "next_step": next_step,
             "error": error, "log": str(log) if log.exists() else None}
     if as_json:
         print_json(data)
         return 0
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = Console()
-    console.print(Text.assemble(_shown(task.id, "bold"), "  ", _status(task.status), "  ", _shown(task.title)))
+    console.print(Text.assemble(_shown(task["id"], "bold"), "  ", _status(task["status"]), "  ", _shown(task["title"])))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(ratio=1, overflow="fold")
-    grid.add_row("project", _shown(task.project_id + (f"  repo {task.repo_id}" if task.repo_id else "  (no repo)")))
-    grid.add_row("priority", str(task.priority) + ("  requires approval" if task.requires_approval else ""))
-    if task.assigned_agent:
-        grid.add_row("agent", _shown(task.assigned_agent))
+    grid.add_row("project", _shown(task["project_id"] + (f"  repo {task['repo_id']}" if task["repo_id"] else "  (no repo)")))
+    grid.add_row("priority", str(task["priority"]) + ("  requires approval" if task["requires_approval"] else ""))
+    if task["assigned_agent"]:
+        grid.add_row("agent", _shown(task["assigned_agent"]))
     if reason:
         grid.add_row("reason", _shown(reason, "yellow", multiline=True))
     if next_step:
@@ -106,55 +157,54 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         grid.add_row("error", _shown(said, "red", multiline=True))
         if error.get("suggested_fix"):
             grid.add_row("fix", _shown(error["suggested_fix"], multiline=True))
-    grid.add_row("attempts", f"{attempts} run(s); retries {task.retry_count} of {task.max_retries}")
-    if task.branch:
-        grid.add_row("branch", _shown(task.branch))
-    if task.pr_url:
-        grid.add_row("PR", _shown(task.pr_url))
-    if task.depends_on:
-        grid.add_row("depends on", _shown(", ".join(task.depends_on)))
-    if task.dependents:
-        grid.add_row("dependents", _shown(", ".join(task.dependents)))
+    grid.add_row("attempts", f"{attempts} run(s); retries {task['retry_count']} of {task['max_retries']}")
+    if task["branch"]:
+        grid.add_row("branch", _shown(task["branch"]))
+    if task["pr_url"]:
+        grid.add_row("PR", _shown(task["pr_url"]))
+    if task["depends_on"]:
+        grid.add_row("depends on", _shown(", ".join(task["depends_on"])))
+    if task["dependents"]:
+        grid.add_row("dependents", _shown(", ".join(task["dependents"])))
     if result is not None:
-        cost = f" · ${result.cost_usd:.4f}" if result.cost_usd else ""
-        took = f" · {duration(result.duration_s)}" if result.duration_s is not None else ""
-        label = result.status + (f" ({result.error_type})" if result.error_type else "")
-        grid.add_row("last result",
-                     _shown(f"{label} · attempt {result.attempt}{took} · {result.tokens.total:,} tokens{cost}"))
-        warning = getattr(result, "warning", None)
-        if warning:
-            grid.add_row("warning", _shown(warning, "yellow", multiline=True))
-        if result.summary:
-            grid.add_row("summary", _shown(result.summary.strip()[-1200:], multiline=True))
-        files = result.files_changed
+        cost = f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
+        took = f" · {duration(result['duration_s'])}" if result["duration_s"] is not None else ""
+        label = result["status"] + (f" ({result['error_type']})" if result["error_type"] else "")
+        grid.add_row("last result", _shown(f"{label} · attempt {result['attempt']}{took} · "
+                                           f"{result['tokens']['total']:,} tokens{cost}"))
+        if result["warning"]:
+            grid.add_row("warning", _shown(result["warning"], "yellow", multiline=True))
+        if result["summary"]:
+            grid.add_row("summary", _shown(result["summary"].strip()[-1200:], multiline=True))
+        files = result["files_changed"]
         grid.add_row("files changed", _shown(", ".join(files)) if files else "none")
-    grid.add_row("log", _shown(f"{log}  (agentqueue logs {task.id})") if log.exists() else "none yet")
+    grid.add_row("log", _shown(f"{log}  (agentqueue logs {task['id']})") if log.exists() else "none yet")
     console.print(grid)
     console.print(Text("description", style="dim"))
-    console.print(_shown(task.description.strip()[:2000], multiline=True))
+    console.print(_shown(task["description"].strip()[:2000], multiline=True))
     return 0
 
 
 # -- logs ---------------------------------------------------------------------------------------------
 def logs(home: Path, task_id: str, follow: bool, as_json: bool) -> int:
-    services = open_services(home)
+    store = cli_reads.open_store_for_reading(home)
     try:
-        task = services.tasks.get(task_id)  # a clear error for an unknown id
+        status = cli_reads.task_status(store, task_id)  # a clear error for an unknown id
         path = log_path(home, task_id)
         if not follow:
             text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
             if as_json:
-                print_json({"task_id": task_id, "status": task.status, "path": str(path),
+                print_json({"task_id": task_id, "status": status, "path": str(path),
                             "exists": path.exists(), "text": text})
             elif text:
                 sys.stdout.write(visible(text, multiline=True))
             else:
-                print(visible(f"No log yet for {task_id} ({task.status}): no agent has run it. "
+                print(visible(f"No log yet for {task_id} ({status}): no agent has run it. "
                               f"`agentqueue logs {task_id} -f` waits for one."), file=sys.stderr)
             return 0
-        return _follow(services, task_id, path, as_json)
+        return _follow(store, task_id, path, as_json)
     finally:
-        services.close()
+        store.close()
 
 
 def _json_line(task_id: str, line: bytes) -> str:
@@ -162,7 +212,7 @@ def _json_line(task_id: str, line: bytes) -> str:
     return json.dumps({"task_id": task_id, "line": line.decode("utf-8", "replace")}, ensure_ascii=True) + "\n"
 
 
-def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
+def _follow(store: Store, task_id: str, path: Path, as_json: bool) -> int:
     """Print the log as the agent writes it; stop once the task can produce no more (or on Ctrl-C)."""
     offset, pending = 0, b""
     announced = False
@@ -173,7 +223,7 @@ def _follow(services: Any, task_id: str, path: Path, as_json: bool) -> int:
     held = ""
     try:
         while True:
-            status = services.tasks.get(task_id).status  # read before the file: its last lines precede the change
+            status = cli_reads.task_status(store, task_id)  # read before the file: its last lines precede the change
             if path.exists():
                 with path.open("rb") as handle:
                     handle.seek(offset)
@@ -226,6 +276,7 @@ def diff(home: Path, task_id: str, as_json: bool) -> int:
     # Shown, not applied: a file's escape bytes print as \x1b even when piped (`diff --json` has them exact).
     text = visible(result["diff"], multiline=True)
     if sys.stdout.isatty():
+        from rich.console import Console
         from rich.syntax import Syntax
 
         Console().print(Syntax(text, "diff", theme="ansi_dark", background_color="default", word_wrap=True))
@@ -248,6 +299,11 @@ def usage(home: Path, project: str | None, task: str | None, since: float | None
     if as_json:
         print_json({"project_id": project, "task_id": task, "since_hours": since, **summary})
         return 0
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = Console()
     total = summary["total"]
     scope = f"task {task}" if task else f"project {project}" if project else "all projects"

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
-from . import __version__, paths
-from .cli_output import duration, open_services, print_json, seconds_since
+from . import __version__, cli_reads, paths
+from .cli_output import duration, print_json, seconds_since
 from .daemon_client import daemon_info, running_daemon
-from .services import Services
-from .store.models import TaskStatus
+from .services.task_states import STATUS_NAMES
 from .visible import visible
 
-STATES = [s.value for s in TaskStatus]
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
+
+    from .store.base import Store
+
+STATES = list(STATUS_NAMES)
 ACTIVE = ("ASSIGNED", "IN_PROGRESS", "VERIFYING")  # an agent process is working on the task
 # States that wait on the user, and how each is highlighted.
 STYLES = {"AWAITING_APPROVAL": "bold yellow", "WAITING_INPUT": "bold yellow", "PAUSED": "yellow",
@@ -31,9 +31,9 @@ STYLES = {"AWAITING_APPROVAL": "bold yellow", "WAITING_INPUT": "bold yellow", "P
           "ASSIGNED": "green", "VERIFYING": "green", "COMPLETED": "dim"}
 
 
-def running_tasks(services: Services) -> list[dict[str, Any]]:
+def running_tasks(store: Store) -> list[dict[str, Any]]:
     # A view-only read: the task, its agent, and when it was claimed (its last task.assigned event).
-    rows = services.store.all(
+    rows = store.all(
         "SELECT t.id AS task_id, t.title, t.project_id, t.status, t.assigned_agent AS agent_id, "
         "a.agent_type, (SELECT max(e.timestamp) FROM events e WHERE e.task_id = t.id "
         "AND e.event_type = 'task.assigned') AS started_at FROM tasks t "
@@ -54,15 +54,15 @@ def _daemon(home: Path) -> dict[str, Any]:
             "uptime_s": round(seconds_since(info.get("started_at")) or 0.0)}
 
 
-def collect(home: Path, services: Services) -> dict[str, Any]:
-    """Everything `status` shows, as the JSON `status --json` prints."""
+def collect(home: Path, store: Store) -> dict[str, Any]:
+    """Everything `status` shows, as the JSON `status --json` prints (get_status's own code over `store`)."""
     from .install import home_mismatches
 
-    status = services.system.status()
+    status = cli_reads.system(store).status()
     by_status = {s: 0 for s in STATES} | status["tasks"]["by_status"]
-    projects, _ = services.projects.list(limit=500)
+    projects = cli_reads.projects(store, limit=500)
     daemon = _daemon(home)
-    running = running_tasks(services)
+    running = running_tasks(store)
     warnings = list(status["warnings"])
     if not daemon["running"] and running:
         warnings.append(f"{len(running)} task(s) were running when the daemon stopped; they are recovered "
@@ -75,9 +75,9 @@ def collect(home: Path, services: Services) -> dict[str, Any]:
         "home": str(home), "version": __version__, "daemon": daemon,
         "orchestrator": {"state": status["orchestrator"]["state"]},
         "tasks": {"total": status["tasks"]["total"], "by_status": by_status},
-        "projects": [{"id": p.id, "name": p.name, "status": p.status, "credit_weight": p.credit_weight,
-                      "max_concurrent_agents": p.max_concurrent_agents,
-                      "task_counts": {s: p.task_counts[s] for s in STATES if p.task_counts.get(s)}}
+        "projects": [{"id": p["id"], "name": p["name"], "status": p["status"], "credit_weight": float(p["credit_weight"]),
+                      "max_concurrent_agents": int(p["max_concurrent_agents"]),
+                      "task_counts": {s: p["task_counts"][s] for s in STATES if p["task_counts"].get(s)}}
                      for p in projects],
         "agents": status["agents"],
         "running": running,
@@ -87,6 +87,8 @@ def collect(home: Path, services: Services) -> dict[str, Any]:
 
 def _counts(counts: dict[str, int], width: int = 10_000, indent: int = 0) -> Text:
     """`1 READY · 2 BLOCKED …`, broken between items only (never inside "1 AWAITING_APPROVAL")."""
+    from rich.text import Text
+
     text = Text()
     used = 0
     for state in STATES:
@@ -105,6 +107,8 @@ def _counts(counts: dict[str, int], width: int = 10_000, indent: int = 0) -> Tex
 
 
 def _daemon_line(data: dict[str, Any]) -> Text:
+    from rich.text import Text
+
     daemon, orchestrator = data["daemon"], data["orchestrator"]["state"]
     if daemon["running"]:
         parts = [f"daemon running (pid {daemon['pid']}, up {duration(daemon['uptime_s'])})"]
@@ -118,6 +122,11 @@ def _daemon_line(data: dict[str, Any]) -> Text:
 
 
 def render(data: dict[str, Any], width: int = 80) -> RenderableType:
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     parts: list[RenderableType] = [
         Text.assemble(("AgentQueue ", "bold"), __version__, ("  home ", "dim"), visible(data["home"])),
         _daemon_line(data),
@@ -167,31 +176,36 @@ def _no_data(home: Path) -> dict[str, Any]:
 
 
 def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
-    console = Console()
     if not paths.db_path(home).exists():
         if as_json:
             print_json(_no_data(home))
         else:
-            console.print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
-                                       "claude-code`) or start the daemon (`agentqueue serve`).")))
+            from rich.console import Console
+            from rich.text import Text
+
+            Console().print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
+                                         "claude-code`) or start the daemon (`agentqueue serve`).")))
         return 0
-    services = open_services(home)
+    store = cli_reads.open_store_for_reading(home)
     try:
         if as_json:
-            print_json(collect(home, services))
+            print_json(collect(home, store))
             return 0
+        from rich.console import Console
+
+        console = Console()
         if not watch:
-            console.print(render(collect(home, services), console.width))
+            console.print(render(collect(home, store), console.width))
             return 0
         from rich.live import Live
 
         try:
-            with Live(render(collect(home, services), console.width), console=console, refresh_per_second=4,
+            with Live(render(collect(home, store), console.width), console=console, refresh_per_second=4,
                       screen=False) as live:
                 while True:
                     time.sleep(1)
-                    live.update(render(collect(home, services), console.width))
+                    live.update(render(collect(home, store), console.width))
         except KeyboardInterrupt:
             return 0
     finally:
-        services.close()
+        store.close()

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2 as httpx
+import markupsafe
 import pytest
 
 from agentqueue import paths
@@ -617,3 +618,101 @@ def test_numbers_in_board_forms_are_ascii_whole_numbers_or_a_clear_4xx(board: Li
     assert len(changes) == 13 and {(e["actor"], e["outcome"]) for e in changes} == {("board", "refused")}
     created = board.call("get_audit_log", action="board:create_task", limit=100)["entries"]
     assert len(created) == 8 and {(e["actor"], e["outcome"]) for e in created} == {("board", "refused")}
+
+
+# -- long columns ---------------------------------------------------------------------------------------
+HOSTILE = '</a><script>alert("x")</script><img src=x onerror=alert(1)> & "quoted" \'single\''
+
+
+def long_ready_column(live: LiveDaemon, count: int) -> list[str]:
+    """`count` READY tasks in demo (the orchestrator paused), the last one, sorted last, with a hostile title."""
+    live.call("orchestrator_control", action="pause")
+    ids = [live.call("create_task", project_id="demo", title=f"Item {n:02d}", description="SAY x", priority=10)["id"]
+           for n in range(count - 1)]
+    return ids + [live.call("create_task", project_id="demo", title=HOSTILE, description="SAY x", priority=99)["id"]]
+
+
+def cards_in(page: str, column: str) -> list[str]:
+    section = page.split(f'id="col-{column}"', 1)[1].split("</section>", 1)[0]
+    return re.findall(r'<article class="card[^"]*" id="card-([\w-]+)"', section)
+
+
+def test_a_long_column_shows_its_first_cards_and_its_own_page_shows_the_rest_escaped(board: LiveDaemon) -> None:
+    ids = long_ready_column(board, 56)
+    person, _ = logged_in(board)
+    with closing(person):
+        whole = person.get("/projects/demo")
+        assert whole.status_code == 200
+        assert cards_in(whole.text, "Ready") == ids[:50]  # the first 50, in the list's order
+        assert re.search(r'id="col-Ready" data-column="Ready" data-hidden="6">\s*<h2>Ready <span class="count">56<',
+                         whole.text)
+        assert '<a class="more" href="/projects/demo?column=Ready">6 more</a>' in whole.text
+        assert "<script>alert" not in whole.text and 'id="shown-count">56<' in whole.text
+        # The column's own page: every card (up to 200 at a time), the hostile title inert.
+        column = person.get("/projects/demo", params={"column": "Ready"})
+        assert column.status_code == 200 and cards_in(column.text, "Ready") == ids
+        assert 'id="col-Defined"' not in column.text and "the whole board" in column.text
+        assert str(markupsafe.escape(HOSTILE)) in column.text  # the card's title, escaped as text
+        assert "<script>alert" not in column.text and "<img src=x" not in column.text
+        later = person.get("/projects/demo", params={"column": "Ready", "offset": "50"})
+        assert cards_in(later.text, "Ready") == ids[50:] and "cards 51–56 of 56" in later.text
+        assert "<script>alert" not in later.text
+        # A filter travels with the links, url-encoded: the hostile text cannot leave its attribute.
+        filtered = person.get("/projects/demo", params={"q": HOSTILE})
+        assert cards_in(filtered.text, "Ready") == [ids[-1]] and "<script>alert" not in filtered.text
+        shown = person.get("/projects/demo", params={"q": "Item", "column": "Ready", "offset": "40"})
+        assert cards_in(shown.text, "Ready") == ids[40:55]
+        assert 'href="/projects/demo?q=Item&amp;column=Ready&amp;offset=0">previous 200' in shown.text
+        # Bad input: a clear 4xx that says what to give.
+        unknown = person.get("/projects/demo", params={"column": "<b>Nope</b>"})
+        assert unknown.status_code == 400 and "Unknown column" in unknown.text and "<b>Nope" not in unknown.text
+        for offset in ("-1", "x", "1e3", "٣"):
+            refused = person.get("/projects/demo", params={"column": "Ready", "offset": offset})
+            assert refused.status_code == 400 and "offset" in refused.text, offset
+
+
+@needs_chromium()
+@pytest.mark.anyio
+async def test_a_card_from_the_hidden_part_of_a_column_moves_and_both_counts_follow(board: LiveDaemon) -> None:
+    ids = long_ready_column(board, 53)
+    async with chromium() as browser:
+        page = await live_page(browser, board, "/projects/demo")
+        assert await page.locator("#col-Ready .card").count() == 50
+        assert await page.text_content("#col-Ready .count") == "53"
+        board.call("set_task_status", task_id=ids[-1], status="BLOCKED")  # the hostile one, not on the page
+        stuck = page.locator(f"#col-Stuck #card-{ids[-1]}")
+        await stuck.wait_for(timeout=15_000)
+        assert await stuck.locator(".title").text_content() == HOSTILE  # text, never markup
+        await page.wait_for_function("document.querySelector('#col-Ready .count').textContent === '52'")
+        assert await page.text_content("#col-Stuck .count") == "1"
+        assert await page.text_content("#shown-count") == "53"
+        assert await page.evaluate("window.loadedOnce") and await page.evaluate("!window.alerted")
+
+
+def test_every_http_connection_sends_small_responses_at_once() -> None:
+    """The listener is a TCP socket asyncio recognises, so each accepted connection gets TCP_NODELAY: else a
+    response's body waits ~40 ms for the ACK of its headers on a kept-alive connection (Nagle + delayed ACK)."""
+    import asyncio
+
+    from agentqueue.daemon import _bind_tcp
+
+    listener = _bind_tcp("127.0.0.1", 0)
+    assert listener is not None
+
+    async def accept_one() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Seen(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Seen, sock=listener)  # as uvicorn serves it
+        async with server:
+            _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+            nodelay = await asyncio.wait_for(accepted, 10)
+            writer.close()
+        return nodelay
+
+    assert asyncio.run(accept_one()) != 0

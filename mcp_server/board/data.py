@@ -13,7 +13,7 @@ from pygments.lexers import DiffLexer
 
 from .. import paths
 from ..services import Services
-from ..services.errors import ServiceError
+from ..services.errors import InvalidInputError, ServiceError
 from ..store.models import TaskSummary
 
 # The kanban's columns, left to right, and the statuses each one holds.
@@ -27,7 +27,10 @@ COLUMNS: list[tuple[str, tuple[str, ...]]] = [
     ("Done", ("COMPLETED",)),
 ]
 COLUMN_OF = {status: name for name, statuses in COLUMNS for status in statuses}
+STATUSES_OF = dict(COLUMNS)
 MAX_CARDS = 5000
+COLUMN_CARDS = 50  # cards a column shows on the board; the rest are on the column's own page
+COLUMN_PAGE = 200  # cards a column's own page shows at a time
 LOG_TAIL = 64_000
 DIFF_LIMIT = 400_000
 # A task id as ids.new_task_id makes them (adjective-noun, maybe -NN): never a path.
@@ -48,17 +51,46 @@ def overview(svc: Services) -> dict[str, Any]:
             "sandbox": svc.sandbox.weakened(None)}
 
 
-def kanban(svc: Services, project_id: str, query: str = "", agent: str = "") -> dict[str, Any]:
+def kanban(svc: Services, project_id: str, query: str = "", agent: str = "", column: str | None = None,
+           offset: int = 0) -> dict[str, Any]:
+    """The board of a project: each column's first COLUMN_CARDS cards and how many it holds in all; with
+    `column`, that column alone, COLUMN_PAGE cards from `offset` (a long column is one link away, not
+    64,000 pixels down)."""
     project = svc.projects.get(project_id)
-    tasks, total, _ = svc.tasks.list(project_id, None, True, MAX_CARDS, 0)
-    shown = [t for t in tasks if _matches(t, query, agent)]
-    columns = {name: [] for name, _ in COLUMNS}
-    for task in shown:
-        columns[COLUMN_OF.get(task.status, "Stuck")].append(task)
+    if column is not None and column not in COLUMN_OF.values():
+        raise InvalidInputError(f"Unknown column {column!r}: one of {', '.join(name for name, _ in COLUMNS)}.")
+    names = [name for name, _ in COLUMNS if column in (None, name)]
+    limit = COLUMN_PAGE if column else COLUMN_CARDS
+    totals: dict[str, int] = {}
+    cards: dict[str, list[TaskSummary]] = {}
+    if query.strip() or agent:  # a filter reads every card of the project, as before, and keeps the matches
+        tasks, _, _ = svc.tasks.list(project_id, None, True, MAX_CARDS, 0)
+        matching: dict[str, list[TaskSummary]] = {name: [] for name, _ in COLUMNS}
+        for task in tasks:
+            if _matches(task, query, agent):
+                matching[COLUMN_OF.get(task.status, "Stuck")].append(task)
+        totals = {name: len(matching[name]) for name in names}
+        cards = {name: matching[name][offset:offset + limit] for name in names}
+        choices = [(t.id, t.title) for t in tasks if t.status != "COMPLETED"][:500]
+    else:  # each column's first cards, in the list's order; its count from the trigger-kept counts
+        counts = svc.tasks.status_counts(project_id)
+        for name in names:
+            statuses = STATUSES_OF[name]
+            totals[name] = sum(counts.get(s, 0) for s in statuses)
+            cards[name] = svc.tasks.list(project_id, list(statuses), True, limit, offset)[0] if totals[name] > offset else []
+        choices = [(r["id"], r["title"]) for r in svc.store.all(  # what list_tasks shows first: the open tasks
+            "SELECT id, title FROM tasks WHERE project_id = ? AND status != 'COMPLETED' "
+            "ORDER BY priority, created_at, id LIMIT 500", (project_id,))]
     agents, _ = svc.agents.list(limit=500)
-    return {"project": project, "cards_by_column": columns, "total": total, "shown": len(shown),
-            "query": query, "agent": agent, "agents": agents,
-            "choices": [(t.id, t.title) for t in tasks if t.status != "COMPLETED"][:500]}
+    return {"project": project, "columns_shown": names, "cards_by_column": cards, "column_totals": totals,
+            "shown": sum(totals.values()), "column": column, "offset": offset, "limit": limit,
+            "query": query, "agent": agent, "agents": agents, "choices": choices}
+
+
+def column_totals(svc: Services, project_id: str) -> dict[str, int]:
+    """How many tasks each column of a project's board holds (what a live page's counts are set to)."""
+    counts = svc.tasks.status_counts(project_id)
+    return {name: sum(counts.get(s, 0) for s in statuses) for name, statuses in COLUMNS}
 
 
 def _matches(task: TaskSummary, query: str, agent: str) -> bool:

@@ -45,7 +45,9 @@ WHOLE = re.compile(r"[-+]?[0-9]{1,19}")
 
 
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+    # auto_reload off: the templates ship with the package, so a page need not stat each file it renders.
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
+                      auto_reload=False)
     env.globals["columns"] = [name for name, _ in data.COLUMNS]
     env.filters["tokens"] = lambda n: f"{int(n or 0):,}"
     env.filters["usd"] = lambda x: f"${float(x or 0):.2f}"
@@ -128,12 +130,20 @@ class Board:
     async def kanban(self, request: Request) -> Response:
         project_id = request.path_params["project_id"]
         query, agent = request.query_params.get("q", ""), request.query_params.get("agent", "")
-        view = await self.read(data.kanban, self.svc, project_id, query, agent)
+        column = request.query_params.get("column") or None
+        offset = _whole(request.query_params.get("offset") or "0")
+        if offset is None or offset < 0:
+            return _plain(400, f"offset must be a card number such as 200 (got {_shown(request.query_params.get('offset'))}).")
+        view = await self.read(data.kanban, self.svc, project_id, query, agent, column, offset)
         return self.render(request, "kanban.html", feed=f"/events?project={project_id}", **view)
 
     async def card(self, request: Request) -> Response:
         task = await self.read(data.card, self.svc, request.path_params["task_id"])
-        return self.render(request, "_card.html", task=task, column=data.COLUMN_OF.get(task.status, "Stuck"))
+        totals = await self.read(data.column_totals, self.svc, task.project_id)
+        response = self.render(request, "_card.html", task=task, column=data.COLUMN_OF.get(task.status, "Stuck"))
+        # A page shows a long column's first cards only: it sets each column's count from these.
+        response.headers["X-Column-Totals"] = json.dumps(totals)
+        return response
 
     async def agents(self, request: Request) -> Response:
         rows = await self.read(data.agents, self.svc)

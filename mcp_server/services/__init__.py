@@ -6,34 +6,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths, settings
-from ..sandbox.runs import Sandbox
-from ..store.db import open_store
-from .agents import Agents
-from .audit import Audit
-from .call_policy import CallPolicy
-from .channels import Channels
-from .events import Events
-from .feedback import Feedback
-from .files import Files
-from .hooks import Hooks
-from .memory import Memory
-from .notes import Notes
-from .policy import Policies
-from .policy_rules import Action
-from .projects import Projects
-from .repos import Repos
-from .requests import Requests
-from .system import System
-from .tasks import Tasks
-from .team import Team
-from .usage import Usage
-from .vcs import Vcs
 
 
 class Services:
     """Everything one AGENTQUEUE_HOME holds, wired once per process and shared by all sessions."""
 
     def __init__(self, home: Path) -> None:
+        # Imported here, not at the top: a module of this package (system.py for `agentqueue status`) can then
+        # be imported without pydantic, sqlite-utils and GitPython, which these pull in.
+        from ..sandbox.runs import Sandbox
+        from ..store.db import open_store
+        from .agents import Agents
+        from .audit import Audit
+        from .call_policy import CallPolicy
+        from .channels import Channels
+        from .events import Events
+        from .feedback import Feedback
+        from .files import Files
+        from .hooks import Hooks
+        from .memory import Memory
+        from .notes import Notes
+        from .policy import Policies
+        from .policy_rules import Action
+        from .projects import Projects
+        from .repos import Repos
+        from .requests import Requests
+        from .system import System
+        from .tasks import Tasks
+        from .team import Team
+        from .usage import Usage
+        from .vcs import Vcs
+
         self.home = home
         paths.private_dir(home)
         paths.private_dir(paths.logs_dir(home))

@@ -82,6 +82,36 @@ class Reason:
     next_step: str
 
 
+def error_report(row: Mapping[str, Any], result: Mapping[str, Any] | None, held_code: str | None) -> dict[str, Any]:
+    """get_agent_error's answer: from the task's row, its last result (status, summary, error_type, error_message;
+    None when no run recorded one) and the reason code of the move that held it (when it is held with a reason)."""
+    task_id = row["id"]
+    info: dict[str, Any] = {
+        "task_id": task_id, "status": row["status"],
+        "retries": f"{row['retry_count']} / {row['max_retries']}",
+    }
+    if row["status"] in HELD_STATUSES and row["reason"]:
+        # The task's own reason wins: a run can succeed and its task still be held (a merge refused).
+        summary = ((result["summary"] or "")[:1000] or None) if result else None
+        if result is not None and result["status"] == "failed" and held_code not in MOVE_CODES:
+            label = describe_failure(result["error_type"], result["error_message"])[0]
+            return {**info, "error_type": label, "error_message": (result["error_message"] or "")[:2000],
+                    "suggested_fix": row["next_step"], "agent_summary": summary}
+        label = FAILURE_KINDS[held_code][0] if held_code in FAILURE_KINDS else row["status"].capitalize()
+        return {**info, "error_type": label, "error_message": row["reason"], "suggested_fix": row["next_step"],
+                "agent_summary": summary}
+    if result is None:
+        return {**info, "error_type": None, "error_message": None, "suggested_fix": None,
+                "agent_summary": None, "message": "No result recorded yet: no agent has run this task."}
+    if result["status"] == "completed" and not result["error_message"]:
+        return {**info, "error_type": None, "error_message": None, "suggested_fix": None,
+                "agent_summary": result["summary"],
+                "message": "The last run succeeded; there is no error to report."}
+    label, fix = describe_failure(result["error_type"], result["error_message"])
+    return {**info, "error_type": label, "error_message": (result["error_message"] or "")[:2000],
+            "suggested_fix": fix.replace("{id}", task_id), "agent_summary": (result["summary"] or "")[:1000] or None}
+
+
 def _short(text: Any, limit: int = 300) -> str:
     flat = " ".join(str(text or "").split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -11,9 +11,7 @@ from ..store.models import Project
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .limits import MAX_AGENTS, MAX_TOKENS, MAX_WEIGHT, check_path, check_range
 from .ids import slugify
-
-# Tasks in these states have (or are about to have) a live agent process.
-RUNNING_STATUSES = ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT")
+from .task_states import RUNNING_STATUSES  # noqa: F401  (re-exported: where the services look for it)
 
 
 def _check_limits(

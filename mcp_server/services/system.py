@@ -1,17 +1,22 @@
-"""The orchestrator switch (persisted) and the one-glance status of the whole queue."""
+"""The orchestrator switch (persisted) and the one-glance status of the whole queue.
+
+Imports nothing heavy (no pydantic, sqlite-utils or git): the terminal's `agentqueue status` builds it
+over a plain read-only store (cli_reads.py) and prints what get_status says, word for word.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..store.db import Store
-from .agents import Agents
 from .errors import ServiceError
-from .projects import RUNNING_STATUSES
-from .tasks import STATUS_NAMES
+from .task_states import RUNNING_STATUSES, STATUS_NAMES
+
+if TYPE_CHECKING:
+    from ..store.base import Store
+    from .agents import Agents
 
 ORCHESTRATOR_KEY = "orchestrator_state"
 HELD_LINES = 10  # get_status lists at most this many held tasks, then says how many more

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from .errors import ConflictError
+from .errors import ConflictError, InvalidInputError
 
 S = str  # status names, as stored
+# Every status, in the order the models list them (store.models.TaskStatus; a test keeps the two equal).
+STATUS_NAMES = ["DEFINED", "READY", "ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "PAUSED", "VERIFYING",
+                "AWAITING_APPROVAL", "COMPLETED", "FAILED", "BLOCKED"]
+# Tasks in these states have (or are about to have) a live agent process.
+RUNNING_STATUSES = ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT")
+# The event recorded when a task enters a status (CONTRACT §4 event types).
+STATUS_EVENTS = {
+    "DEFINED": "task.waiting", "READY": "task.ready", "ASSIGNED": "task.assigned",
+    "IN_PROGRESS": "task.started", "WAITING_INPUT": "task.waiting_input", "PAUSED": "task.paused",
+    "VERIFYING": "task.verifying", "AWAITING_APPROVAL": "task.awaiting_approval",
+    "COMPLETED": "task.completed", "FAILED": "task.failed", "BLOCKED": "task.blocked",
+}
 
 # from-status -> {to-status: the event that moves it}; everything else is refused.
 TRANSITIONS: dict[S, dict[S, str]] = {
@@ -53,3 +65,15 @@ def check_transition(task_id: str, current: S, new: S) -> None:
         f"Task '{task_id}' cannot go from {current} to {new} (allowed from {current}: {allowed}). "
         "set_task_status overrides the state machine if you are sure."
     )
+
+
+def parse_statuses(status: str | list[str] | None) -> list[str] | None:
+    """Accept one status, a comma list, or a list; refuse unknown names with the valid ones."""
+    if status is None:
+        return None
+    items = status.split(",") if isinstance(status, str) else list(status)
+    names = [s.strip().upper() for s in items if s.strip()]
+    bad = [s for s in names if s not in STATUS_NAMES]
+    if bad:
+        raise InvalidInputError(f"Unknown status {', '.join(bad)}. Valid statuses: {', '.join(STATUS_NAMES)}.")
+    return names or None

@@ -9,28 +9,20 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..store.db import Store, now_iso
-from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskStatus, TaskSummary, Tokens
+from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
-from .failures import FAILURE_KINDS, HELD_STATUSES, MOVE_CODES, describe_failure, explain, move_note
+from .failures import HELD_STATUSES, error_report, explain, move_note
 from .ids import new_task_id
 from .projects import RUNNING_STATUSES, Projects
-from .task_states import STOPPABLE, check_transition
+from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, parse_statuses
 
-STATUS_NAMES = [s.value for s in TaskStatus]
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
 # A task's work lives in its repo from the first run until it lands: its repo cannot change then.
 REPO_FIXED_STATUSES = ("ASSIGNED", "IN_PROGRESS", "VERIFYING", "AWAITING_APPROVAL")
 
 log = logging.getLogger("agentqueue.tasks")
 
-# The event recorded when a task enters a status (CONTRACT §4 event types).
-STATUS_EVENTS = {
-    "DEFINED": "task.waiting", "READY": "task.ready", "ASSIGNED": "task.assigned",
-    "IN_PROGRESS": "task.started", "WAITING_INPUT": "task.waiting_input", "PAUSED": "task.paused",
-    "VERIFYING": "task.verifying", "AWAITING_APPROVAL": "task.awaiting_approval",
-    "COMPLETED": "task.completed", "FAILED": "task.failed", "BLOCKED": "task.blocked",
-}
 
 
 class AmbiguousRepoError(InvalidInputError):
@@ -44,18 +36,6 @@ class AmbiguousRepoError(InvalidInputError):
             f"ambiguous. Pass repo_id (one of {names}), or set the project's default with "
             "edit_project default_repo_id=<repo id>."
         )
-
-
-def parse_statuses(status: str | list[str] | None) -> list[str] | None:
-    """Accept one status, a comma list, or a list; refuse unknown names with the valid ones."""
-    if status is None:
-        return None
-    items = status.split(",") if isinstance(status, str) else list(status)
-    names = [s.strip().upper() for s in items if s.strip()]
-    bad = [s for s in names if s not in STATUS_NAMES]
-    if bad:
-        raise InvalidInputError(f"Unknown status {', '.join(bad)}. Valid statuses: {', '.join(STATUS_NAMES)}.")
-    return names or None
 
 
 class Tasks:
@@ -548,28 +528,5 @@ class Tasks:
     def agent_error(self, task_id: str) -> dict[str, Any]:
         row = self._row(task_id)
         _, result = self.results(task_id)
-        info: dict[str, Any] = {
-            "task_id": task_id, "status": row["status"],
-            "retries": f"{row['retry_count']} / {row['max_retries']}",
-        }
-        if row["status"] in HELD_STATUSES and row["reason"]:
-            # The task's own reason wins: a run can succeed and its task still be held (a merge refused).
-            code = self._held_code(row)
-            summary = ((result.summary or "")[:1000] or None) if result else None
-            if result is not None and result.status == "failed" and code not in MOVE_CODES:
-                label = describe_failure(result.error_type, result.error_message)[0]
-                return {**info, "error_type": label, "error_message": (result.error_message or "")[:2000],
-                        "suggested_fix": row["next_step"], "agent_summary": summary}
-            label = FAILURE_KINDS[code][0] if code in FAILURE_KINDS else row["status"].capitalize()
-            return {**info, "error_type": label, "error_message": row["reason"], "suggested_fix": row["next_step"],
-                    "agent_summary": summary}
-        if result is None:
-            return {**info, "error_type": None, "error_message": None, "suggested_fix": None,
-                    "agent_summary": None, "message": "No result recorded yet: no agent has run this task."}
-        if result.status == "completed" and not result.error_message:
-            return {**info, "error_type": None, "error_message": None, "suggested_fix": None,
-                    "agent_summary": result.summary,
-                    "message": "The last run succeeded; there is no error to report."}
-        label, fix = describe_failure(result.error_type, result.error_message)
-        return {**info, "error_type": label, "error_message": (result.error_message or "")[:2000],
-                "suggested_fix": fix.replace("{id}", task_id), "agent_summary": (result.summary or "")[:1000] or None}
+        code = self._held_code(row) if row["status"] in HELD_STATUSES and row["reason"] else None
+        return error_report(row, result.model_dump() if result is not None else None, code)

@@ -29,28 +29,36 @@
     return false;
   }
 
-  function placeCard(html, taskId) {
+  // `totals`: the project's count per column (the card's X-Column-Totals), or null. A long column shows its
+  // first cards only; the rest are counted in its data-hidden, kept right from the totals when unfiltered.
+  function placeCard(html, taskId, totals) {
     var board = kanban();
     var old = document.getElementById("card-" + taskId);
     var holder = document.createElement("div");
     holder.innerHTML = html.trim();
     var card = holder.firstElementChild;
-    if (!card || filtered(card)) { if (old) old.remove(); countColumns(); drawLinks(); return; }
-    var column = board.querySelector('.column[data-column="' + card.dataset.column + '"] .cards');
+    var column = card && board.querySelector('.column[data-column="' + card.dataset.column + '"] .cards');
+    if (!card || filtered(card) || !column) { if (old) old.remove(); countColumns(totals); drawLinks(); return; }
     if (old && old.dataset.column === card.dataset.column) { old.replaceWith(card); }
     else { if (old) old.remove(); column.prepend(card); card.classList.add("moved"); }
     htmx.process(card);
-    countColumns();
+    countColumns(totals);
     drawLinks();
   }
 
-  function countColumns() {
-    if (!kanban()) return;
-    document.querySelectorAll("#kanban .column").forEach(function (column) {
-      column.querySelector(".count").textContent = column.querySelectorAll(".card").length;
+  function countColumns(totals) {
+    var board = kanban();
+    if (!board) return;
+    var exact = totals && !board.dataset.query && !board.dataset.agent, shown = 0;
+    board.querySelectorAll(".column").forEach(function (column) {
+      var cards = column.querySelectorAll(".card").length, name = column.dataset.column;
+      if (exact && typeof totals[name] === "number") column.dataset.hidden = Math.max(0, totals[name] - cards);
+      var count = cards + (parseInt(column.dataset.hidden, 10) || 0);
+      column.querySelector(".count").textContent = count;
+      shown += count;
     });
-    var shown = document.getElementById("shown-count");
-    if (shown) shown.textContent = document.querySelectorAll("#kanban .card").length;
+    var counter = document.getElementById("shown-count");
+    if (counter) counter.textContent = shown;
   }
 
   function drawLinks() {
@@ -88,8 +96,13 @@
       cardFetchers[id] = coalesced(function () {
         return fetch("/projects/" + kanban().dataset.project + "/cards/" + encodeURIComponent(id),
                      {credentials: "same-origin"})
-          .then(function (r) { return r.ok ? r.text() : ""; })
-          .then(function (html) { if (html) placeCard(html, id); });
+          .then(function (r) {
+            if (!r.ok) return null;
+            var totals = null;
+            try { totals = JSON.parse(r.headers.get("X-Column-Totals") || "null"); } catch (e) { totals = null; }
+            return r.text().then(function (html) { return {html: html, totals: totals}; });
+          })
+          .then(function (got) { if (got && got.html) placeCard(got.html, id, got.totals); });
       });
     }
     cardFetchers[id]();
