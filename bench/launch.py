@@ -179,7 +179,8 @@ def main() -> None:
     rows = [
         row("client launch, warm daemon (spawn -> initialize + tools/list)", a_list, "ms", anchor, b_list,
             "<= 0.05 x anchor", a_list <= 0.05 * b_list, runs=runs,
-            tools=samples["a_plugin_warm_daemon"][0].tools, first_launch_starts_daemon_ms=round(cold.listed_ms, 1)),
+            tools=samples["a_plugin_warm_daemon"][0].tools, first_launch_starts_daemon_ms=round(cold.listed_ms, 1),
+            **({"standalone_ms": round(median("c_standalone", "listed_ms"), 1)} if "c_standalone" in samples else {})),
         row("client launch, warm daemon (spawn -> initialize)", a_init, "ms", anchor, b_init,
             "<= 0.15 x anchor (issue 2)", a_init <= 0.15 * b_init, runs=runs),
         row("plugin peak RSS (initialize, tools/list, get_status)", peak, "MiB", "bare interpreter (python -c, reading stdin), same run",
