@@ -158,8 +158,9 @@ def main() -> None:
     runs = 5 if args.quick else args.runs
     install = "editable" if editable_install() else "regular"
     if install == "editable":
-        print("warning: agentqueue is an editable install here; its import finder runs at every Python start (~23 ms "
-              "when measured for issue 8). Measure from a regular install in a fresh venv (see this script's docstring).",
+        print("warning: agentqueue is an editable install here; its import finder runs at every Python start "
+              "(~23 ms when measured for issue 8). Measure from a regular install in a fresh venv (see this "
+              "script's docstring).",
               file=sys.stderr)
     home = Path(tempfile.mkdtemp(prefix="aq-bench-"))
     env = {**os.environ, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_PORT": "0"}
@@ -196,7 +197,8 @@ def main() -> None:
             **({"standalone_ms": round(median("c_standalone", "listed_ms"), 1)} if "c_standalone" in samples else {})),
         row("client launch, warm daemon (spawn -> initialize)", a_init, "ms", anchor, b_init,
             "<= 0.15 x anchor (issue 2)", a_init <= 0.15 * b_init, runs=runs, install=install),
-        row("plugin peak RSS (initialize, tools/list, get_status)", peak, "MiB", "bare interpreter (python -c, reading stdin), same run",
+        row("plugin peak RSS (initialize, tools/list, get_status)", peak, "MiB",
+            "bare interpreter (python -c, reading stdin), same run",
             bare_peak, "<= 14 MiB", peak <= 14, runs=runs, before="17.9 MiB"),
     ]
     print(f"{'case':<24}{'init ms':>9}{'+list ms':>10}{'min':>8}{'max':>8}  (medians of {runs}, interleaved)")

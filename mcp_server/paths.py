@@ -53,7 +53,7 @@ def default_home() -> Path:
 
 
 def home_dir() -> str:
-    """AGENTQUEUE_HOME if set, else the platform default; always absolute, symlinks resolved (what `home` is, as a str)."""
+    """AGENTQUEUE_HOME if set, else the platform default; absolute, symlinks resolved: `home()` as a str."""
     value = os.environ.get("AGENTQUEUE_HOME")
     return os.path.realpath(os.path.expanduser(value) if value else _default_home_dir())
 

@@ -292,8 +292,9 @@ async def test_each_selection_gets_its_own_correct_tool_list_from_the_cache(serv
         "read-only": (connection_options(read_only=True, toolsets=list(TOOLSETS)),
                       {s.name for s in SPECS.values() if s.read_only}),
         "tasks": (connection_options(toolsets=["tasks"]), {s.name for s in SPECS.values() if s.group == "tasks"}),
-        "read-only tasks and notes": (connection_options(read_only=True, toolsets=["tasks", "notes"]),
-                                      {s.name for s in SPECS.values() if s.group in ("tasks", "notes") and s.read_only}),
+        "read-only tasks and notes": (
+            connection_options(read_only=True, toolsets=["tasks", "notes"]),
+            {s.name for s in SPECS.values() if s.group in ("tasks", "notes") and s.read_only}),
     }
     # Two rounds of connections: a selection met again is answered from the cache, and stays its own.
     for _ in range(2):
@@ -304,7 +305,7 @@ async def test_each_selection_gets_its_own_correct_tool_list_from_the_cache(serv
 
 
 async def test_a_connection_whose_selection_changes_gets_the_new_list(services, era):
-    """The policy denying a tool outright takes it off this very connection's list, and lifting the rule puts it back."""
+    """The policy denying a tool outright takes it off this very connection's list; lifting the rule puts it back."""
     options = connection_options(toolsets=["projects", "policy"])
     async with Client(build_server(services, options), mode="legacy" if era == "legacy" else "auto",
                       elicitation_callback=person_says_yes) as client:
