@@ -53,7 +53,7 @@ def compact_schema(schema: Any) -> Any:
 @functools.cache
 def sdk_tools() -> tuple[Tool, ...]:
     """Every tool as the SDK serves it (its arguments' pydantic model and compacted input schema), built once
-    per process: building them is ~0.3 s of CPU, and a Tool holds nothing of the server that lists it."""
+    per process: building them is 0.1-0.3 s of CPU, and a Tool holds nothing of the server that lists it."""
     built = tuple(Tool.from_function(spec.fn, annotations=spec.annotations, meta=spec.meta) for spec in tools.TOOLS)
     for tool in built:
         tool.parameters = compact_schema(tool.parameters)

@@ -110,9 +110,10 @@ class ToolLists:
 
     A connection's answer depends only on that key: every MCPServer of this process lists the same tools
     (`app.sdk_tools`, built once), and the era decides the rest of the wire form. So the SDK builds,
-    validates and serialises each selection's list once per process, not on every connection; a
-    connection whose selection changes simply has a new key. The SDK copies a result before shaping
-    it for the wire, so an answer kept here is never written into.
+    validates and shapes each selection's list for the wire once per process, not on every connection
+    (only the JSON text is encoded per answer); a connection whose selection changes simply has a new
+    key. The SDK copies a result before shaping it for the wire, so an answer kept here is never
+    written into.
     """
 
     def __init__(self, size: int = 64) -> None:
