@@ -98,7 +98,9 @@ def _leave(proc: subprocess.Popen[bytes]) -> None:
 def session(argv: list[str], env: dict[str, str], call: str | None = None) -> Session:
     """One client session: spawn, initialize, tools/list (timed), then optionally one tool call, then leave."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    # Read in 64 KiB chunks, as clients do (Node reads pipes so), not 8 KiB: a 98 KB tool list is one line.
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                            bufsize=65536)
     try:
         _send(proc, INITIALIZE)
         _answer(proc, 1)
