@@ -1,13 +1,22 @@
-"""The `agentqueue` command. Subcommands import their heavy modules lazily: `mcp` imports none."""
+"""The `agentqueue` command. Subcommands import their heavy modules lazily: `mcp` imports none.
+
+`agentqueue mcp` is what MCP clients launch, every time they start: its flags are read by hand
+(`mcp_flags`) and it never builds the argparse tree or imports `argparse`; anything unusual there
+(`--help`, a typo, a bad toolset) goes the ordinary way, so argparse still words every error.
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
 from . import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the `mcp` path must stay light)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
 
 DESCRIPTION = """\
 AgentQueue runs a queue of AI coding-agent tasks (Claude Code, Codex, Gemini
@@ -26,26 +35,34 @@ first steps:
 Every read command takes --json; `agentqueue COMMAND --help` describes one."""
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
-    """Lists the commands without argparse's `{install,doctor,…}` header line."""
+def _help_formatter() -> type[argparse.HelpFormatter]:
+    """The top-level help's formatter (a function, so `argparse` is imported only when a parser is built)."""
+    import argparse
 
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=18)
-        self._action_max_length = 14  # room for "uninstall" beside its help
+    class Help(argparse.RawDescriptionHelpFormatter):
+        """Lists the commands without argparse's `{install,doctor,…}` header line."""
 
-    def _format_action(self, action: argparse.Action) -> str:
-        text = super()._format_action(action)
-        if action.nargs == argparse.PARSER:
-            text = "\n".join(text.split("\n")[1:])
-        return text
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, max_help_position=18)
+            self._action_max_length = 14  # room for "uninstall" beside its help
+
+        def _format_action(self, action: argparse.Action) -> str:
+            text = super()._format_action(action)
+            if action.nargs == argparse.PARSER:
+                text = "\n".join(text.split("\n")[1:])
+            return text
+
+    return Help
 
 
 CLIENT_CHOICES = ["claude-desktop", "claude-code", "cursor", "vscode"]
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="agentqueue", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=_Help)
+                                     formatter_class=_help_formatter())
     parser.add_argument("--version", action="version", version=f"agentqueue {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
@@ -164,6 +181,8 @@ def selection_flags(parser: argparse.ArgumentParser, who: str) -> None:
 
 
 def _toolsets_arg(parse: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    import argparse
+
     def convert(text: str) -> list[str]:
         try:
             return parse(text)
@@ -172,7 +191,34 @@ def _toolsets_arg(parse: Callable[[str], list[str]]) -> Callable[[str], list[str
     return convert
 
 
+def mcp_flags(argv: list[str]) -> tuple[bool, dict[str, Any]] | None:
+    """(standalone, client options) of `agentqueue mcp`'s arguments when they are only its own well-formed
+    flags, else None: the caller then lets argparse read them, and word any error."""
+    from .toolsets import client_options, parse_toolsets
+
+    standalone, read_only, toolsets = False, False, None
+    rest = list(argv)
+    while rest:
+        flag = rest.pop(0)
+        if flag == "--standalone":
+            standalone = True
+        elif flag == "--read-only":
+            read_only = True
+        elif (flag == "--toolsets" and rest) or flag.startswith("--toolsets="):
+            value = rest.pop(0) if flag == "--toolsets" else flag.partition("=")[2]
+            try:
+                toolsets = parse_toolsets(value)
+            except ValueError:
+                return None
+        else:
+            return None
+    return standalone, client_options(read_only, toolsets)
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["mcp"] and (flags := mcp_flags(argv[1:])) is not None:
+        _mcp(*flags)  # the path every client launch takes: no argparse tree
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -181,18 +227,10 @@ def main(argv: list[str] | None = None) -> None:
     from . import paths
 
     home = paths.home()
-    if args.command == "mcp" and not args.standalone:
-        from . import plugin
-
-        from .toolsets import client_options
-
-        sys.exit(plugin.main(client_options(args.read_only, args.toolsets)))
     if args.command == "mcp":
-        from .standalone import run_standalone
-
         from .toolsets import client_options
 
-        sys.exit(run_standalone(home, client_options(args.read_only, args.toolsets)))
+        _mcp(args.standalone, client_options(args.read_only, args.toolsets))
     if args.command == "serve":
         from . import daemon, settings
 
@@ -210,6 +248,18 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(daemon.serve(home, args.host, port, not args.no_http,
                               connection_options(args.read_only, args.toolsets), args.allow_host))
     sys.exit(_run_command(args, home))
+
+
+def _mcp(standalone: bool, options: dict[str, Any]) -> None:
+    """`agentqueue mcp`: the relay to the daemon (stdlib only), or with --standalone the whole server here."""
+    if not standalone:
+        from . import plugin
+
+        sys.exit(plugin.main(options))
+    from . import paths
+    from .standalone import run_standalone
+
+    sys.exit(run_standalone(paths.home(), options))
 
 
 def _run_command(args: argparse.Namespace, home: Path) -> int:

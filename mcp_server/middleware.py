@@ -25,7 +25,7 @@ from .resources import readers_of
 from .services.limits import MAX_NAME
 from .services.policy_rules import PolicyError
 from .tools.gate import CURRENT_CALL, CallRecord
-from .tools.registry import SPECS
+from .tools.registry import SPECS, TOOLS
 from .tools.state import actor_of, state_for
 
 log = logging.getLogger("agentqueue.middleware")
@@ -105,23 +105,75 @@ async def _resources(ctx: Any, call_next: Any) -> Any:
     return await call_next(ctx)
 
 
+class ToolLists:
+    """`tools/list` answers as sent, by (protocol version, the tool names offered, read_only), the most recent few.
+
+    A connection's answer depends only on that key: every MCPServer of this process lists the same tools
+    (`app.sdk_tools`, built once), and the era decides the rest of the wire form. So the SDK builds,
+    validates and shapes each selection's list for the wire once per process, not on every connection
+    (only the JSON text is encoded per answer); a connection whose selection changes simply has a new
+    key. The SDK copies a result before shaping it for the wire, so an answer kept here is never
+    written into.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.hits = 0  # answers sent from here (tests check the cache serves; the count costs nothing)
+        self._answers: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def get(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        answer = self._answers.pop(key, None)
+        if answer is not None:
+            self._answers[key] = answer  # most recently used last
+            self.hits += 1
+        return answer
+
+    def put(self, key: tuple[Any, ...], answer: dict[str, Any]) -> None:
+        self._answers[key] = answer
+        while len(self._answers) > self.size:
+            del self._answers[next(iter(self._answers))]
+
+
+TOOL_LISTS = ToolLists()
+
+
+def _past_handshake(ctx: Any) -> bool:
+    """Whether the SDK would serve this request: a handshake-era connection before `initialize` is refused
+    by the SDK (below this middleware), so such a request must not be answered from the cache."""
+    connection = getattr(ctx.session, "_connection", None)  # private, as reference/mcp_sdk.md §2 notes
+    return bool(getattr(connection, "initialize_accepted", False))
+
+
+async def _tools_list(ctx: Any, call_next: Any) -> Any:
+    """tools/list: what this connection's selection hides and the policy denies outright is left out."""
+    state = state_for(ctx)
+    try:
+        # On the loop, not a worker thread: it is a stat of policy.toml (read again only when it changed) and
+        # ~0.4 ms of Python the GIL would make the loop wait for anyway, while the hop to a thread and back
+        # cost every client launch 1-2 ms on a busy machine.
+        policy = state.services.policies.effective(state.active_project)
+    except PolicyError as error:  # a broken policy.toml: every call says so; the list stays whole
+        log.warning("tools/list not filtered by the policy: %s", error)
+        policy = None
+    offered = frozenset(spec.name for spec in TOOLS
+                        if not (state.hides(spec.name, spec.group, spec.read_only)
+                                or policy is not None and policy.denies_outright(spec.name, spec.read_only)))
+    key = (ctx.protocol_version, offered, bool(state.options.get("read_only")))
+    if _past_handshake(ctx) and (answer := TOOL_LISTS.get(key)) is not None:
+        return dict(answer)
+    result = await call_next(ctx)
+    if isinstance(result, dict) and isinstance(result.get("tools"), list):
+        result["tools"] = [t for t in result["tools"] if t.get("name") in offered or t.get("name") not in SPECS]
+        TOOL_LISTS.put(key, result)
+        return dict(result)
+    return result
+
+
 async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
     if ctx.method.startswith("resources/") or ctx.method == "subscriptions/listen":
         return await _resources(ctx, call_next)
     if ctx.method == "tools/list":
-        result = await call_next(ctx)
-        state = state_for(ctx)
-        if isinstance(result, dict) and isinstance(result.get("tools"), list):
-            try:
-                policy = await anyio.to_thread.run_sync(state.services.policies.effective, state.active_project)
-            except PolicyError as error:  # a broken policy.toml: every call says so; the list stays whole
-                log.warning("tools/list not filtered by the policy: %s", error)
-                policy = None
-            result["tools"] = [t for t in result["tools"]
-                               if not ((spec := SPECS.get(t.get("name")))
-                                       and (state.hides(spec.name, spec.group, spec.read_only)
-                                            or policy is not None and policy.denies_outright(spec.name, spec.read_only)))]
-        return result
+        return await _tools_list(ctx, call_next)
     if ctx.method != "tools/call" or ctx.request_id is None:
         return await call_next(ctx)
     params = ctx.params or {}

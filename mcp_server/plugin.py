@@ -7,6 +7,11 @@ the client's `initialize` handshake and, when the daemon goes away while the cli
 there, reconnects (starting a daemon if needed), replays the handshake and swallows its answer,
 so the client keeps its session across `restart_daemon` (only then: after `agentqueue stop` or a
 crash the plugin exits like any server that went away).
+
+Every client launch pays this module's imports, so it imports only what relaying needs: it holds the
+home as a str (`paths.home_dir`), so `pathlib` is loaded only on the rare paths (starting a daemon,
+a restart, an error), as is `subprocess`; `typing` only for type checkers. Tests check which
+modules a launch loads.
 """
 
 from __future__ import annotations
@@ -14,22 +19,25 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from . import paths
 from .toolsets import encode_preamble
 from .wire import refusal
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read this name)
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
+
 CONNECT_TIMEOUT_S = float(os.environ.get("AGENTQUEUE_CONNECT_TIMEOUT", "30"))
 
 
-def _connect(sock_path: Path) -> socket.socket | None:
+def _connect(sock_path: str | Path) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(sock_path))
@@ -43,13 +51,15 @@ class DaemonStartError(RuntimeError):
     """The daemon could not be reached or died at start; the message says why and what to do."""
 
 
-def start_daemon(home: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_daemon(home: str | Path) -> tuple[subprocess.Popen[bytes], int]:
     """Spawn `agentqueue serve` in its own session so it outlives this plugin and the client.
 
     It runs from the home directory with the caller's cwd kept off sys.path (`-P`): a project folder
     named like one of our packages can never shadow AgentQueue. Returns the process and where its
     output starts in `logs/daemon.out`, so a daemon that dies at start can be quoted at once.
     """
+    import subprocess  # only when no daemon answers: most launches never need it
+
     log_dir = paths.logs_dir(home)
     log_dir.mkdir(parents=True, exist_ok=True)
     out_path = log_dir / "daemon.out"
@@ -63,7 +73,7 @@ def start_daemon(home: Path) -> tuple[subprocess.Popen[bytes], int]:
     return process, offset
 
 
-def _start_output(home: Path, offset: int) -> str:
+def _start_output(home: str | Path, offset: int) -> str:
     """What a daemon that died at start printed (its last lines, without a traceback's frames)."""
     try:
         with open(paths.logs_dir(home) / "daemon.out", "rb") as out:
@@ -77,10 +87,10 @@ def _start_output(home: Path, offset: int) -> str:
     return "\n".join(lines[-5:])
 
 
-def connect_or_start(home: Path, timeout: float = CONNECT_TIMEOUT_S,
+def connect_or_start(home: str | Path, timeout: float = CONNECT_TIMEOUT_S,
                      progress: Callable[[str], None] | None = None) -> socket.socket:
     """A connection to the home's daemon, starting one if none answers (`progress` hears what happens)."""
-    sock_path = paths.socket_path(home)
+    sock_path = paths.socket_file(home)
     sock = _connect(sock_path)
     if sock is not None:
         return sock
@@ -125,7 +135,7 @@ def _method(line: bytes) -> tuple[str | None, object]:
     return (message.get("method"), message.get("id")) if isinstance(message, dict) else (None, None)
 
 
-def note(home: Path, message: str) -> None:
+def note(home: str | Path, message: str) -> None:
     """One line in logs/plugin.log (stdlib only; the plugin has no logging setup)."""
     try:
         with open(paths.logs_dir(home) / "plugin.log", "a", encoding="utf-8") as log:
@@ -140,7 +150,7 @@ def _say(message: str) -> None:
 
 
 class Pipe:
-    def __init__(self, home: Path, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, home: str | Path, options: dict[str, Any] | None = None) -> None:
         self.home = home
         # Sent first on every connection (restarts too): what this client limits itself to.
         self.preamble = encode_preamble(options) if options else b""
@@ -215,7 +225,7 @@ class Pipe:
         """
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while paths.restart_marker(self.home).exists() and time.monotonic() < deadline:
-            sock = _connect(paths.socket_path(self.home))
+            sock = _connect(paths.socket_file(self.home))
             if sock is not None:
                 return sock
             time.sleep(0.05)
@@ -352,7 +362,7 @@ def refuse_client(message: str) -> None:
             pass
 
 
-def cannot_use(home: Path, error: BaseException) -> str:
+def cannot_use(home: str | Path, error: BaseException) -> str:
     """One sentence for a home or socket folder the plugin cannot use: which path, and how to fix it."""
     if not isinstance(error, OSError) or isinstance(error, paths.UnsafeRuntimeDir):
         return str(error)
@@ -366,7 +376,7 @@ def main(options: dict[str, Any] | None = None) -> int:
     # interpreter shutdown would abort on its lock ("Fatal Python error").
     code = 0
     try:
-        home = paths.home()
+        home = paths.home_dir()
         try:
             pipe = Pipe(home, options)
         except (DaemonStartError, paths.UnsafeRuntimeDir, OSError) as error:

@@ -13,7 +13,10 @@ caller runs inside one of its engine's runs, and only then names it `agent:<id>`
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the plugin imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 TOOLSETS: tuple[str, ...] = ("projects", "channels", "tasks", "repos", "agents", "system", "files", "git", "notes",
                              "hooks", "policy", "requests")

@@ -7,7 +7,10 @@ as JavaScript emits for a cut emoji, gets no answer at all, so the client waits 
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the plugin imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 

@@ -21,6 +21,12 @@ _MACHINE = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "AGENTQUEUE_TOKEN", "AGENTQUEUE_
             "AGENTQUEUE_GEMINI_BIN", "AGENTQUEUE_GH_BIN", "AGENTQUEUE_PORT", "GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME",
             "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL")
 
+# What a client launch must not load: the server's libraries, and the stdlib modules the relay has no use for
+# (argparse: `mcp` reads its flags by hand; pathlib, typing: the plugin holds the home as a str; subprocess,
+# hashlib, tempfile: only to start a daemon or for a home too long for a socket path).
+HEAVY_FOR_A_LAUNCH = {"mcp", "pydantic", "git", "rich", "sqlite_utils", "anyio", "uvicorn", "agentqueue.services",
+                      "argparse", "pathlib", "typing", "subprocess", "hashlib", "tempfile"}
+
 
 def cli_env(home: Path, user_home: Path, **extra: str) -> dict[str, str]:
     user_home.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from agentqueue.cli import _parser
 from agentqueue.install import CLIENTS, config_path, install, read_config, server_entry
 from agentqueue.services import Services
 
-from .cli_helpers import cli_env, run_cli
+from .cli_helpers import HEAVY_FOR_A_LAUNCH, cli_env, run_cli
 from .processes import Terminal
 from .third_party import npm_bin
 
@@ -234,11 +234,27 @@ def test_bare_agentqueue_prints_help_and_every_command_is_described() -> None:
 
 
 def test_the_plugin_path_imports_nothing_heavy() -> None:
-    probe = ("import sys; from agentqueue import cli, plugin; cli._parser().parse_args(['mcp']); "
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'pydantic', 'git', 'rich', "
-             "'sqlite_utils', 'anyio', 'uvicorn', 'agentqueue.services'}))")
+    probe = ("import sys; started = set(sys.modules); import re; from agentqueue import cli, paths, plugin; "
+             "cli.mcp_flags(['--read-only', '--toolsets', 'tasks,notes']); paths.socket_file(paths.home_dir()); "
+             "print(sorted({m for n in set(sys.modules) - started for m in (n, n.split('.')[0])} & "
+             f"{HEAVY_FOR_A_LAUNCH!r}))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_mcp_reads_its_own_flags_and_leaves_anything_else_to_argparse() -> None:
+    from agentqueue.cli import mcp_flags
+
+    assert mcp_flags([]) == (False, {})
+    assert mcp_flags(["--read-only", "--toolsets", "tasks,notes"]) == (
+        False, {"read_only": True, "toolsets": ["tasks", "notes"]})
+    assert mcp_flags(["--toolsets=git", "--standalone"]) == (True, {"toolsets": ["git"]})
+    for unusual in (["--help"], ["--toolsets"], ["--toolsets", "nope"], ["--read"], ["extra"]):
+        assert mcp_flags(unusual) is None, unusual
+    # ... which words the error as before: a bad toolset is refused before anything starts.
+    done = subprocess.run([sys.executable, "-m", "agentqueue", "mcp", "--toolsets", "nope"], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and "unknown toolset(s) nope" in done.stderr and done.stdout == ""
 
 
 # -- status without a daemon ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentqueue import daemon, paths
 
+from .cli_helpers import HEAVY_FOR_A_LAUNCH
 from .conftest import person_says_yes
 from .processes import alive, own_children, wait_for
 
@@ -248,3 +249,41 @@ def test_a_daemon_starts_while_status_probes_its_lock(live_home: Path) -> None:
             assert server.wait(timeout=15) == 0
     finally:
         stop_probing.set()
+
+
+def imported(stderr: str) -> set[str]:
+    """The modules a `python -X importtime` run loaded, from its stderr."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")} \
+        - {"package"}  # the header line's last column
+
+
+def test_a_client_launch_against_a_running_daemon_loads_nothing_heavy(live_home: Path) -> None:
+    """A whole session (initialize, tools/list, a tool call) through a real plugin: what it imported, beyond
+    what the bare interpreter loads at start, holds none of the modules a launch has no use for."""
+    raw_plugin_after_initialize(live_home).communicate(timeout=30)  # starts the daemon: a later launch finds it
+    bare = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, text=True,
+                          timeout=60)
+    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_status", "arguments": {}}}]
+    plugin = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "agentqueue", "mcp", "--read-only"],
+                              env=plugin_env(live_home), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    answers: dict[int, dict] = {}
+    for message in messages:
+        plugin.stdin.write(json.dumps(message) + "\n")
+        plugin.stdin.flush()
+        if "id" in message:  # one request at a time, as a client waits for the handshake
+            while message["id"] not in answers:
+                answer = json.loads(plugin.stdout.readline())
+                answers[answer["id"]] = answer
+    out, err = plugin.communicate(timeout=30)
+    assert plugin.returncode == 0, err
+    listed = {t["name"] for t in answers[2]["result"]["tools"]}
+    assert "get_status" in listed and "create_task" not in listed  # --read-only reached the daemon
+    assert not answers[3]["result"].get("isError"), answers[3]
+    loaded = imported(err) - imported(bare.stderr)
+    assert "agentqueue.plugin" in loaded, err[-2000:]
+    assert not {m for n in loaded for m in (n, n.split(".")[0])} & HEAVY_FOR_A_LAUNCH, sorted(loaded)

@@ -8,11 +8,15 @@ import pytest
 from mcp import Client
 
 from agentqueue.app import build_server
+from agentqueue.middleware import TOOL_LISTS
 from agentqueue.services import Services
 from agentqueue.services.usage import since_iso
 from agentqueue.store.db import now_iso
 
-from .conftest import fail, ok
+from agentqueue.tools import SPECS
+from agentqueue.toolsets import TOOLSETS, connection_options
+
+from .conftest import fail, ok, person_says_yes
 
 pytestmark = pytest.mark.anyio
 
@@ -267,3 +271,48 @@ async def test_tool_definitions_fit_the_token_budget(client):
                               for t in tools])
     approx_tokens = len(definitions) // 4
     assert approx_tokens / len(tools) <= 120, f"{approx_tokens} tokens for {len(tools)} tools"
+
+
+# -- tools/list, built once per selection ---------------------------------------------------------
+async def listed_twice(client: Client) -> list[str]:
+    """The tool names a connection is offered, asked twice: the second answer must come from the daemon's kept
+    answers (middleware.TOOL_LISTS) and be the same list."""
+    first = [t.name for t in (await client.list_tools()).tools]
+    hits = TOOL_LISTS.hits
+    second = [t.name for t in (await client.list_tools()).tools]
+    assert TOOL_LISTS.hits == hits + 1, "the second tools/list was built again instead of answered from the cache"
+    assert second == first
+    return first
+
+
+async def test_each_selection_gets_its_own_correct_tool_list_from_the_cache(services, era):
+    mode = "legacy" if era == "legacy" else "auto"
+    selections = {
+        "every group": (connection_options(toolsets=list(TOOLSETS)), set(SPECS)),
+        "read-only": (connection_options(read_only=True, toolsets=list(TOOLSETS)),
+                      {s.name for s in SPECS.values() if s.read_only}),
+        "tasks": (connection_options(toolsets=["tasks"]), {s.name for s in SPECS.values() if s.group == "tasks"}),
+        "read-only tasks and notes": (
+            connection_options(read_only=True, toolsets=["tasks", "notes"]),
+            {s.name for s in SPECS.values() if s.group in ("tasks", "notes") and s.read_only}),
+    }
+    # Two rounds of connections: a selection met again is answered from the cache, and stays its own.
+    for _ in range(2):
+        for what, (options, expected) in selections.items():
+            async with Client(build_server(services, options), mode=mode) as client:
+                names = await listed_twice(client)
+                assert set(names) == expected and len(names) == len(expected), what
+
+
+async def test_a_connection_whose_selection_changes_gets_the_new_list(services, era):
+    """The policy denying a tool outright takes it off this very connection's list; lifting the rule puts it back."""
+    options = connection_options(toolsets=["projects", "policy"])
+    async with Client(build_server(services, options), mode="legacy" if era == "legacy" else "auto",
+                      elicitation_callback=person_says_yes) as client:
+        before = await listed_twice(client)
+        assert "delete_project" in before
+        await ok(client, "edit_policy", add_rule="tool:delete_project", list="deny")
+        denied = await listed_twice(client)
+        assert denied == [name for name in before if name != "delete_project"]
+        await ok(client, "edit_policy", remove_rule="tool:delete_project", list="deny")
+        assert await listed_twice(client) == before
