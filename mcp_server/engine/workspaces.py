@@ -30,6 +30,8 @@ from ..store.models import Repo
 
 log = logging.getLogger("agentqueue.workspaces")
 
+# Landing locally: how many times to build the landed commit again when the default branch moved meanwhile.
+LAND_ATTEMPTS = 20
 # Landing through origin: how many times to fetch, merge and push before giving up on a busy remote.
 PUSH_ATTEMPTS = 5
 # Push refusals that mean "someone else moved the ref first": fetch, merge and retry. The lock ones are a
@@ -48,6 +50,8 @@ class Workspace:
     path: Path
     branch: str | None = None
     repo: Repo | None = None
+    # Checked out fresh from the default branch by this prepare: nothing in it can differ from the default yet.
+    fresh: bool = False
 
 
 @dataclass
@@ -131,6 +135,14 @@ class Workspaces:
         if path.exists() and (path / ".git").exists():
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
+        if existing_branch is None:
+            # The usual case, in one command: a new branch from the default one. When that branch exists already,
+            # or a stale worktree entry is in the way, the careful path below decides.
+            try:
+                main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
+                return Workspace(path, branch, repo, fresh=True)
+            except ServiceError:
+                pass
         main.run("worktree", "prune")
         if self.checkouts_root is not None and existing_branch is not None and not main.branch_exists(branch):
             self._fetch_published(main, branch)  # team mode: another daemon may have run (and published) it
@@ -143,11 +155,12 @@ class Workspaces:
             # The default branch has all its commits (a rerun of merged work): move it up to the default
             # branch (a fast-forward), so its diff is only the new work.
             main.run("worktree", "add", "--quiet", "-B", branch, str(path), repo.default_branch)
-        elif main.branch_exists(branch):
+            return Workspace(path, branch, repo, fresh=True)
+        if main.branch_exists(branch):
             main.run("worktree", "add", "--quiet", str(path), branch)
-        else:
-            main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
-        return Workspace(path, branch, repo)
+            return Workspace(path, branch, repo)
+        main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
+        return Workspace(path, branch, repo, fresh=True)
 
     @staticmethod
     def _fetch_published(main: gitops.Checkout, branch: str) -> None:
@@ -214,20 +227,33 @@ class Workspaces:
     def commit_leftovers(self, workspace: Workspace, message: str) -> str | None:
         if workspace.repo is None:
             return None
-        checkout = gitops.Checkout(workspace.path)
-        committed, sha = checkout.commit_all(message)
-        return sha if committed else None
+        return gitops.Checkout(workspace.path).commit_leftovers(message)
 
-    def land(self, workspace: Workspace, via_remote: bool = False) -> Landing:
+    @staticmethod
+    def changes(workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
+        """What the task branch changes since it left the default branch, read once for the run's result, the
+        protected-paths check and the landing: ([{path, status}], every path touched)."""
+        assert workspace.repo is not None and workspace.branch is not None
+        return gitops.Checkout(workspace.path).branch_changes(workspace.repo.default_branch, workspace.branch)
+
+    def land(self, workspace: Workspace, via_remote: bool = False, files: list[str] | None = None,
+             check_clean: bool = True) -> Landing:
         """Merge the task branch into the default branch (and push clone repos). via_remote (team mode), with
-        an origin: the task lands on origin's default branch, and the local one follows it."""
+        an origin: the task lands on origin's default branch, and the local one follows it. `files`: the paths
+        the branch changes when the caller read them already; `check_clean=False` when it knows the worktree
+        holds nothing uncommitted (its leftovers were just committed and nothing ran in it since)."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
-        with self.repo_lock(repo.id):
-            main = gitops.Checkout(self.checkout_of(repo))
-            if via_remote and main.remote_url() is not None:
+        main = gitops.Checkout(self.checkout_of(repo))
+        if via_remote and main.remote_url() is not None:
+            with self.repo_lock(repo.id):
                 return self._land_remote(workspace, repo, main)
-            return self._land(workspace, repo, main)
+        if check_clean:
+            gitops.Checkout(workspace.path).require_clean("land the task")
+        if files is None:
+            files = [f["path"] for f in gitops.Checkout(workspace.path).changed_files(repo.default_branch,
+                                                                                      workspace.branch)]
+        return self._land(workspace, repo, main, files)
 
     def _land_remote(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
         assert workspace.branch is not None
@@ -282,35 +308,85 @@ class Workspaces:
         except ServiceError as error:
             log.warning("left %s in %s as it was (origin has the landed work): %s", default, main.path, error)
 
-    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
+    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout, files: list[str]) -> Landing:
+        """Prepare the landed commit off to the side (a fast-forward, or a merge commit built by merge-tree and
+        commit-tree, touching no worktree), then move the default branch to it under the repo's lock: a
+        compare-and-swap on the tip the commit was built from. When another landing (or the person) moved
+        the branch meanwhile, build again from its new tip; the lock is never held while git merges."""
         assert workspace.branch is not None
-        tree = gitops.Checkout(workspace.path)
-        default = repo.default_branch
-        tree.require_clean("land the task")
-        files = [f["path"] for f in tree.changed_files(default, workspace.branch)]
-        outcome = self._merge_default_into_branch(tree, default)
-        if outcome is not None:
-            return outcome
-        new_sha = tree.head_sha()
-        old_sha = main.run("rev-parse", "--verify", f"refs/heads/{default}")
-        try:
-            if main.current_branch() == default:
-                main.run("merge", "--ff-only", "--quiet", workspace.branch)
-            else:
-                main.run("update-ref", f"refs/heads/{default}", new_sha, old_sha)
-        except ServiceError as error:
-            dirty = [c["path"] for c in main.changes() if c["path"] in files]
-            return Landing(merged=False, dirty=dirty, files_changed=files,
-                           message=f"Could not move '{default}' in {main.path} to the task's "
-                                   f"work ({error}). The task branch '{workspace.branch}' keeps it.")
+        default, branch = repo.default_branch, workspace.branch
+        ref = f"refs/heads/{default}"
+        old, tip = main.rev_parse(ref, f"refs/heads/{branch}")  # refs/heads/...: never read as an option
+        for attempt in range(1, LAND_ATTEMPTS + 1):
+            built = self._landed_commit(main, workspace, default, old, tip)
+            if isinstance(built, Landing):
+                return built  # a conflict: nothing moved, the branch is kept as it was
+            with self.repo_lock(repo.id):
+                now, head = main.rev_parse(ref, "--symbolic-full-name", "HEAD")
+                if now == old:
+                    failure = self._move_default(main, default, built, old, head == ref, files, branch)
+                    if failure is not None:
+                        return failure
+                    break
+            log.info("%s moved while landing %s (attempt %d): merging again from its new tip", default, branch,
+                     attempt)
+            old = now
+        else:
+            raise ConflictError(f"'{default}' of repo '{repo.id}' moved on every one of {LAND_ATTEMPTS} tries to "
+                                f"land '{branch}'; the task branch is kept. Try again when it is quieter.")
         pushed = False
         if repo.source_type == "clone" and main.remote_url() is not None:
             main.push(default)
             pushed = True
-        return Landing(merged=True, sha=new_sha, base_sha=old_sha, pushed=pushed, files_changed=files)
+        return Landing(merged=True, sha=built if built != old else tip, base_sha=old, pushed=pushed,
+                       files_changed=files, attempts=attempt)
 
     @staticmethod
-    def _merge_default_into_branch(tree: gitops.Checkout, default: str) -> Landing | None:
+    def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str,
+                       tip: str) -> str | Landing:
+        """What the default branch moves to: the task's tip when it contains the default branch (a fast-forward),
+        the default itself when it already has the task's work, else a new merge commit of the default into the
+        task branch (the task's tip first, as `git merge` in its worktree made it)."""
+        base = main.run("merge-base", "--end-of-options", old, tip)
+        if base == old:
+            return tip
+        if base == tip:
+            return old  # nothing new to land: the default branch stays where it is
+        try:
+            tree, conflicts = main.merge_tree(tip, old)
+        except gitops.GitError:  # a git without merge-tree --write-tree: merge in the worktree, as before
+            tree_checkout = gitops.Checkout(workspace.path)
+            outcome = Workspaces._merge_default_into_branch(tree_checkout, old, default)
+            return outcome if outcome is not None else tree_checkout.run("rev-parse", "--verify", "HEAD")
+        if tree is None:
+            return Landing(merged=False, conflicts=conflicts,
+                           message=f"The task branch conflicts with '{default}' in {', '.join(conflicts)}; "
+                                   "the merge was aborted and the branch kept for you to resolve.")
+        return main.run_as_author("commit-tree", tree, "-p", tip, "-p", old, "-m",
+                                  f"Merge branch '{default}' into {workspace.branch}")
+
+    @staticmethod
+    def _move_default(main: gitops.Checkout, default: str, new: str, old: str, checked_out: bool,
+                      files: list[str], branch: str) -> Landing | None:
+        """Move the default branch from `old` to `new` (the caller holds the repo's lock and saw it at `old`).
+        Checked out in the user's checkout: a fast-forward merge there, which git refuses rather than overwrite
+        their uncommitted edits; otherwise an update-ref that fails if the branch is no longer at `old`."""
+        if new == old:
+            return None
+        try:
+            if checked_out:
+                main.run("merge", "--ff-only", "--quiet", new)
+            else:
+                main.run("update-ref", f"refs/heads/{default}", new, old)
+        except ServiceError as error:
+            dirty = [c["path"] for c in main.changes() if c["path"] in files]
+            return Landing(merged=False, dirty=dirty, files_changed=files,
+                           message=f"Could not move '{default}' in {main.path} to the task's "
+                                   f"work ({error}). The task branch '{branch}' keeps it.")
+        return None
+
+    @staticmethod
+    def _merge_default_into_branch(tree: gitops.Checkout, default: str, name: str | None = None) -> Landing | None:
         try:
             tree.run("merge-base", "--is-ancestor", default, "HEAD")
             return None  # already contains the default branch: a fast-forward will do
@@ -319,31 +395,22 @@ class Workspaces:
         outcome = tree.merge(default, tree.current_branch() or "HEAD")
         if outcome.merged:
             return None
-        name = default.removeprefix("refs/remotes/")
+        name = name or default.removeprefix("refs/remotes/")
         return Landing(merged=False, conflicts=outcome.conflicts,
                        message=f"The task branch conflicts with '{name}' in {', '.join(outcome.conflicts)}; "
                                "the merge was aborted and the branch kept for you to resolve.")
 
     def remove(self, workspace: Workspace, delete_branch: bool = True) -> bool:
         """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't."""
-        if workspace.repo is None:
+        if workspace.repo is None or not workspace.path.exists():
             return False
-        with self.repo_lock(workspace.repo.id):
-            return self._remove(workspace, delete_branch)
-
-    def _remove(self, workspace: Workspace, delete_branch: bool) -> bool:
-        assert workspace.repo is not None
-        if not workspace.path.exists():
-            return False
-        tree = gitops.Checkout(workspace.path)
-        if not tree.is_clean():
-            log.warning("keeping worktree %s: it has uncommitted changes", workspace.path)
-            return False
+        # No repo lock: git locks what it changes here, and no landing waits on a removal. `worktree remove`
+        # (never --force) checks the worktree is clean itself and refuses otherwise, so nothing uncommitted is lost.
         main = gitops.Checkout(self.checkout_of(workspace.repo))
         try:
             main.run("worktree", "remove", str(workspace.path))
         except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
-            log.warning("could not remove worktree %s: %s", workspace.path, error)
+            log.warning("keeping worktree %s: %s", workspace.path, error)
             return False
         if delete_branch and workspace.branch:
             try:
