@@ -124,25 +124,29 @@ class Workspaces:
 
     def prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None = None) -> Workspace:
         """Create (or reuse, on a retry) the task's worktree from the freshly updated default branch."""
-        with self.repo_lock(repo.id):
-            return self._prepare(repo, task_id, title, existing_branch)
-
-    def _prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None) -> Workspace:
         main = gitops.Checkout(self.checkout_of(repo))
-        self.refresh_default(main, repo)
+        if repo.source_type == "clone":
+            with self.repo_lock(repo.id):  # it may move the default branch
+                self.refresh_default(main, repo)
         branch = existing_branch or branch_name(task_id, title)
         path = self.path_for(repo.id, task_id)
         if path.exists() and (path / ".git").exists():
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
         if existing_branch is None:
-            # The usual case, in one command: a new branch from the default one. When that branch exists already,
-            # or a stale worktree entry is in the way, the careful path below decides.
+            # The usual case, in one command and without the repo's lock (git creates the new branch atomically, and
+            # the worktree's folder is the task's own). When that branch exists already, or a stale worktree entry
+            # is in the way, the careful path below decides under the lock.
             try:
                 main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
                 return Workspace(path, branch, repo, fresh=True)
             except ServiceError:
                 pass
+        with self.repo_lock(repo.id):
+            return self._prepare(main, repo, path, branch, existing_branch)
+
+    def _prepare(self, main: gitops.Checkout, repo: Repo, path: Path, branch: str,
+                 existing_branch: str | None) -> Workspace:
         main.run("worktree", "prune")
         if self.checkouts_root is not None and existing_branch is not None and not main.branch_exists(branch):
             self._fetch_published(main, branch)  # team mode: another daemon may have run (and published) it
@@ -317,17 +321,23 @@ class Workspaces:
         default, branch = repo.default_branch, workspace.branch
         ref = f"refs/heads/{default}"
         old, tip = main.rev_parse(ref, f"refs/heads/{branch}")  # refs/heads/...: never read as an option
+        base: str | None = None
         for attempt in range(1, LAND_ATTEMPTS + 1):
-            built = self._landed_commit(main, workspace, default, old, tip)
+            built = self._landed_commit(main, workspace, default, old, tip, base)
             if isinstance(built, Landing):
                 return built  # a conflict: nothing moved, the branch is kept as it was
+            if built not in (old, tip):
+                base = "merge"  # a retry merges again from main's new tip: no need to ask about a fast-forward
             with self.repo_lock(repo.id):
-                now, head = main.rev_parse(ref, "--symbolic-full-name", "HEAD")
-                if now == old:
-                    failure = self._move_default(main, default, built, old, head == ref, files, branch)
-                    if failure is not None:
-                        return failure
+                error = self._move_default(main, ref, built, old)
+                if error is None:
                     break
+                now = main.rev_parse(ref)[0]
+                if now == old:  # not moved: git refused, e.g. over the user's uncommitted edits
+                    dirty = [c["path"] for c in main.changes() if c["path"] in files]
+                    return Landing(merged=False, dirty=dirty, files_changed=files,
+                                   message=f"Could not move '{default}' in {main.path} to the task's "
+                                           f"work ({error}). The task branch '{branch}' keeps it.")
             log.info("%s moved while landing %s (attempt %d): merging again from its new tip", default, branch,
                      attempt)
             old = now
@@ -342,12 +352,13 @@ class Workspaces:
                        files_changed=files, attempts=attempt)
 
     @staticmethod
-    def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str,
-                       tip: str) -> str | Landing:
+    def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str, tip: str,
+                       base: str | None = None) -> str | Landing:
         """What the default branch moves to: the task's tip when it contains the default branch (a fast-forward),
         the default itself when it already has the task's work, else a new merge commit of the default into the
-        task branch (the task's tip first, as `git merge` in its worktree made it)."""
-        base = main.run("merge-base", "--end-of-options", old, tip)
+        task branch (the task's tip first, as `git merge` in its worktree made it). `base`: "merge" when that
+        is known already."""
+        base = base or main.run("merge-base", "--end-of-options", old, tip)
         if base == old:
             return tip
         if base == tip:
@@ -366,23 +377,20 @@ class Workspaces:
                                   f"Merge branch '{default}' into {workspace.branch}")
 
     @staticmethod
-    def _move_default(main: gitops.Checkout, default: str, new: str, old: str, checked_out: bool,
-                      files: list[str], branch: str) -> Landing | None:
-        """Move the default branch from `old` to `new` (the caller holds the repo's lock and saw it at `old`).
-        Checked out in the user's checkout: a fast-forward merge there, which git refuses rather than overwrite
-        their uncommitted edits; otherwise an update-ref that fails if the branch is no longer at `old`."""
+    def _move_default(main: gitops.Checkout, ref: str, new: str, old: str) -> ServiceError | None:
+        """Move the default branch `ref` from `old` to `new` (the caller holds the repo's lock); git's refusal, if
+        it refused. Checked out in the user's checkout: a fast-forward merge there, which git refuses rather than
+        overwrite their uncommitted edits, or when the branch moved to where `new` does not lead; otherwise an
+        update-ref that fails if the branch is no longer at `old`. Either way a moved branch is never overwritten."""
         if new == old:
             return None
         try:
-            if checked_out:
+            if main.head_ref() == ref:
                 main.run("merge", "--ff-only", "--quiet", new)
             else:
-                main.run("update-ref", f"refs/heads/{default}", new, old)
+                main.run("update-ref", ref, new, old)
         except ServiceError as error:
-            dirty = [c["path"] for c in main.changes() if c["path"] in files]
-            return Landing(merged=False, dirty=dirty, files_changed=files,
-                           message=f"Could not move '{default}' in {main.path} to the task's "
-                                   f"work ({error}). The task branch '{branch}' keeps it.")
+            return error
         return None
 
     @staticmethod

@@ -135,6 +135,25 @@ class Checkout:
         except GitError:
             return None
 
+    def head_ref(self) -> str | None:
+        """The ref HEAD points at ('refs/heads/main'), None on a detached HEAD. Read from the HEAD file of a plain
+        repository (a file git keeps in one documented form), so a landing's lock is not held over a git process;
+        from git itself for anything else (a linked worktree, the reftable format)."""
+        dot_git = self.path / ".git"
+        if dot_git.is_dir() and not (dot_git / "reftable").exists():
+            try:
+                text = (dot_git / "HEAD").read_text(encoding="utf-8").strip()
+            except OSError:
+                text = ""
+            if text.startswith("ref: refs/"):
+                return text.removeprefix("ref: ")
+            if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", text):
+                return None
+        try:
+            return self.run("symbolic-ref", "--quiet", "HEAD")
+        except GitError:
+            return None
+
     def head_sha(self) -> str | None:
         try:
             return self.run("rev-parse", "--verify", "--quiet", "HEAD")
