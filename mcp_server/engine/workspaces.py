@@ -1,12 +1,14 @@
 """Task workspaces: a git worktree per task on `<task_id>/<slug>`, and landing its work afterwards.
 
 Landing never loses work and never leaves a repo mid-merge: leftovers are committed on the task
-branch, the default branch is merged *into the task branch inside its worktree* (a conflict is
-aborted there and reported), and only then is the default branch fast-forwarded to the result.
-The user's checkout is touched only by that fast-forward, which git refuses rather than overwrite
-uncommitted changes. Worktrees are removed after landing, and never while they hold uncommitted
-work. Runs of one repo end in parallel threads: preparing, landing and removing are serialised per
-repo, so a landing always merges the default branch as the previous landing left it.
+branch, the landed commit is built off to the side (the task's tip when it contains the default
+branch, else a merge of the default branch into it by `merge-tree` and `commit-tree`: no worktree,
+index or ref is touched, and a conflict changes nothing), and only then is the default branch moved
+to it, under the repo's lock, if it is still where the commit was built from (a compare-and-swap;
+when another landing moved it meanwhile, the commit is built again from its new tip). The user's
+checkout is touched only by that move, a fast-forward git refuses rather than overwrite uncommitted
+changes. Worktrees are removed after landing, and never while they hold uncommitted work. Runs of
+one repo end in parallel threads; only the move of the default branch is serialised per repo.
 
 Team mode (several daemons on one queue, maybe on several machines): each daemon works in its own
 checkout of a repo (`checkouts_root`), and lands *through origin*: fetch, merge origin's default
@@ -65,7 +67,7 @@ class Landing:
     message: str | None = None
     # Files the task changes that have uncommitted edits in the user's checkout (why git refused to move it).
     dirty: list[str] = field(default_factory=list)
-    # Fetch-merge-push rounds a landing through origin took (1 = origin had not moved meanwhile).
+    # Rounds a landing took (1 = the default branch, or origin's, had not moved meanwhile).
     attempts: int = 1
 
 
