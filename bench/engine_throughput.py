@@ -136,12 +136,18 @@ async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, ob
     checkout = svc.repos.get("repo").checkout_path
     landed = subprocess.run(["git", "ls-tree", "--name-only", "main"], cwd=checkout, capture_output=True,
                             text=True).stdout.split()
+    left = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/heads/"], cwd=checkout,
+                          capture_output=True, text=True).stdout.split()
+    trees = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=checkout, capture_output=True,
+                           text=True).stdout.count("worktree ")
     svc.close()
+    if len(left) > 1 or trees > 1:
+        print(f"left behind: {len(left) - 1} task branches, {trees - 1} worktrees", file=sys.stderr)
     files = sum(1 for name in landed if name.startswith("work-"))
     if files != n:
         raise SystemExit(f"main has {files} of the {n} tasks' files; see {home}")
     return {"seconds": elapsed, "overheads": overheads, "runs": runs, "calls": len(calls),
-            "kinds": by_kind(calls, n)}
+            "kinds": by_kind(calls, n), "left": {"branches": len(left) - 1, "worktrees": trees - 1}}
 
 
 def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, floor_kinds: dict) -> list[dict]:
@@ -155,7 +161,7 @@ def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, f
          "anchor": "the same git steps by hand in a loop", "anchor_value": round(floor_s * 1000, 1),
          "ratio": round(ratio, 2), "goal": "≤ 2 × the floor", "met": ratio <= 2.0,
          "p90_ms": round(p90 * 1000, 1), "agent_run_ms_median": round(statistics.median(eng["runs"]) * 1000, 1),
-         **common},
+         "left_behind": eng["left"], **common},
         {"metric": "engine throughput, the same run", "value": round(n / eng["seconds"], 2), "unit": "tasks/s",
          "anchor": None, "anchor_value": None, "ratio": None, "goal": "—", "met": True,
          "seconds": round(eng["seconds"], 2), **common},

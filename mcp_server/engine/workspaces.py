@@ -77,6 +77,7 @@ class Workspaces:
         # Team mode: this daemon's own checkouts of clone repos, in its home (None: use each repo's checkout_path).
         self.checkouts_root = checkouts_root
         self._locks: dict[str, threading.RLock] = {}
+        self._tree_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
     def checkout_of(self, repo: Repo) -> Path:
@@ -121,6 +122,12 @@ class Workspaces:
         with self._locks_guard:
             return self._locks.setdefault(repo_id, threading.RLock())
 
+    def worktree_lock(self, repo_id: str) -> threading.Lock:
+        """Held while git adds, prunes or removes a worktree of the repo, or deletes a branch: each of these reads
+        every worktree's entry and fails on one that another is still writing. No landing waits on it."""
+        with self._locks_guard:
+            return self._tree_locks.setdefault(repo_id, threading.Lock())
+
     def path_for(self, repo_id: str, task_id: str) -> Path:
         return self.root / repo_id / task_id
 
@@ -140,11 +147,12 @@ class Workspaces:
             # the worktree's folder is the task's own). When that branch exists already, or a stale worktree entry
             # is in the way, the careful path below decides under the lock.
             try:
-                main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
+                with self.worktree_lock(repo.id):
+                    main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
                 return Workspace(path, branch, repo, fresh=True)
             except ServiceError:
                 pass
-        with self.repo_lock(repo.id):
+        with self.repo_lock(repo.id), self.worktree_lock(repo.id):
             return self._prepare(main, repo, path, branch, existing_branch)
 
     def _prepare(self, main: gitops.Checkout, repo: Repo, path: Path, branch: str,
@@ -414,19 +422,20 @@ class Workspaces:
         """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't."""
         if workspace.repo is None or not workspace.path.exists():
             return False
-        # No repo lock: git locks what it changes here, and no landing waits on a removal. `worktree remove`
-        # (never --force) checks the worktree is clean itself and refuses otherwise, so nothing uncommitted is lost.
+        # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
+        # is clean itself and refuses otherwise, so nothing uncommitted is lost.
         main = gitops.Checkout(self.checkout_of(workspace.repo))
-        try:
-            main.run("worktree", "remove", str(workspace.path))
-        except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
-            log.warning("keeping worktree %s: %s", workspace.path, error)
-            return False
-        if delete_branch and workspace.branch:
+        with self.worktree_lock(workspace.repo.id):
             try:
-                main.run("branch", "-d", "--", workspace.branch)
-            except ServiceError as error:
-                log.info("kept branch %s: %s", workspace.branch, error)
+                main.run("worktree", "remove", str(workspace.path))
+            except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
+                log.warning("keeping worktree %s: %s", workspace.path, error)
+                return False
+            if delete_branch and workspace.branch:
+                try:
+                    main.run("branch", "-d", "--", workspace.branch)
+                except ServiceError as error:
+                    log.info("kept branch %s: %s", workspace.branch, error)
         return True
 
 
