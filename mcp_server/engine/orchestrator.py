@@ -545,7 +545,7 @@ class Engine:
             self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha),
                                      details={**where, "files": len(landing.files_changed)})
             # Cleanup once the task is done (its dependents may start): the run ends, and frees its agent, after it.
-            self.workspaces.remove(workspace)
+            self.workspaces.remove(workspace, landed_tip=landing.tip)
             self._remember(task, result)
         elif landing.conflicts:
             self.lifecycle.blocked(task.id, "merge_conflict", {**where, "conflicts": landing.conflicts,

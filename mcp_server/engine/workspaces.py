@@ -67,6 +67,8 @@ class Landing:
     message: str | None = None
     # Files the task changes that have uncommitted edits in the user's checkout (why git refused to move it).
     dirty: list[str] = field(default_factory=list)
+    # The task branch's tip that landed (its branch may be deleted only while it is still there).
+    tip: str | None = None
     # Rounds a landing took (1 = the default branch, or origin's, had not moved meanwhile).
     attempts: int = 1
 
@@ -359,7 +361,7 @@ class Workspaces:
             main.push(default)
             pushed = True
         return Landing(merged=True, sha=built if built != old else tip, base_sha=old, pushed=pushed,
-                       files_changed=files, attempts=attempt)
+                       files_changed=files, tip=tip, attempts=attempt)
 
     @staticmethod
     def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str, tip: str,
@@ -418,8 +420,10 @@ class Workspaces:
                        message=f"The task branch conflicts with '{name}' in {', '.join(outcome.conflicts)}; "
                                "the merge was aborted and the branch kept for you to resolve.")
 
-    def remove(self, workspace: Workspace, delete_branch: bool = True) -> bool:
-        """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't."""
+    def remove(self, workspace: Workspace, delete_branch: bool = True, landed_tip: str | None = None) -> bool:
+        """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't.
+        `landed_tip`: the branch's tip that landed; the branch is then deleted only if it is still there (an
+        update-ref, which reads no worktree list, so outside the worktree lock), else by `branch -d`."""
         if workspace.repo is None or not workspace.path.exists():
             return False
         # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
@@ -431,12 +435,19 @@ class Workspaces:
             except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
                 log.warning("keeping worktree %s: %s", workspace.path, error)
                 return False
-            if delete_branch and workspace.branch:
-                try:
-                    main.run("branch", "-d", "--", workspace.branch)
-                except ServiceError as error:
-                    log.info("kept branch %s: %s", workspace.branch, error)
+            if delete_branch and workspace.branch and landed_tip is None:
+                self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
+        if delete_branch and workspace.branch and landed_tip is not None:
+            ref = f"refs/heads/{gitops.check_ref_name(workspace.branch)}"
+            self._delete_branch(main, ["update-ref", "-d", ref, landed_tip], workspace.branch)
         return True
+
+    @staticmethod
+    def _delete_branch(main: gitops.Checkout, argv: list[str], branch: str) -> None:
+        try:
+            main.run(*argv)
+        except ServiceError as error:
+            log.info("kept branch %s: %s", branch, error)
 
 
 def _inside(path: Path, root: Path) -> bool:
