@@ -80,6 +80,10 @@ class Workspaces:
         self.checkouts_root = checkouts_root
         self._locks: dict[str, threading.RLock] = {}
         self._tree_locks: dict[str, threading.Lock] = {}
+        # Per repo: how many times this process's landings moved the default branch, and where the last one put it
+        # (written under the repo's lock). A landing that sees the count change knows the branch moved without
+        # trying a move git would refuse; the compare-and-swap stays the guard against every other writer.
+        self._moves: dict[str, tuple[int, str]] = {}
         self._locks_guard = threading.Lock()
 
     def checkout_of(self, repo: Repo) -> Path:
@@ -332,6 +336,7 @@ class Workspaces:
         assert workspace.branch is not None
         default, branch = repo.default_branch, workspace.branch
         ref = f"refs/heads/{default}"
+        seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
         old, tip = main.rev_parse(ref, f"refs/heads/{branch}")  # refs/heads/...: never read as an option
         base: str | None = None
         for attempt in range(1, LAND_ATTEMPTS + 1):
@@ -341,15 +346,22 @@ class Workspaces:
             if built not in (old, tip):
                 base = "merge"  # a retry merges again from main's new tip: no need to ask about a fast-forward
             with self.repo_lock(repo.id):
-                error = self._move_default(main, ref, built, old)
-                if error is None:
-                    break
-                now = main.rev_parse(ref)[0]
-                if now == old:  # not moved: git refused, e.g. over the user's uncommitted edits
-                    dirty = [c["path"] for c in main.changes() if c["path"] in files]
-                    return Landing(merged=False, dirty=dirty, files_changed=files,
-                                   message=f"Could not move '{default}' in {main.path} to the task's "
-                                           f"work ({error}). The task branch '{branch}' keeps it.")
+                moves, latest = self._moves.get(repo.id, (0, ""))
+                if moves != seen and latest != old:
+                    now = latest  # another landing here moved it since `old` was read: no doomed move to try
+                else:
+                    error = self._move_default(main, ref, built, old)
+                    if error is None:
+                        if built != old:
+                            self._moves[repo.id] = (moves + 1, built)
+                        break
+                    now = main.rev_parse(ref)[0]
+                    if now == old:  # not moved: git refused, e.g. over the user's uncommitted edits
+                        dirty = [c["path"] for c in main.changes() if c["path"] in files]
+                        return Landing(merged=False, dirty=dirty, files_changed=files,
+                                       message=f"Could not move '{default}' in {main.path} to the task's "
+                                               f"work ({error}). The task branch '{branch}' keeps it.")
+                seen = moves
             log.info("%s moved while landing %s (attempt %d): merging again from its new tip", default, branch,
                      attempt)
             old = now
