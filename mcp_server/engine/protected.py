@@ -255,7 +255,7 @@ def _listed(root: Path, rules: Sequence[Rule], untracked: bool) -> set[str]:
     else:
         out = _git(root, *listing, "--", *at_root)
     if deeper and untracked:
-        out += b"\0" + _git(root, *listing, *(["--exclude-standard"] if untracked else []), "--", *deeper)
+        out += b"\0" + _git(root, *listing, "--exclude-standard", "--", *deeper)
     return {p for p in out.decode("utf-8", "surrogateescape").split("\0") if p}
 
 

@@ -161,7 +161,7 @@ class Checkout:
             return None
 
     def rev_parse(self, *args: str) -> list[str]:
-        """Several refs (and `--symbolic-full-name HEAD`-style queries) in one command, one line each."""
+        """Several refs resolved in one command, one sha per line."""
         return self.run("rev-parse", *args).splitlines()
 
     def ref_exists(self, ref: str) -> bool:
@@ -230,7 +230,7 @@ class Checkout:
 
     def branch_changes(self, base: str, ref: str) -> tuple[list[dict[str, str]], list[str]]:
         """What `ref` changes since it left `base`, in one diff: ([{path, status}] as changed_files gives them
-        (a rename by its new path), every path it touches (both sides of a rename or copy))."""
+        (a rename by its new path), every path it touches (both sides of a rename; a copy leaves its source))."""
         base, ref = check_ref_name(base, "base branch"), check_ref_name(ref)
         out = self.run_bytes("diff", "--name-status", "-z", "--no-ext-diff", "--no-textconv", f"{base}...{ref}", "--")
         fields = out.decode("utf-8", "surrogateescape").split("\0")
