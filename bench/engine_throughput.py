@@ -1,10 +1,18 @@
-"""Engine throughput: N tasks run by the `command` adapter with a no-op, C at a time, in a real repo.
+"""Engine throughput as users get it: 4 `command` agents, each task changes and commits one file, and the
+engine merges every task into main of a real repo.
 
-Each task pays the whole engine path: claim, git worktree on a new branch, spawn, commit, merge
-into main, worktree removal, bookkeeping. The baseline runs the same no-op N times, C at a time,
-with bare subprocesses, side by side in the same run. Target (issue 4): >= 5 tasks/s.
+Per task the engine pays claim, `git worktree add` on a new branch, the sandboxed run, leftovers, the
+protected-paths check, the landing (a merge or a fast-forward of main) and the worktree's removal.
+The figure is each task's span assigned -> completed minus its agent's own run (`task_results.duration_s`,
+which starts before the sandbox is set up and so holds the sandbox's start too: that cost is issue 18's,
+measured by bench/sandbox_start.py, and is not counted here as engine overhead).
 
-    python bench/engine_throughput.py [--tasks 200] [--concurrency 4]
+The anchor, in the same run: the same git steps by hand in a loop on another repo (worktree add -b, write
++ commit, fast-forward main, worktree remove, branch delete) = the git floor. Goal (issue 19): overhead
+<= 2 x the floor. Every git command either side runs is counted through a `git` shim first on PATH (both
+sides pay the shim's own start), and listed by kind.
+
+    python bench/engine_throughput.py [--tasks 100] [--agents 4] [--json rows.json] [--quick]
 """
 
 from __future__ import annotations
@@ -12,12 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -27,38 +37,94 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agentqueue.engine.orchestrator import Engine, EngineConfig  # noqa: E402
 from agentqueue.services import Services  # noqa: E402
 
-NOOP = "true"
+METRIC = ("engine overhead per task, 4 agents each committing one file, 100 tasks (assigned → completed, minus "
+          "the agent's own run)")
+REAL_GIT = shutil.which("git") or "/usr/bin/git"
+IDENTITY = ["-c", "user.name=Bench", "-c", "user.email=bench@localhost"]
+# The agent: a new file, committed on the task branch, as an agent that follows "commit your work" does. It
+# calls git by its full path, so its own commands (part of its run) are not counted as the engine's.
+AGENT_SCRIPT = (f"f=$(mktemp -p . work-XXXXXXXX.txt) && echo done > \"$f\" && {REAL_GIT} add -- \"$f\" && "
+         f"{REAL_GIT} {' '.join(IDENTITY)} commit -q -m 'agent work'")
+AGENT = shlex.join(["/bin/sh", "-c", AGENT_SCRIPT])
 
 
-def baseline(n: int, concurrency: int) -> float:
+def git_shim(root: Path) -> tuple[Path, Path]:
+    """A `git` that logs its cwd and argv (one line each) and runs the real one; (its folder, its log)."""
+    folder, log = root / "shim", root / "git-calls.log"
+    folder.mkdir()
+    shim = folder / "git"
+    shim.write_text(f"#!/bin/sh\nprintf '%s\\t%s\\n' \"$PWD\" \"$*\" >> {log} 2>/dev/null\nexec {REAL_GIT} \"$@\"\n")
+    shim.chmod(0o755)
+    return folder, log
+
+
+def read_calls(log: Path) -> list[tuple[str, list[str]]]:
+    if not log.exists():
+        return []
+    return [(cwd, argv.split(" ")) for cwd, argv in (line.split("\t", 1) for line in log.read_text().splitlines())]
+
+
+def kind(argv: list[str]) -> str:
+    """The git subcommand of an argv, past the global `-c k=v` options (e.g. 'worktree add', 'rev-parse')."""
+    words = [w for i, w in enumerate(argv) if w != "-c" and (i == 0 or argv[i - 1] != "-c")]
+    if not words:
+        return "?"
+    sub = words[0]
+    if sub in ("worktree", "remote", "symbolic-ref", "config") and len(words) > 1:
+        return f"{sub} {words[1]}"
+    return sub
+
+
+def by_kind(calls: list[tuple[str, list[str]]], tasks: int) -> dict[str, float]:
+    counts = Counter(kind(argv) for _, argv in calls)
+    return {name: round(n / tasks, 2) for name, n in counts.most_common()}
+
+
+def floor(root: Path, n: int, log: Path) -> tuple[float, int, dict[str, float]]:
+    """The same git steps by hand, one task after another: seconds per task, commands, and their kinds."""
+    repo = root / "floor"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", *IDENTITY, "commit", "-q", "--allow-empty", "-m", "init"], cwd=repo, check=True)
+    before = len(read_calls(log))
     start = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda _: subprocess.run([NOOP], input=b"prompt", check=True), range(n)))
-    return time.perf_counter() - start
+    for i in range(n):
+        tree, branch = root / "floor-trees" / str(i), f"t{i}/work"
+        subprocess.run(["git", "worktree", "add", "-q", "-b", branch, str(tree), "main"], cwd=repo, check=True)
+        (tree / f"work-{i}.txt").write_text("done\n")
+        subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
+        subprocess.run(["git", *IDENTITY, "commit", "-q", "-m", "work"], cwd=tree, check=True)
+        subprocess.run(["git", "merge", "--ff-only", "-q", branch], cwd=repo, check=True)
+        subprocess.run(["git", "worktree", "remove", str(tree)], cwd=repo, check=True)
+        subprocess.run(["git", "branch", "-q", "-d", branch], cwd=repo, check=True)
+    elapsed = time.perf_counter() - start
+    calls = read_calls(log)[before:]
+    return elapsed / n, len(calls), by_kind(calls, n)
 
 
-async def engine_run(n: int, concurrency: int) -> tuple[float, list[float]]:
-    home = Path(tempfile.mkdtemp(prefix="aq-bench-engine-"))
+async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, object]:
+    home = root / "home"
     svc = Services(home)
-    svc.projects.create("Bench", max_concurrent_agents=concurrency)
+    svc.projects.create("Bench", max_concurrent_agents=agents)
     svc.repos.add("bench", "init", name="repo")
-    for i in range(concurrency):
-        svc.agents.create(f"noop-{i}", "command", command=NOOP)
-    ids = [svc.tasks.create("bench", f"Task {i}", "do nothing", repo_id="repo").id for i in range(n)]
+    for i in range(agents):
+        svc.agents.create(f"writer-{i}", "command", command=AGENT)
+    ids = [svc.tasks.create("bench", f"Task {i}", "write a file and commit it", repo_id="repo").id for i in range(n)]
     engine = Engine(svc, home, config=EngineConfig(poll_seconds=0.05))
+    before = len(read_calls(log))
     start = time.perf_counter()
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
         while svc.store.scalar("SELECT count(*) FROM tasks WHERE status = 'COMPLETED'") < n:
-            if svc.store.scalar("SELECT count(*) FROM tasks WHERE status = 'BLOCKED'"):
-                raise SystemExit("a task was BLOCKED; see the task logs under " + str(home / "logs"))
+            if svc.store.scalar("SELECT count(*) FROM tasks WHERE status NOT IN ('COMPLETED', 'READY', 'ASSIGNED', "
+                                "'IN_PROGRESS', 'VERIFYING')"):
+                raise SystemExit("a task did not complete; see the task logs under " + str(home / "logs"))
             await anyio.sleep(0.02)
         elapsed = time.perf_counter() - start
         await engine.shutdown()
         tg.cancel_scope.cancel()
-    # Per task: assigned -> completed, minus the agent process's own run time.
-    overheads = []
-    for task_id in ids:
+    calls = read_calls(log)[before:]
+    overheads, runs = [], []
+    for task_id in ids:  # assigned -> completed, minus the agent process's own run
         stamps = {r["event_type"]: r["timestamp"] for r in svc.store.all(
             "SELECT event_type, timestamp FROM events WHERE task_id = ? AND event_type IN "
             "('task.assigned', 'task.completed')", (task_id,))}
@@ -66,32 +132,72 @@ async def engine_run(n: int, concurrency: int) -> tuple[float, list[float]]:
                 - datetime.fromisoformat(stamps["task.assigned"].replace("Z", "+00:00"))).total_seconds()
         run = svc.store.scalar("SELECT duration_s FROM task_results WHERE task_id = ?", (task_id,)) or 0
         overheads.append(span - run)
-    commits = subprocess.run(["git", "rev-list", "--count", "main"], cwd=svc.repos.get("repo").checkout_path,
-                             capture_output=True, text=True).stdout.strip()
-    print(f"engine: {n} tasks landed ({commits} commits on main)", file=sys.stderr)
+        runs.append(run)
+    checkout = svc.repos.get("repo").checkout_path
+    landed = subprocess.run(["git", "ls-tree", "--name-only", "main"], cwd=checkout, capture_output=True,
+                            text=True).stdout.split()
+    left = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/heads/"], cwd=checkout,
+                          capture_output=True, text=True).stdout.split()
+    trees = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=checkout, capture_output=True,
+                           text=True).stdout.count("worktree ")
     svc.close()
-    return elapsed, overheads
+    if len(left) > 1 or trees > 1:
+        print(f"left behind: {len(left) - 1} task branches, {trees - 1} worktrees", file=sys.stderr)
+    files = sum(1 for name in landed if name.startswith("work-"))
+    if files != n:
+        raise SystemExit(f"main has {files} of the {n} tasks' files; see {home}")
+    return {"seconds": elapsed, "overheads": overheads, "runs": runs, "calls": len(calls),
+            "kinds": by_kind(calls, n), "left": {"branches": len(left) - 1, "worktrees": trees - 1}}
+
+
+def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, floor_kinds: dict) -> list[dict]:
+    overhead = statistics.median(eng["overheads"])
+    p90 = sorted(eng["overheads"])[int(len(eng["overheads"]) * 0.9)]
+    ratio = overhead / floor_s
+    per_task = eng["calls"] / n
+    common = {"tasks": n, "agents": agents, "cpus": os.cpu_count()}
+    return [
+        {"metric": METRIC, "value": round(overhead * 1000, 1), "unit": "ms/task",
+         "anchor": "the same git steps by hand in a loop", "anchor_value": round(floor_s * 1000, 1),
+         "ratio": round(ratio, 2), "goal": "≤ 2 × the floor", "met": ratio <= 2.0,
+         "p90_ms": round(p90 * 1000, 1), "agent_run_ms_median": round(statistics.median(eng["runs"]) * 1000, 1),
+         "left_behind": eng["left"], **common},
+        {"metric": "engine throughput, the same run", "value": round(n / eng["seconds"], 2), "unit": "tasks/s",
+         "anchor": None, "anchor_value": None, "ratio": None, "goal": "—", "met": True,
+         "seconds": round(eng["seconds"], 2), **common},
+        {"metric": "git commands per task, the same run", "value": round(per_task, 1), "unit": "commands",
+         "anchor": "the same git steps by hand in a loop", "anchor_value": round(floor_calls / n, 1),
+         "ratio": round(per_task / (floor_calls / n), 2), "goal": "what landing needs", "met": True,
+         "by_kind": eng["kinds"], "anchor_by_kind": floor_kinds, **common},
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--tasks", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="30 tasks (under a minute)")
+    parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
-    base = baseline(args.tasks, args.concurrency)
-    elapsed, overheads = anyio.run(engine_run, args.tasks, args.concurrency)
-    base_after = baseline(args.tasks, args.concurrency)
-    base_s = statistics.median([base, base_after])
-    figures = {
-        "tasks": args.tasks, "concurrency": args.concurrency, "engine_seconds": round(elapsed, 2),
-        "tasks_per_second": round(args.tasks / elapsed, 2),
-        "overhead_per_task_ms_median": round(statistics.median(overheads) * 1000, 1),
-        "overhead_per_task_ms_p90": round(sorted(overheads)[int(len(overheads) * 0.9)] * 1000, 1),
-        "baseline_subprocess_seconds": round(base_s, 2),
-        "ratio_engine_over_baseline": round(elapsed / base_s, 1),
-        "cpus": os.cpu_count(),
-    }
-    print(json.dumps(figures))
+    n = 30 if args.quick else args.tasks
+    root = Path(tempfile.mkdtemp(prefix="aq-bench-engine-"))
+    shim, log = git_shim(root)
+    os.environ["PATH"] = f"{shim}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ.update(GIT_AUTHOR_NAME="Bench", GIT_AUTHOR_EMAIL="bench@localhost", GIT_COMMITTER_NAME="Bench",
+                      GIT_COMMITTER_EMAIL="bench@localhost")
+    floor_before = floor(root / "before", n, log)
+    eng = anyio.run(engine_run, root, n, args.agents, log)
+    floor_after = floor(root / "after", n, log)
+    floor_s = statistics.mean([floor_before[0], floor_after[0]])
+    rows = rows_for(n, args.agents, eng, floor_s, floor_before[1], floor_before[2])
+    for row in rows:
+        anchor = f"  (anchor {row['anchor_value']} {row['unit']}, ratio {row['ratio']})" if row["anchor"] else ""
+        print(f"{row['metric']}: {row['value']} {row['unit']}{anchor}")
+    print("engine git commands per task by kind:", json.dumps(rows[2]["by_kind"]))
+    print("floor git commands per task by kind: ", json.dumps(rows[2]["anchor_by_kind"]))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

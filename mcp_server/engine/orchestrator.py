@@ -452,8 +452,8 @@ class Engine:
     def _planted(self, task_id: str, agent_type: str, workspace: Workspace) -> dict[str, bytes | None] | None:
         """Run-configuring files in the worktree that differ from the default branch (a rerun on a kept branch),
         each with the default's content; None when they could not be compared (treated as planted)."""
-        if workspace.repo is None:
-            return {}
+        if workspace.repo is None or workspace.fresh:
+            return {}  # a worktree just checked out from the default branch holds nothing else
         try:
             planted = protected.planted_settings(workspace.path, workspace.repo.default_branch)
         except (ServiceError, OSError) as error:
@@ -483,16 +483,20 @@ class Engine:
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
             return
         files: list[str] = []
+        touched: list[str] | None = None  # every path the branch changes (both sides of a rename), read once
         counted = False  # whether `files` is known (a git error leaves it unknown: no no-change warning then)
         if workspace.repo is not None:
             try:
                 self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
-                files = [f["path"] for f in workspace_files(workspace)]
+                listed, touched = self.workspaces.changes(workspace)
+                files = [f["path"] for f in listed]
                 counted = True
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
+        verified = False  # a verify command ran in the worktree after its leftovers were committed
         if result.status == "completed":
             failure = self._verify(task, workspace)
+            verified = failure is None and bool(self.services.projects.get(task.project_id).verify_command)
             if failure:
                 result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
         warning = None
@@ -516,7 +520,8 @@ class Engine:
                 self._remember(task, result)
             return
         # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
-        hold = protected.landing_hold(workspace.path, workspace.repo.default_branch, workspace.branch or "HEAD")
+        hold = protected.landing_hold(workspace.path, workspace.repo.default_branch, workspace.branch or "HEAD",
+                                      touched)
         if task.requires_approval or hold:
             pr_url = self._open_pr(task, workspace)
             if hold:
@@ -531,14 +536,16 @@ class Engine:
         if not self.lifecycle.running(task.id):
             return  # stopped, or taken over by another daemon, while it verified
         try:
-            landing = self.workspaces.land(workspace, via_remote=self.team.shared)
+            landing = self.workspaces.land(workspace, via_remote=self.team.shared, files=files if counted else None,
+                                           check_clean=verified or not counted)
         except ServiceError as error:
             self.lifecycle.blocked(task.id, "merge_failed", {**where, "error": str(error)})
             return
         if landing.merged:
-            self.workspaces.remove(workspace)
             self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha),
                                      details={**where, "files": len(landing.files_changed)})
+            # Cleanup once the task is done (its dependents may start): the run ends, and frees its agent, after it.
+            self.workspaces.remove(workspace, landed_tip=landing.tip)
             self._remember(task, result)
         elif landing.conflicts:
             self.lifecycle.blocked(task.id, "merge_conflict", {**where, "conflicts": landing.conflicts,
@@ -683,12 +690,6 @@ class Engine:
         with anyio.move_on_after(grace):
             while self.running:
                 await anyio.sleep(0.05)
-
-
-def workspace_files(workspace: Workspace) -> list[dict[str, str]]:
-    assert workspace.repo is not None
-    tree = gitops.Checkout(workspace.path)
-    return tree.changed_files(workspace.repo.default_branch, workspace.branch)
 
 
 def kill_orphan(pid: int, cwd: Path) -> bool:

@@ -166,13 +166,16 @@ class Hold:
         return rule.why if rule else "protected"
 
 
-def landing_hold(worktree: Path, default_ref: str, branch: str) -> Hold:
+def landing_hold(worktree: Path, default_ref: str, branch: str, changes: Iterable[str] | None = None) -> Hold:
     """The protected files that landing `branch` on `default_ref` would change (falsy when there are none).
+    `changes`: those paths (both sides of a rename), when the caller listed them already.
 
     Never raises: when git cannot list the changes the hold says so, and the task waits for a person."""
     try:
         rules = _rules_for(worktree, RULES, untracked=False)
-        return Hold(protected_changes(landing_changes(worktree, default_ref, branch), rules), rules)
+        if changes is None:
+            changes = landing_changes(worktree, default_ref, branch)
+        return Hold(protected_changes(changes, rules), rules)
     except (ServiceError, OSError) as error:
         return Hold([], error=str(error))
 
@@ -247,9 +250,12 @@ def _listed(root: Path, rules: Sequence[Rule], untracked: bool) -> set[str]:
     at_root = [f":(literal,icase){rule.path}" for rule in rules]  # a literal path covers everything under it
     deeper = [spec for rule in rules if rule.anywhere  # '*/**/': one folder or more; no rule holds a glob
               for spec in (f":(glob,icase)*/**/{rule.path}", f":(glob,icase)*/**/{rule.path}/**")]
-    out = _git(root, *listing, "--", *at_root)
-    if deeper:
-        out += b"\0" + _git(root, *listing, *(["--exclude-standard"] if untracked else []), "--", *deeper)
+    if not untracked:  # the index only: one listing for both kinds (ignored files are not in it anyway)
+        out = _git(root, *listing, "--", *at_root, *deeper)
+    else:
+        out = _git(root, *listing, "--", *at_root)
+    if deeper and untracked:
+        out += b"\0" + _git(root, *listing, "--exclude-standard", "--", *deeper)
     return {p for p in out.decode("utf-8", "surrogateescape").split("\0") if p}
 
 

@@ -1,12 +1,14 @@
 """Task workspaces: a git worktree per task on `<task_id>/<slug>`, and landing its work afterwards.
 
 Landing never loses work and never leaves a repo mid-merge: leftovers are committed on the task
-branch, the default branch is merged *into the task branch inside its worktree* (a conflict is
-aborted there and reported), and only then is the default branch fast-forwarded to the result.
-The user's checkout is touched only by that fast-forward, which git refuses rather than overwrite
-uncommitted changes. Worktrees are removed after landing, and never while they hold uncommitted
-work. Runs of one repo end in parallel threads: preparing, landing and removing are serialised per
-repo, so a landing always merges the default branch as the previous landing left it.
+branch, the landed commit is built off to the side (the task's tip when it contains the default
+branch, else a merge of the default branch into it by `merge-tree` and `commit-tree`: no worktree,
+index or ref is touched, and a conflict changes nothing), and only then is the default branch moved
+to it, under the repo's lock, if it is still where the commit was built from (a compare-and-swap;
+when another landing moved it meanwhile, the commit is built again from its new tip). The user's
+checkout is touched only by that move, a fast-forward git refuses rather than overwrite uncommitted
+changes. Worktrees are removed after landing, and never while they hold uncommitted work. Runs of
+one repo end in parallel threads; only the move of the default branch is serialised per repo.
 
 Team mode (several daemons on one queue, maybe on several machines): each daemon works in its own
 checkout of a repo (`checkouts_root`), and lands *through origin*: fetch, merge origin's default
@@ -30,6 +32,8 @@ from ..store.models import Repo
 
 log = logging.getLogger("agentqueue.workspaces")
 
+# Landing locally: how many times to build the landed commit again when the default branch moved meanwhile.
+LAND_ATTEMPTS = 20
 # Landing through origin: how many times to fetch, merge and push before giving up on a busy remote.
 PUSH_ATTEMPTS = 5
 # Push refusals that mean "someone else moved the ref first": fetch, merge and retry. The lock ones are a
@@ -48,6 +52,8 @@ class Workspace:
     path: Path
     branch: str | None = None
     repo: Repo | None = None
+    # Checked out fresh from the default branch by this prepare: nothing in it can differ from the default yet.
+    fresh: bool = False
 
 
 @dataclass
@@ -61,7 +67,9 @@ class Landing:
     message: str | None = None
     # Files the task changes that have uncommitted edits in the user's checkout (why git refused to move it).
     dirty: list[str] = field(default_factory=list)
-    # Fetch-merge-push rounds a landing through origin took (1 = origin had not moved meanwhile).
+    # The task branch's tip that landed (its branch may be deleted only while it is still there).
+    tip: str | None = None
+    # Rounds a landing took (1 = the default branch, or origin's, had not moved meanwhile).
     attempts: int = 1
 
 
@@ -71,6 +79,11 @@ class Workspaces:
         # Team mode: this daemon's own checkouts of clone repos, in its home (None: use each repo's checkout_path).
         self.checkouts_root = checkouts_root
         self._locks: dict[str, threading.RLock] = {}
+        self._tree_locks: dict[str, threading.Lock] = {}
+        # Per repo: how many times this process's landings moved the default branch, and where the last one put it
+        # (written under the repo's lock). A landing that sees the count change knows the branch moved without
+        # trying a move git would refuse; the compare-and-swap stays the guard against every other writer.
+        self._moves: dict[str, tuple[int, str]] = {}
         self._locks_guard = threading.Lock()
 
     def checkout_of(self, repo: Repo) -> Path:
@@ -115,22 +128,41 @@ class Workspaces:
         with self._locks_guard:
             return self._locks.setdefault(repo_id, threading.RLock())
 
+    def worktree_lock(self, repo_id: str) -> threading.Lock:
+        """Held while git adds, prunes or removes a worktree of the repo, or deletes a branch: each of these reads
+        every worktree's entry and fails on one that another is still writing. No landing waits on it."""
+        with self._locks_guard:
+            return self._tree_locks.setdefault(repo_id, threading.Lock())
+
     def path_for(self, repo_id: str, task_id: str) -> Path:
         return self.root / repo_id / task_id
 
     def prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None = None) -> Workspace:
         """Create (or reuse, on a retry) the task's worktree from the freshly updated default branch."""
-        with self.repo_lock(repo.id):
-            return self._prepare(repo, task_id, title, existing_branch)
-
-    def _prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None) -> Workspace:
         main = gitops.Checkout(self.checkout_of(repo))
-        self.refresh_default(main, repo)
+        if repo.source_type == "clone":
+            with self.repo_lock(repo.id):  # it may move the default branch
+                self.refresh_default(main, repo)
         branch = existing_branch or branch_name(task_id, title)
         path = self.path_for(repo.id, task_id)
         if path.exists() and (path / ".git").exists():
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
+        if existing_branch is None:
+            # The usual case, in one command and without the repo's lock (git creates the new branch atomically, and
+            # the worktree's folder is the task's own). When that branch exists already, or a stale worktree entry
+            # is in the way, the careful path below decides under the lock.
+            try:
+                with self.worktree_lock(repo.id):
+                    main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
+                return Workspace(path, branch, repo, fresh=True)
+            except ServiceError:
+                pass
+        with self.repo_lock(repo.id), self.worktree_lock(repo.id):
+            return self._prepare(main, repo, path, branch, existing_branch)
+
+    def _prepare(self, main: gitops.Checkout, repo: Repo, path: Path, branch: str,
+                 existing_branch: str | None) -> Workspace:
         main.run("worktree", "prune")
         if self.checkouts_root is not None and existing_branch is not None and not main.branch_exists(branch):
             self._fetch_published(main, branch)  # team mode: another daemon may have run (and published) it
@@ -143,11 +175,12 @@ class Workspaces:
             # The default branch has all its commits (a rerun of merged work): move it up to the default
             # branch (a fast-forward), so its diff is only the new work.
             main.run("worktree", "add", "--quiet", "-B", branch, str(path), repo.default_branch)
-        elif main.branch_exists(branch):
+            return Workspace(path, branch, repo, fresh=True)
+        if main.branch_exists(branch):
             main.run("worktree", "add", "--quiet", str(path), branch)
-        else:
-            main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
-        return Workspace(path, branch, repo)
+            return Workspace(path, branch, repo)
+        main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
+        return Workspace(path, branch, repo, fresh=True)
 
     @staticmethod
     def _fetch_published(main: gitops.Checkout, branch: str) -> None:
@@ -214,20 +247,33 @@ class Workspaces:
     def commit_leftovers(self, workspace: Workspace, message: str) -> str | None:
         if workspace.repo is None:
             return None
-        checkout = gitops.Checkout(workspace.path)
-        committed, sha = checkout.commit_all(message)
-        return sha if committed else None
+        return gitops.Checkout(workspace.path).commit_leftovers(message)
 
-    def land(self, workspace: Workspace, via_remote: bool = False) -> Landing:
+    @staticmethod
+    def changes(workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
+        """What the task branch changes since it left the default branch, read once for the run's result, the
+        protected-paths check and the landing: ([{path, status}], every path touched)."""
+        assert workspace.repo is not None and workspace.branch is not None
+        return gitops.Checkout(workspace.path).branch_changes(workspace.repo.default_branch, workspace.branch)
+
+    def land(self, workspace: Workspace, via_remote: bool = False, files: list[str] | None = None,
+             check_clean: bool = True) -> Landing:
         """Merge the task branch into the default branch (and push clone repos). via_remote (team mode), with
-        an origin: the task lands on origin's default branch, and the local one follows it."""
+        an origin: the task lands on origin's default branch, and the local one follows it. `files`: the paths
+        the branch changes when the caller read them already; `check_clean=False` when it knows the worktree
+        holds nothing uncommitted (its leftovers were just committed and nothing ran in it since)."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
-        with self.repo_lock(repo.id):
-            main = gitops.Checkout(self.checkout_of(repo))
-            if via_remote and main.remote_url() is not None:
+        main = gitops.Checkout(self.checkout_of(repo))
+        if via_remote and main.remote_url() is not None:
+            with self.repo_lock(repo.id):
                 return self._land_remote(workspace, repo, main)
-            return self._land(workspace, repo, main)
+        if check_clean:
+            gitops.Checkout(workspace.path).require_clean("land the task")
+        if files is None:
+            files = [f["path"] for f in gitops.Checkout(workspace.path).changed_files(repo.default_branch,
+                                                                                      workspace.branch)]
+        return self._land(workspace, repo, main, files)
 
     def _land_remote(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
         assert workspace.branch is not None
@@ -282,35 +328,97 @@ class Workspaces:
         except ServiceError as error:
             log.warning("left %s in %s as it was (origin has the landed work): %s", default, main.path, error)
 
-    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
+    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout, files: list[str]) -> Landing:
+        """Prepare the landed commit off to the side (a fast-forward, or a merge commit built by merge-tree and
+        commit-tree, touching no worktree), then move the default branch to it under the repo's lock: a
+        compare-and-swap on the tip the commit was built from. When another landing (or the person) moved
+        the branch meanwhile, build again from its new tip; the lock is never held while git merges."""
         assert workspace.branch is not None
-        tree = gitops.Checkout(workspace.path)
-        default = repo.default_branch
-        tree.require_clean("land the task")
-        files = [f["path"] for f in tree.changed_files(default, workspace.branch)]
-        outcome = self._merge_default_into_branch(tree, default)
-        if outcome is not None:
-            return outcome
-        new_sha = tree.head_sha()
-        old_sha = main.run("rev-parse", "--verify", f"refs/heads/{default}")
-        try:
-            if main.current_branch() == default:
-                main.run("merge", "--ff-only", "--quiet", workspace.branch)
-            else:
-                main.run("update-ref", f"refs/heads/{default}", new_sha, old_sha)
-        except ServiceError as error:
-            dirty = [c["path"] for c in main.changes() if c["path"] in files]
-            return Landing(merged=False, dirty=dirty, files_changed=files,
-                           message=f"Could not move '{default}' in {main.path} to the task's "
-                                   f"work ({error}). The task branch '{workspace.branch}' keeps it.")
+        default, branch = repo.default_branch, workspace.branch
+        ref = f"refs/heads/{default}"
+        seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
+        old, tip = main.rev_parse(ref, f"refs/heads/{branch}")  # refs/heads/...: never read as an option
+        base: str | None = None
+        for attempt in range(1, LAND_ATTEMPTS + 1):
+            built = self._landed_commit(main, workspace, default, old, tip, base)
+            if isinstance(built, Landing):
+                return built  # a conflict: nothing moved, the branch is kept as it was
+            if built not in (old, tip):
+                base = "merge"  # a retry merges again from main's new tip: no need to ask about a fast-forward
+            with self.repo_lock(repo.id):
+                moves, latest = self._moves.get(repo.id, (0, ""))
+                if moves != seen and latest != old:
+                    now = latest  # another landing here moved it since `old` was read: no doomed move to try
+                else:
+                    error = self._move_default(main, ref, built, old)
+                    if error is None:
+                        if built != old:
+                            self._moves[repo.id] = (moves + 1, built)
+                        break
+                    now = main.rev_parse(ref)[0]
+                    if now == old:  # not moved: git refused, e.g. over the user's uncommitted edits
+                        dirty = [c["path"] for c in main.changes() if c["path"] in files]
+                        return Landing(merged=False, dirty=dirty, files_changed=files,
+                                       message=f"Could not move '{default}' in {main.path} to the task's "
+                                               f"work ({error}). The task branch '{branch}' keeps it.")
+                seen = moves
+            log.info("%s moved while landing %s (attempt %d): merging again from its new tip", default, branch,
+                     attempt)
+            old = now
+        else:
+            raise ConflictError(f"'{default}' of repo '{repo.id}' moved on every one of {LAND_ATTEMPTS} tries to "
+                                f"land '{branch}'; the task branch is kept. Try again when it is quieter.")
         pushed = False
         if repo.source_type == "clone" and main.remote_url() is not None:
             main.push(default)
             pushed = True
-        return Landing(merged=True, sha=new_sha, base_sha=old_sha, pushed=pushed, files_changed=files)
+        return Landing(merged=True, sha=built if built != old else tip, base_sha=old, pushed=pushed,
+                       files_changed=files, tip=tip, attempts=attempt)
 
     @staticmethod
-    def _merge_default_into_branch(tree: gitops.Checkout, default: str) -> Landing | None:
+    def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str, tip: str,
+                       base: str | None = None) -> str | Landing:
+        """What the default branch moves to: the task's tip when it contains the default branch (a fast-forward),
+        the default itself when it already has the task's work, else a new merge commit of the default into the
+        task branch (the task's tip first, as `git merge` in its worktree made it). `base`: "merge" when that
+        is known already."""
+        base = base or main.run("merge-base", "--end-of-options", old, tip)
+        if base == old:
+            return tip
+        if base == tip:
+            return old  # nothing new to land: the default branch stays where it is
+        try:
+            tree, conflicts = main.merge_tree(tip, old)
+        except gitops.GitError:  # a git without merge-tree --write-tree: merge in the worktree, as before
+            tree_checkout = gitops.Checkout(workspace.path)
+            outcome = Workspaces._merge_default_into_branch(tree_checkout, old, default)
+            return outcome if outcome is not None else tree_checkout.run("rev-parse", "--verify", "HEAD")
+        if tree is None:
+            return Landing(merged=False, conflicts=conflicts,
+                           message=f"The task branch conflicts with '{default}' in {', '.join(conflicts)}; "
+                                   "the merge was aborted and the branch kept for you to resolve.")
+        return main.run_as_author("commit-tree", tree, "-p", tip, "-p", old, "-m",
+                                  f"Merge branch '{default}' into {workspace.branch}")
+
+    @staticmethod
+    def _move_default(main: gitops.Checkout, ref: str, new: str, old: str) -> ServiceError | None:
+        """Move the default branch `ref` from `old` to `new` (the caller holds the repo's lock); git's refusal, if
+        it refused. Checked out in the user's checkout: a fast-forward merge there, which git refuses rather than
+        overwrite their uncommitted edits, or when the branch moved to where `new` does not lead; otherwise an
+        update-ref that fails if the branch is no longer at `old`. Either way a moved branch is never overwritten."""
+        if new == old:
+            return None
+        try:
+            if main.head_ref() == ref:
+                main.run("merge", "--ff-only", "--quiet", new)
+            else:
+                main.run("update-ref", ref, new, old)
+        except ServiceError as error:
+            return error
+        return None
+
+    @staticmethod
+    def _merge_default_into_branch(tree: gitops.Checkout, default: str, name: str | None = None) -> Landing | None:
         try:
             tree.run("merge-base", "--is-ancestor", default, "HEAD")
             return None  # already contains the default branch: a fast-forward will do
@@ -319,38 +427,39 @@ class Workspaces:
         outcome = tree.merge(default, tree.current_branch() or "HEAD")
         if outcome.merged:
             return None
-        name = default.removeprefix("refs/remotes/")
+        name = name or default.removeprefix("refs/remotes/")
         return Landing(merged=False, conflicts=outcome.conflicts,
                        message=f"The task branch conflicts with '{name}' in {', '.join(outcome.conflicts)}; "
                                "the merge was aborted and the branch kept for you to resolve.")
 
-    def remove(self, workspace: Workspace, delete_branch: bool = True) -> bool:
-        """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't."""
-        if workspace.repo is None:
+    def remove(self, workspace: Workspace, delete_branch: bool = True, landed_tip: str | None = None) -> bool:
+        """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't.
+        `landed_tip`: the branch's tip that landed; the branch is then deleted only if it is still there (an
+        update-ref, which reads no worktree list, so outside the worktree lock), else by `branch -d`."""
+        if workspace.repo is None or not workspace.path.exists():
             return False
-        with self.repo_lock(workspace.repo.id):
-            return self._remove(workspace, delete_branch)
-
-    def _remove(self, workspace: Workspace, delete_branch: bool) -> bool:
-        assert workspace.repo is not None
-        if not workspace.path.exists():
-            return False
-        tree = gitops.Checkout(workspace.path)
-        if not tree.is_clean():
-            log.warning("keeping worktree %s: it has uncommitted changes", workspace.path)
-            return False
+        # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
+        # is clean itself and refuses otherwise, so nothing uncommitted is lost.
         main = gitops.Checkout(self.checkout_of(workspace.repo))
-        try:
-            main.run("worktree", "remove", str(workspace.path))
-        except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
-            log.warning("could not remove worktree %s: %s", workspace.path, error)
-            return False
-        if delete_branch and workspace.branch:
+        with self.worktree_lock(workspace.repo.id):
             try:
-                main.run("branch", "-d", "--", workspace.branch)
-            except ServiceError as error:
-                log.info("kept branch %s: %s", workspace.branch, error)
+                main.run("worktree", "remove", str(workspace.path))
+            except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
+                log.warning("keeping worktree %s: %s", workspace.path, error)
+                return False
+            if delete_branch and workspace.branch and landed_tip is None:
+                self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
+        if delete_branch and workspace.branch and landed_tip is not None:
+            ref = f"refs/heads/{gitops.check_ref_name(workspace.branch)}"
+            self._delete_branch(main, ["update-ref", "-d", ref, landed_tip], workspace.branch)
         return True
+
+    @staticmethod
+    def _delete_branch(main: gitops.Checkout, argv: list[str], branch: str) -> None:
+        try:
+            main.run(*argv)
+        except ServiceError as error:
+            log.info("kept branch %s: %s", branch, error)
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -8,7 +8,9 @@ merge is always aborted, so a repo is never left mid-merge.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +55,19 @@ def check_ref_name(name: str | None, what: str = "branch") -> str:
     return name
 
 
+# What git says when it has no identity to write a commit with (then FALLBACK_IDENTITY is used).
+_NO_IDENTITY = ("tell me who you are", "unable to auto-detect email", "empty ident name", "identity unknown")
+
+
+# As GitPython runs git: its messages in English, which the callers match (push refusals, missing refs).
+_C_LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
+
+
+def _fallback_env() -> dict[str, str]:
+    name, email = FALLBACK_IDENTITY
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+
+
 # Every git command AgentQueue runs: no hook and no fsmonitor command, whatever a repo, a worktree or an agent
 # configured (a task's worktree is hostile until reviewed, and AgentQueue's own commits run outside the sandbox).
 SAFE_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
@@ -76,12 +91,30 @@ class Checkout:
 
     # -- running git ---------------------------------------------------------------------------
     def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+        """git's output as text, less its final newline; a failure raises GitError with git's own words."""
+        out = self.run_bytes(*args, env=env)
+        return out.decode("utf-8", "surrogateescape").removesuffix("\n")
+
+    def run_bytes(self, *args: str, env: dict[str, str] | None = None) -> bytes:
+        """git's raw output (for -z listings: paths as they are, never quoted). A bare subprocess, not GitPython's
+        execute, which costs a few milliseconds more per command; git speaks English (C locale) as there."""
+        with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
+            done = subprocess.run(["git", *SAFE_GIT, *args], cwd=self.path, capture_output=True,
+                                  stdin=subprocess.DEVNULL, env={**os.environ, **_C_LOCALE, **(env or {})})
+        if done.returncode != 0:
+            stderr = done.stderr.decode("utf-8", "replace").strip()
+            raise GitError(f"git {args[0]} failed in {self.path}: {stderr or f'exit code {done.returncode}'}")
+        return done.stdout
+
+    def run_as_author(self, *args: str) -> str:
+        """A command that writes a commit, as the user's git identity; the fallback only when git has none (asked
+        after the fact, so the usual case costs no extra command)."""
         try:
-            with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
-                return self.repo.git.execute(["git", *SAFE_GIT, *args], env=env, strip_newline_in_stdout=True)
-        except git.GitCommandError as error:
-            stderr = (error.stderr or "").strip().removeprefix("stderr:").strip(" '\n")
-            raise GitError(f"git {args[0]} failed in {self.path}: {stderr or error}") from None
+            return self.run(*args)
+        except GitError as error:
+            if not any(mark in str(error).lower() for mark in _NO_IDENTITY):
+                raise
+        return self.run(*args, env=_fallback_env())
 
     def _identity_env(self) -> dict[str, str]:
         """Author/committer env only when git has no identity configured (never overrides the user's)."""
@@ -92,9 +125,7 @@ class Checkout:
             return {}
         except GitError:
             pass
-        name, email = FALLBACK_IDENTITY
-        return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
-                "GIT_COMMITTER_EMAIL": email}
+        return _fallback_env()
 
     # -- reading -------------------------------------------------------------------------------
     def current_branch(self) -> str | None:
@@ -104,11 +135,34 @@ class Checkout:
         except GitError:
             return None
 
+    def head_ref(self) -> str | None:
+        """The ref HEAD points at ('refs/heads/main'), None on a detached HEAD. Read from the HEAD file of a plain
+        repository (a file git keeps in one documented form), so a landing's lock is not held over a git process;
+        from git itself for anything else (a linked worktree, the reftable format)."""
+        dot_git = self.path / ".git"
+        if dot_git.is_dir() and not (dot_git / "reftable").exists():
+            try:
+                text = (dot_git / "HEAD").read_text(encoding="utf-8").strip()
+            except OSError:
+                text = ""
+            if text.startswith("ref: refs/"):
+                return text.removeprefix("ref: ")
+            if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", text):
+                return None
+        try:
+            return self.run("symbolic-ref", "--quiet", "HEAD")
+        except GitError:
+            return None
+
     def head_sha(self) -> str | None:
         try:
             return self.run("rev-parse", "--verify", "--quiet", "HEAD")
         except GitError:
             return None
+
+    def rev_parse(self, *args: str) -> list[str]:
+        """Several refs resolved in one command, one sha per line."""
+        return self.run("rev-parse", *args).splitlines()
 
     def ref_exists(self, ref: str) -> bool:
         try:
@@ -174,6 +228,42 @@ class Checkout:
             return text[:limit] + f"\n[diff truncated: {len(text) - limit} more characters]", True
         return text, False
 
+    def branch_changes(self, base: str, ref: str) -> tuple[list[dict[str, str]], list[str]]:
+        """What `ref` changes since it left `base`, in one diff: ([{path, status}] as changed_files gives them
+        (a rename by its new path), every path it touches (both sides of a rename; a copy leaves its source))."""
+        base, ref = check_ref_name(base, "base branch"), check_ref_name(ref)
+        out = self.run_bytes("diff", "--name-status", "-z", "--no-ext-diff", "--no-textconv", f"{base}...{ref}", "--")
+        fields = out.decode("utf-8", "surrogateescape").split("\0")
+        files: dict[str, str] = {}
+        touched: set[str] = set()
+        at = 0
+        while at < len(fields) and fields[at]:
+            status = fields[at]
+            paths = fields[at + 1:at + (3 if status[0] in "RC" else 2)]
+            at += 1 + len(paths)
+            files[paths[-1]] = status[0]
+            touched.update(paths if status[0] == "R" else paths[-1:])  # a copy leaves its source as it was
+        return [{"path": p, "status": s} for p, s in sorted(files.items())], sorted(touched)
+
+    def merge_tree(self, ours: str, theirs: str) -> tuple[str | None, list[str]]:
+        """Merge two commits off to the side (no worktree, no index, no ref moves): (the merged tree, []) or
+        (None, the conflicted paths). Raises GitError when git cannot (older than 2.38: no --write-tree)."""
+        done = subprocess.run(["git", *SAFE_GIT, "merge-tree", "--write-tree", "--name-only", "-z", "--no-messages",
+                               "--end-of-options", ours, theirs], cwd=self.path, capture_output=True,
+                              stdin=subprocess.DEVNULL, env={**os.environ, **_C_LOCALE})
+        if done.returncode not in (0, 1):
+            raise GitError(f"git merge-tree failed in {self.path}: {done.stderr.decode('utf-8', 'replace').strip()}")
+        fields = done.stdout.decode("utf-8", "surrogateescape").split("\0")
+        if done.returncode == 0:
+            return fields[0].strip(), []
+        conflicts = []
+        for path in fields[1:]:
+            if not path:
+                break
+            if path not in conflicts:
+                conflicts.append(path)
+        return None, conflicts
+
     def changed_files(self, base: str, ref: str | None = None) -> list[dict[str, str]]:
         """Files that differ from the merge-base with `base` (working tree and untracked, unless `ref`)."""
         start = self.merge_base(base, ref or "HEAD")
@@ -196,8 +286,16 @@ class Checkout:
         self.run("add", "-A", "--", ".")
         if not self.run("diff", "--cached", "--name-only"):
             return False, self.head_sha()
-        self.run("commit", "-q", "-m", message.strip(), env=self._identity_env())
+        self.run_as_author("commit", "-q", "-m", message.strip())
         return True, self.head_sha()
+
+    def commit_leftovers(self, message: str) -> str | None:
+        """commit_all for a task's worktree, lean: one status when there is nothing to commit (the usual case:
+        the agent committed its work); returns the new commit, or None."""
+        if not self.run_bytes("status", "--porcelain", "-z", "--untracked-files=all"):
+            return None
+        committed, sha = self.commit_all(message)
+        return sha if committed else None
 
     def require_clean(self, action: str) -> None:
         changes = self.changes()

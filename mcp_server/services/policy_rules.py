@@ -17,6 +17,7 @@ writes to their targets, and what the parser cannot account for is never allowed
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -81,6 +82,12 @@ class Rule:
 
 def parse_rule(text: str) -> Rule:
     """`Bash(npm test:*)`, `Edit(src/**)`, `mcp__github`, `tool:run_command:pytest:*`, `tool:delete_project`."""
+    # Each run's start reads the policy several times over (hundreds of rules); a Rule is immutable, so it is
+    # parsed once per text. Only text is remembered (anything else gets the error, uncached).
+    return _parse_text(text) if isinstance(text, str) else _parse_rule(text)
+
+
+def _parse_rule(text: str) -> Rule:
     raw = text.strip() if isinstance(text, str) else ""
     if len(raw) > MAX_RULE_CHARS:
         raise PolicyError(f"A rule is {len(raw):,} characters long; at most {MAX_RULE_CHARS:,} are accepted. "
@@ -300,3 +307,6 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 DEFAULT_PRESET = "standard"
+
+
+_parse_text = functools.lru_cache(maxsize=4096)(_parse_rule)

@@ -1,0 +1,169 @@
+"""Landing near the git floor: the landed commit is built off to the side, and only the move of the default
+branch (a compare-and-swap on the tip it was built from) holds the repo's lock.
+
+Real repos and real git. One landing is held mid-build (an Event inside the build step) while another lands:
+with the lock around the whole landing the second would wait for the first; here it must not.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentqueue.engine.workspaces import Landing, Workspace, Workspaces
+from agentqueue.services import Services
+
+from .git_fixtures import commit_file, git, git_env, porcelain, sha  # noqa: F401  (git_env: fixture)
+from .test_engine_lifecycle import make_engine, run_until_final
+
+WAIT = 20  # seconds: a bound for a step that should take milliseconds
+
+
+@pytest.fixture
+def svc(services: Services, git_env: Path) -> Services:
+    """Project 'demo' with an `init` repo 'app' (main checked out in its checkout)."""
+    services.projects.create("Demo")
+    services.repos.add("demo", "init", name="app")
+    return services
+
+
+def two_tasks(svc: Services, same_file: bool = False) -> tuple[Workspaces, Workspace, Workspace, Path]:
+    """Two prepared task worktrees, each with one commit (on the same file when `same_file`)."""
+    repo = svc.repos.get("app")
+    workspaces = Workspaces(svc.home / "worktrees")
+    first = workspaces.prepare(repo, "task-a", "A")
+    second = workspaces.prepare(repo, "task-b", "B")
+    commit_file(first.path, "same.txt" if same_file else "a.txt", "from a\n", "work of a")
+    commit_file(second.path, "same.txt" if same_file else "b.txt", "from b\n", "work of b")
+    return workspaces, first, second, Path(repo.checkout_path)
+
+
+def held_build(monkeypatch: pytest.MonkeyPatch, held: Workspace) -> tuple[threading.Event, threading.Event]:
+    """Hold `held`'s first build of its landed commit until released: (it is building, release it)."""
+    building, release = threading.Event(), threading.Event()
+    real = Workspaces._landed_commit
+
+    def build(main, workspace, *args, **kwargs):  # noqa: ANN001, ANN202
+        if workspace is held and not release.is_set():
+            building.set()
+            assert release.wait(WAIT), "the held landing was never released"
+        return real(main, workspace, *args, **kwargs)
+
+    monkeypatch.setattr(Workspaces, "_landed_commit", staticmethod(build))
+    return building, release
+
+
+def land_in_thread(workspaces: Workspaces, workspace: Workspace) -> tuple[threading.Thread, dict[str, Landing]]:
+    out: dict[str, Landing] = {}
+    thread = threading.Thread(target=lambda: out.setdefault("landing", workspaces.land(workspace)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("checked_out", [True, False], ids=["main-checked-out", "main-not-checked-out"])
+def test_a_slow_landing_does_not_hold_another_and_the_slow_one_lands_once_after_main_moved(
+        svc: Services, monkeypatch: pytest.MonkeyPatch, checked_out: bool) -> None:
+    workspaces, slow, quick, repo = two_tasks(svc)
+    if not checked_out:
+        git(repo, "switch", "-q", "-c", "elsewhere")  # the person works on another branch: main moves by update-ref
+    start = sha(repo, "main")
+    building, release = held_build(monkeypatch, slow)
+    slow_thread, slow_out = land_in_thread(workspaces, slow)
+    assert building.wait(WAIT)
+
+    quick_thread, quick_out = land_in_thread(workspaces, quick)
+    quick_thread.join(WAIT)
+    assert not quick_thread.is_alive(), "the second landing waited for the first one's merge"
+    assert quick_out["landing"].merged and quick_out["landing"].sha == sha(repo, "main")
+    assert slow_thread.is_alive()  # still held mid-build: it did not hold the other up
+
+    release.set()
+    slow_thread.join(WAIT)
+    landing = slow_out["landing"]
+    assert landing.merged and landing.attempts == 2  # main moved under it: built again from the new tip
+    assert landing.sha == sha(repo, "main") and landing.base_sha == quick_out["landing"].sha
+    assert landing.files_changed == ["a.txt"]
+    # Each task's work is on main exactly once, with nothing lost: start, b, a, and the merge of the two.
+    log = git(repo, "log", "--format=%s", "main").splitlines()
+    assert log.count("work of a") == 1 and log.count("work of b") == 1 and len(log) == 4
+    assert git(repo, "rev-list", "--count", f"{start}..main") == "3"
+    assert sorted(git(repo, "ls-tree", "--name-only", "main").split()) == ["a.txt", "b.txt"]
+    if checked_out:
+        assert porcelain(repo) == "" and (repo / "a.txt").read_text() == "from a\n"  # the checkout followed
+    else:
+        assert git(repo, "branch", "--show-current") == "elsewhere" and not (repo / "a.txt").exists()
+
+
+def test_a_conflict_found_on_the_retry_loses_nothing(svc: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspaces, slow, quick, repo = two_tasks(svc, same_file=True)
+    slow_tip = sha(slow.path, "HEAD")
+    building, release = held_build(monkeypatch, slow)
+    slow_thread, slow_out = land_in_thread(workspaces, slow)
+    assert building.wait(WAIT)
+    assert workspaces.land(quick).merged
+    landed = sha(repo, "main")
+    release.set()
+    slow_thread.join(WAIT)
+
+    landing = slow_out["landing"]
+    assert not landing.merged and landing.conflicts == ["same.txt"]
+    assert sha(repo, "main") == landed and (repo / "same.txt").read_text() == "from b\n"  # main as b left it
+    assert sha(slow.path, "HEAD") == slow_tip and sha(repo, slow.branch or "") == slow_tip  # the branch as it was
+    assert porcelain(slow.path) == "" and porcelain(repo) == ""  # no half merge anywhere
+
+
+def test_the_users_commit_on_main_while_a_landing_builds_is_kept(svc: Services,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    workspaces, slow, _, repo = two_tasks(svc)
+    building, release = held_build(monkeypatch, slow)
+    thread, out = land_in_thread(workspaces, slow)
+    assert building.wait(WAIT)
+    mine = commit_file(repo, "mine.txt", "the person's\n", "the person's own commit")
+    release.set()
+    thread.join(WAIT)
+    landing = out["landing"]
+    assert landing.merged and landing.base_sha == mine
+    assert git(repo, "merge-base", "--is-ancestor", mine, "main") == ""
+    assert sorted(git(repo, "ls-tree", "--name-only", "main").split()) == ["a.txt", "mine.txt"]
+
+
+SHIM = """#!/bin/sh
+printf '%s\\n' "$*" >> {log}
+exec {git} "$@"
+"""
+
+
+@pytest.mark.anyio
+async def test_a_task_costs_at_most_ten_git_commands(svc: Services, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A size, not a timing: the git commands AgentQueue runs for one task that commits one file and lands as a
+    fast-forward (the agent's own git is its run, not counted). The floor by hand is worktree add, the
+    commit, the merge, worktree remove and branch delete; what the engine adds is listed in the message."""
+    real_git = git(tmp_path, "--exec-path")  # a real path, so the count holds whatever PATH has
+    real_git = str(Path(real_git) / "git")
+    log, shim = tmp_path / "git-calls.log", tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(SHIM.format(log=log, git=real_git))
+    (shim / "git").chmod(0o755)
+    identity = "-c user.name=Agent -c user.email=agent@localhost"
+    script = (f"echo done > work.txt && {real_git} add work.txt && {real_git} {identity} commit -q -m 'agent work'")
+    svc.agents.create("writer", "command", command=shlex.join(["/bin/sh", "-c", script]))
+    task = svc.tasks.create("demo", "Write", "write a file and commit it", repo_id="app")
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    engine = make_engine(svc)
+    await run_until_final(svc, engine, task.id)
+
+    assert svc.tasks.get(task.id).status == "COMPLETED"
+    repo = Path(svc.repos.get("app").checkout_path)
+    assert (repo / "work.txt").read_text() == "done\n"
+    calls = [line.replace("-c core.hooksPath=/dev/null -c core.fsmonitor=false ", "")
+             for line in log.read_text().splitlines()]
+    assert len(calls) <= 10, "\n".join(calls)
+    # Every one of them with hooks and fsmonitor off, but the read of core.hooksPath itself (protected paths).
+    raw = log.read_text().splitlines()
+    assert all(line.startswith("-c core.hooksPath=/dev/null -c core.fsmonitor=false ") or
+               line == "config --get core.hooksPath" for line in raw), "\n".join(raw)
