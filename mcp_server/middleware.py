@@ -1,9 +1,10 @@
 """Request middleware: the connection's tool selection, the audit log, and readable validation errors.
 
-- `tools/list` leaves out what the connection's selection hides (`--read-only`, `--toolsets`, a
-  plugin's preamble) and what the policy denies outright, so the model never sees those tools; a
-  `tools/call` of one is refused. Resources follow the tools that read the same data: a connection
-  offered none of them neither lists, reads nor subscribes to the resource.
+- `tools/list` shows what the connection's selection lists (toolsets.effective: `--read-only`,
+  `--toolsets`, a plugin's preamble, [mcp] toolsets and what enable_toolsets added) less what the
+  policy denies outright. A `tools/call` is refused only past what the connection may call (a tool
+  merely not listed yet still runs: scripts call tools by name). Resources follow the tools that
+  read the same data: a connection that may call none of them neither lists, reads nor subscribes.
 - Every `tools/call` is written to the audit log after it ends, in its own transaction: what the
   policy gate decided (noted in the call's `CallRecord`), how it ended, how long it took.
 - Argument-validation errors are rewritten into one sentence a model can act on.
@@ -21,7 +22,7 @@ import anyio
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 
-from .resources import readers_of
+from .resources import LISTENER, readers_of
 from .services.limits import MAX_NAME
 from .services.policy_rules import PolicyError
 from .tools.gate import CURRENT_CALL, CallRecord
@@ -66,8 +67,8 @@ def _text_of(result: dict[str, Any]) -> str:
 
 def resource_hidden(state: Any, uri: str) -> str | None:
     """Why this connection is not offered a resource: it is offered none of the tools that read the same data."""
-    options = state.options
-    if not options.get("read_only") and options.get("toolsets") is None:
+    selection = state.selection
+    if not selection.read_only and selection.ceiling is None:
         return None
     reasons = [state.hides(spec.name, spec.group, spec.read_only) for name in readers_of(uri)
                if (spec := SPECS.get(name)) is not None]
@@ -102,7 +103,11 @@ async def _resources(ctx: Any, call_next: Any) -> Any:
         kept = [u for u in wanted if isinstance(u, str) and not resource_hidden(state, u)]
         ctx = dataclasses.replace(ctx, params={**params, "notifications": {**notifications,
                                                                           "resourceSubscriptions": kept}})
-    return await call_next(ctx)
+    token = LISTENER.set(state)  # the stream is this connection's: enable_toolsets tells it alone
+    try:
+        return await call_next(ctx)
+    finally:
+        LISTENER.reset(token)
 
 
 async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
@@ -119,7 +124,7 @@ async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
                 policy = None
             result["tools"] = [t for t in result["tools"]
                                if not ((spec := SPECS.get(t.get("name")))
-                                       and (state.hides(spec.name, spec.group, spec.read_only)
+                                       and (not state.lists(spec.name, spec.group, spec.read_only)
                                             or policy is not None and policy.denies_outright(spec.name, spec.read_only)))]
         return result
     if ctx.method != "tools/call" or ctx.request_id is None:

@@ -2,7 +2,15 @@
 
 Stdlib only: the plugin (`agentqueue mcp`) validates its flags with it before it relays anything.
 A group is a module of `tools/`; the registry refuses a tool whose module is not listed here. A
-named set picks tools across modules: `agent` is what a task's own agent gets.
+named set picks tools across modules: `agent` is what a task's own agent gets, `default` what a
+person's client lists when it names none (a first session), `all` every tool.
+
+Two selections per connection, computed by `effective` from its options alone:
+- what it may *call* (`ceiling`): its `--toolsets` when they are fixed, else every tool;
+- what it *lists* (`listing`): a connection that named no toolsets, or named `default`/`all`, is
+  open: it lists [mcp] toolsets (default: `default`) plus what its model enabled since
+  (`options["enabled"]`, written by `enable_toolsets`). A run's connection is never open.
+`--read-only` and the person-only tools apply on top of both.
 
 Who a connection is never comes from the connection itself: a preamble may only narrow what it is
 offered (`read_only`, `toolsets`). The daemon learns from the socket's peer (SO_PEERCRED) whether the
@@ -13,14 +21,42 @@ caller runs inside one of its engine's runs, and only then names it `agent:<id>`
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 TOOLSETS: tuple[str, ...] = ("projects", "channels", "tasks", "repos", "agents", "system", "files", "git", "notes",
                              "hooks", "policy", "requests")
 # Sets of tools by name: an agent working on a task may queue follow-ups and keep notes, nothing more.
+# The tool that lists the other toolsets and enables them for its connection (tools/discovery.py).
+DISCOVERY = "enable_toolsets"
+DISCOVERY_GROUP = "discovery"  # its module: no toolset of its own; `default` and `all` carry it
+DEFAULT, ALL = "default", "all"
 NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
     "agent": ("create_task", "get_task", "list_tasks", "get_status", "list_notes", "read_note", "write_note",
               "append_note"),
+    # A first session: projects, tasks, status, repos, approvals, and the way to the rest.
+    DEFAULT: ("list_projects", "create_project", "set_active_project", "get_status", "get_recent_events",
+              "list_tasks", "create_task", "get_task", "edit_task", "stop_task", "restart_task", "get_task_result",
+              "get_agent_error", "get_task_diff", "approve_task", "request_changes", "add_repo", "list_repos",
+              "list_requests", "answer_request", DISCOVERY),
+    ALL: (),  # every tool (see offers)
+}
+# One line each, for enable_toolsets' answer and the reference.
+SUMMARIES: dict[str, str] = {
+    "projects": "edit, pause, resume, delete projects",
+    "channels": "link chat channels to projects",
+    "tasks": "every task tool: delete, skip, chain health, forced status",
+    "repos": "register and list git repos",
+    "agents": "register, edit, pause and delete the agents that run tasks",
+    "system": "status, events, token usage, pause the orchestrator, restart the daemon",
+    "files": "read, search and run commands in workspaces",
+    "git": "status, log, diff, branch, commit, push, merge, PRs",
+    "notes": "project notes: write, read, append, compare with specs",
+    "hooks": "scheduled and event hooks that queue tasks or run a model",
+    "policy": "the permission policy and the audit log",
+    "requests": "agents' permission requests",
+    "agent": "what a task's own agent gets",
+    DEFAULT: "a first session: projects, tasks, status, repos, approvals",
+    ALL: "every tool",
 }
 # The first line a plugin sends the daemon before the client's bytes: {"agentqueue": {options}}.
 PREAMBLE_KEY = "agentqueue"
@@ -49,7 +85,53 @@ def parse_toolsets(text: str) -> list[str]:
 
 def offers(toolsets: list[str], name: str, group: str) -> bool:
     """Whether a selection of toolsets includes the tool `name` of module `group`."""
-    return group in toolsets or any(name in NAMED_TOOLSETS.get(t, ()) for t in toolsets)
+    return ALL in toolsets or group in toolsets or any(name in NAMED_TOOLSETS.get(t, ()) for t in toolsets)
+
+
+class Selection(NamedTuple):
+    """A connection's effective tool selection; hashable, so a cache of tools/list can key on it.
+    (A NamedTuple, not a dataclass: the plugin imports this module, and dataclasses pulls in inspect.)
+
+    `ceiling`/`listing` are toolset names, None meaning every tool. Policy rules filter the list too,
+    but they change without the connection, so they are not part of this.
+    """
+
+    read_only: bool
+    run: bool  # an engine run's connection: never offered the person-only tools nor enable_toolsets
+    open: bool  # may enable more toolsets (enable_toolsets is listed)
+    ceiling: tuple[str, ...] | None  # what it may call
+    listing: tuple[str, ...] | None  # what tools/list shows
+
+    def hides(self, name: str, group: str, read_only: bool) -> str | None:
+        """Why this connection may not call a tool (None when it may)."""
+        if self.run and name in PERSON_ONLY:
+            return "it is a person's decision, and this connection comes from a run"
+        if self.read_only and not read_only:
+            return "this connection is read-only (--read-only)"
+        if name == DISCOVERY and not self.open:
+            return ("this connection's toolsets are fixed when it opens" if self.run else
+                    f"this connection is limited to the toolsets {', '.join(self.ceiling or ())} (--toolsets)")
+        if self.ceiling is not None and not offers(list(self.ceiling), name, group):
+            return f"this connection is limited to the toolsets {', '.join(self.ceiling) or '(none)'} (--toolsets)"
+        return None
+
+    def lists(self, name: str, group: str, read_only: bool) -> bool:
+        """Whether tools/list shows the tool: callable, and in the listed toolsets."""
+        if self.hides(name, group, read_only) is not None:
+            return False
+        return self.listing is None or name == DISCOVERY or offers(list(self.listing), name, group)
+
+
+def effective(options: dict[str, Any], configured: list[str] | tuple[str, ...] = (DEFAULT,)) -> Selection:
+    """A connection's selection from its options (read_only, toolsets, actor, enabled) and [mcp] toolsets."""
+    toolsets, run = options.get("toolsets"), is_run(options.get("actor"))
+    is_open = not run and (toolsets is None or DEFAULT in toolsets or ALL in toolsets)
+    if not is_open:  # fixed: a run's, or a person's own choice of toolsets; what it names is all it gets
+        fixed = None if toolsets is None or ALL in toolsets else tuple(toolsets)
+        return Selection(bool(options.get("read_only")), run, False, fixed, fixed)
+    base = list(configured) if toolsets is None else list(toolsets)
+    listing = tuple(dict.fromkeys([*base, *options.get("enabled", ())]))
+    return Selection(bool(options.get("read_only")), False, True, None, None if ALL in listing else listing)
 
 
 def connection_options(read_only: bool = False, toolsets: list[str] | None = None, task_id: str | None = None,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, model_serializer
 
 from ..services import limits, result_size
 from ..services.errors import ServiceError, os_limit_error
-from ..toolsets import TOOLSETS
+from ..toolsets import DISCOVERY_GROUP, TOOLSETS
 from .gate import ApprovalParam, refuse_oversized_ids, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
@@ -169,7 +169,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         group = fn.__module__.rsplit(".", 1)[-1]
-        if group not in TOOLSETS:
+        if group not in TOOLSETS and group != DISCOVERY_GROUP:
             raise RuntimeError(f"tool module {group!r} is not in toolsets.TOOLSETS; add it there")
 
         @functools.wraps(fn)
