@@ -22,8 +22,8 @@ from .services import Services
 from .services.errors import NotFoundError
 
 
-# Bounds at or past this are overflow guards (ids, offsets, token counts), not limits a model plans around.
-GUARD_BOUND = 100_000
+# Bounds at or past this are guards (ids, offsets, token counts, lengths), not limits a model plans around.
+GUARD_BOUND = 1000
 
 
 def compact_schema(schema: Any) -> Any:
@@ -42,7 +42,7 @@ def compact_schema(schema: Any) -> Any:
     for key, value in schema.items():
         if key in ("properties", "$defs") and isinstance(value, dict):
             # Keys here are parameter names (a parameter may be called `title`), not schema keywords.
-            out[key] = {name: compact_schema(sub) for name, sub in value.items()}
+            out[key] = {name: _numeric_default(name, compact_schema(sub)) for name, sub in value.items()}
         elif _redundant(key, value):
             continue
         else:
@@ -56,6 +56,19 @@ def compact_schema(schema: Any) -> Any:
         elif len(non_null) < len(variants):
             out["anyOf"] = non_null
     return out
+
+
+# Numeric defaults a model needs to choose a value: a scale (priority: lower runs first) or a time limit.
+# Other numeric defaults (limit 50, as the instructions say once; retries, weights, page sizes) are
+# what the server does when the model says nothing, which is all the model needs to know.
+TELLING_DEFAULTS = ("priority", "timeout")
+
+
+def _numeric_default(name: str, schema: Any) -> Any:
+    if isinstance(schema, dict) and name not in TELLING_DEFAULTS and isinstance(schema.get("default"), (int, float)) \
+            and not isinstance(schema.get("default"), bool):
+        return {k: v for k, v in schema.items() if k != "default"}
+    return schema
 
 
 def _redundant(key: str, value: Any) -> bool:

@@ -34,10 +34,10 @@ NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
     "agent": ("create_task", "get_task", "list_tasks", "get_status", "list_notes", "read_note", "write_note",
               "append_note"),
     # A first session: projects, tasks, status, repos, approvals, and the way to the rest.
-    DEFAULT: ("list_projects", "create_project", "set_active_project", "get_status", "get_recent_events",
-              "list_tasks", "create_task", "get_task", "edit_task", "stop_task", "restart_task", "get_task_result",
-              "get_agent_error", "get_task_diff", "approve_task", "request_changes", "add_repo", "list_repos",
-              "list_requests", "answer_request", DISCOVERY),
+    DEFAULT: ("list_projects", "create_project", "set_active_project", "get_status", "list_tasks", "create_task",
+              "get_task", "stop_task", "restart_task", "get_task_result", "get_agent_error", "get_task_diff",
+              "approve_task", "request_changes", "add_repo", "list_repos", "list_requests", "answer_request",
+              DISCOVERY),
     ALL: (),  # every tool (see offers)
 }
 # One line each, for enable_toolsets' answer and the reference.

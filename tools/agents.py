@@ -27,17 +27,17 @@ async def create_agent(
     ctx: Context,
     name: Name,
     agent_type: AgentType = "claude-code",
-    repo_id: Annotated[str | None, Field(description="a permanent repo")] = None,
+    repo_id: Annotated[str | None, Field(description="runs only its tasks")] = None,
     model: str | None = None,
     capabilities: list[str] | None = None,
-    command: Annotated[Command | None, Field(description="executable, for agent_type=command")] = None,
-    label: Annotated[Label | None, Field(description="only daemons with this label run it")] = None,
+    command: Annotated[Command | None, Field(description="for agent_type=command")] = None,
+    label: Annotated[Label | None, Field(description="run only on daemons with it")] = None,
 ) -> Agent:
-    """Register an agent that runs tasks with a coding CLI (or any command)."""
+    """Register an agent that runs tasks with a coding CLI or a command."""
     return services(ctx).agents.create(name, agent_type, repo_id, model, capabilities, command, label)
 
 
-AgentId = Annotated[str, Field(description="e.g. claude-1")]
+AgentId = str  # ids are slugs of names, e.g. claude-1 (the instructions say so once)
 
 
 class AgentDeleted(BaseModel):
@@ -48,13 +48,13 @@ class AgentDeleted(BaseModel):
 async def edit_agent(
     ctx: Context,
     agent_id: AgentId,
-    model: Annotated[str | None, Field(description='"" clears')] = None,
+    model: str | None = None,
     command: Command | None = None,
-    repo_id: Annotated[str | None, Field(description='"" unbinds')] = None,
+    repo_id: str | None = None,
     capabilities: list[str] | None = None,
-    label: Annotated[Label | None, Field(description='"" clears')] = None,
+    label: Label | None = None,
 ) -> Agent:
-    """Change an agent's model, command, repo, capabilities or label (from its next task)."""
+    """Change an agent from its next task; "" clears a field."""
     return services(ctx).agents.edit(agent_id, model, command, repo_id, capabilities, label)
 
 

@@ -40,7 +40,7 @@ def _members(name: str) -> list[str]:
 
 @tool(read_only=True, idempotent=True)
 async def enable_toolsets(ctx: Context, toolsets: list[str] | None = None) -> ToolsetList:
-    """More tools, in groups. Omit toolsets to see the groups and their tools; name some (e.g. ["git"]) to add them here."""
+    """Tool groups; name some (e.g. ["git"]) to add their tools here."""
     state = client_state(ctx)
     selection = state.selection
     if not selection.open:  # the middleware refuses first; this is the second lock on the same door

@@ -25,9 +25,11 @@ __all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Noted"
 
 log = logging.getLogger("agentqueue.tools")
 
-# Parameter types shared by the tool modules; descriptions stay short because the model reads them.
-ProjectId = Annotated[str | None, Field(description="default: active project")]
-TaskId = Annotated[str, Field(description="e.g. swift-falcon")]
+# Parameter types shared by the tool modules. What they share is said once, in the server's instructions
+# (prompts/instructions.md: an omitted project_id is the active project, task ids look like swift-falcon),
+# not in each of the ~30 schemas that take them: the model reads every token of the tool list.
+ProjectId = str | None
+TaskId = str
 Limit = Annotated[int, Field(ge=1, le=500)]
 # Bounds without descriptions (they cost tokens): every number fits SQLite and datetime, every string exec().
 Offset = Annotated[int, Field(ge=0, le=limits.MAX_COUNT)]

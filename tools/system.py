@@ -52,7 +52,7 @@ class OrchestratorState(BaseModel):
 
 @tool(read_only=True, meta=tool_meta(BOARD_URI))
 async def get_status(ctx: Context) -> Status:
-    """The whole queue at a glance: task counts, running and ready tasks, agents, warnings."""
+    """The queue at a glance: tasks, agents, warnings."""
     return Status(**services(ctx).system.status())
 
 
@@ -88,7 +88,7 @@ async def get_token_usage(
 
 @tool()
 async def orchestrator_control(ctx: Context, action: Literal["pause", "resume", "status"]) -> OrchestratorState:
-    """Pause or resume starting new task runs (running agents finish), or read the state."""
+    """Pause or resume starting task runs (running ones finish), or read the state."""
     system = services(ctx).system
     state = system.orchestrator_state() if action == "status" else system.set_orchestrator(
         "paused" if action == "pause" else "running")
@@ -101,6 +101,6 @@ class Restarting(BaseModel):
 
 @tool(destructive=True)
 async def restart_daemon(ctx: Context) -> Restarting:
-    """Re-execute the daemon (running agents stop; their tasks are requeued). Clients reconnect."""
+    """Restart the daemon: running agents stop, their tasks are requeued."""
     services(ctx).system.request_restart()
     return Restarting(status="restarting")
