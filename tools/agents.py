@@ -16,14 +16,14 @@ class AgentList(Noted):
 
 
 @tool(read_only=True)
-async def list_agents(ctx: Context, limit: Limit = 50, offset: Offset = 0) -> AgentList:
+def list_agents(ctx: Context, limit: Limit = 50, offset: Offset = 0) -> AgentList:
     """List registered agents with their state and current task."""
     agents, total = services(ctx).agents.list(limit, offset)
     return AgentList(agents=agents, total=total)
 
 
 @tool()
-async def create_agent(
+def create_agent(
     ctx: Context,
     name: Name,
     agent_type: AgentType = "claude-code",
@@ -45,7 +45,7 @@ class AgentDeleted(BaseModel):
 
 
 @tool()
-async def edit_agent(
+def edit_agent(
     ctx: Context,
     agent_id: AgentId,
     model: str | None = None,
@@ -59,19 +59,19 @@ async def edit_agent(
 
 
 @tool(idempotent=True)
-async def pause_agent(ctx: Context, agent_id: AgentId) -> Agent:
+def pause_agent(ctx: Context, agent_id: AgentId) -> Agent:
     """Pause an agent: it takes no new task; a running one finishes."""
     return services(ctx).agents.set_paused(agent_id, True)
 
 
 @tool(idempotent=True)
-async def resume_agent(ctx: Context, agent_id: AgentId) -> Agent:
+def resume_agent(ctx: Context, agent_id: AgentId) -> Agent:
     """Let a paused agent take tasks again."""
     return services(ctx).agents.set_paused(agent_id, False)
 
 
 @tool(destructive=True)
-async def delete_agent(ctx: Context, agent_id: AgentId) -> AgentDeleted:
+def delete_agent(ctx: Context, agent_id: AgentId) -> AgentDeleted:
     """Delete an agent (stop_task its task first if running); its history stays."""
     services(ctx).agents.delete(agent_id)
     return AgentDeleted(deleted=agent_id)

@@ -33,7 +33,7 @@ class ActiveProject(BaseModel):
 
 
 @tool(read_only=True)
-async def list_projects(ctx: Context, status: Literal["ACTIVE", "PAUSED"] | None = None,
+def list_projects(ctx: Context, status: Literal["ACTIVE", "PAUSED"] | None = None,
                         limit: Limit = 50, offset: Offset = 0) -> ProjectList:
     """Projects with their settings and task counts."""
     projects, total = services(ctx).projects.list(status, limit, offset)
@@ -41,7 +41,7 @@ async def list_projects(ctx: Context, status: Literal["ACTIVE", "PAUSED"] | None
 
 
 @tool()
-async def create_project(
+def create_project(
     ctx: Context,
     name: Name,
     credit_weight: Weight = 1.0,
@@ -57,19 +57,19 @@ async def create_project(
 
 
 @tool(idempotent=True)
-async def pause_project(ctx: Context, project_id: str) -> Project:
+def pause_project(ctx: Context, project_id: str) -> Project:
     """Pause a project: none of its tasks start until resumed."""
     return services(ctx).projects.set_status(project_id, "PAUSED")
 
 
 @tool(idempotent=True)
-async def resume_project(ctx: Context, project_id: str) -> Project:
+def resume_project(ctx: Context, project_id: str) -> Project:
     """Resume a paused project."""
     return services(ctx).projects.set_status(project_id, "ACTIVE")
 
 
 @tool()
-async def edit_project(
+def edit_project(
     ctx: Context,
     project_id: str,
     name: Name | None = None,
@@ -85,7 +85,7 @@ async def edit_project(
 
 
 @tool(destructive=True)
-async def delete_project(ctx: Context, project_id: str, archive_channels: bool = False) -> ProjectDeleted:
+def delete_project(ctx: Context, project_id: str, archive_channels: bool = False) -> ProjectDeleted:
     """Delete a project with its tasks, repo records, hooks, channels (files stay)."""
     name, channels = services(ctx).projects.delete(project_id)
     state = client_state(ctx)
@@ -95,7 +95,7 @@ async def delete_project(ctx: Context, project_id: str, archive_channels: bool =
 
 
 @tool(idempotent=True)
-async def set_active_project(ctx: Context, project_id: str | None = None) -> ActiveProject:
+def set_active_project(ctx: Context, project_id: str | None = None) -> ActiveProject:
     """Set the project used when project_id is omitted; omit to clear."""
     state = client_state(ctx)
     name = state.services.projects.get(project_id).name if project_id else None

@@ -163,7 +163,8 @@ def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result
 
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
          meta: dict[str, Any] | None = None, rest: str | None = None) -> Callable:
-    """Register a tool (async, or sync to run in a worker thread) behind the policy gate.
+    """Register a tool behind the policy gate: sync (the rule: it runs in a worker thread, so a store that waits
+    on a lock holds up only its own call), or async only when it awaits something on the event loop.
 
     `rest` says where the whole of a result cut to size is (formatted with the call's arguments).
     ServiceErrors become tool errors; a question the person declined refuses the call before it runs.
@@ -183,7 +184,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
             try:
                 if inspect.iscoroutinefunction(fn):
                     result = await fn(*args, **kwargs)
-                else:  # sync tools do slow work (git, subprocesses, disk walks): off the event loop
+                else:  # the store, git, subprocesses, disk walks: off the event loop, so no client waits on another's
                     result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
                 if surely_fits(result):  # nearly every call: one fast compact dump, on the event loop
                     return result

@@ -15,7 +15,7 @@ class RequestList(Noted):
 
 
 @tool(read_only=True)
-async def list_requests(
+def list_requests(
     ctx: Context,
     project_id: ProjectId = None,
     status: Literal["pending", "allowed", "denied", "expired"] = "pending",
@@ -31,7 +31,7 @@ async def list_requests(
 
 
 @tool()
-async def answer_request(
+def answer_request(
     ctx: Context,
     request_id: str,
     decision: Literal["allow", "deny"],

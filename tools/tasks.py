@@ -98,7 +98,7 @@ class AgentError(BaseModel):
 
 
 @tool(read_only=True, meta=tool_meta(BOARD_URI))
-async def list_tasks(
+def list_tasks(
     ctx: Context,
     project_id: ProjectId = None,
     status: str | list[str] | None = None,
@@ -113,7 +113,7 @@ async def list_tasks(
 
 
 @tool()
-async def create_task(
+def create_task(
     ctx: Context,
     title: str,
     description: str,  # "self-contained": the instructions say so, at length
@@ -136,13 +136,13 @@ async def create_task(
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))
-async def get_task(ctx: Context, task_id: TaskId) -> Task:
+def get_task(ctx: Context, task_id: TaskId) -> Task:
     """A task: dependencies, dependents, branch, PR."""
     return services(ctx).tasks.get(task_id)
 
 
 @tool()
-async def edit_task(
+def edit_task(
     ctx: Context,
     task_id: TaskId,
     title: str | None = None,
@@ -157,21 +157,21 @@ async def edit_task(
 
 
 @tool(destructive=True)
-async def stop_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
+def stop_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
     """Stop a task: kill its agent if running and mark it BLOCKED."""
     previous, killed = services(ctx).tasks.stop(task_id)
     return TaskStatusChange(task_id=task_id, status="BLOCKED", previous_status=previous, killed=killed)
 
 
 @tool()
-async def restart_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
+def restart_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
     """Requeue a task, retries reset (not while it runs)."""
     previous, status = services(ctx).tasks.restart(task_id)
     return TaskStatusChange(task_id=task_id, previous_status=previous, status=status)
 
 
 @tool(destructive=True)
-async def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
+def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
     """Delete a task and its results (stop_task it first if running)."""
     unblocked = services(ctx).tasks.delete(task_id)
     return TaskDeleted(deleted=task_id, unblocked=unblocked)
@@ -194,7 +194,7 @@ class ChangesRequested(BaseModel):
 
 
 @tool()
-async def request_changes(
+def request_changes(
     ctx: Context,
     task_id: TaskId,
     comment: Annotated[str, Field(max_length=MAX_COMMENT)],
@@ -207,13 +207,13 @@ async def request_changes(
 
 
 @tool()
-async def skip_task(ctx: Context, task_id: TaskId) -> TaskSkipped:
+def skip_task(ctx: Context, task_id: TaskId) -> TaskSkipped:
     """Mark a BLOCKED or FAILED task COMPLETED so its dependents can run."""
     return TaskSkipped(skipped=task_id, unblocked=services(ctx).tasks.skip(task_id))
 
 
 @tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
-async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
+def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
     """The latest run's result: summary, files, tokens, cost, error."""
     attempts, result = services(ctx).tasks.results(task_id)
     message = None if result else "No result recorded yet: no agent has run this task."
@@ -239,7 +239,7 @@ def get_task_diff(ctx: Context, task_id: TaskId,
 
 
 @tool(read_only=True)
-async def get_chain_health(ctx: Context, task_id: str | None = None, project_id: ProjectId = None) -> ChainHealth:
+def get_chain_health(ctx: Context, task_id: str | None = None, project_id: ProjectId = None) -> ChainHealth:
     """What a BLOCKED task holds up, or a project's stuck chains."""
     tasks = services(ctx).tasks
     if task_id:
@@ -259,13 +259,13 @@ async def get_chain_health(ctx: Context, task_id: str | None = None, project_id:
 
 
 @tool()
-async def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName) -> StatusOverride:
+def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName) -> StatusOverride:
     """Force a status past the state machine (recorded). Use sparingly."""
     old, new = services(ctx).tasks.set_status(task_id, status)
     return StatusOverride(task_id=task_id, old_status=old, new_status=new)
 
 
 @tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
-async def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
+def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
     """Why a task failed, or is blocked or paused, with a fix."""
     return AgentError(**services(ctx).tasks.agent_error(task_id))
