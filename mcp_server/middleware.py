@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 from .resources import LISTENER, readers_of
 from .services.limits import MAX_NAME
 from .services.policy_rules import PolicyError
+from .store.base import StoreBusy
 from .tools.gate import CURRENT_CALL, CallRecord
 from .tools.registry import SPECS
 from .tools.state import actor_of, state_for
@@ -161,6 +163,13 @@ async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
     return result
 
 
+def _record_later(audit: Any, row: dict[str, Any]) -> None:
+    try:
+        audit.record(**row)
+    except Exception:  # the daemon is closing, or the store is gone: say so in the log, not on the client
+        log.exception("could not write a deferred audit row for %s", row.get("action"))
+
+
 async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message: str | None, started: float) -> None:
     """The call's audit row, in its own transaction after the call (never inside the call's)."""
     audit = state.services.audit
@@ -177,6 +186,11 @@ async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message
                decided_by=record.decided_by, outcome=outcome, message=message, project_id=project_id,
                task_id=task_id, arguments=record.arguments,
                duration_ms=int(seconds * 1000))
-    await anyio.to_thread.run_sync(lambda: audit.record(**row))
+    try:
+        await anyio.to_thread.run_sync(lambda: audit.record(**row, wait=False))
+    except StoreBusy:
+        # Another writer holds the store (a call waiting on a lock): the answer does not wait for its audit row,
+        # which follows as soon as the store is free.
+        threading.Thread(target=_record_later, args=(audit, row), name="agentqueue-audit", daemon=True).start()
     if state.after_call is not None:
         await state.after_call()  # agentqueue://audit subscribers hear of the row at once

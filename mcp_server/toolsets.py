@@ -42,9 +42,9 @@ NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
 }
 # One line each, for enable_toolsets' answer and the reference.
 SUMMARIES: dict[str, str] = {
-    "projects": "edit, pause, resume, delete projects",
+    "projects": "create, edit, pause, resume, delete projects; the active project",
     "channels": "link chat channels to projects",
-    "tasks": "every task tool: delete, skip, chain health, forced status",
+    "tasks": "every task tool: also edit, skip, delete, chain health, forced status",
     "repos": "register and list git repos",
     "agents": "register, edit, pause and delete the agents that run tasks",
     "system": "status, events, token usage, pause the orchestrator, restart the daemon",
