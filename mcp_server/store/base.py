@@ -56,11 +56,10 @@ class Store:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        # Reads outside a transaction go to a second connection, so a writer waiting on the database's lock
-        # (another process's write, a row lock) holds up the writers behind it, never a read.
+        # Reads go to a second connection while another thread's transaction holds the first, so a writer waiting
+        # on the database's lock (another process's write, a row lock) holds up the writers behind it, never a read.
         self.reader: Any = None  # the backend opens it (same interface as db)
         self._read_lock = threading.Lock()
-        self._writing = threading.local()  # depth of this thread's transaction: its reads must see its writes
         self._listeners: list[Listener] = []
         self._pending_events: list[dict[str, Any]] | None = None
         self.db: Any = None  # the backend's connection wrapper: execute, query, ["table"].insert/update
@@ -99,7 +98,6 @@ class Store:
         `wait=False`: raise StoreBusy at once if another writer (thread or process) holds the store."""
         if not self.lock.acquire(blocking=wait):
             raise StoreBusy("another writer holds the store")
-        self._writing.depth = getattr(self._writing, "depth", 0) + 1
         try:
             outermost = self._pending_events is None
             if outermost:
@@ -117,18 +115,23 @@ class Store:
                 events, self._pending_events = self._pending_events, None
                 self._announce(events)
         finally:
-            self._writing.depth -= 1
             self.lock.release()
 
     @contextmanager
     def _reading(self) -> Iterator[Any]:
-        """The connection a read uses: the writer's inside this thread's transaction, else the reader."""
-        if self.reader is None or getattr(self._writing, "depth", 0):
-            with self.lock:
-                yield self.db
-        else:
+        """The writer's connection when it is free (or held by this thread's own transaction, which must see its
+        writes); the reader while another thread's transaction holds it, so a read never queues behind a writer
+        that waits on the database's lock."""
+        if self.reader is not None and not self.lock.acquire(blocking=False):
             with self._read_lock:
                 yield self.reader
+            return
+        if self.reader is None:
+            self.lock.acquire()
+        try:
+            yield self.db
+        finally:
+            self.lock.release()
 
     def _announce(self, events: list[dict[str, Any]]) -> None:
         for listener in list(self._listeners):
