@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from mcp.server import MCPServer, NotificationOptions
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.server.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 from pydantic import Field
@@ -24,30 +24,65 @@ from .services import Services
 from .services.errors import NotFoundError
 
 
-def compact_schema(schema: Any) -> Any:
-    """Trim what a model does not need from an input schema: titles, and `anyOf [X, null]` for optionals.
+# Bounds at or past this are guards (ids, offsets, token counts, lengths), not limits a model plans around.
+GUARD_BOUND = 1000
 
-    Only the advertised schema changes: arguments are still validated by the tool's pydantic
-    model, so an explicit null is still accepted.
+
+def compact_schema(schema: Any) -> Any:
+    """Trim what a model does not need from an input schema; the model reads every token of it.
+
+    Only the advertised schema changes: arguments are still validated by the tool's pydantic model,
+    whose refusal names the limit, so everything dropped here is still enforced. Dropped: titles,
+    `null` variants and null/false/0/empty defaults of optionals, `maxLength`, bounds that are guards
+    (>= GUARD_BOUND) or obvious (minimum 0 or 1), and `additionalProperties: true` (the default).
     """
     if isinstance(schema, list):
         return [compact_schema(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in schema.items():
         if key in ("properties", "$defs") and isinstance(value, dict):
             # Keys here are parameter names (a parameter may be called `title`), not schema keywords.
-            out[key] = {name: compact_schema(sub) for name, sub in value.items()}
-        elif key != "title":
+            out[key] = {name: _numeric_default(name, compact_schema(sub)) for name, sub in value.items()}
+        elif _redundant(key, value):
+            continue
+        else:
             out[key] = compact_schema(value)
     variants = out.get("anyOf")
-    if isinstance(variants, list) and "default" in out and out["default"] is None:
+    if isinstance(variants, list):
         non_null = [v for v in variants if v != {"type": "null"}]
         if len(non_null) == 1:
-            del out["anyOf"], out["default"]
+            del out["anyOf"]
             out = {**non_null[0], **out}
+        elif len(non_null) < len(variants):
+            out["anyOf"] = non_null
     return out
+
+
+# Numeric defaults a model needs to choose a value: a scale (priority: lower runs first) or a time limit.
+# Other numeric defaults (limit 50, as the instructions say once; retries, weights, page sizes) are
+# what the server does when the model says nothing, which is all the model needs to know.
+TELLING_DEFAULTS = ("priority", "timeout")
+
+
+def _numeric_default(name: str, schema: Any) -> Any:
+    if isinstance(schema, dict) and name not in TELLING_DEFAULTS and isinstance(schema.get("default"), (int, float)) \
+            and not isinstance(schema.get("default"), bool):
+        return {k: v for k, v in schema.items() if k != "default"}
+    return schema
+
+
+def _redundant(key: str, value: Any) -> bool:
+    if key in ("title", "maxLength"):
+        return True
+    if key == "default":
+        return value is None or value is False or value in (0, "", [], {}) and not isinstance(value, float)
+    if key in ("minimum", "exclusiveMinimum"):
+        return value in (0, 1) or abs(value) >= GUARD_BOUND
+    if key == "maximum":
+        return abs(value) >= GUARD_BOUND
+    return key == "additionalProperties" and value is True
 
 
 @functools.cache
@@ -130,7 +165,7 @@ def build_server(services: Services, connection_options: dict[str, Any] | None =
     `connection_options` (read_only, toolsets) limit every connection that brings none of its own: the
     standalone server's stdio and, in the daemon, every HTTP session.
     """
-    bus = InMemorySubscriptionBus()
+    bus = resources.ConnectionBus()
     notifier = resources.Notifier(bus)
     services.store.on_commit(notifier.on_commit)
     services.audit.on_record(lambda: notifier.mark(resources.AUDIT))
@@ -140,6 +175,7 @@ def build_server(services: Services, connection_options: dict[str, Any] | None =
         # Runs once per stdio/socket connection (and once for all HTTP sessions).
         own = CONNECTION_OPTIONS.get()
         yield tools.ClientState(services=services, after_call=notifier.flush,
+                                tools_changed=lambda state: bus.publish_to(state, ToolsListChanged()),
                                 options=dict(own if own is not None else connection_options or {}))
 
     mcp = MCPServer(

@@ -1,9 +1,10 @@
 """Request middleware: the connection's tool selection, the audit log, and readable validation errors.
 
-- `tools/list` leaves out what the connection's selection hides (`--read-only`, `--toolsets`, a
-  plugin's preamble) and what the policy denies outright, so the model never sees those tools; a
-  `tools/call` of one is refused. Resources follow the tools that read the same data: a connection
-  offered none of them neither lists, reads nor subscribes to the resource.
+- `tools/list` shows what the connection's selection lists (toolsets.effective: `--read-only`,
+  `--toolsets`, a plugin's preamble, [mcp] toolsets and what enable_toolsets added) less what the
+  policy denies outright. A `tools/call` is refused only past what the connection may call (a tool
+  merely not listed yet still runs: scripts call tools by name). Resources follow the tools that
+  read the same data: a connection that may call none of them neither lists, reads nor subscribes.
 - Every `tools/call` is written to the audit log after it ends, in its own transaction: what the
   policy gate decided (noted in the call's `CallRecord`), how it ended, how long it took.
 - Argument-validation errors are rewritten into one sentence a model can act on.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 import time
 from typing import Any
 
@@ -21,9 +23,10 @@ import anyio
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 
-from .resources import readers_of
+from .resources import LISTENER, readers_of
 from .services.limits import MAX_NAME
 from .services.policy_rules import PolicyError
+from .store.base import StoreBusy
 from .tools.gate import CURRENT_CALL, CallRecord
 from .tools.registry import SPECS, TOOLS
 from .tools.state import actor_of, state_for
@@ -66,8 +69,8 @@ def _text_of(result: dict[str, Any]) -> str:
 
 def resource_hidden(state: Any, uri: str) -> str | None:
     """Why this connection is not offered a resource: it is offered none of the tools that read the same data."""
-    options = state.options
-    if not options.get("read_only") and options.get("toolsets") is None:
+    selection = state.selection
+    if not selection.read_only and selection.ceiling is None:
         return None
     reasons = [state.hides(spec.name, spec.group, spec.read_only) for name in readers_of(uri)
                if (spec := SPECS.get(name)) is not None]
@@ -102,7 +105,11 @@ async def _resources(ctx: Any, call_next: Any) -> Any:
         kept = [u for u in wanted if isinstance(u, str) and not resource_hidden(state, u)]
         ctx = dataclasses.replace(ctx, params={**params, "notifications": {**notifications,
                                                                           "resourceSubscriptions": kept}})
-    return await call_next(ctx)
+    token = LISTENER.set(state)  # the stream is this connection's: enable_toolsets tells it alone
+    try:
+        return await call_next(ctx)
+    finally:
+        LISTENER.reset(token)
 
 
 class ToolLists:
@@ -155,9 +162,10 @@ async def _tools_list(ctx: Any, call_next: Any) -> Any:
     except PolicyError as error:  # a broken policy.toml: every call says so; the list stays whole
         log.warning("tools/list not filtered by the policy: %s", error)
         policy = None
+    selection = state.selection  # worked out once per request, not once per tool
     offered = frozenset(spec.name for spec in TOOLS
-                        if not (state.hides(spec.name, spec.group, spec.read_only)
-                                or policy is not None and policy.denies_outright(spec.name, spec.read_only)))
+                        if selection.lists(spec.name, spec.group, spec.read_only)
+                        and not (policy is not None and policy.denies_outright(spec.name, spec.read_only)))
     key = (ctx.protocol_version, offered, bool(state.options.get("read_only")))
     if _past_handshake(ctx) and (answer := TOOL_LISTS.get(key)) is not None:
         return dict(answer)
@@ -208,6 +216,13 @@ async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
     return result
 
 
+def _record_later(audit: Any, row: dict[str, Any]) -> None:
+    try:
+        audit.record(**row)
+    except Exception:  # the daemon is closing, or the store is gone: say so in the log, not on the client
+        log.exception("could not write a deferred audit row for %s", row.get("action"))
+
+
 async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message: str | None, started: float) -> None:
     """The call's audit row, in its own transaction after the call (never inside the call's)."""
     audit = state.services.audit
@@ -224,6 +239,11 @@ async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message
                decided_by=record.decided_by, outcome=outcome, message=message, project_id=project_id,
                task_id=task_id, arguments=record.arguments,
                duration_ms=int(seconds * 1000))
-    await anyio.to_thread.run_sync(lambda: audit.record(**row))
+    try:
+        await anyio.to_thread.run_sync(lambda: audit.record(**row, wait=False))
+    except StoreBusy:
+        # Another writer holds the store (a call waiting on a lock): the answer does not wait for its audit row,
+        # which follows as soon as the store is free.
+        threading.Thread(target=_record_later, args=(audit, row), name="agentqueue-audit", daemon=True).start()
     if state.after_call is not None:
         await state.after_call()  # agentqueue://audit subscribers hear of the row at once

@@ -20,7 +20,7 @@ from .app import build_server
 from .services import Services
 from .services.policy_rules import PRESETS
 from .tools import SPECS
-from .toolsets import NAMED_TOOLSETS, TOOLSETS
+from .toolsets import ALL, NAMED_TOOLSETS, SUMMARIES, TOOLSETS
 
 DOC = Path("docs") / "reference.md"  # relative to the repository root, where the command is run
 
@@ -55,10 +55,12 @@ def _param(name: str, schema: dict[str, Any], required: bool) -> str:
 async def _collect(home: Path) -> dict[str, Any]:
     services = Services(home)
     try:
-        async with Client(build_server(services), mode="legacy") as client:
+        async with Client(build_server(services), mode="legacy") as lean:  # what a client gets without flags
+            default = (await lean.list_tools()).tools
+        async with Client(build_server(services, {"toolsets": [ALL]}), mode="legacy") as client:
             return {"tools": (await client.list_tools()).tools, "resources": (await client.list_resources()).resources,
                     "templates": (await client.list_resource_templates()).resource_templates,
-                    "prompts": (await client.list_prompts()).prompts}
+                    "prompts": (await client.list_prompts()).prompts, "default": default}
     finally:
         services.close()
 
@@ -67,15 +69,20 @@ def render() -> str:
     with tempfile.TemporaryDirectory(prefix="agentqueue-reference-") as tmp:
         found = anyio.run(_collect, Path(tmp))
     tools = sorted(found["tools"], key=lambda t: t.name)
-    definitions = json.dumps([{"name": t.name, "description": t.description, "inputSchema": t.input_schema}
-                              for t in found["tools"]])
+    default = {t.name for t in found["default"]}
+
+    def size(listed: list[Any]) -> int:
+        return len(json.dumps([{"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+                               for t in listed]))
+
     lines = [HEADER, f"## Tools ({len(tools)})", "",
-             f"The definitions a client sends its model: {len(definitions):,} characters, ≈ {len(definitions) // 4:,} "
-             f"tokens, {len(definitions) / 4 / len(tools):.1f} per tool (budget 120). `*` marks a required "
-             "parameter.", ""]
+             f"The definitions a client sends its model (name, description, input schema): by default "
+             f"{len(default)} tools, {size(found['default']):,} characters (≈ {size(found['default']) // 4:,} tokens at 4 "
+             f"characters a token); all {len(tools)}, {size(tools):,} characters (≈ {size(tools) // 4:,}). `*` marks a "
+             "required parameter; *default* a tool a client lists without `--toolsets`.", ""]
     for tool in tools:
         hints = tool.annotations
-        marks = [m for m, on in (("read-only", hints and hints.read_only_hint),
+        marks = [m for m, on in (("default", tool.name in default), ("read-only", hints and hints.read_only_hint),
                                  ("destructive", hints and hints.destructive_hint)) if on]
         lines.append(f"### `{tool.name}`" + (f" ({', '.join(marks)})" if marks else ""))
         lines += ["", tool.description or "", ""]
@@ -120,10 +127,16 @@ def _presets() -> list[str]:
 def _toolsets(tools: list[Any]) -> list[str]:
     """What `--toolsets` accepts, with the tools each selects."""
     groups = {name: sorted(s.name for s in SPECS.values() if s.group == name) for name in TOOLSETS}
-    groups.update({name: sorted(members) for name, members in NAMED_TOOLSETS.items()})
-    lines = ["## Toolsets", "", "`agentqueue mcp --toolsets a,b` (also `--standalone`, and `serve` for HTTP clients) "
-             "offers only these tools; `--read-only` only the read-only ones.", ""]
-    lines += [f"- `{name}`: " + ", ".join(f"`{tool}`" for tool in members) for name, members in groups.items()]
+    groups.update({name: sorted(members) for name, members in NAMED_TOOLSETS.items() if members})
+    lines = ["## Toolsets", "",
+             "A client that names no toolsets lists `default` (or what `[mcp] toolsets` in config.toml says) and may "
+             "add the rest for its connection with `enable_toolsets`, which sends `notifications/tools/list_changed`. "
+             "`agentqueue mcp --toolsets a,b` (also `--standalone`, and `serve` for HTTP clients) offers only those "
+             "tools, fixed; with `default` or `all` among them the connection may still enable more. `all` is every "
+             "tool; `--read-only` keeps only the read-only ones.", ""]
+    lines += [f"- `{name}` ({SUMMARIES.get(name, '')}): " + ", ".join(f"`{tool}`" for tool in members)
+              for name, members in groups.items()]
+    lines.append(f"- `{ALL}` ({SUMMARIES[ALL]})")
     return lines
 
 

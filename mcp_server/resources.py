@@ -13,13 +13,17 @@ import logging
 import re
 import threading
 import weakref
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
+
+import anyio.lowlevel
 
 import mcp.types as types
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
-from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.server.subscriptions import ResourceUpdated, ServerEvent
 
 from . import paths
 from .apps import BOARD_URI, TASK_URI
@@ -76,8 +80,41 @@ def uris_for(event: dict[str, Any]) -> set[str]:
     return uris
 
 
+# Whose `subscriptions/listen` stream is opening: set by the middleware around the listen handler, so the
+# bus knows which connection each stream belongs to.
+LISTENER: ContextVar[Any] = ContextVar("agentqueue_listener", default=None)
+
+
+class ConnectionBus:
+    """The SDK's in-memory fan-out to listen streams, plus `publish_to`: an event for one connection's streams
+    (its tool list changed, and nobody else's did)."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[object, tuple[Callable[[ServerEvent], None], Any]] = {}
+
+    async def publish(self, event: ServerEvent) -> None:
+        await self._deliver(event, lambda owner: True)
+
+    async def publish_to(self, owner: Any, event: ServerEvent) -> None:
+        await self._deliver(event, lambda listener_owner: listener_owner is owner)
+
+    async def _deliver(self, event: ServerEvent, wanted: Callable[[Any], bool]) -> None:
+        for listener, owner in list(self._listeners.values()):
+            if wanted(owner):
+                try:
+                    listener(event)
+                except Exception:  # one broken stream must not starve the others
+                    log.exception("subscription listener raised; continuing")
+        await anyio.lowlevel.checkpoint()  # let the streams drain between bursts
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        token = object()
+        self._listeners[token] = (listener, LISTENER.get())
+        return lambda: self._listeners.pop(token, None) and None
+
+
 class Notifier:
-    def __init__(self, bus: InMemorySubscriptionBus) -> None:
+    def __init__(self, bus: ConnectionBus) -> None:
         self.bus = bus
         self._dirty: set[str] = set()
         self._lock = threading.Lock()

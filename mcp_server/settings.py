@@ -15,6 +15,7 @@ A bad value is refused with one sentence naming where it came from, the key and 
     [server]     port, metrics_public                      (GET /metrics without the token: true/false)
                  allowed_hosts = ["box.lan", …]            (Host names HTTP clients use; needed off loopback)
     [files]      roots = ["~/code", …]                     (where workspaces and linked repos may be without asking)
+    [mcp]        toolsets = ["default", …]                 (what a client that names no --toolsets lists first; "all")
     [audit]      retention_days                            (audit log rows older than this are pruned)
     [team]       database_url = "postgresql://…"           (a team's shared queue; default: the home's SQLite file)
                  labels = ["gpu", …]                       (agents with one of these labels may run here)
@@ -64,6 +65,7 @@ CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
 SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
             "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}, "files": {"roots"},
+            "mcp": {"toolsets"},
             "team": {"database_url", "labels", "lease_seconds"}, "sandbox": {"required", "network", "hosts", "writable"}}
 _HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -92,6 +94,8 @@ class Settings:
     labels: list[str] = field(default_factory=list)  # this daemon runs agents labelled with one of these
     lease_seconds: float = DEFAULT_LEASE_SECONDS  # a daemon silent this long loses its runs to the others
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)  # [sandbox]: walls around every run
+    # [mcp] toolsets: what a connection that names none lists at first; its model may enable the rest.
+    toolsets: list[str] = field(default_factory=lambda: ["default"])
     sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
 
     def search_path(self, environ: Mapping[str, str] | None = None) -> str:
@@ -311,6 +315,17 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
                               "(audit rows older than that are deleted).")
         settings.audit_retention_days = days
         settings.sources["audit.retention_days"] = source
+    chosen = pick("mcp", "toolsets", None)  # no variable: the daemon's environment is not the client's
+    if chosen:
+        raw, where, source = chosen
+        from .toolsets import parse_toolsets
+
+        try:
+            settings.toolsets = parse_toolsets(",".join(raw) if isinstance(raw, list) and all(
+                isinstance(x, str) for x in raw) else raw if isinstance(raw, str) else "")
+        except ValueError as error:
+            raise ConfigError(f"{where} = {raw!r}: {error}, e.g. [\"default\", \"git\"] or [\"all\"].") from None
+        settings.sources["mcp.toolsets"] = source
     _load_team(settings, pick)
     _load_sandbox(settings, data, path, env)
     return settings
@@ -392,6 +407,8 @@ def describe(settings: Settings) -> list[dict[str, str]]:
                  "source": settings.sources.get("server.allowed_hosts", "default")})
     rows.append({"key": "server.metrics_public", "value": str(settings.metrics_public).lower(),
                  "source": settings.sources.get("server.metrics_public", "default")})
+    rows.append({"key": "mcp.toolsets", "value": ", ".join(settings.toolsets),
+                 "source": settings.sources.get("mcp.toolsets", "default")})
     rows.append({"key": "audit.retention_days", "value": str(settings.audit_retention_days),
                  "source": settings.sources.get("audit.retention_days", "default")})
     rows.append({"key": "team.database_url", "value": redact_url(settings.database_url) if settings.database_url

@@ -2,7 +2,15 @@
 
 Stdlib only: the plugin (`agentqueue mcp`) validates its flags with it before it relays anything.
 A group is a module of `tools/`; the registry refuses a tool whose module is not listed here. A
-named set picks tools across modules: `agent` is what a task's own agent gets.
+named set picks tools across modules: `agent` is what a task's own agent gets, `default` what a
+person's client lists when it names none (a first session), `all` every tool.
+
+Two selections per connection, computed by `selection.effective` from its options alone:
+- what it may *call* (`ceiling`): its `--toolsets` when they are fixed, else every tool;
+- what it *lists* (`listing`): a connection that named no toolsets, or named `default`/`all`, is
+  open: it lists [mcp] toolsets (default: `default`) plus what its model enabled since
+  (`options["enabled"]`, written by `enable_toolsets`). A run's connection is never open.
+`--read-only` and the person-only tools apply on top of both.
 
 Who a connection is never comes from the connection itself: a preamble may only narrow what it is
 offered (`read_only`, `toolsets`). The daemon learns from the socket's peer (SO_PEERCRED) whether the
@@ -21,9 +29,37 @@ if TYPE_CHECKING:
 TOOLSETS: tuple[str, ...] = ("projects", "channels", "tasks", "repos", "agents", "system", "files", "git", "notes",
                              "hooks", "policy", "requests")
 # Sets of tools by name: an agent working on a task may queue follow-ups and keep notes, nothing more.
+# The tool that lists the other toolsets and enables them for its connection (tools/discovery.py).
+DISCOVERY = "enable_toolsets"
+DISCOVERY_GROUP = "discovery"  # its module: no toolset of its own; `default` and `all` carry it
+DEFAULT, ALL = "default", "all"
 NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
     "agent": ("create_task", "get_task", "list_tasks", "get_status", "list_notes", "read_note", "write_note",
               "append_note"),
+    # A first session: projects, tasks, status, repos, approvals, and the way to the rest.
+    DEFAULT: ("list_projects", "create_project", "set_active_project", "get_status", "list_tasks", "create_task",
+              "get_task", "stop_task", "restart_task", "get_task_result", "get_agent_error", "get_task_diff",
+              "approve_task", "request_changes", "add_repo", "list_repos", "list_requests", "answer_request",
+              DISCOVERY),
+    ALL: (),  # every tool (see offers)
+}
+# One line each, for enable_toolsets' answer and the reference.
+SUMMARIES: dict[str, str] = {
+    "projects": "create, edit, pause, resume, delete projects; the active project",
+    "channels": "link chat channels to projects",
+    "tasks": "every task tool: also edit, skip, delete, chain health, forced status",
+    "repos": "register and list git repos",
+    "agents": "register, edit, pause and delete the agents that run tasks",
+    "system": "status, events, token usage, pause the orchestrator, restart the daemon",
+    "files": "read, search and run commands in workspaces",
+    "git": "status, log, diff, branch, commit, push, merge, PRs",
+    "notes": "project notes: write, read, append, compare with specs",
+    "hooks": "scheduled and event hooks that queue tasks or run a model",
+    "policy": "the permission policy and the audit log",
+    "requests": "agents' permission requests",
+    "agent": "what a task's own agent gets",
+    DEFAULT: "a first session: projects, tasks, status, repos, approvals",
+    ALL: "every tool",
 }
 # The first line a plugin sends the daemon before the client's bytes: {"agentqueue": {options}}.
 PREAMBLE_KEY = "agentqueue"
@@ -52,7 +88,7 @@ def parse_toolsets(text: str) -> list[str]:
 
 def offers(toolsets: list[str], name: str, group: str) -> bool:
     """Whether a selection of toolsets includes the tool `name` of module `group`."""
-    return group in toolsets or any(name in NAMED_TOOLSETS.get(t, ()) for t in toolsets)
+    return ALL in toolsets or group in toolsets or any(name in NAMED_TOOLSETS.get(t, ()) for t in toolsets)
 
 
 def connection_options(read_only: bool = False, toolsets: list[str] | None = None, task_id: str | None = None,

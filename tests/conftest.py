@@ -130,9 +130,14 @@ def services(home: Path) -> Services:
     svc.close()
 
 
+# The tests' clients list every tool, as `agentqueue mcp --toolsets all` does: most of them drive tools outside
+# the default list a client gets without the flag (tests/test_toolsets.py covers that list and enable_toolsets).
+EVERY_TOOL = {"toolsets": ["all"]}
+
+
 @pytest.fixture
 def server(services: Services):
-    return build_server(services)
+    return build_server(services, EVERY_TOOL)
 
 
 @pytest.fixture(params=["legacy", "modern"])

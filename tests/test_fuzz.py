@@ -38,7 +38,7 @@ from agentqueue.store.models import TaskStatusName
 
 from .test_mcp_system import EXPECTED_TOOLS
 
-from .conftest import on_both_backends
+from .conftest import EVERY_TOOL, on_both_backends
 
 EXAMPLES = 50  # per tool; the whole file stays well under 90 s on two cores
 SLOW = {"fire_hook": 6, "add_repo": 15}  # tools that start processes or wait
@@ -112,7 +112,7 @@ def world(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
                                  "create_task", task_template={"title": "t", "description": "d"})
     try:
         with start_blocking_portal("asyncio") as portal:
-            with portal.wrap_async_context_manager(Client(build_server(services))) as client:  # no elicitation
+            with portal.wrap_async_context_manager(Client(build_server(services, EVERY_TOOL))) as client:  # no elicitation
                 tools = portal.call(client.list_tools).tools
                 tasks = [ready, waiting, running, blocked]
                 yield World(

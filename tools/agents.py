@@ -16,28 +16,28 @@ class AgentList(Noted):
 
 
 @tool(read_only=True)
-async def list_agents(ctx: Context, limit: Limit = 50, offset: Offset = 0) -> AgentList:
+def list_agents(ctx: Context, limit: Limit = 50, offset: Offset = 0) -> AgentList:
     """List registered agents with their state and current task."""
     agents, total = services(ctx).agents.list(limit, offset)
     return AgentList(agents=agents, total=total)
 
 
 @tool()
-async def create_agent(
+def create_agent(
     ctx: Context,
     name: Name,
     agent_type: AgentType = "claude-code",
-    repo_id: Annotated[str | None, Field(description="a permanent repo")] = None,
+    repo_id: Annotated[str | None, Field(description="runs only its tasks")] = None,
     model: str | None = None,
     capabilities: list[str] | None = None,
-    command: Annotated[Command | None, Field(description="executable, for agent_type=command")] = None,
-    label: Annotated[Label | None, Field(description="only daemons with this label run it")] = None,
+    command: Annotated[Command | None, Field(description="for agent_type=command")] = None,
+    label: Annotated[Label | None, Field(description="run only on daemons with it")] = None,
 ) -> Agent:
-    """Register an agent that runs tasks with a coding CLI (or any command)."""
+    """Register an agent that runs tasks with a coding CLI or a command."""
     return services(ctx).agents.create(name, agent_type, repo_id, model, capabilities, command, label)
 
 
-AgentId = Annotated[str, Field(description="e.g. claude-1")]
+AgentId = str  # ids are slugs of names, e.g. claude-1 (the instructions say so once)
 
 
 class AgentDeleted(BaseModel):
@@ -45,33 +45,33 @@ class AgentDeleted(BaseModel):
 
 
 @tool()
-async def edit_agent(
+def edit_agent(
     ctx: Context,
     agent_id: AgentId,
-    model: Annotated[str | None, Field(description='"" clears')] = None,
+    model: str | None = None,
     command: Command | None = None,
-    repo_id: Annotated[str | None, Field(description='"" unbinds')] = None,
+    repo_id: str | None = None,
     capabilities: list[str] | None = None,
-    label: Annotated[Label | None, Field(description='"" clears')] = None,
+    label: Label | None = None,
 ) -> Agent:
-    """Change an agent's model, command, repo, capabilities or label (from its next task)."""
+    """Change an agent from its next task; "" clears a field."""
     return services(ctx).agents.edit(agent_id, model, command, repo_id, capabilities, label)
 
 
 @tool(idempotent=True)
-async def pause_agent(ctx: Context, agent_id: AgentId) -> Agent:
+def pause_agent(ctx: Context, agent_id: AgentId) -> Agent:
     """Pause an agent: it takes no new task; a running one finishes."""
     return services(ctx).agents.set_paused(agent_id, True)
 
 
 @tool(idempotent=True)
-async def resume_agent(ctx: Context, agent_id: AgentId) -> Agent:
+def resume_agent(ctx: Context, agent_id: AgentId) -> Agent:
     """Let a paused agent take tasks again."""
     return services(ctx).agents.set_paused(agent_id, False)
 
 
 @tool(destructive=True)
-async def delete_agent(ctx: Context, agent_id: AgentId) -> AgentDeleted:
+def delete_agent(ctx: Context, agent_id: AgentId) -> AgentDeleted:
     """Delete an agent (stop_task its task first if running); its history stays."""
     services(ctx).agents.delete(agent_id)
     return AgentDeleted(deleted=agent_id)

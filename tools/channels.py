@@ -34,7 +34,7 @@ class ChannelProject(BaseModel):
 
 
 @tool(idempotent=True)
-async def set_project_channel(ctx: Context, project_id: str, channel_id: str,
+def set_project_channel(ctx: Context, project_id: str, channel_id: str,
                               channel_name: str | None = None) -> ChannelLinked:
     """Link a chat channel id to a project (re-links it if another project had it)."""
     previous = services(ctx).channels.link(project_id, channel_id, channel_name)
@@ -42,7 +42,7 @@ async def set_project_channel(ctx: Context, project_id: str, channel_id: str,
 
 
 @tool(idempotent=True)
-async def set_control_interface(ctx: Context, project_id: str,
+def set_control_interface(ctx: Context, project_id: str,
                                 channel_name: Annotated[str, Field(description="e.g. #ops")]) -> ControlChannel:
     """Make a channel, by name, the project's control channel."""
     channel = services(ctx).channels.set_control(project_id, channel_name)
@@ -51,13 +51,13 @@ async def set_control_interface(ctx: Context, project_id: str,
 
 
 @tool(read_only=True)
-async def get_project_channels(ctx: Context, project_id: str) -> ProjectChannels:
+def get_project_channels(ctx: Context, project_id: str) -> ProjectChannels:
     """The channels linked to a project, control channel first."""
     return ProjectChannels(project_id=project_id, channels=services(ctx).channels.for_project(project_id))
 
 
 @tool(read_only=True)
-async def get_project_for_channel(ctx: Context, channel_id: str) -> ChannelProject:
+def get_project_for_channel(ctx: Context, channel_id: str) -> ChannelProject:
     """Which project a channel belongs to (null if none)."""
     project_id, name = services(ctx).channels.project_for(channel_id)
     return ChannelProject(channel_id=channel_id.strip(), project_id=project_id, project_name=name)

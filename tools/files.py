@@ -42,12 +42,12 @@ def _base(svc: Services, project_id: str | None) -> Path | None:
 @tool(read_only=True)
 def read_file(
     ctx: Context,
-    path: Annotated[PathText, Field(description="absolute, or relative to the project workspace")],
+    path: Annotated[PathText, Field(description="absolute or workspace-relative")],
     project_id: ProjectId = None,
     offset: Offset = 0,
     max_lines: Annotated[int, Field(ge=1, le=5000)] = 200,
 ) -> FileContent:
-    """Read lines of a text file in a project workspace or registered repo."""
+    """Read lines of a text file in a workspace or repo."""
     svc = services(ctx)
     found = svc.files.read(path, _base(svc, project_id or client_state(ctx).active_project), offset, max_lines)
     return FileContent(path=found.path, content=found.content, total_lines=found.total_lines,
@@ -63,7 +63,7 @@ def search_files(
     max_results: Annotated[int, Field(ge=1, le=1000)] = 50,
     offset: Offset = 0,
 ) -> SearchResults:
-    """Search file contents (grep) or names (find) under a path in the jail."""
+    """Search file contents (grep) or names (find) under a path."""
     svc = services(ctx)
     results, truncated, note = svc.files.search(pattern, path, _base(svc, client_state(ctx).active_project),
                                                 mode, max_results, offset)
@@ -74,10 +74,10 @@ def search_files(
 def run_command(
     ctx: Context,
     command: Command,
-    working_dir: Annotated[PathText, Field(description="a path in the jail, or a project/repo id")],
+    working_dir: Annotated[PathText, Field(description="a path, or a project/repo id")],
     timeout: Annotated[int, Field(ge=1, le=600)] = 30,
 ) -> CommandOutput:
-    """Run a shell command in a workspace or repo; killed (whole process group) after timeout seconds."""
+    """Run a shell command in a workspace or repo, killed after timeout seconds."""
     svc = services(ctx)
     workdir = _working_dir(svc, working_dir, client_state(ctx).active_project)
     result = svc.files.run(command, workdir, timeout)

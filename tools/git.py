@@ -9,7 +9,7 @@ from ..services import result_size
 
 from .registry import Command, Name, Noted, Offset, PathText, ProjectId, project_for, services, tool
 
-RepoId = Annotated[str | None, Field(description="default: the project's first repo")]
+RepoId = Annotated[str | None, Field(description="default: first repo")]
 
 
 class Committed(BaseModel):
@@ -64,7 +64,7 @@ def _merged(repo_id: str, outcome: Any) -> Merged:
 # -- by repo id ------------------------------------------------------------------------------------
 @tool()
 def git_commit(ctx: Context, repo_id: str, message: Command) -> Committed:
-    """Stage all changes in a repo and commit (committed=false when there is nothing to commit)."""
+    """Stage all changes in a repo and commit."""
     svc = services(ctx)
     committed, sha = svc.vcs.commit(svc.repos.get(repo_id), message)
     return Committed(repo_id=repo_id, committed=committed, sha=sha)
@@ -90,7 +90,7 @@ def git_create_branch(ctx: Context, repo_id: str, branch_name: Name,
 @tool()
 def git_merge(ctx: Context, repo_id: str, branch_name: Name,
               into: Annotated[Name | None, Field(description="default: the repo's default branch")] = None) -> Merged:
-    """Merge a branch; on conflict the merge is aborted and the files listed (merged=false)."""
+    """Merge a branch; a conflict aborts it and lists the files."""
     svc = services(ctx)
     return _merged(repo_id, svc.vcs.merge(svc.repos.get(repo_id), branch_name, into))
 
@@ -106,7 +106,7 @@ def git_create_pr(ctx: Context, repo_id: str, title: Name, body: Command | None 
 @tool(read_only=True)
 def git_changed_files(ctx: Context, repo_id: str, base_branch: Name | None = None, offset: Offset = 0
                       ) -> ChangedFiles:
-    """Files changed since the branch left base_branch (default branch), uncommitted included."""
+    """Files changed since base_branch (default branch), uncommitted too."""
     svc = services(ctx)
     repo = svc.repos.get(repo_id)
     files = svc.vcs.changed_files(repo, base_branch)
@@ -125,7 +125,7 @@ def get_git_status(ctx: Context, project_id: ProjectId = None) -> RepoReports:
 @tool(read_only=True)
 def git_log(ctx: Context, project_id: ProjectId = None, repo_id: str | None = None,
             count: Annotated[int, Field(ge=1, le=500)] = 10, offset: Offset = 0) -> RepoReports:
-    """Recent commits of every repo of a project, or of one repo (offset skips the newest)."""
+    """Recent commits of a project's repos, or of one."""
     project = project_for(ctx, project_id)
     return RepoReports(project_id=project, repos=services(ctx).vcs.log(project, repo_id, count, offset))
 
@@ -134,8 +134,8 @@ def git_log(ctx: Context, project_id: ProjectId = None, repo_id: str | None = No
 def git_diff(ctx: Context, project_id: ProjectId = None, repo_id: str | None = None,
              base_branch: Annotated[Name | None, Field(description="default: uncommitted changes")] = None,
              path: Annotated[PathText | None, Field(description="one file")] = None,
-             offset: Annotated[Offset, Field(description="in characters, per repo")] = 0) -> RepoReports:
-    """Diff of every repo of a project (or one): uncommitted, or everything since base_branch; paged (see note)."""
+             offset: Offset = 0) -> RepoReports:
+    """Diff of a project's repos (or one): uncommitted, or since base_branch; paged."""
     project = project_for(ctx, project_id)
     reports = services(ctx).vcs.diff(project, repo_id, base_branch, path, limit=None)
     budget = result_size.PAGE_CHARS // max(1, len(reports))  # the repos share one page
@@ -161,7 +161,7 @@ def create_branch(ctx: Context, branch_name: Name, project_id: ProjectId = None,
 @tool()
 def checkout_branch(ctx: Context, branch_name: Name, project_id: ProjectId = None, repo_id: RepoId = None
                     ) -> BranchResult:
-    """Switch a project's repo to a branch (refused over uncommitted changes)."""
+    """Check out a branch in a project's repo (not over uncommitted changes)."""
     svc = services(ctx)
     repo = svc.repos.for_project(project_for(ctx, project_id), repo_id)
     branch, warning = svc.vcs.checkout_branch(repo, branch_name)

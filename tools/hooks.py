@@ -10,11 +10,10 @@ from ..store.models import Hook, HookRun
 
 from .registry import Command, Name, Noted, ProjectId, Seconds, project_filter, project_for, services, tool
 
-Trigger = Annotated[dict[str, Any], Field(description='{"type":"periodic","interval_seconds":N} | '
-                                                      '{"type":"cron","cron":"0 6 * * *"} | '
-                                                      '{"type":"event","event_type":"task.completed"}')]
-Steps = Annotated[list[dict[str, Any]] | None, Field(description="shell|read_file|http|db_query|git_diff steps")]
-TaskTemplate = Annotated[dict[str, Any] | None, Field(description="{title, description, priority?, repo_id?}")]
+Trigger = Annotated[dict[str, Any], Field(description='{"type":"cron","cron":"0 6 * * *"}, periodic+interval_seconds, '
+                                                      'event+event_type')]
+Steps = Annotated[list[dict[str, Any]] | None, Field(description="shell|read_file|http|db_query|git_diff")]
+TaskTemplate = Annotated[dict[str, Any] | None, Field(description="{title, description, …}")]
 
 
 class HookList(Noted):
@@ -43,21 +42,21 @@ def create_hook(
     trigger: Trigger,
     project_id: ProjectId = None,
     action: Literal["llm", "create_task"] = "llm",
-    prompt_template: Annotated[Command | None, Field(description="llm prompt; {{step_N}} {{event.x}}")] = None,
+    prompt_template: Annotated[Command | None, Field(description="{{step_N}} {{event.x}}")] = None,
     task_template: TaskTemplate = None,
     context_steps: Steps = None,
     cooldown_seconds: Seconds = 3600,
     llm_config: dict[str, Any] | None = None,
     enabled: bool = True,
 ) -> Hook:
-    """Create a hook: on a schedule or event, gather context, then create a task or run a model."""
+    """On a schedule or event: gather context, then create a task or run a model."""
     return services(ctx).hooks.create(project_for(ctx, project_id), name, trigger, action, prompt_template,
                                       task_template, context_steps, cooldown_seconds, llm_config, enabled)
 
 
 @tool(read_only=True)
 def list_hooks(ctx: Context, project_id: ProjectId = None) -> HookList:
-    """List hooks (no project and no active project: all)."""
+    """Hooks."""
     return HookList(hooks=services(ctx).hooks.list(project_filter(ctx, project_id)))
 
 
@@ -90,7 +89,7 @@ def delete_hook(ctx: Context, hook_id: str) -> HookDeleted:
 
 @tool(read_only=True)
 def list_hook_runs(ctx: Context, hook_id: str, limit: Annotated[int, Field(ge=1, le=500)] = 10) -> HookRuns:
-    """A hook's runs, newest first: why it fired, status, skip reason, tokens."""
+    """A hook's runs, newest first."""
     return HookRuns(hook_id=hook_id, runs=services(ctx).hooks.runs(hook_id, limit))
 
 

@@ -71,7 +71,7 @@ def write_note(ctx: Context, title: Name, content: str, project_id: ProjectId = 
 @tool(read_only=True)
 def read_note(ctx: Context, title: Name, project_id: ProjectId = None,
               offset: Annotated[Offset, Field(description="in characters")] = 0) -> NoteContent:
-    """Read a note by title, slug or file name; paged (see note)."""
+    """Read a note by title or file name; paged."""
     found = services(ctx).notes.read(project_for(ctx, project_id), title)
     part = result_size.page(found["content"], offset)
     note = None
@@ -97,7 +97,7 @@ def delete_note(ctx: Context, title: Name, project_id: ProjectId = None) -> Note
 
 @tool(read_only=True)
 def compare_specs_notes(ctx: Context, project_id: ProjectId = None, specs_path: PathText | None = None) -> SpecsAndNotes:
-    """List spec files (specs_path, a repo's specs/, or the workspace's) beside the notes, to compare."""
+    """Spec files (specs_path, or specs/) beside the notes, to compare."""
     svc = services(ctx)
     project = project_for(ctx, project_id)
     specs = None

@@ -43,7 +43,7 @@ def _view(ctx: Context, project_id: str | None) -> PolicyView:
 @tool(read_only=True)
 def get_policy(ctx: Context, project_id: Annotated[str | None, Field(description="default: active, else global")]
                = None) -> PolicyView:
-    """The permission policy that applies: preset, defaults, rules (deny→allow→ask) with sources."""
+    """The policy that applies: preset, defaults, rules (deny→allow→ask)."""
     project = project_filter(ctx, project_id)
     if project:
         services(ctx).projects.get(project)
@@ -53,14 +53,14 @@ def get_policy(ctx: Context, project_id: Annotated[str | None, Field(description
 @tool()
 def edit_policy(
     ctx: Context,
-    project_id: Annotated[str | None, Field(description="omit for the global policy")] = None,
+    project_id: Annotated[str | None, Field(description="omit: global")] = None,
     preset: Annotated[str | None, Field(description="readonly|standard|autonomous")] = None,
     add_rule: Annotated[str | None, Field(description="e.g. Bash(npm test:*), tool:git_push")] = None,
     remove_rule: str | None = None,
     list: Literal["allow", "ask", "deny"] = "allow",
     ask_timeout: Annotated[str | None, Field(description='e.g. "30m"')] = None,
 ) -> PolicyView:
-    """Change the global or a project's policy (a person approves); returns what now applies."""
+    """Change the global or a project's policy (a person approves)."""
     svc = services(ctx)
     if project_id:
         svc.projects.get(project_id)
@@ -75,8 +75,8 @@ def get_audit_log(
     project_id: str | None = None,
     task_id: str | None = None,
     action: Annotated[str | None, Field(description="glob, e.g. tool:run_command*")] = None,
-    decision: Annotated[str | None, Field(description="allow|deny|ask→accept|ask→decline|…")] = None,
+    decision: Annotated[str | None, Field(description="e.g. deny, ask→accept")] = None,
     since_hours: Hours | None = None,
 ) -> AuditLog:
-    """Audit log, newest first: tool calls and agent permission decisions, who decided, outcome."""
+    """Audit log, newest first: tool calls and agent permission decisions."""
     return AuditLog(entries=services(ctx).audit.query(limit, project_id, task_id, action, decision, since_hours))

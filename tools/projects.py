@@ -12,7 +12,7 @@ from .registry import (
 )
 
 
-VerifyCommand = Annotated[Command | None, Field(description="shell check run on agent work before merge")]
+VerifyCommand = Annotated[Command | None, Field(description="checks agent work before merge")]
 
 
 class ProjectList(Noted):
@@ -33,43 +33,43 @@ class ActiveProject(BaseModel):
 
 
 @tool(read_only=True)
-async def list_projects(ctx: Context, status: Literal["ACTIVE", "PAUSED"] | None = None,
+def list_projects(ctx: Context, status: Literal["ACTIVE", "PAUSED"] | None = None,
                         limit: Limit = 50, offset: Offset = 0) -> ProjectList:
-    """List projects with their settings and task counts."""
+    """Projects with their settings and task counts."""
     projects, total = services(ctx).projects.list(status, limit, offset)
     return ProjectList(projects=projects, total=total)
 
 
 @tool()
-async def create_project(
+def create_project(
     ctx: Context,
     name: Name,
-    credit_weight: Annotated[Weight, Field(description="fair-share weight")] = 1.0,
+    credit_weight: Weight = 1.0,
     max_concurrent_agents: Agents = 2,
     budget_limit: Annotated[Tokens | None, Field(description="tokens per 24 h")] = None,
-    workspace: Annotated[PathText | None, Field(description="absolute dir; default under AGENTQUEUE_HOME")] = None,
+    workspace: PathText | None = None,
     auto_create_channels: bool = False,
     verify_command: VerifyCommand = None,
 ) -> Project:
-    """Create a project (a queue with its own workspace). Its id is the slug of the name."""
+    """Create a project: a queue with its own workspace."""
     return services(ctx).projects.create(name, credit_weight, max_concurrent_agents, budget_limit, workspace,
                                          auto_create_channels, verify_command)
 
 
 @tool(idempotent=True)
-async def pause_project(ctx: Context, project_id: str) -> Project:
+def pause_project(ctx: Context, project_id: str) -> Project:
     """Pause a project: none of its tasks start until resumed."""
     return services(ctx).projects.set_status(project_id, "PAUSED")
 
 
 @tool(idempotent=True)
-async def resume_project(ctx: Context, project_id: str) -> Project:
+def resume_project(ctx: Context, project_id: str) -> Project:
     """Resume a paused project."""
     return services(ctx).projects.set_status(project_id, "ACTIVE")
 
 
 @tool()
-async def edit_project(
+def edit_project(
     ctx: Context,
     project_id: str,
     name: Name | None = None,
@@ -79,14 +79,14 @@ async def edit_project(
     verify_command: VerifyCommand = None,
     default_repo_id: Annotated[str | None, Field(description='runs tasks without repo_id; "" clears')] = None,
 ) -> Project:
-    """Change a project's name, weight, concurrency, token budget, verify command or default repo."""
+    """Change a project's settings; fields omitted stay."""
     return services(ctx).projects.edit(project_id, name, credit_weight, max_concurrent_agents, budget_limit,
                                        verify_command, default_repo_id)
 
 
 @tool(destructive=True)
-async def delete_project(ctx: Context, project_id: str, archive_channels: bool = False) -> ProjectDeleted:
-    """Delete a project and its tasks, repos' records, hooks and channels (files stay on disk)."""
+def delete_project(ctx: Context, project_id: str, archive_channels: bool = False) -> ProjectDeleted:
+    """Delete a project with its tasks, repo records, hooks, channels (files stay)."""
     name, channels = services(ctx).projects.delete(project_id)
     state = client_state(ctx)
     if state.active_project == project_id:
@@ -95,8 +95,8 @@ async def delete_project(ctx: Context, project_id: str, archive_channels: bool =
 
 
 @tool(idempotent=True)
-async def set_active_project(ctx: Context, project_id: str | None = None) -> ActiveProject:
-    """Set this connection's default project for tools whose project_id is omitted; omit to clear."""
+def set_active_project(ctx: Context, project_id: str | None = None) -> ActiveProject:
+    """Set the project used when project_id is omitted; omit to clear."""
     state = client_state(ctx)
     name = state.services.projects.get(project_id).name if project_id else None
     warning = None

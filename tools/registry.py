@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, model_serializer
 
 from ..services import limits, result_size
 from ..services.errors import ServiceError, os_limit_error
-from ..toolsets import TOOLSETS
+from ..toolsets import DISCOVERY_GROUP, TOOLSETS
 from .gate import ApprovalParam, refuse_oversized_ids, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
@@ -25,9 +25,11 @@ __all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Noted"
 
 log = logging.getLogger("agentqueue.tools")
 
-# Parameter types shared by the tool modules; descriptions stay short because the model reads them.
-ProjectId = Annotated[str | None, Field(description="default: active project")]
-TaskId = Annotated[str, Field(description="e.g. swift-falcon")]
+# Parameter types shared by the tool modules. What they share is said once, in the server's instructions
+# (prompts/instructions.md: an omitted project_id is the active project, task ids look like swift-falcon),
+# not in each of the ~30 schemas that take them: the model reads every token of the tool list.
+ProjectId = str | None
+TaskId = str
 Limit = Annotated[int, Field(ge=1, le=500)]
 # Bounds without descriptions (they cost tokens): every number fits SQLite and datetime, every string exec().
 Offset = Annotated[int, Field(ge=0, le=limits.MAX_COUNT)]
@@ -161,7 +163,8 @@ def _rest_hint(fn: Callable[..., Any], kwargs: dict[str, Any], cuts: list[result
 
 def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False,
          meta: dict[str, Any] | None = None, rest: str | None = None) -> Callable:
-    """Register a tool (async, or sync to run in a worker thread) behind the policy gate.
+    """Register a tool behind the policy gate: sync (the rule: it runs in a worker thread, so a store that waits
+    on a lock holds up only its own call), or async only when it awaits something on the event loop.
 
     `rest` says where the whole of a result cut to size is (formatted with the call's arguments).
     ServiceErrors become tool errors; a question the person declined refuses the call before it runs.
@@ -169,7 +172,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         group = fn.__module__.rsplit(".", 1)[-1]
-        if group not in TOOLSETS:
+        if group not in TOOLSETS and group != DISCOVERY_GROUP:
             raise RuntimeError(f"tool module {group!r} is not in toolsets.TOOLSETS; add it there")
 
         @functools.wraps(fn)
@@ -181,7 +184,7 @@ def tool(*, read_only: bool = False, destructive: bool = False, idempotent: bool
             try:
                 if inspect.iscoroutinefunction(fn):
                     result = await fn(*args, **kwargs)
-                else:  # sync tools do slow work (git, subprocesses, disk walks): off the event loop
+                else:  # the store, git, subprocesses, disk walks: off the event loop, so no client waits on another's
                     result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
                 if surely_fits(result):  # nearly every call: one fast compact dump, on the event loop
                     return result

@@ -28,7 +28,7 @@ def add_repo(
     name: Name | None = None,
     default_branch: Name | None = None,
 ) -> Repo:
-    """Register a git repo: clone a url into the workspace, link an existing checkout (path), or init a new one."""
+    """Register a git repo: clone url, link path, or init."""
     # git reports progress from its own reader thread: it reaches the event loop through this token.
     loop = anyio.from_thread.run_sync(anyio.lowlevel.current_token)
 
@@ -44,6 +44,6 @@ def add_repo(
 
 @tool(read_only=True)
 def list_repos(ctx: Context, project_id: ProjectId = None) -> RepoList:
-    """List registered repos (no project and no active project: all)."""
+    """Registered repos."""
     repos = services(ctx).repos.list(project_filter(ctx, project_id))
     return RepoList(repos=repos, total=len(repos))

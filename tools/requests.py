@@ -15,13 +15,13 @@ class RequestList(Noted):
 
 
 @tool(read_only=True)
-async def list_requests(
+def list_requests(
     ctx: Context,
     project_id: ProjectId = None,
     status: Literal["pending", "allowed", "denied", "expired"] = "pending",
     limit: Annotated[int, Field(ge=1, le=500)] = 50,
 ) -> RequestList:
-    """Agents' permission requests (default: pending ones, waiting for answer_request)."""
+    """Agents' permission requests."""
     svc = services(ctx)
     scope = project_filter(ctx, project_id)
     if scope:
@@ -31,12 +31,12 @@ async def list_requests(
 
 
 @tool()
-async def answer_request(
+def answer_request(
     ctx: Context,
-    request_id: Annotated[str, Field(description="e.g. req-1a2b3c4d")],
+    request_id: str,
     decision: Literal["allow", "deny"],
-    remember: Annotated[bool, Field(description="add the suggested rule to the project's policy")] = False,
-    message: Annotated[str | None, Field(description="told to the agent with a deny")] = None,
+    remember: Annotated[bool, Field(description="add the rule to the policy")] = False,
+    message: Annotated[str | None, Field(description="for the agent, with deny")] = None,
 ) -> PermissionRequest:
-    """Answer an agent's permission request; the waiting run goes on at once."""
+    """Answer an agent's permission request."""
     return services(ctx).requests.answer(request_id, decision, remember, message, by="person")

@@ -13,7 +13,8 @@ from mcp_types import CLIENT_INFO_META_KEY
 
 from ..services import Services
 from ..services.errors import ServiceError
-from ..toolsets import PERSON_ONLY, is_run, known, offers
+from ..selection import Selection, effective
+from ..toolsets import known
 
 log = logging.getLogger("agentqueue.tools")
 
@@ -35,6 +36,10 @@ def clean_options(options: Any) -> dict[str, Any]:
         if unknown:
             log.warning("ignoring unknown toolset(s) %s; known: %s", ", ".join(unknown), ", ".join(known()))
         cleaned["toolsets"] = [t for t in names if t in known()]
+    enabled = options.get("enabled")
+    if enabled is not None:
+        cleaned["enabled"] = [t for t in enabled if isinstance(t, str) and t in known()] if isinstance(enabled, list) \
+            else []
     return cleaned
 
 
@@ -50,27 +55,34 @@ class ClientState:
     persistent: bool = True
     # Set by app.py: awaited after every tool call so resource subscribers hear of changes at once.
     after_call: Callable[[], Any] | None = None
-    # The connection's options: read_only, toolsets (from flags or a plugin's preamble), and who it is when
-    # the daemon found it to be one of its runs (actor agent:<id>/hook:<id>, a task agent's task_id).
+    # Set by app.py: tells this connection's 2026 listen streams that its tool list changed (enable_toolsets).
+    tools_changed: Callable[["ClientState"], Any] | None = None
+    # The connection's options: read_only, toolsets (from flags or a plugin's preamble), who it is when the
+    # daemon found it to be one of its runs (actor agent:<id>/hook:<id>, a task agent's task_id), and the
+    # toolsets its model enabled since it opened (`enabled`, written only by enable_toolsets).
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.options = clean_options(self.options)
 
+    @property
+    def selection(self) -> Selection:
+        """What this connection may call and lists: its options, and the daemon's [mcp] toolsets."""
+        return effective(self.options, self.services.settings.toolsets)
+
     def hides(self, name: str, group: str, read_only: bool) -> str | None:
-        """Why this connection does not offer a tool (None when it does)."""
-        if name in PERSON_ONLY and is_run(self.options.get("actor")):
-            return f"it is a person's decision, and this connection comes from a run ({self.options['actor']})"
-        if self.options.get("read_only") and not read_only:
-            return "this connection is read-only (--read-only)"
-        toolsets = self.options.get("toolsets")
-        if toolsets is not None and not offers(toolsets, name, group):
-            return f"this connection is limited to the toolsets {', '.join(toolsets) or '(none)'} (--toolsets)"
-        return None
+        """Why this connection may not call a tool (None when it may)."""
+        why = self.selection.hides(name, group, read_only)
+        actor = self.options.get("actor")
+        return f"{why} ({actor})" if why and why.startswith("it is a person's") else why
+
+    def lists(self, name: str, group: str, read_only: bool) -> bool:
+        """Whether this connection's tools/list shows a tool."""
+        return self.selection.lists(name, group, read_only)
 
     def child(self, persistent: bool = True) -> "ClientState":
         return ClientState(services=self.services, persistent=persistent, after_call=self.after_call,
-                           options=dict(self.options))
+                           tools_changed=self.tools_changed, options=dict(self.options))
 
 
 def state_for(request_context: ServerRequestContext[Any, Any]) -> ClientState:

@@ -51,13 +51,13 @@ class OrchestratorState(BaseModel):
 
 
 @tool(read_only=True, meta=tool_meta(BOARD_URI))
-async def get_status(ctx: Context) -> Status:
-    """The whole queue at a glance: task counts, running and ready tasks, agents, warnings."""
+def get_status(ctx: Context) -> Status:
+    """The queue at a glance: tasks, agents, warnings."""
     return Status(**services(ctx).system.status())
 
 
 @tool(read_only=True)
-async def get_recent_events(
+def get_recent_events(
     ctx: Context,
     limit: Annotated[int, Field(ge=1, le=500)] = 10,
     project_id: ProjectId = None,
@@ -70,7 +70,7 @@ async def get_recent_events(
 
 
 @tool(read_only=True)
-async def get_token_usage(
+def get_token_usage(
     ctx: Context,
     project_id: ProjectId = None,
     task_id: str | None = None,
@@ -87,8 +87,8 @@ async def get_token_usage(
 
 
 @tool()
-async def orchestrator_control(ctx: Context, action: Literal["pause", "resume", "status"]) -> OrchestratorState:
-    """Pause or resume starting new task runs (running agents finish), or read the state."""
+def orchestrator_control(ctx: Context, action: Literal["pause", "resume", "status"]) -> OrchestratorState:
+    """Pause or resume starting task runs (running ones finish), or read the state."""
     system = services(ctx).system
     state = system.orchestrator_state() if action == "status" else system.set_orchestrator(
         "paused" if action == "pause" else "running")
@@ -100,7 +100,7 @@ class Restarting(BaseModel):
 
 
 @tool(destructive=True)
-async def restart_daemon(ctx: Context) -> Restarting:
-    """Re-execute the daemon (running agents stop; their tasks are requeued). Clients reconnect."""
+async def restart_daemon(ctx: Context) -> Restarting:  # async: the daemon's restart hook starts a task on its loop
+    """Restart the daemon: running agents stop, their tasks are requeued."""
     services(ctx).system.request_restart()
     return Restarting(status="restarting")

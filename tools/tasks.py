@@ -16,7 +16,7 @@ from .registry import (
 )
 
 
-RepoId = Annotated[str | None, Field(description="default: the project's default or only repo")]
+RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
 
 
 class TaskList(Noted):
@@ -98,34 +98,34 @@ class AgentError(BaseModel):
 
 
 @tool(read_only=True, meta=tool_meta(BOARD_URI))
-async def list_tasks(
+def list_tasks(
     ctx: Context,
     project_id: ProjectId = None,
-    status: Annotated[str | list[str] | None, Field(description="one status or a list")] = None,
+    status: str | list[str] | None = None,
     include_completed: bool = False,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> TaskList:
-    """List tasks by priority (no project and no active project: all projects). COMPLETED hidden unless asked."""
+    """Tasks by priority; COMPLETED hidden unless include_completed."""
     tasks, total, hidden = services(ctx).tasks.list(project_filter(ctx, project_id), status, include_completed,
                                                     limit, offset)
     return TaskList(tasks=tasks, total=total, hidden_completed=hidden)
 
 
 @tool()
-async def create_task(
+def create_task(
     ctx: Context,
     title: str,
-    description: Annotated[str, Field(description="self-contained: the agent sees only this")],
+    description: str,  # "self-contained": the instructions say so, at length
     project_id: ProjectId = None,
     priority: Annotated[Priority, Field(description="lower runs first")] = 100,
     repo_id: RepoId = None,
     requires_approval: bool = False,
-    depends_on: Annotated[list[str], Field(description="task ids")] = [],  # noqa: B006 (pydantic copies it)
+    depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Retries = 3,
     agent_type: AgentType | None = None,
 ) -> Task:
-    """Queue a task for an agent (READY, or DEFINED until its dependencies complete). A project without repos runs it in its workspace."""
+    """Queue a task for an agent."""
     svc, parent = services(ctx), client_state(ctx).options.get("task_id")
     # A task's own agent queues follow-ups of its task, one level deeper, up to [engine] max_task_depth.
     depth = int(svc.settings.engine["max_task_depth"]) if parent else None
@@ -136,13 +136,13 @@ async def create_task(
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))
-async def get_task(ctx: Context, task_id: TaskId) -> Task:
-    """A task with its dependencies, dependents, branch and PR."""
+def get_task(ctx: Context, task_id: TaskId) -> Task:
+    """A task: dependencies, dependents, branch, PR."""
     return services(ctx).tasks.get(task_id)
 
 
 @tool()
-async def edit_task(
+def edit_task(
     ctx: Context,
     task_id: TaskId,
     title: str | None = None,
@@ -152,26 +152,26 @@ async def edit_task(
     requires_approval: bool | None = None,
     repo_id: str | None = None,
 ) -> Task:
-    """Change a task's text, priority, approval, dependencies (cycles refused) or repo (not while it runs)."""
+    """Change a task (not while it runs); fields omitted stay."""
     return services(ctx).tasks.edit(task_id, title, description, priority, depends_on, requires_approval, repo_id)
 
 
 @tool(destructive=True)
-async def stop_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
+def stop_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
     """Stop a task: kill its agent if running and mark it BLOCKED."""
     previous, killed = services(ctx).tasks.stop(task_id)
     return TaskStatusChange(task_id=task_id, status="BLOCKED", previous_status=previous, killed=killed)
 
 
 @tool()
-async def restart_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
-    """Put a task back in the queue with its retries reset (not while it runs)."""
+def restart_task(ctx: Context, task_id: TaskId) -> TaskStatusChange:
+    """Requeue a task, retries reset (not while it runs)."""
     previous, status = services(ctx).tasks.restart(task_id)
     return TaskStatusChange(task_id=task_id, previous_status=previous, status=status)
 
 
 @tool(destructive=True)
-async def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
+def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
     """Delete a task and its results (stop_task it first if running)."""
     unblocked = services(ctx).tasks.delete(task_id)
     return TaskDeleted(deleted=task_id, unblocked=unblocked)
@@ -179,7 +179,7 @@ async def delete_task(ctx: Context, task_id: TaskId) -> TaskDeleted:
 
 @tool()
 def approve_task(ctx: Context, task_id: TaskId) -> Task:
-    """Approve a task AWAITING_APPROVAL: it completes and its dependents may start."""
+    """Approve a task AWAITING_APPROVAL: it completes."""
     return services(ctx).tasks.approve(task_id)
 
 
@@ -194,27 +194,27 @@ class ChangesRequested(BaseModel):
 
 
 @tool()
-async def request_changes(
+def request_changes(
     ctx: Context,
     task_id: TaskId,
     comment: Annotated[str, Field(max_length=MAX_COMMENT)],
-    file: Annotated[str | None, Field(max_length=limits.MAX_PATH, description="a path in its diff")] = None,
+    file: Annotated[str | None, Field(max_length=limits.MAX_PATH)] = None,
     line: Annotated[int | None, Field(ge=1, le=limits.MAX_COUNT)] = None,
 ) -> ChangesRequested:
-    """Send a finished, failed or awaiting-approval task back with a comment: it reruns on its branch with the comment in its prompt."""
+    """Send a task back with a comment: it reruns on its branch."""
     done = services(ctx).feedback.request_changes(task_id, comment, file, line, author="mcp")
     return ChangesRequested(**vars(done))
 
 
 @tool()
-async def skip_task(ctx: Context, task_id: TaskId) -> TaskSkipped:
+def skip_task(ctx: Context, task_id: TaskId) -> TaskSkipped:
     """Mark a BLOCKED or FAILED task COMPLETED so its dependents can run."""
     return TaskSkipped(skipped=task_id, unblocked=services(ctx).tasks.skip(task_id))
 
 
 @tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
-async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
-    """The latest agent run's result: summary, files, tokens, cost, error."""
+def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
+    """The latest run's result: summary, files, tokens, cost, error."""
     attempts, result = services(ctx).tasks.results(task_id)
     message = None if result else "No result recorded yet: no agent has run this task."
     return TaskResultInfo(task_id=task_id, attempts=attempts, result=result, message=message)
@@ -222,9 +222,9 @@ async def get_task_result(ctx: Context, task_id: TaskId) -> TaskResultInfo:
 
 @tool(read_only=True)
 def get_task_diff(ctx: Context, task_id: TaskId,
-                  path: Annotated[PathText | None, Field(description="one file of files_changed")] = None,
-                  offset: Annotated[Offset, Field(description="in characters")] = 0) -> TaskDiff:
-    """The diff of a task's branch against its base, paged (see note)."""
+                  path: PathText | None = None,
+                  offset: Offset = 0) -> TaskDiff:
+    """A task branch's diff against its base, paged."""
     svc = services(ctx)
     found = svc.vcs.task_diff(svc.tasks.get(task_id), path)
     part = result_size.page(found["diff"], offset)
@@ -239,8 +239,8 @@ def get_task_diff(ctx: Context, task_id: TaskId,
 
 
 @tool(read_only=True)
-async def get_chain_health(ctx: Context, task_id: str | None = None, project_id: ProjectId = None) -> ChainHealth:
-    """What a BLOCKED task holds up; or every stuck chain of a project (or of all)."""
+def get_chain_health(ctx: Context, task_id: str | None = None, project_id: ProjectId = None) -> ChainHealth:
+    """What a BLOCKED task holds up, or a project's stuck chains."""
     tasks = services(ctx).tasks
     if task_id:
         task = tasks.get(task_id)
@@ -259,13 +259,13 @@ async def get_chain_health(ctx: Context, task_id: str | None = None, project_id:
 
 
 @tool()
-async def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName) -> StatusOverride:
-    """Force a status, bypassing the state machine (recorded as an event). Use sparingly."""
+def set_task_status(ctx: Context, task_id: TaskId, status: TaskStatusName) -> StatusOverride:
+    """Force a status past the state machine (recorded). Use sparingly."""
     old, new = services(ctx).tasks.set_status(task_id, status)
     return StatusOverride(task_id=task_id, old_status=old, new_status=new)
 
 
 @tool(read_only=True, rest="The whole agent output: resource agentqueue://tasks/{task_id}/log (paged: ?offset=<byte>).")
-async def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
-    """Why a task is BLOCKED, FAILED or PAUSED, or its last run failed, with a suggested fix."""
+def get_agent_error(ctx: Context, task_id: TaskId) -> AgentError:
+    """Why a task failed, or is blocked or paused, with a fix."""
     return AgentError(**services(ctx).tasks.agent_error(task_id))

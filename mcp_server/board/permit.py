@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..services import Services
+from ..selection import effective
 from ..toolsets import offers
 from ..tools.gate import cannot_ask
 
@@ -53,8 +54,8 @@ def limited(action: str, options: dict[str, Any]) -> str | None:
     if options.get("read_only"):
         return (f"This daemon is read-only (`agentqueue serve --read-only`): the board shows the queue but takes no "
                 f"action ({tool} is not offered). Nothing was changed. Restart the daemon without --read-only to act.")
-    toolsets = options.get("toolsets")
-    if toolsets is not None and not offers(toolsets, tool, group):
+    toolsets = effective(options).ceiling  # `--toolsets default` (or all) limits only what clients list
+    if toolsets is not None and not offers(list(toolsets), tool, group):
         return (f"This daemon offers only the toolsets {', '.join(toolsets) or '(none)'} (`agentqueue serve "
                 f"--toolsets`), which leave out {tool}. Nothing was changed.")
     return None

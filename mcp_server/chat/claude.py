@@ -45,11 +45,19 @@ def find_claude(home: Path) -> str:
                         "to its path; then run `agentqueue chat` again.")
 
 
+# The dispatcher prompt names tools of `tasks` (skip_task, get_chain_health) and `system` (get_recent_events)
+# beside the first-session list; `default` keeps enable_toolsets for the rest.
+CHAT_TOOLSETS = "default,tasks,system"
+
+
 def mcp_config(home: Path) -> dict[str, Any]:
-    """This install's `agentqueue mcp` by absolute path with the home pinned, as `agentqueue install` writes it."""
+    """This install's `agentqueue mcp` by absolute path with the home pinned, as `agentqueue install` writes it,
+    listing what the dispatcher prompt names."""
     from ..install import server_entry
 
-    return {"mcpServers": {SERVER: server_entry("claude-code", home)}}
+    entry = server_entry("claude-code", home)
+    entry["args"] = [*entry["args"], "--toolsets", CHAT_TOOLSETS]
+    return {"mcpServers": {SERVER: entry}}
 
 
 def system_prompt(project: str | None) -> str:

@@ -57,8 +57,9 @@ class Audit:
 
     def record(self, *, actor: str, action: str, decision: str, decided_by: str = "", outcome: str = "ok",
                message: str | None = None, project_id: str | None = None, task_id: str | None = None,
-               arguments: dict[str, Any] | None = None, duration_ms: int | None = None) -> int:
-        """Append one row in its own transaction; for tool calls (client:<name>) and agents (agent:<id>) alike."""
+               arguments: dict[str, Any] | None = None, duration_ms: int | None = None, wait: bool = True) -> int:
+        """Append one row in its own transaction; for tool calls (client:<name>) and agents (agent:<id>) alike.
+        `wait=False` raises StoreBusy instead of waiting for another writer (the caller writes it later)."""
         text = json.dumps(redact(arguments or {}), ensure_ascii=False, default=str)
         if len(text) > MAX_ARGUMENTS:
             text = json.dumps({"_truncated": text[:MAX_ARGUMENTS]}, ensure_ascii=False)
@@ -68,7 +69,7 @@ class Audit:
         # A lone surrogate a client sent (JSON allows the escape) fits no UTF-8 column or answer: store U+FFFD.
         row = {k: v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if isinstance(v, str) else v
                for k, v in row.items()}
-        with self.store.transaction() as db:
+        with self.store.transaction(wait=wait) as db:
             cursor = db.execute(
                 "INSERT INTO audit_log (time, actor, project_id, task_id, action, arguments, decision, decided_by, "
                 "outcome, message, duration_ms) VALUES (:time, :actor, :project_id, :task_id, :action, :arguments, "

@@ -39,6 +39,10 @@ class SchemaTooNewError(StoreOpenError):
     """The database was written by a newer AgentQueue than this one."""
 
 
+class StoreBusy(RuntimeError):
+    """`transaction(wait=False)`: another writer holds the store right now."""
+
+
 class Store:
     """One connection shared by the process, serialised by a re-entrant lock; a backend provides the rest."""
 
@@ -52,6 +56,10 @@ class Store:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        # Reads go to a second connection while another thread's transaction holds the first, so a writer waiting
+        # on the database's lock (another process's write, a row lock) holds up the writers behind it, never a read.
+        self.reader: Any = None  # the backend opens it (same interface as db)
+        self._read_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._pending_events: list[dict[str, Any]] | None = None
         self.db: Any = None  # the backend's connection wrapper: execute, query, ["table"].insert/update
@@ -62,7 +70,9 @@ class Store:
         raise NotImplementedError
 
     @contextmanager
-    def _atomic(self, concurrent: bool) -> Iterator[None]:
+    def _atomic(self, concurrent: bool, wait: bool = True) -> Iterator[None]:
+        """The backend's outermost transaction (a savepoint when nested); `wait=False` raises StoreBusy rather
+        than wait for another writer."""
         raise NotImplementedError
         yield  # pragma: no cover
 
@@ -79,18 +89,21 @@ class Store:
 
     # -- transactions and events --------------------------------------------------------------
     @contextmanager
-    def transaction(self, concurrent: bool = False) -> Iterator[Any]:
+    def transaction(self, concurrent: bool = False, wait: bool = True) -> Iterator[Any]:
         """One atomic unit of change; events recorded inside are announced only after commit.
 
         `concurrent`: the transaction keeps itself apart from other daemons' with row locks (a claim pass
         with `claim_lock`), so on PostgreSQL it may run beside them; every other transaction is serialised
-        against all writers, as on SQLite, so the services' read-then-write steps stay correct."""
-        with self.lock:
+        against all writers, as on SQLite, so the services' read-then-write steps stay correct.
+        `wait=False`: raise StoreBusy at once if another writer (thread or process) holds the store."""
+        if not self.lock.acquire(blocking=wait):
+            raise StoreBusy("another writer holds the store")
+        try:
             outermost = self._pending_events is None
             if outermost:
                 self._pending_events = []
             try:
-                with self._atomic(concurrent):
+                with self._atomic(concurrent, wait):
                     yield self.db
                     if outermost and self._pending_events:
                         self._announce_elsewhere(self._pending_events)
@@ -101,6 +114,24 @@ class Store:
             if outermost:
                 events, self._pending_events = self._pending_events, None
                 self._announce(events)
+        finally:
+            self.lock.release()
+
+    @contextmanager
+    def _reading(self) -> Iterator[Any]:
+        """The writer's connection when it is free (or held by this thread's own transaction, which must see its
+        writes); the reader while another thread's transaction holds it, so a read never queues behind a writer
+        that waits on the database's lock."""
+        if self.reader is not None and not self.lock.acquire(blocking=False):
+            with self._read_lock:
+                yield self.reader
+            return
+        if self.reader is None:
+            self.lock.acquire()
+        try:
+            yield self.db
+        finally:
+            self.lock.release()
 
     def _announce(self, events: list[dict[str, Any]]) -> None:
         for listener in list(self._listeners):
@@ -138,17 +169,17 @@ class Store:
 
     # -- reads --------------------------------------------------------------------------------
     def one(self, sql: str, params: Params = ()) -> dict[str, Any] | None:
-        with self.lock:
-            rows = list(self.db.query(sql, params))
+        with self._reading() as db:
+            rows = list(db.query(sql, params))
         return rows[0] if rows else None
 
     def all(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
-        with self.lock:
-            return list(self.db.query(sql, params))
+        with self._reading() as db:
+            return list(db.query(sql, params))
 
     def scalar(self, sql: str, params: Params = ()) -> Any:
-        with self.lock:
-            row = self.db.execute(sql, params).fetchone()
+        with self._reading() as db:
+            row = db.execute(sql, params).fetchone()
         return row[0] if row else None
 
     # -- settings -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from psycopg.types.string import StrDumperUnknown
 
 from ..settings import redact_url
-from .base import Params, SchemaTooNewError, Store, StoreOpenError
+from .base import Params, SchemaTooNewError, Store, StoreBusy, StoreOpenError
 from .pg_schema import MIGRATIONS as PG_MIGRATIONS
 from .sqlite import SCHEMA_VERSION
 
@@ -171,6 +171,7 @@ class PostgresStore(Store):
         try:
             self.db = PgDatabase(url)
             self._migrate(migrate_to)
+            self.reader = PgDatabase(url)  # reads never wait behind a writer's advisory lock or row locks
         except psycopg.Error as error:
             raise StoreOpenError(
                 f"Cannot use the PostgreSQL database at {redact_url(url)} ({str(error).strip()}). Check "
@@ -208,7 +209,7 @@ class PostgresStore(Store):
 
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
-    def _atomic(self, concurrent: bool) -> Iterator[None]:
+    def _atomic(self, concurrent: bool, wait: bool = True) -> Iterator[None]:
         conn = self.db._ready()
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with conn.transaction():  # nested: a savepoint
@@ -217,8 +218,11 @@ class PostgresStore(Store):
         with conn.transaction():
             self.db.in_transaction = True
             try:
-                self.db.execute("SELECT pg_advisory_xact_lock_shared(?)" if concurrent
-                                else "SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+                if wait:
+                    self.db.execute("SELECT pg_advisory_xact_lock_shared(?)" if concurrent
+                                    else "SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+                elif not self.db.execute("SELECT pg_try_advisory_xact_lock(?)", (WRITE_LOCK,)).fetchone()[0]:
+                    raise StoreBusy("another daemon's writer holds the store")
                 yield
             finally:
                 self.db.in_transaction = False
@@ -287,7 +291,9 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         self._closing.set()
-        with self.lock:
+        with self.lock, self._read_lock:
             self.db.conn.close()
+            if self.reader is not None:
+                self.reader.conn.close()
         if self._listener is not None:
             self._listener.join(timeout=2)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .base import SchemaTooNewError, Store, StoreOpenError
+from .base import SchemaTooNewError, Store, StoreBusy, StoreOpenError
 
 
 def _m1_core(db: sqlite_utils.Database) -> None:
@@ -267,6 +267,11 @@ class SqliteStore(Store):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
             self._migrate(migrate_to)
+            # WAL lets this second connection read the last commit while a writer waits for (or holds) the lock.
+            reader = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+            reader.execute("PRAGMA busy_timeout=30000")
+            reader.execute("PRAGMA foreign_keys=ON")
+            self.reader = sqlite_utils.Database(reader)
         except sqlite3.DatabaseError as error:
             # A damaged or foreign file: say so in one sentence, never touch it.
             raise StoreOpenError(
@@ -294,7 +299,7 @@ class SqliteStore(Store):
 
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
-    def _atomic(self, concurrent: bool) -> Iterator[None]:
+    def _atomic(self, concurrent: bool, wait: bool = True) -> Iterator[None]:
         """BEGIN IMMEDIATE for the outermost transaction: it takes the write lock at once, waiting out the busy
         timeout, instead of reading first and failing on the upgrade ("database is locked") when another
         process writes; nested ones are savepoints. SQLite has one writer, so `concurrent` changes nothing."""
@@ -303,7 +308,16 @@ class SqliteStore(Store):
             with self.db.atomic():
                 yield
             return
-        conn.execute("BEGIN IMMEDIATE")
+        if wait:
+            conn.execute("BEGIN IMMEDIATE")
+        else:
+            conn.execute("PRAGMA busy_timeout=0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                raise StoreBusy(str(error)) from None
+            finally:
+                conn.execute("PRAGMA busy_timeout=30000")
         try:
             yield
         except BaseException:
@@ -313,5 +327,7 @@ class SqliteStore(Store):
         conn.execute("COMMIT")
 
     def close(self) -> None:
-        with self.lock:
+        with self.lock, self._read_lock:
             self.db.close()
+            if self.reader is not None:
+                self.reader.close()
