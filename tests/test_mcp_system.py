@@ -14,7 +14,7 @@ from agentqueue.services.usage import since_iso
 from agentqueue.store.db import now_iso
 
 from agentqueue.tools import SPECS
-from agentqueue.toolsets import TOOLSETS, connection_options
+from agentqueue.toolsets import DISCOVERY, TOOLSETS, connection_options
 
 from .conftest import fail, ok, person_says_yes
 
@@ -288,9 +288,10 @@ async def listed_twice(client: Client) -> list[str]:
 async def test_each_selection_gets_its_own_correct_tool_list_from_the_cache(services, era):
     mode = "legacy" if era == "legacy" else "auto"
     selections = {
-        "every group": (connection_options(toolsets=list(TOOLSETS)), set(SPECS)),
+        # Toolsets a person fixed are all the connection gets: enable_toolsets is not offered to it.
+        "every group": (connection_options(toolsets=list(TOOLSETS)), set(SPECS) - {DISCOVERY}),
         "read-only": (connection_options(read_only=True, toolsets=list(TOOLSETS)),
-                      {s.name for s in SPECS.values() if s.read_only}),
+                      {s.name for s in SPECS.values() if s.read_only} - {DISCOVERY}),
         "tasks": (connection_options(toolsets=["tasks"]), {s.name for s in SPECS.values() if s.group == "tasks"}),
         "read-only tasks and notes": (
             connection_options(read_only=True, toolsets=["tasks", "notes"]),
