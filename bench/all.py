@@ -74,8 +74,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         anchor = row.get("anchor")
         anchor_text = f"{anchor}: {number(row.get('anchor_value'), unit)}" if anchor else "—"
         ratio = row.get("ratio")
+        before = BEFORE.get(row["metric"], row.get("before"))
+        before_text = number(before, unit) if isinstance(before, (int, float)) else before or "—"
         lines.append("| " + " | ".join([
-            row["metric"], anchor_text, row.get("goal", "—"), BEFORE.get(row["metric"], row.get("before", "—")),
+            row["metric"], anchor_text, row.get("goal", "—"), before_text,
             number(row["value"], unit), f"{ratio:.3f} ×" if isinstance(ratio, (int, float)) else "—",
             "yes" if row.get("met") else "**no**",
         ]) + " |")
