@@ -26,6 +26,7 @@ ANALYSIS_LIMIT = 1000
 # the tables this connection has queried, which at open is none, so the store does that check itself.
 OPTIMIZE_CHECKS_ALL = (3, 46, 0)
 
+
 def _m1_core(db: sqlite_utils.Database) -> None:
     """Version 1: the core tables."""
     db["projects"].create(
