@@ -110,12 +110,12 @@ def grow(services: Services) -> list[str]:
             for action in ("Read(README.md)", "Edit(src/app.py)", "Bash(npm test)"):
                 audit.append((done, "agent:worker", project, task_id, action, "{}", "allow", "policy", "ok", None))
             if rng.random() < 0.01:
-                audit.append((done, "agent:worker", project, task_id, "sandbox:deny", "{}", "deny", "sandbox", "refused",
-                              "network: example.com:443 is not on the allowlist"))
+                audit.append((done, "agent:worker", project, task_id, "sandbox:deny", "{}", "deny", "sandbox",
+                              "refused", "network: example.com:443 is not on the allowlist"))
     with services.store.transaction():
         insert(services, "INSERT INTO tasks (id, project_id, title, description, status, priority, retry_count, "
-               "max_retries, requires_approval, created_at, updated_at, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-               "?)", tasks)
+               "max_retries, requires_approval, created_at, updated_at, reason) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tasks)
         insert(services, "INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", deps)
         insert(services, "INSERT INTO task_results (task_id, attempt, agent_id, status, summary, files_changed, "
                "warning, input, output, total, cost_usd, duration_s, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
@@ -176,7 +176,8 @@ def aliases(sql: str) -> dict[str, str]:
 def sqlite_plan(services: Services, sql: str, params: Any) -> tuple[str, list[str]]:
     """The plan as one text, and the big tables it scans whole (a scan of a partial index is a bounded one)."""
     conn = services.store.db.conn
-    partial = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql LIKE '% WHERE %'")}
+    partial = {r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND sql LIKE '% WHERE %'")}
     details = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params or ())]
     names = aliases(sql)
     scans = []
