@@ -5,7 +5,9 @@ every task created (a third behind the one before it in its project), then claim
 calls audited, its run recorded and landed (COMPLETED), failed and retried, or blocked on a merge conflict; the
 newest ones left READY or DEFINED (for an agent type no agent has, so nothing runs them while it is measured).
 The tool calls themselves (MCP framing and the audit row each writes) are the only thing skipped: 100,000 of
-them through a client would take an hour, and the store they leave is the same.
+them through a client would take an hour, and the store they leave is the same. On PostgreSQL a task through
+the services costs tens of round trips (100,000 of them: hours), so there the same rows are written in bulk
+(tests/test_query_plans.grow: two months of a queue) and the store, opened, analyses them as autovacuum would.
 
 Then, as a person gets it: a warm daemon with its orchestrator running, and the official MCP client (`from mcp
 import Client`) through the stdio plugin (`agentqueue mcp`), calls get_task (the anchor: a primary-key read),
@@ -106,6 +108,17 @@ def grow(home: Path, count: int) -> list[str]:
         svc.close()
 
 
+def grow_in_bulk(home: Path, count: int) -> list[str]:
+    from agentqueue.services import Services
+    from tests.test_query_plans import grow as bulk
+
+    svc = Services(home)
+    try:
+        return bulk(svc, count, waiting_type="codex")
+    finally:
+        svc.close()
+
+
 def scheduler_pass_ms(home: Path, repeat: int) -> float:
     from agentqueue.engine.orchestrator import Engine
     from agentqueue.engine.scheduler import schedule
@@ -172,7 +185,7 @@ def measure(sizes: list[int], repeat: int, new_database: Any = None) -> dict[int
         with tempfile.TemporaryDirectory(prefix=f"agentqueue-scale-{size}-") as scratch:
             home = Path(scratch) / "aq"
             started = time.monotonic()
-            ids = grow(home, size)
+            ids = grow(home, size) if new_database is None else grow_in_bulk(home, size)
             grown = time.monotonic() - started
             figures = anyio.run(tool_ms, home, ids, repeat)
             figures["scheduler_pass"] = scheduler_pass_ms(home, repeat)

@@ -75,27 +75,28 @@ def insert(services: Services, sql: str, rows: list[tuple[Any, ...]]) -> None:
         services.store.db.conn.executemany(sql, rows)
 
 
-def grow(services: Services) -> list[str]:
+def grow(services: Services, count: int = TASKS, waiting_type: str | None = None) -> list[str]:
     """A queue as one grows over two months: most tasks completed (each with its events, run, ledger row and its
-    agent's audited tool calls), some READY, DEFINED behind others, BLOCKED or running; a few sandbox refusals and
-    no-change warnings. Written as the services write these rows, in bulk, and never analysed."""
+    agent's audited tool calls), some READY, DEFINED behind others or BLOCKED; a few sandbox refusals and
+    no-change warnings. Written as the services write these rows, in bulk, and never analysed. `waiting_type`:
+    the agent type the waiting tasks ask for (bench/scale.py gives one no agent has, so nothing runs them)."""
     rng = random.Random(19)
     for p in range(PROJECTS):
         services.projects.create(f"Project {p}", max_concurrent_agents=2)
     services.agents.create("worker", "command", command="true")
     start = datetime.now(timezone.utc) - timedelta(days=60)
-    every = timedelta(days=60) / TASKS
+    every = timedelta(days=60) / count
     tasks, deps, results, ledger, events, audit = [], [], [], [], [], []
-    ids = [f"task-{n:06d}" for n in range(TASKS)]
+    ids = [f"task-{n:06d}" for n in range(count)]
     for n, task_id in enumerate(ids):
         project = f"project-{n % PROJECTS}"
         born = start + n * every
-        late = n > TASKS - 600
+        late = n > count - max(600, count // 50)
         status = (rng.choice(["READY", "READY", "DEFINED", "BLOCKED"]) if late else
                   "BLOCKED" if rng.random() < 0.04 else "COMPLETED")
         tasks.append((task_id, project, f"Task {n}", "Work " + "x" * 120, status, rng.randrange(200), 0, 3, 0,
                       stamp(born), stamp(born + timedelta(minutes=5)),
-                      "The merge conflicted" if status == "BLOCKED" else None))
+                      "The merge conflicted" if status == "BLOCKED" else None, waiting_type if late else None))
         if n >= PROJECTS and rng.random() < 0.3:
             deps.append((task_id, ids[n - PROJECTS]))
         events.append(("task.created", project, task_id, json.dumps({"title": f"Task {n}"}), stamp(born)))
@@ -114,8 +115,8 @@ def grow(services: Services) -> list[str]:
                               "refused", "network: example.com:443 is not on the allowlist"))
     with services.store.transaction():
         insert(services, "INSERT INTO tasks (id, project_id, title, description, status, priority, retry_count, "
-               "max_retries, requires_approval, created_at, updated_at, reason) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tasks)
+               "max_retries, requires_approval, created_at, updated_at, reason, agent_type) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", tasks)
         insert(services, "INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", deps)
         insert(services, "INSERT INTO task_results (task_id, attempt, agent_id, status, summary, files_changed, "
                "warning, input, output, total, cost_usd, duration_s, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
