@@ -428,7 +428,9 @@ class Daemon:
         sock_path.unlink(missing_ok=True)
 
     async def _housekeeping(self, services: Services, mcp: MCPServer) -> None:
-        """Publish changes made outside tool calls, prune the audit log hourly (the engine keeps its own lease)."""
+        """Publish changes made outside tool calls; hourly, prune the audit log and refresh the query planner's
+        statistics where they went stale (SQLite's advice for a long-lived connection; the engine keeps its own
+        lease)."""
         pruned = -PRUNE_EVERY_S
         while True:
             await mcp.notifier.flush()  # type: ignore[attr-defined]
@@ -438,6 +440,9 @@ class Daemon:
                 if gone:
                     log.info("audit log: pruned %d row(s) older than %d days", gone,
                              services.settings.audit_retention_days)
+                analysed = await anyio.to_thread.run_sync(services.store.optimize)
+                if analysed:
+                    log.info("query planner statistics refreshed for %s", ", ".join(analysed))
             await anyio.sleep(0.25)
 
     async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -120,3 +120,43 @@ async def test_the_engine_schedules_on_events_not_on_every_poll(services: Servic
     engine._poked = False
     services.tasks.create("p", "new", "d")  # task.created wakes the engine
     assert engine._poked
+
+
+def test_the_fair_share_window_sums_hours_kept_by_a_trigger_and_is_exact(services: Services) -> None:
+    """The scheduler's 24 h window reads the trigger-kept `token_hours` for its whole hours and the ledger only for
+    the part of its oldest hour inside it: the same sums as summing the ledger, at any window edge."""
+    from datetime import datetime, timedelta, timezone
+
+    services.projects.create("One")
+    services.projects.create("Two")
+    now = datetime.now(timezone.utc)
+    ages = [25, 24.2, 23.99, 23.5, 20, 5, 1, 0.01, 0]  # hours ago, on both sides of the window's edge and hour
+    with services.store.transaction():
+        for n, hours in enumerate(ages):
+            at = (now - timedelta(hours=hours)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            services.usage.record(project_id="one" if n % 2 else "two", tokens={"total": 10 ** n}, cost_usd=0,
+                                  timestamp=at)
+        services.usage.record(project_id=None, tokens={"total": 7}, cost_usd=0, timestamp=now.isoformat())
+    since = (now - timedelta(hours=24)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    expected = {r["project_id"]: r["total"] for r in services.store.all(
+        "SELECT project_id, sum(total) AS total FROM token_ledger WHERE timestamp >= ? AND project_id IS NOT NULL "
+        "GROUP BY project_id", (since,))}
+    assert services.usage.window_totals(24) == expected
+    assert sum(r["total"] for r in services.store.all("SELECT total FROM token_hours")) == \
+        sum(10 ** n for n in range(len(ages)))  # every project row is in its hour; a run with no project is not
+
+
+def test_an_existing_store_gets_its_hours_when_it_upgrades(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old = Store(path, migrate_to=11)
+    with old.transaction() as db:
+        db.conn.executemany("INSERT INTO token_ledger (project_id, total, timestamp) VALUES (?, ?, ?)",
+                            [("p", 5, "2026-11-25T10:15:00.000Z"), ("p", 6, "2026-11-25T10:59:00.000Z"),
+                             ("q", 7, "2026-11-25T11:00:00.000Z"), (None, 8, "2026-11-25T11:00:00.000Z")])
+    old.close()
+    store = Store(path)
+    try:
+        assert {(r["hour"], r["project_id"], r["total"]) for r in store.all("SELECT * FROM token_hours")} == \
+            {("2026-11-25T10", "p", 11), ("2026-11-25T11", "q", 7)}
+    finally:
+        store.close()

@@ -190,3 +190,26 @@ def test_the_clock_leases_use_is_the_databases_in_the_services_format(open_store
     parse = lambda stamp: datetime.fromisoformat(stamp.replace("Z", "+00:00"))  # noqa: E731
     assert now.endswith("Z") and len(now) == len("2026-01-01T00:00:00.000Z") and now < later
     assert 29 < (parse(later) - parse(now)).total_seconds() < 31
+
+
+def test_a_store_never_analysed_is_analysed_when_it_opens(tmp_path: Path) -> None:
+    """SQLite's advice for a long-lived connection, `PRAGMA optimize=0x10002` at open (by hand before 3.46):
+    tables with rows and no statistics are analysed, within `analysis_limit`; statistics that hold are left."""
+    path = tmp_path / "aq.db"
+    store = Store(path)
+    assert store.optimize(at_open=True) == []  # empty tables: nothing to learn
+    with store.transaction() as db:
+        db.execute("INSERT INTO projects (id, name, status, workspace) VALUES ('p', 'P', 'ACTIVE', '/tmp/p')")
+        db.conn.executemany("INSERT INTO tasks (id, project_id, title, status, priority, created_at, updated_at) "
+                            "VALUES (?, 'p', 't', ?, 1, 'x', 'x')",
+                            [(f"t{n}", "COMPLETED" if n % 10 else "READY") for n in range(3000)])
+    store.close()
+    store = Store(path)
+    try:
+        assert store.scalar("PRAGMA analysis_limit") == 1000
+        analysed = {r["idx"] for r in store.all("SELECT idx FROM sqlite_stat1 WHERE tbl = 'tasks'")}
+        assert {"tasks_open_order", "idx_tasks_status_priority_created_at"} <= analysed
+        assert store.optimize(at_open=True) == []  # the statistics hold: nothing is analysed again
+        assert store.optimize() == []  # the daemon's hourly run: nothing went stale either
+    finally:
+        store.close()

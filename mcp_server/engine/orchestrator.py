@@ -281,8 +281,8 @@ class Engine:
         rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
         skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
         # Counted once the projects' rows are held: another daemon's claims in them have committed by now.
-        running = {r["project_id"]: r["n"] for r in store.all(
-            "SELECT project_id, count(*) AS n FROM tasks WHERE status IN "
+        running = {r["project_id"]: int(r["n"]) for r in store.all(  # trigger-kept counts: no pass over tasks
+            "SELECT project_id, sum(n) AS n FROM task_counts WHERE status IN "
             "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))

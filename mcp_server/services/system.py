@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from .errors import ServiceError
+from .failures import HELD_STATUSES
 from .task_states import RUNNING_STATUSES, STATUS_NAMES
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class System:
         return self.store.get_setting(ORCHESTRATOR_KEY, "running") or "running"
 
     def running_tasks(self) -> int:
-        return int(self.store.scalar(f"SELECT count(*) FROM tasks WHERE status IN {RUNNING_STATUSES}"))
+        return int(self.store.scalar(f"SELECT coalesce(sum(n), 0) FROM task_counts WHERE status IN {RUNNING_STATUSES}"))
 
     def set_orchestrator(self, state: str) -> str:
         """'paused' stops new task runs and llm hook actions; running agents finish."""
@@ -85,13 +86,16 @@ class System:
 
     def _held_warnings(self) -> list[str]:
         """Every BLOCKED, FAILED or PAUSED task with its reason and next step (the newest first, capped)."""
-        held = self.store.all(  # the newest few, from the partial index of held tasks
-            "SELECT id, title, status, reason, next_step FROM tasks WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', "
-            "'WAITING_INPUT') ORDER BY updated_at DESC, id DESC LIMIT ?", (HELD_LINES,))
+        # The newest few of each held status, each a short range of the (status, updated_at) index: one status
+        # IN (...) would read every held task and sort them when the store has no statistics.
+        newest = " UNION ALL ".join(
+            f"SELECT * FROM (SELECT id, title, status, reason, next_step, updated_at FROM tasks WHERE status = '{s}' "
+            f"ORDER BY updated_at DESC, id DESC LIMIT {HELD_LINES}) AS {s.lower()}" for s in HELD_STATUSES)
+        held = self.store.all(f"SELECT id, title, status, reason, next_step FROM ({newest}) AS held "
+                              f"ORDER BY updated_at DESC, id DESC LIMIT {HELD_LINES}")
         lines = [held_line(t) for t in held]
         counts = {r["status"]: int(r["n"]) for r in self.store.all(
-            "SELECT status, sum(n) AS n FROM task_counts WHERE status IN ('BLOCKED', 'FAILED', 'PAUSED', "
-            "'WAITING_INPUT') GROUP BY status")}
+            f"SELECT status, sum(n) AS n FROM task_counts WHERE status IN {HELD_STATUSES} GROUP BY status")}
         shown = {s: sum(1 for t in held if t["status"] == s) for s in counts}
         rest = {s: n - shown[s] for s, n in counts.items() if n > shown[s]}
         if rest:

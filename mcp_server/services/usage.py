@@ -21,8 +21,7 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def since_iso(hours: float) -> str:
-    stamp = datetime.now(timezone.utc) - timedelta(hours=hours)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _iso(datetime.now(timezone.utc) - timedelta(hours=hours))
 
 
 class Usage:
@@ -72,7 +71,18 @@ class Usage:
         return {"total": _clean(total), "breakdown": breakdown}
 
     def window_totals(self, hours: float = 24) -> dict[str, int]:
-        """Tokens per project over the rolling window (the scheduler's fair-share input)."""
-        rows = self.store.all("SELECT project_id, sum(total) AS total FROM token_ledger WHERE timestamp >= ? "
-                              "GROUP BY project_id", (since_iso(hours),))
+        """Tokens per project over the rolling window (the scheduler's fair-share input). The window's whole hours
+        come from the trigger-kept `token_hours`, the part of its oldest hour from the ledger itself: the sum is
+        exact, and costs the same after a day of ten runs or of a hundred thousand."""
+        since = datetime.now(timezone.utc) - timedelta(hours=hours)
+        whole = since.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        rows = self.store.all(
+            "SELECT project_id, sum(total) AS total FROM ("
+            "SELECT project_id, total FROM token_hours WHERE hour >= ? UNION ALL "
+            "SELECT project_id, total FROM token_ledger WHERE timestamp >= ? AND timestamp < ? "
+            "AND project_id IS NOT NULL) AS recent GROUP BY project_id", (_iso(whole)[:13], _iso(since), _iso(whole)))
         return {r["project_id"]: int(r["total"] or 0) for r in rows}
+
+
+def _iso(stamp: datetime) -> str:
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")

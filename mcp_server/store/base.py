@@ -82,6 +82,11 @@ class Store:
     def close(self) -> None:
         raise NotImplementedError
 
+    def optimize(self, at_open: bool = False) -> list[str]:
+        """Refresh the query planner's statistics where they went stale; returns the tables analysed. The daemon
+        calls it hourly. PostgreSQL's autovacuum does this on the server by itself, so by default: nothing."""
+        return []
+
     def clock(self, after_seconds: float = 0.0) -> str:
         """The database's own time (ISO-8601 UTC, as now_iso writes it), `after_seconds` from now: leases
         compare times that several machines write, so they are taken from the one clock all of them share."""

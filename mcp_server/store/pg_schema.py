@@ -122,5 +122,28 @@ CREATE TRIGGER task_counts_update AFTER UPDATE OF status, project_id ON tasks FO
   EXECUTE FUNCTION task_counts_follow();
 """
 
+# Version 12 (sqlite._m12_planned_queries): one index per hot query that serves it under any statistics, and
+# the tokens per hour and project kept by a trigger, so the scheduler's 24 h window is flat.
+PLANNED_QUERIES = """
+DROP INDEX IF EXISTS idx_audit_log_task_id_time;
+CREATE INDEX audit_log_task_action ON audit_log (task_id, action, time);
+DROP INDEX IF EXISTS tasks_held_age;
+CREATE INDEX tasks_status_age ON tasks (status, updated_at, id);
+CREATE INDEX task_results_warned ON task_results (created_at) WHERE warning IS NOT NULL;
+CREATE TABLE token_hours (
+  hour TEXT NOT NULL, project_id TEXT NOT NULL, total BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (hour, project_id));
+INSERT INTO token_hours (hour, project_id, total) SELECT substr(timestamp, 1, 13), project_id, sum(coalesce(total, 0))
+  FROM token_ledger WHERE project_id IS NOT NULL GROUP BY 1, 2;
+CREATE FUNCTION token_hours_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.project_id IS NOT NULL THEN
+    INSERT INTO token_hours (hour, project_id, total) VALUES (substr(NEW.timestamp, 1, 13), NEW.project_id,
+      coalesce(NEW.total, 0)) ON CONFLICT (hour, project_id) DO UPDATE SET total = token_hours.total + excluded.total;
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER token_hours_insert AFTER INSERT ON token_ledger FOR EACH ROW EXECUTE FUNCTION token_hours_follow();
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES}

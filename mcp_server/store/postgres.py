@@ -172,6 +172,7 @@ class PostgresStore(Store):
             self.db = PgDatabase(url)
             self._migrate(migrate_to)
             self.reader = PgDatabase(url)  # reads never wait behind a writer's advisory lock or row locks
+            self.optimize(at_open=True)
         except psycopg.Error as error:
             raise StoreOpenError(
                 f"Cannot use the PostgreSQL database at {redact_url(url)} ({str(error).strip()}). Check "
@@ -206,6 +207,25 @@ class PostgresStore(Store):
                     log.info("PostgreSQL schema now at version %d", version)
             finally:
                 self.db.execute("SELECT pg_advisory_unlock(?)", (MIGRATE_LOCK,))
+
+    # -- statistics ---------------------------------------------------------------------------
+    def optimize(self, at_open: bool = False) -> list[str]:
+        """The server's autovacuum analyses a table after every 10 % of it changes, so a queue that grows keeps
+        its statistics with no help; at open, a table that has rows and was never analysed (loaded in bulk, or
+        autovacuum turned off) is analysed here, as SQLite's store does. Returns the tables analysed."""
+        if not at_open:
+            return []
+        try:
+            with self.lock:
+                stale = [r["relname"] for r in self.db.query(
+                    "SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema() AND n_live_tup > 0 "
+                    "AND last_analyze IS NULL AND last_autoanalyze IS NULL ORDER BY relname")]
+                for table in stale:
+                    self.db.execute(f'ANALYZE "{table}"')
+            return stale
+        except psycopg.Error as error:  # statistics are the server's to keep; never a reason not to open
+            log.info("query planner statistics not refreshed (%s)", str(error).strip())
+            return []
 
     # -- transactions -------------------------------------------------------------------------
     @contextmanager

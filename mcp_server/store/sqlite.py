@@ -6,6 +6,7 @@ transaction (BEGIN IMMEDIATE), so a crash or an error leaves either all of a cha
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -15,6 +16,15 @@ from pathlib import Path
 import sqlite_utils
 
 from .base import SchemaTooNewError, Store, StoreBusy, StoreOpenError
+
+log = logging.getLogger("agentqueue.store")
+
+# Rows each ANALYZE that PRAGMA optimize runs reads per index (SQLite suggests 100-1000): statistics in milliseconds
+# on a store of any size, never a pass over a whole table while the daemon waits on its one connection.
+ANALYSIS_LIMIT = 1000
+# The first SQLite whose `PRAGMA optimize=0x10002` checks every table (the 0x10000 bit); older ones look only at
+# the tables this connection has queried, which at open is none, so the store does that check itself.
+OPTIMIZE_CHECKS_ALL = (3, 46, 0)
 
 
 def _m1_core(db: sqlite_utils.Database) -> None:
@@ -238,10 +248,40 @@ def _m11_team(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS tasks_owned ON tasks (owner) WHERE owner IS NOT NULL")
 
 
+def _m12_planned_queries(db: sqlite_utils.Database) -> None:
+    """Version 12: indexes whose plans are the same with statistics or without, and flat window sums (issue 19).
+
+    Each hot query gets one index that serves it best under any statistics (its equality columns first, then
+    its order), so a store that was never analysed plans it as an analysed one does. `token_hours` keeps the
+    tokens per hour and project (a trigger on the ledger), so the scheduler's 24 h window reads 25 buckets per
+    project and at most one hour of ledger rows, however many runs the day had.
+    """
+    # get_task's sandbox refusals: the task's `sandbox:deny` rows directly, not a walk over all its audit rows.
+    db.execute("DROP INDEX IF EXISTS idx_audit_log_task_id_time")
+    db.execute("CREATE INDEX IF NOT EXISTS audit_log_task_action ON audit_log (task_id, action, time)")
+    # get_status' held tasks, newest first per status (one short range each), replacing the partial index by age
+    # that an unanalysed store never picked over the status index.
+    db.execute("DROP INDEX IF EXISTS tasks_held_age")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_status_age ON tasks (status, updated_at, id)")
+    # get_status' "completed with no change": only results that carry a warning, not every result of the day.
+    db.execute("CREATE INDEX IF NOT EXISTS task_results_warned ON task_results (created_at) WHERE warning IS NOT NULL")
+    db.execute("CREATE TABLE IF NOT EXISTS token_hours (hour TEXT NOT NULL, project_id TEXT NOT NULL, "
+               "total INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (hour, project_id)) WITHOUT ROWID")
+    db.execute("DELETE FROM token_hours")
+    db.execute("INSERT INTO token_hours (hour, project_id, total) SELECT substr(timestamp, 1, 13), project_id, "
+               "sum(coalesce(total, 0)) FROM token_ledger WHERE project_id IS NOT NULL GROUP BY 1, 2")
+    db.execute("CREATE TRIGGER IF NOT EXISTS token_hours_insert AFTER INSERT ON token_ledger "
+               "WHEN NEW.project_id IS NOT NULL BEGIN "
+               "INSERT INTO token_hours (hour, project_id, total) "
+               "VALUES (substr(NEW.timestamp, 1, 13), NEW.project_id, coalesce(NEW.total, 0)) "
+               "ON CONFLICT (hour, project_id) DO UPDATE SET total = total + excluded.total; END")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
-    _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team]
+    _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
+    _m12_planned_queries]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -266,12 +306,14 @@ class SqliteStore(Store):
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA analysis_limit={ANALYSIS_LIMIT}")
             self._migrate(migrate_to)
             # WAL lets this second connection read the last commit while a writer waits for (or holds) the lock.
             reader = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
             reader.execute("PRAGMA busy_timeout=30000")
             reader.execute("PRAGMA foreign_keys=ON")
             self.reader = sqlite_utils.Database(reader)
+            self.optimize(at_open=True)
         except sqlite3.DatabaseError as error:
             # A damaged or foreign file: say so in one sentence, never touch it.
             raise StoreOpenError(
@@ -296,6 +338,51 @@ class SqliteStore(Store):
                 with self.db.atomic():
                     MIGRATIONS[version - 1](self.db)
                     self.db.execute(f"PRAGMA user_version={version}")
+
+    # -- statistics ---------------------------------------------------------------------------
+    def optimize(self, at_open: bool = False) -> list[str]:
+        """SQLite's advice for a long-lived connection: `PRAGMA optimize=0x10002` when it opens (every table that
+        was never analysed, or has grown or shrunk tenfold since, is analysed), plain `PRAGMA optimize` now and then
+        (the daemon: hourly). Returns the tables analysed; a store that is busy or read-only is left as it is."""
+        try:
+            with self.lock:
+                if at_open and sqlite3.sqlite_version_info < OPTIMIZE_CHECKS_ALL:
+                    return self._analyse_stale()
+                before = self._stat_rows()
+                self.db.conn.execute("PRAGMA optimize=0x10002" if at_open else "PRAGMA optimize")
+                return sorted({t for t, n in self._stat_rows().items() if before.get(t) != n})
+        except sqlite3.OperationalError as error:  # locked by another process, or a read-only file
+            log.info("query planner statistics not refreshed (%s)", error)
+            return []
+
+    def _stat_rows(self) -> dict[str, str]:
+        if not self.db.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone():
+            return {}
+        return {r[0]: r[1] for r in self.db.conn.execute("SELECT tbl, group_concat(stat, ';') FROM sqlite_stat1 "
+                                                          "GROUP BY tbl")}
+
+    def _analyse_stale(self) -> list[str]:
+        """What `optimize=0x10002` does on SQLite 3.46+, by hand for older ones: ANALYZE each indexed table that
+        has rows and no statistics, or ten times more or fewer rows than its statistics say. The size is the last
+        rowid (one index step, so the check costs nothing on a store whose statistics hold); WITHOUT ROWID tables
+        (the trigger-kept counts) are read by primary key only and need none."""
+        conn = self.db.conn
+        known: dict[str, int] = {}
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone():
+            for table, stat in conn.execute("SELECT tbl, stat FROM sqlite_stat1 WHERE idx IS NOT NULL"):
+                known[table] = max(known.get(table, 0), int(str(stat).split()[0]))
+        stale = []
+        for (table,) in conn.execute("SELECT DISTINCT tbl_name FROM sqlite_master WHERE type = 'index' "
+                                     "AND tbl_name NOT LIKE 'sqlite%' ORDER BY tbl_name").fetchall():
+            try:
+                size = int(conn.execute(f'SELECT coalesce(max(rowid), 0) FROM "{table}"').fetchone()[0])
+            except sqlite3.OperationalError:  # WITHOUT ROWID
+                continue
+            if size and (table not in known or not known[table] / 10 < size < known[table] * 10):
+                stale.append(table)
+        for table in stale:
+            conn.execute(f'ANALYZE "{table}"')
+        return stale
 
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
