@@ -69,7 +69,7 @@ class SqliteReader(Store):
         return self.version
 
     @contextmanager
-    def _atomic(self, concurrent: bool) -> Iterator[None]:
+    def _atomic(self, concurrent: bool, wait: bool = True) -> Iterator[None]:
         raise RuntimeError("SqliteReader is read-only: open the full store (store.db.open_store) to change anything")
         yield  # pragma: no cover
 
