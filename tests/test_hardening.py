@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from agentqueue.board import data
 from agentqueue.services.ids import new_task_id
 
 from .conftest import fail, ok
@@ -142,6 +143,14 @@ def test_a_deleted_tasks_id_is_never_given_again(services):
     assert new_task_id(services.tasks.exists, _OldIdFirst(first.id)) == first.id  # what happened before
     fresh = new_task_id(services.tasks.was_used, _OldIdFirst(first.id))
     assert fresh != first.id and not services.tasks.was_used(fresh)
+
+
+def test_task_ids_do_not_run_out_when_every_short_id_is_taken():
+    """At a few hundred thousand tasks every word pair and two-digit suffix is used: ids get longer, not an error."""
+    taken = lambda candidate: len(candidate.rsplit("-", 1)[-1]) <= 2 or not candidate.rsplit("-", 1)[-1].isdigit()
+    fresh = new_task_id(taken)
+    assert not taken(fresh) and fresh.count("-") == 2
+    assert data.TASK_ID.fullmatch(fresh)  # the board's route still takes it
 
 
 # -- two processes on one home -------------------------------------------------------------------------

@@ -33,12 +33,14 @@ def slugify(name: str, *, what: str = "name") -> str:
 
 
 def new_task_id(exists: Callable[[str], bool], rng: random.Random | None = None) -> str:
-    """A fresh `adjective-noun` id; after 20 collisions a two-digit suffix is added."""
+    """A fresh `adjective-noun` id; after 20 collisions a two-digit suffix is added, after 60 four digits, after 100
+    six: the ~3,700 words pairs and 90 two-digit suffixes fill up at a few hundred thousand tasks, six digits never."""
     rng = rng or random.Random()
     for attempt in range(200):
         candidate = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
         if attempt >= 20:
-            candidate += f"-{rng.randint(10, 99)}"
+            digits = 2 if attempt < 60 else 4 if attempt < 100 else 6
+            candidate += f"-{rng.randint(10 ** (digits - 1), 10 ** digits - 1)}"
         if not exists(candidate):
             return candidate
     raise RuntimeError("could not find a free task id after 200 attempts")
