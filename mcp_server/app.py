@@ -85,13 +85,47 @@ def _redundant(key: str, value: Any) -> bool:
     return key == "additionalProperties" and value is True
 
 
+def flat_output_schema(schema: Any, defs: dict[str, Any] | None = None, seen: tuple[str, ...] = ()) -> Any:
+    """An output schema a client checks fast: `$ref`s written in place, titles and defaults (which validation
+    ignores) dropped, and `anyOf` of bare types as one `type` list. The official client validates every
+    structured result against it; a list of 50 tasks checked through `$ref`s and `anyOf`s cost it ~2 ms more,
+    and the flat form is a third smaller in tools/list. A recursive `$ref` is left as it is (with its `$defs`)."""
+    if defs is None and isinstance(schema, dict):
+        defs = schema.get("$defs", {})
+        flat = flat_output_schema({k: v for k, v in schema.items() if k != "$defs"}, defs)
+        return {**flat, "$defs": defs} if "$ref" in json.dumps(flat) else flat
+    if isinstance(schema, list):
+        return [flat_output_schema(item, defs, seen) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and len(schema) == 1 and defs:
+        name = ref.rsplit("/", 1)[1]
+        if name in defs and name not in seen:
+            return flat_output_schema(defs[name], defs, (*seen, name))
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, dict):  # keys here are result keys, not schema keywords
+            out[key] = {name: flat_output_schema(sub, defs, seen) for name, sub in value.items()}
+        elif key not in ("title", "default"):
+            out[key] = flat_output_schema(value, defs, seen)
+    variants = out.get("anyOf")
+    if isinstance(variants, list) and all(isinstance(v, dict) and set(v) == {"type"} and isinstance(v["type"], str)
+                                          for v in variants):
+        del out["anyOf"]
+        out["type"] = [v["type"] for v in variants]
+    return out
+
+
 @functools.cache
 def sdk_tools() -> tuple[Tool, ...]:
-    """Every tool as the SDK serves it (its arguments' pydantic model and compacted input schema), built once
-    per process: building them is 0.1-0.3 s of CPU, and a Tool holds nothing of the server that lists it."""
+    """Every tool as the SDK serves it (its arguments' pydantic model, compacted input and flat output schemas),
+    built once per process: building them is 0.1-0.3 s of CPU, and a Tool holds nothing of the server that lists it."""
     built = tuple(Tool.from_function(spec.fn, annotations=spec.annotations, meta=spec.meta) for spec in tools.TOOLS)
     for tool in built:
         tool.parameters = compact_schema(tool.parameters)
+        if tool.fn_metadata.output_schema is not None:
+            tool.fn_metadata.output_schema = flat_output_schema(tool.fn_metadata.output_schema)
     return built
 
 
