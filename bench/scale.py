@@ -208,7 +208,9 @@ def rows(table: dict[int, dict[str, float]], backend: str) -> list[dict[str, Any
                         "anchor": None if anchor is None else f"get_task @{size:,} tasks, same run",
                         "anchor_value": None if anchor is None else round(anchor, 2),
                         "ratio": None if anchor is None else round(figures[name] / anchor, 2),
-                        "goal": f"<= {goal} ms at {largest:,} tasks", "met": size != largest or figures[name] <= goal,
+                        # get_task is the anchor the issue measures the others against, not a goal of its own.
+                        "goal": "(the anchor)" if anchor is None else f"<= {goal} ms at {largest:,} tasks",
+                        "met": anchor is None or size != largest or figures[name] <= goal,
                         "size": size, "backend": backend, "grow_s": round(figures["grow_s"], 1)})
     return out
 
