@@ -379,3 +379,21 @@ def test_registries_open_when_the_policy_lets_installs_run(services: Services, t
     assert not services.sandbox.registry_allowed("demo", "evil.example.com", 443)
     services.policies.edit(project_id="demo", preset="autonomous")
     assert services.sandbox.rules_for(tmp_path, "demo", preset="autonomous", env={"PATH": "/usr/bin"}).allows("pypi.org", 443)
+
+
+def test_a_cli_installed_by_npm_under_tmp_is_shown_with_its_sibling_packages(tmp_path: Path) -> None:
+    """Codex's script loads its binary from a sibling package (`@openai/codex-linux-x64`): with the CLI under /tmp
+    (a clone in /tmp, an npx cache), showing only the script's folder made it fail inside the sandbox."""
+    from agentqueue.sandbox.runs import programs
+
+    assert any(tmp_path.resolve().is_relative_to(private) for private in bwrap.PRIVATE)
+    modules = tmp_path / "node" / "node_modules"
+    script = modules / "@openai" / "codex" / "bin" / "codex.js"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    (modules / "@openai" / "codex-linux-x64").mkdir()
+    (modules / ".bin").mkdir()
+    (modules / ".bin" / "codex").symlink_to(script)
+    shown = programs({"PATH": ""}, str(modules / ".bin" / "codex"))
+    assert modules.resolve() in shown
+    assert all(not path.is_relative_to(modules.resolve()) or path == modules.resolve() for path in shown)

@@ -174,10 +174,17 @@ def programs(env: Mapping[str, str], argv0: str | None) -> list[Path]:
         candidates += [Path(argv0).parent, Path(os.path.realpath(argv0)).parent]
     found = []
     for path in candidates:
-        real = Path(os.path.realpath(path))
+        real = _install_root(Path(os.path.realpath(path)))
         if real.is_dir() and any(real.is_relative_to(private) for private in bwrap.PRIVATE):
             found.append(real)
     return list(dict.fromkeys(found))
+
+
+def _install_root(folder: Path) -> Path:
+    """A program inside an npm tree needs its sibling packages (Codex loads its binary from
+    `@openai/codex-linux-x64`), so the whole outermost `node_modules` is shown, not only the script's folder."""
+    parts = folder.parts
+    return Path(*parts[:parts.index("node_modules") + 1]) if "node_modules" in parts else folder
 
 
 def git_paths(workdir: Path, branch: str | None) -> list[Path]:
