@@ -71,7 +71,9 @@ async def test_daemon_killed_mid_run_is_recovered_without_losing_or_repeating_th
         wait_for(lambda: mock.messages_for("slow_write"), 30, "claude to call the model")
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
-        assert alive(orphan), "the agent outlives the daemon (its own process group) until recovery"
+        # Inside the sandbox the run dies with its daemon (bubblewrap's --die-with-parent, issue 18); whether the
+        # kernel has reaped it yet when we look is a race, so only what recovery must do is checked: no orphan
+        # after it, the work landed once, nothing repeated.
 
         second = start_daemon()
         try:
