@@ -18,7 +18,7 @@ from . import paths
 from .services.errors import NotFoundError
 from .services.failures import HELD_STATUSES, error_report
 from .services.system import System
-from .services.task_states import STATUS_EVENTS, parse_statuses
+from .services.task_states import STATUS_EVENTS, list_filter, parse_statuses
 from .store.base import Store
 
 # A task's fields as get_task gives them (store.models.Task), in that order: the row's other columns stay out.
@@ -67,25 +67,9 @@ def task_list(store: Store, project_id: str | None = None, status: str | None = 
               include_completed: bool = False, limit: int = 50, offset: int = 0) -> dict[str, Any]:
     """list_tasks: {tasks (TaskSummary dicts), total, hidden_completed} (as Tasks.list)."""
     statuses = parse_statuses(status)
-    clauses: list[str] = []
-    params: list[Any] = []
     if project_id is not None:
         _project_exists(store, project_id)
-        clauses.append("project_id = ?")
-        params.append(project_id)
-    hidden = 0
-    counts = _counts(store, project_id)
-    if statuses:
-        clauses.append(f"status IN ({','.join('?' * len(statuses))})")
-        params.extend(statuses)
-        total = sum(counts.get(s, 0) for s in statuses)
-    elif not include_completed:
-        hidden = counts.get("COMPLETED", 0)
-        clauses.append("status != 'COMPLETED'")  # verbatim: it selects the partial index of open tasks
-        total = sum(counts.values()) - hidden
-    else:
-        total = sum(counts.values())
-    where = " AND ".join(clauses) or "1 = 1"
+    where, params, total, hidden = list_filter(project_id, statuses, include_completed, _counts(store, project_id))
     rows = store.all(f"SELECT id, project_id, title, status, priority, assigned_agent FROM tasks WHERE {where} "
                      "ORDER BY priority, created_at, id LIMIT ? OFFSET ?", (*params, limit, offset))
     deps: dict[str, list[str]] = {r["id"]: [] for r in rows}

@@ -77,3 +77,26 @@ def parse_statuses(status: str | list[str] | None) -> list[str] | None:
     if bad:
         raise InvalidInputError(f"Unknown status {', '.join(bad)}. Valid statuses: {', '.join(STATUS_NAMES)}.")
     return names or None
+
+
+def list_filter(project_id: str | None, statuses: list[str] | None, include_completed: bool,
+                counts: dict[str, int]) -> tuple[str, list[object], int, int]:
+    """list_tasks' WHERE clause and parameters, the total matching and the completed tasks hidden, from the
+    per-status counts: one rule for the service and the terminal's import-free reader."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if project_id is not None:
+        clauses.append("project_id = ?")
+        params.append(project_id)
+    hidden = 0
+    if statuses:
+        clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+        params.extend(statuses)
+        total = sum(counts.get(s, 0) for s in statuses)
+    elif not include_completed:
+        hidden = counts.get("COMPLETED", 0)
+        clauses.append("status != 'COMPLETED'")  # verbatim: it selects the partial index of open tasks
+        total = sum(counts.values()) - hidden
+    else:
+        total = sum(counts.values())
+    return " AND ".join(clauses) or "1 = 1", params, total, hidden

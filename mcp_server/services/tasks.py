@@ -15,7 +15,7 @@ from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import HELD_STATUSES, error_report, explain, move_note
 from .ids import new_task_id
 from .projects import RUNNING_STATUSES, Projects
-from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, parse_statuses
+from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, list_filter, parse_statuses
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
 # A task's work lives in its repo from the first run until it lands: its repo cannot change then.
@@ -121,24 +121,10 @@ class Tasks:
     ) -> tuple[list[TaskSummary], int, int]:
         """(page, total matching, completed tasks hidden by the default filter)."""
         statuses = parse_statuses(status)
-        clauses, params = [], []
         if project_id is not None:
             self.projects._row(project_id)
-            clauses.append("project_id = ?")
-            params.append(project_id)
-        hidden = 0
-        counts = self.status_counts(project_id)
-        if statuses:
-            clauses.append(f"status IN ({','.join('?' * len(statuses))})")
-            params.extend(statuses)
-            total = sum(counts.get(s, 0) for s in statuses)
-        elif not include_completed:
-            hidden = counts.get("COMPLETED", 0)
-            clauses.append("status != 'COMPLETED'")  # verbatim: it selects the partial index of open tasks
-            total = sum(counts.values()) - hidden
-        else:
-            total = sum(counts.values())
-        where = " AND ".join(clauses) or "1 = 1"
+        where, params, total, hidden = list_filter(project_id, statuses, include_completed,
+                                                   self.status_counts(project_id))
         rows = self.store.all(
             f"SELECT id, project_id, title, status, priority, assigned_agent FROM tasks WHERE {where} "
             "ORDER BY priority, created_at, id LIMIT ? OFFSET ?", (*params, limit, offset))

@@ -35,6 +35,12 @@ class StoreOpenError(RuntimeError):
     """The database cannot be used at all; the message is one sentence with the next step."""
 
 
+def unusable_file(path: object, error: Exception) -> StoreOpenError:
+    """A damaged or foreign SQLite file, said in one sentence with what to do; the file is never touched."""
+    return StoreOpenError(f"{path} is not a usable AgentQueue database ({error}). Move it aside "
+                          f"(mv {path} {path}.broken) and start again for an empty queue, or restore it from a backup.")
+
+
 class SchemaTooNewError(StoreOpenError):
     """The database was written by a newer AgentQueue than this one."""
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .base import Params, Store, StoreOpenError
+from .base import Params, Store, unusable_file
 
 # The schema version this AgentQueue writes (store.sqlite.SCHEMA_VERSION, which imports sqlite-utils to
 # say it; a test keeps the two equal). Any other version is opened by the full store.
@@ -59,10 +59,7 @@ class SqliteReader(Store):
             self.db = _Rows(conn)
             self.version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         except sqlite3.DatabaseError as error:
-            raise StoreOpenError(
-                f"{path} is not a usable AgentQueue database ({error}). Move it aside "
-                f"(mv {path} {path}.broken) and start again for an empty queue, or restore it from a backup."
-            ) from None
+            raise unusable_file(path, error) from None
 
     @property
     def schema_version(self) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .base import SchemaTooNewError, Store, StoreBusy, StoreOpenError
+from .base import SchemaTooNewError, Store, StoreBusy, unusable_file
 
 log = logging.getLogger("agentqueue.store")
 
@@ -316,10 +316,7 @@ class SqliteStore(Store):
             self.optimize(at_open=True)
         except sqlite3.DatabaseError as error:
             # A damaged or foreign file: say so in one sentence, never touch it.
-            raise StoreOpenError(
-                f"{path} is not a usable AgentQueue database ({error}). Move it aside "
-                f"(mv {path} {path}.broken) and start again for an empty queue, or restore it from a backup."
-            ) from None
+            raise unusable_file(path, error) from None
 
     # -- schema -------------------------------------------------------------------------------
     @property
