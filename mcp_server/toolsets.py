@@ -81,7 +81,7 @@ def parse_toolsets(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [name for name in names if name not in known()]
     if unknown or not names:
-        raise ValueError(f"unknown toolset(s) {', '.join(unknown) or '(none given)'}; "
+        raise ValueError(f"unknown toolset(s) {', '.join(unknown)[:200] or '(none given)'}; "
                          f"choose from {', '.join(known())} (comma-separated)")
     return names
 

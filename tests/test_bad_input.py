@@ -451,3 +451,10 @@ def test_services_refuse_what_the_os_or_sqlite_cannot_take(services: Services, l
             call()
     with pytest.raises(InvalidInputError, match="since_hours"):
         services.audit.query(since_hours=2.0**31)
+
+
+async def test_a_huge_unknown_name_is_not_echoed_back_whole(client, world):
+    """A 200 kB "status" or toolset name gets the usual one-sentence refusal, not the 200 kB repeated to the model."""
+    for tool, args in (("list_tasks", {"status": "x" * 200_000}), ("enable_toolsets", {"toolsets": ["y" * 200_000]})):
+        text = await fail(client, tool, **args)
+        assert len(text) < 1_000 and ("Unknown status" in text or "Unknown toolset" in text), text[:300]

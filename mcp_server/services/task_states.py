@@ -75,7 +75,8 @@ def parse_statuses(status: str | list[str] | None) -> list[str] | None:
     names = [s.strip().upper() for s in items if s.strip()]
     bad = [s for s in names if s not in STATUS_NAMES]
     if bad:
-        raise InvalidInputError(f"Unknown status {', '.join(bad)}. Valid statuses: {', '.join(STATUS_NAMES)}.")
+        # Echo at most 200 characters of what was sent: a 1 MB "status" is not worth repeating to the model.
+        raise InvalidInputError(f"Unknown status {', '.join(bad)[:200]}. Valid statuses: {', '.join(STATUS_NAMES)}.")
     return names or None
 
 
