@@ -224,6 +224,7 @@ def test_claude_asks_before_its_own_tools_and_the_person_answers_yes_or_no(live:
         chat.type(b"y\r")
         chat.wait("Tool said:")
         assert (workdir / "YES_MARKER").exists()
+        chat.wait("you › ", 2)  # the turn is over and the prompt is back, as a person sees before Ctrl-D
         assert chat.leave() == 0
     with Chat(live, cwd=workdir) as chat:  # a new conversation
         chat.wait("you › ")
