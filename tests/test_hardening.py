@@ -145,22 +145,6 @@ def test_a_deleted_tasks_id_is_never_given_again(services):
     assert fresh != first.id and not services.tasks.was_used(fresh)
 
 
-def test_ids_checked_a_round_at_a_time_are_the_ids_checked_one_by_one(services):
-    """create_task checks a round of candidates in one query (`used_ids`): the id is the one `was_used` would give."""
-    services.projects.create("Demo")
-    old = services.tasks.create("demo", "Old", "the first task")
-    kept = services.tasks.create("demo", "Kept", "the second task")
-    services.tasks.delete(old.id)
-    assert services.tasks.used_ids([old.id, kept.id, "unused-name"]) == {old.id, kept.id}
-    for seed in range(20):
-        one_by_one = new_task_id(services.tasks.was_used, random.Random(seed))
-        assert new_task_id(services.tasks.was_used, random.Random(seed), taken=services.tasks.used_ids) == one_by_one
-    after_kept = new_task_id(services.tasks.was_used, _OldIdFirst(kept.id))  # the first candidate is taken
-    assert new_task_id(services.tasks.was_used, _OldIdFirst(kept.id), taken=services.tasks.used_ids) == after_kept
-    fresh = new_task_id(services.tasks.was_used, _OldIdFirst(old.id), taken=services.tasks.used_ids)
-    assert fresh != old.id and not services.tasks.was_used(fresh)
-
-
 def test_task_ids_do_not_run_out_when_every_short_id_is_taken():
     """At a few hundred thousand tasks every word pair and two-digit suffix is used: ids get longer, not an error."""
     taken = lambda candidate: len(candidate.rsplit("-", 1)[-1]) <= 2 or not candidate.rsplit("-", 1)[-1].isdigit()

@@ -32,32 +32,15 @@ def slugify(name: str, *, what: str = "name") -> str:
     return slug[:64].rstrip("-")
 
 
-# Rounds of candidates: (first attempt, end, suffix digits). Word pairs first, then ever longer suffixes.
-_ROUNDS = ((0, 20, 0), (20, 60, 2), (60, 100, 4), (100, 200, 6))
-
-
-def new_task_id(exists: Callable[[str], bool], rng: random.Random | None = None,
-                taken: Callable[[list[str]], set[str]] | None = None) -> str:
+def new_task_id(exists: Callable[[str], bool], rng: random.Random | None = None) -> str:
     """A fresh `adjective-noun` id; after 20 collisions a two-digit suffix is added, after 60 four digits, after 100
-    six: the ~3,700 words pairs and 90 two-digit suffixes fill up at a few hundred thousand tasks, six digits never.
-
-    `taken(candidates)`, when given, says which of a round's candidates are used, in place of `exists` per
-    candidate: beyond ~3,700 tasks every word pair is used, so the first 20 candidates always miss and one
-    query per round beats twenty (the same id comes out: the first free candidate, in the same order).
-    """
+    six: the ~3,700 words pairs and 90 two-digit suffixes fill up at a few hundred thousand tasks, six digits never."""
     rng = rng or random.Random()
-    for first, end, digits in _ROUNDS:
-        batch = []
-        for _ in range(first, end):
-            candidate = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
-            if digits:
-                candidate += f"-{rng.randint(10 ** (digits - 1), 10 ** digits - 1)}"
-            batch.append(candidate)
-        if taken is not None:
-            used = taken(batch)
-            free = next((candidate for candidate in batch if candidate not in used), None)
-        else:
-            free = next((candidate for candidate in batch if not exists(candidate)), None)
-        if free is not None:
-            return free
+    for attempt in range(200):
+        candidate = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
+        if attempt >= 20:
+            digits = 2 if attempt < 60 else 4 if attempt < 100 else 6
+            candidate += f"-{rng.randint(10 ** (digits - 1), 10 ** digits - 1)}"
+        if not exists(candidate):
+            return candidate
     raise RuntimeError("could not find a free task id after 200 attempts")

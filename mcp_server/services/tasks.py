@@ -105,13 +105,6 @@ class Tasks:
         return self.exists(task_id) or \
             self.store.scalar("SELECT 1 FROM events WHERE task_id = ? LIMIT 1", (task_id,)) is not None
 
-    def used_ids(self, candidates: list[str]) -> set[str]:
-        """Which of `candidates` name a task now or ever did: `was_used` for a round of new ids, two indexed reads."""
-        marks = ",".join("?" * len(candidates))
-        now = self.store.all(f"SELECT id FROM tasks WHERE id IN ({marks})", candidates)
-        ever = self.store.all(f"SELECT DISTINCT task_id FROM events WHERE task_id IN ({marks})", candidates)
-        return {r["id"] for r in now} | {r["task_id"] for r in ever}
-
     def status_counts(self, project_id: str | None = None) -> dict[str, int]:
         """Tasks per status (of one project, or all), from the trigger-kept counts: no table scan."""
         where, params = ("WHERE project_id = ?", (project_id,)) if project_id is not None else ("", ())
@@ -289,7 +282,7 @@ class Tasks:
         deps = self._check_deps(None, depends_on or [])
         stamp = now_iso()
         with self.store.transaction() as db:
-            task_id = new_task_id(self.was_used, taken=self.used_ids)
+            task_id = new_task_id(self.was_used)
             db["tasks"].insert({
                 "id": task_id, "project_id": project_id, "title": title.strip(),
                 "description": description.strip(), "status": "DEFINED", "priority": priority,
