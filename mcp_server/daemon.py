@@ -8,13 +8,11 @@ HTTP on loopback behind a bearer token, and stops cleanly on SIGTERM or `agentqu
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,11 +21,9 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import uvicorn
-from anyio.abc import SocketStream
+from anyio.abc import SocketListener, SocketStream
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
-from mcp.server.transport_security import TransportSecuritySettings
 
 from . import __version__, logs, paths
 from . import home_lock as home_lock_module
@@ -36,7 +32,8 @@ from .app import CONNECTION_OPTIONS, build_server
 from .board import board_app
 from .board.live import Broadcaster
 from .engine.orchestrator import Engine
-from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .daemon_http import LOOPBACK, BearerToken, HttpServer, _bind_tcp, http_app
+from .metrics import Metrics
 from .services import Services
 from .settings import ConfigError
 from .store.db import StoreOpenError, now_iso
@@ -189,111 +186,6 @@ async def serve_connection(mcp: MCPServer, stream: SocketStream, run_of_pid: Run
             log.exception("plugin connection failed")
 
 
-# -- MCP over HTTP ---------------------------------------------------------------------------------
-class _QuietUvicorn(uvicorn.Server):
-    """Uvicorn that leaves signals to the daemon, which owns shutdown."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class ExposedWithoutHostsError(ConfigError):
-    """A bind beyond loopback with no Host allow-list: the DNS-rebinding check would have nothing to check."""
-
-
-def transport_security(host: str, allowed_hosts: list[str]) -> TransportSecuritySettings | None:
-    """Host/Origin checks for the bind: the SDK's loopback defaults, widened only by an explicit allow-list."""
-    if host in LOOPBACK and not allowed_hosts:
-        return None  # the SDK's own loopback protection
-    if host not in LOOPBACK and not allowed_hosts:
-        raise ExposedWithoutHostsError(
-            f"--host {host} listens beyond this machine, and no Host names are allowed: every Host and Origin "
-            "check would be off. Name the hosts clients use: `agentqueue serve --host "
-            f"{host} --allow-host box.lan` (repeatable), or config.toml [server] allowed_hosts = [\"box.lan\"].")
-    names = [*allowed_hosts, "127.0.0.1", "localhost", "[::1]"]
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                     allowed_hosts=[f"{name}:*" for name in names],
-                                     allowed_origins=[f"{scheme}://{name}:*" for name in names
-                                                      for scheme in ("http", "https")])
-
-
-def http_app(mcp: MCPServer, token: str, host: str, metrics: Metrics | None = None,
-             metrics_public: bool = False, allowed_hosts: list[str] | None = None, board: Any = None) -> Any:
-    """The SDK's Streamable HTTP app behind a bearer-token check, plus an open `GET /health`,
-    `GET /metrics` (Prometheus text; behind the token unless `[server] metrics_public`) and the
-    board (every other path, behind its own session check)."""
-    inner = mcp.streamable_http_app(host=host, transport_security=transport_security(host, allowed_hosts or []))
-    expected = f"Bearer {token}".encode()
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            path = scope.get("path", "")
-            if board is not None and path != "/mcp" and not path.startswith("/mcp/") \
-                    and path not in ("/health", "/metrics"):
-                await board(scope, receive, send)
-                return
-            if path == "/health":
-                body = json.dumps({"status": "ok", "version": __version__, "pid": os.getpid()}).encode()
-                await _respond(send, 200, body)
-                return
-            if path == "/metrics" and metrics is not None and (metrics_public or hmac.compare_digest(
-                    _normal_bearer(dict(scope.get("headers") or []).get(b"authorization", b"")), expected)):
-                if scope.get("method") not in ("GET", "HEAD"):
-                    await _respond(send, 405, b'{"error": "method not allowed", "message": "GET /metrics"}',
-                                   [(b"allow", b"GET, HEAD")])
-                    return
-                # Off the event loop: the scrape reads the store, whose lock engine threads also take.
-                body = await anyio.to_thread.run_sync(metrics.render)
-                await _respond(send, 200, b"" if scope["method"] == "HEAD" else body, content_type=CONTENT_TYPE_LATEST)
-                return
-            supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(_normal_bearer(supplied), expected):
-                body = json.dumps({"error": "unauthorized",
-                                   "message": "Send `Authorization: Bearer <token>`; the token is in "
-                                              "AGENTQUEUE_TOKEN or $AGENTQUEUE_HOME/token."}).encode()
-                await _respond(send, 401, body, [(b"www-authenticate", b"Bearer")])
-                return
-        await inner(scope, receive, send)
-
-    return app
-
-
-def _normal_bearer(header: bytes) -> bytes:
-    """`bearer x`, `BEARER  x` -> `Bearer x`: the scheme is case-insensitive (RFC 7235); the token is not."""
-    scheme, _, token = header.strip().partition(b" ")
-    return b"Bearer " + token.strip() if scheme.lower() == b"bearer" else header
-
-
-async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
-                   content_type: str = "application/json") -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type.encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _bind_tcp(host: str, port: int) -> socket.socket | None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on accepted sockets that say TCP (proto 0 does not), and
-    # without it a response's body waits ~40 ms for the ACK of its headers on a kept-alive connection (Nagle).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted sockets on Linux and BSDs
-    try:
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        log.warning("HTTP disabled: cannot listen on %s:%s (%s). Plugins still connect over the socket; "
-                    "pass --port to choose another port.", host, port, error.strerror)
-        return None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
 PRUNE_EVERY_S = 3600.0
 
 
@@ -333,99 +225,93 @@ class Daemon:
             notifier.mark(f"agentqueue://tasks/{task_id}/log")
             live.on_log(task_id)
         engine = Engine(services, self.home, flush=notifier.flush, on_log=on_log)
-        board = None
+        listener = await self._open_socket()
+        http = self._http_side(services, mcp, live)
+        async with anyio.create_task_group() as tg:
+            services.system.restart_hook = lambda: self._restart(tg)
+            if paths.restart_marker(self.home).exists():  # a restart that got here is done
+                paths.restart_record(self.home).write_text(repr(time.time()))
+                paths.restart_marker(self.home).unlink()
+            tg.start_soon(self._accept, listener, mcp, engine)
+            if http is not None:
+                tg.start_soon(http.serve)
+            tg.start_soon(self._housekeeping, services, mcp)
+            await tg.start(self._watch_signals)
+            self._announce(http.url if http else None)
+            tg.start_soon(engine.run)
+            await self.stopping.wait()
+            await self._stop(listener, engine, http)
+            tg.cancel_scope.cancel()
+        paths.socket_path(self.home).unlink(missing_ok=True)
+
+    async def _open_socket(self) -> SocketListener:
+        """The home's Unix socket, which plugins connect to (only this user may)."""
         sock_path = paths.socket_path(self.home)
         sock_path.unlink(missing_ok=True)  # we hold the lock, so any socket file left is stale
         listener = await anyio.create_unix_listener(sock_path)
         os.chmod(sock_path, 0o600)
-        http_sock = _bind_tcp(self.host, self.port) if self.http else None
-        http_url = None
-        server = None
-        if http_sock is not None:
-            token = load_or_create_token(self.home)
-            metrics = Metrics(services.store)
-            services.on_tool_call = metrics.observe_tool_call
-            hosts = [*services.settings.allowed_hosts, *self.allow_hosts]
-            if self.host not in LOOPBACK:
-                log.warning("HTTP listens on %s, beyond this machine: only Host names %s are accepted, with the "
-                            "bearer token.", self.host, ", ".join(hosts) or "(none)")
-            expected = f"Bearer {token}".encode()
-            board, board_asgi = board_app(services, token, hosts, live, lambda request: hmac.compare_digest(
-                _normal_bearer(request.headers.get("authorization", "").encode()), expected),
-                http_sock.getsockname()[1], self.options)
-            config = uvicorn.Config(http_app(mcp, token, self.host, metrics, services.settings.metrics_public, hosts,
-                                             board_asgi),
-                                    log_config=None, lifespan="on",
-                                    timeout_graceful_shutdown=3)
-            server = _QuietUvicorn(config)
-            port = http_sock.getsockname()[1]
-            http_url = f"http://{self.host}:{port}/mcp"
+        return listener
 
-        def announce() -> None:
-            # Only once signals are handled: `agentqueue stop` finds the pid here, and a SIGTERM
-            # before the handler is installed would kill the daemon without its cleanup.
-            info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
-                    "started_at": now_iso()}
-            target = paths.daemon_info_path(self.home)
-            partial = target.with_name(f".{target.name}.{os.getpid()}")
-            partial.write_text(json.dumps(info))
-            os.replace(partial, target)  # atomic: a reader never sees a half-written file (and gives up)
-            log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
-                     f" and {http_url}" if http_url else "")
-            print(next_steps(self.home, http_url), flush=True)
+    def _http_side(self, services: Services, mcp: MCPServer, live: Broadcaster) -> HttpServer | None:
+        """The HTTP server with the board, or None without HTTP (--no-http, or the port cannot be had)."""
+        sock = _bind_tcp(self.host, self.port) if self.http else None
+        if sock is None:
+            return None
+        token = load_or_create_token(self.home)
+        bearer = BearerToken(token)
+        metrics = Metrics(services.store)
+        services.on_tool_call = metrics.observe_tool_call
+        hosts = [*services.settings.allowed_hosts, *self.allow_hosts]
+        if self.host not in LOOPBACK:
+            log.warning("HTTP listens on %s, beyond this machine: only Host names %s are accepted, with the "
+                        "bearer token.", self.host, ", ".join(hosts) or "(none)")
+        board, board_asgi = board_app(services, token, hosts, live, bearer.ok, sock.getsockname()[1], self.options)
+        app = http_app(mcp, bearer, self.host, metrics, services.settings.metrics_public, hosts, board_asgi)
+        return HttpServer(app, sock, self.host, end_streams=board.close)
 
-        async def accept() -> None:
-            async with anyio.create_task_group() as connections:
-                try:
-                    while True:
-                        stream = await listener.accept()
-                        connections.start_soon(serve_connection, mcp, stream, engine.run_of_pid)
-                except anyio.ClosedResourceError:
-                    await anyio.sleep_forever()  # stopping: no new connections; open ones end with the daemon
+    def _announce(self, http_url: str | None) -> None:
+        """daemon.json, the log line and the next steps; only once signals are handled: `agentqueue stop` finds
+        the pid here, and a SIGTERM before the handler is installed would kill the daemon without its cleanup."""
+        sock_path = paths.socket_path(self.home)
+        info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
+                "started_at": now_iso()}
+        target = paths.daemon_info_path(self.home)
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.write_text(json.dumps(info))
+        os.replace(partial, target)  # atomic: a reader never sees a half-written file (and gives up)
+        log.info("daemon %s serving %s on %s%s", __version__, self.home, sock_path,
+                 f" and {http_url}" if http_url else "")
+        print(next_steps(self.home, http_url), flush=True)
 
-        http_done = anyio.Event()
-
-        async def run_http() -> None:
+    async def _accept(self, listener: SocketListener, mcp: MCPServer, engine: Engine) -> None:
+        async with anyio.create_task_group() as connections:
             try:
-                await server.serve([http_sock])
-            finally:
-                http_done.set()
+                while True:
+                    stream = await listener.accept()
+                    connections.start_soon(serve_connection, mcp, stream, engine.run_of_pid)
+            except anyio.ClosedResourceError:
+                await anyio.sleep_forever()  # stopping: no new connections; open ones end with the daemon
 
-        async with anyio.create_task_group() as tg:
-            def restart() -> None:
-                self.restart_requested = True
-                paths.restart_marker(self.home).write_text(str(os.getpid()))
+    def _restart(self, tg: anyio.abc.TaskGroup) -> None:
+        """restart_daemon: stop soon, then `serve` re-executes itself."""
+        self.restart_requested = True
+        paths.restart_marker(self.home).write_text(str(os.getpid()))
 
-                async def soon() -> None:
-                    await anyio.sleep(0.3)  # let the tool's answer reach the client first
-                    self.stopping.set()
-                tg.start_soon(soon)
+        async def soon() -> None:
+            await anyio.sleep(0.3)  # let the tool's answer reach the client first
+            self.stopping.set()
+        tg.start_soon(soon)
 
-            services.system.restart_hook = restart
-            if paths.restart_marker(self.home).exists():  # a restart that got here is done
-                paths.restart_record(self.home).write_text(repr(time.time()))
-                paths.restart_marker(self.home).unlink()
-            tg.start_soon(accept)
-            if server is not None:
-                tg.start_soon(run_http)
-            tg.start_soon(self._housekeeping, services, mcp)
-            await tg.start(self._watch_signals)
-            announce()
-            tg.start_soon(engine.run)
-            await self.stopping.wait()
-            log.info("daemon stopping")
-            # First stop listening: a plugin reconnecting for a restart must reach the new daemon, never this one.
-            await listener.aclose()
-            sock_path.unlink(missing_ok=True)
-            if board is not None:
-                board.close()  # open pages' streams end now, not at the HTTP server's grace timeout
-            await engine.shutdown()
-            if server is not None:
-                server.should_exit = True
-                with anyio.move_on_after(5):
-                    await http_done.wait()
-            tg.cancel_scope.cancel()
-        sock_path.unlink(missing_ok=True)
+    async def _stop(self, listener: SocketListener, engine: Engine, http: HttpServer | None) -> None:
+        log.info("daemon stopping")
+        # First stop listening: a plugin reconnecting for a restart must reach the new daemon, never this one.
+        await listener.aclose()
+        paths.socket_path(self.home).unlink(missing_ok=True)
+        if http is not None:
+            http.end_streams()  # open pages' streams end now, not at the HTTP server's grace timeout
+        await engine.shutdown()
+        if http is not None:
+            await http.stop()
 
     async def _housekeeping(self, services: Services, mcp: MCPServer) -> None:
         """Publish changes made outside tool calls; hourly, prune the audit log and refresh the query planner's

@@ -74,8 +74,8 @@ class Settings:
     pass_env: list[str] | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
     port: int = DEFAULT_PORT
-    allowed_hosts: list[str] = field(default_factory=list)
-    roots: list[Path] = field(default_factory=list)  # folders a workspace or linked repo may be in without asking  # Host headers accepted besides loopback
+    allowed_hosts: list[str] = field(default_factory=list)  # Host headers accepted besides loopback
+    roots: list[Path] = field(default_factory=list)  # folders a workspace or linked repo may be in without asking
     metrics_public: bool = False  # GET /metrics answers without the bearer token (a scraper on a trusted network)
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
     database_url: str | None = None  # postgresql://…: the store is a team's shared database (team mode)
