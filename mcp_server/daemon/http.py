@@ -27,9 +27,9 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from . import __version__
-from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .settings import ConfigError
+from .. import __version__
+from ..metrics import CONTENT_TYPE_LATEST, Metrics
+from ..settings import ConfigError
 
 log = logging.getLogger("agentqueue.daemon")
 

@@ -1,8 +1,8 @@
 """`agentqueue serve`: the one daemon of an AGENTQUEUE_HOME.
 
 It holds the home's lock, serves every plugin connection on a Unix socket as its own MCP session
-(exactly as the SDK serves stdio, so both protocol eras and notifications work), serves Streamable
-HTTP on loopback behind a bearer token, and stops cleanly on SIGTERM or `agentqueue stop`.
+(unix_socket.py), serves the HTTP app on loopback behind a bearer token (http.py), runs the engine,
+and stops cleanly on SIGTERM or `agentqueue stop`.
 """
 
 from __future__ import annotations
@@ -15,30 +15,28 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
-from anyio.abc import SocketListener, SocketStream
+from anyio.abc import SocketListener
 from mcp.server import MCPServer
-from mcp.server.stdio import stdio_server
 
-from . import __version__, logs, paths
-from . import home_lock as home_lock_module
-from .home_lock import AlreadyRunningError
-from .app import CONNECTION_OPTIONS, build_server
-from .board import board_app
-from .board.live import Broadcaster
-from .engine.orchestrator import Engine
-from .daemon_http import LOOPBACK, BearerToken, HttpServer, _bind_tcp, http_app
-from .metrics import Metrics
-from .services import Services
-from .settings import ConfigError
-from .store.db import StoreOpenError, now_iso
-from .peer import lineage, peer_pid
-from .toolsets import decode_preamble, socket_options
+from .. import __version__, logs, paths
+from .. import home_lock as home_lock_module
+from ..app import build_server
+from ..board import board_app
+from ..board.live import Broadcaster
+from ..engine.orchestrator import Engine
+from ..home_lock import AlreadyRunningError
+from ..metrics import Metrics
+from ..services import Services
+from ..settings import ConfigError
+from ..store.db import StoreOpenError, now_iso
+from .http import LOOPBACK, BearerToken, HttpServer, _bind_tcp, http_app
+from .unix_socket import serve_connection
 
 log = logging.getLogger("agentqueue.daemon")
 
@@ -77,113 +75,6 @@ def load_or_create_token(home: Path) -> str:
     with os.fdopen(fd, "w") as handle:
         handle.write(token + "\n")
     return token
-
-
-# -- MCP over the Unix socket ------------------------------------------------------------------------
-class _SocketLines:
-    """The file-like pair `stdio_server` wants (async line iteration, write, flush) over a socket.
-
-    Lines have no length limit: a tool result or an agent's output can be megabytes.
-    """
-
-    def __init__(self, stream: SocketStream) -> None:
-        self.stream = stream
-        self._buffer = bytearray()
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[str]:
-        while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[: newline + 1])
-                del self._buffer[: newline + 1]
-                if line.strip():
-                    yield line.decode("utf-8", errors="replace")
-                continue
-            try:
-                chunk = await self.stream.receive(65536)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                if self._buffer.strip():
-                    yield self._buffer.decode("utf-8", errors="replace")
-                return
-            self._buffer += chunk
-
-    async def preamble(self) -> dict[str, Any] | None:
-        """The plugin's options line (`{"agentqueue": {...}}`), consumed if the connection opens with one."""
-        while b"\n" not in self._buffer:
-            try:
-                chunk = await self.stream.receive(65536)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return None
-            self._buffer += chunk
-        newline = self._buffer.find(b"\n")
-        options = decode_preamble(bytes(self._buffer[:newline]))
-        if options is not None:
-            del self._buffer[: newline + 1]
-        return options
-
-    async def write(self, text: str) -> None:
-        await self.stream.send(text.encode("utf-8"))
-
-    async def flush(self) -> None:
-        return None
-
-
-_DISCONNECTS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, BrokenPipeError,
-                ConnectionResetError)
-
-
-def is_disconnect(error: BaseException) -> bool:
-    """A client that hung up (possibly wrapped in task-group exception groups): normal, not an error."""
-    if isinstance(error, BaseExceptionGroup):
-        return all(is_disconnect(inner) for inner in error.exceptions)
-    return isinstance(error, _DISCONNECTS)
-
-
-# (actor, task_id) of the engine's run a process is, or None: Engine.run_of_pid.
-RunOfPid = Callable[[int], "tuple[str, str | None] | None"]
-
-
-def run_of_peer(stream: SocketStream, run_of_pid: RunOfPid | None) -> tuple[str, str | None] | None:
-    """The engine's run the connecting process belongs to (it or one of its ancestors is the run's process).
-
-    A process this daemon started outside a run (a verify command, a hook's shell step, run_command) is no
-    person either: it is `process:<pid>`, and is offered no person's decision.
-    """
-    if run_of_pid is None:
-        return None
-    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-    pid = peer_pid(raw) if raw is not None else None
-    if pid is None:
-        return None
-    chain = lineage(pid)
-    found = next((run for p in chain if (run := run_of_pid(p)) is not None), None)
-    if found is None and os.getpid() in chain[1:]:
-        return f"process:{pid}", None
-    return found
-
-
-async def serve_connection(mcp: MCPServer, stream: SocketStream, run_of_pid: RunOfPid | None = None) -> None:
-    """One plugin connection = one MCP session, with its own lifespan (and so its own active project)."""
-    pipe = _SocketLines(stream)
-    lowlevel = mcp._lowlevel_server
-    try:
-        # A socket connection is limited by what its own plugin asks for (`agentqueue mcp --read-only`), and is
-        # who the kernel says it is: a process of one of the engine's runs is that run's agent or hook, never a
-        # person, whatever its preamble claims. The daemon's own flags limit HTTP clients.
-        preamble = await pipe.preamble()
-        run = await anyio.to_thread.run_sync(run_of_peer, stream, run_of_pid)  # reads /proc and the store
-        CONNECTION_OPTIONS.set(socket_options(preamble, run))
-        async with stream, stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
-            await lowlevel.run(read, write, lowlevel.create_initialization_options())
-    except Exception as error:
-        if is_disconnect(error):
-            # Health checks (`claude mcp list`) hang up as soon as they have the tool list.
-            log.debug("plugin connection closed by the client")
-        else:
-            log.exception("plugin connection failed")
 
 
 PRUNE_EVERY_S = 3600.0
