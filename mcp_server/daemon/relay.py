@@ -24,8 +24,8 @@ import os
 import sys
 import time
 
-from . import paths
-from .wire import dumps, loads, refusal
+from .. import paths
+from ..wire import dumps, loads, refusal
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read this name)
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ class Pipe:
         self.home = home
         # Sent first on every connection (restarts too): what this client limits itself to.
         if options:
-            from .toolsets import encode_preamble
+            from ..toolsets import encode_preamble
 
             self.preamble = encode_preamble(options)
         else:
