@@ -7,6 +7,7 @@ the next start (WIP committed on its branch, the orphan process group killed, th
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -43,7 +44,7 @@ from .prompting import context_for, task_prompt
 from .runner import RunHandle, run_agent, signal_group
 from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
 from .watchdog import WatchdogLimits
-from .workspaces import Workspace, Workspaces
+from .workspaces import Tips, Workspace, Workspaces
 
 log = logging.getLogger("agentqueue.engine")
 
@@ -73,6 +74,20 @@ class EngineConfig:
                    rate_limit_max_backoff=e["rate_limit_max_backoff"], max_turns=int(e["max_turns"]),
                    pr_poll_seconds=e["pr_poll_seconds"],
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
+
+
+# Reads of a finished run's branch that run at once (Engine._read_branch): a few git processes per landing.
+_READS = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentqueue-git")
+
+
+@dataclass
+class _Reads:
+    """What `_read_branch` read of a finished run's branch; rules and tips are None when they must be read again."""
+
+    listed: list[dict[str, str]] = field(default_factory=list)
+    touched: list[str] | None = None
+    rules: list[protected.Rule] | None = None
+    tips: Tips | None = None
 
 
 # Agent CLIs that read project settings from the worktree and have no switch to skip them.
@@ -485,11 +500,12 @@ class Engine:
         files: list[str] = []
         touched: list[str] | None = None  # every path the branch changes (both sides of a rename), read once
         counted = False  # whether `files` is known (a git error leaves it unknown: no no-change warning then)
+        read = _Reads()
         if workspace.repo is not None:
             try:
-                self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
-                listed, touched = self.workspaces.changes(workspace)
-                files = [f["path"] for f in listed]
+                read = self._read_branch(task, workspace)
+                files = [f["path"] for f in read.listed]
+                touched = read.touched
                 counted = True
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
@@ -499,6 +515,8 @@ class Engine:
             verified = failure is None and bool(self.services.projects.get(task.project_id).verify_command)
             if failure:
                 result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
+        if verified:
+            read = _Reads()  # the verify command ran in the worktree: its rules and tips are read again
         warning = None
         if result.status == "completed" and counted and not files and workspace.repo is not None:
             warning = f"The agent finished without changing any file in repo '{workspace.repo.id}'."
@@ -521,7 +539,7 @@ class Engine:
             return
         # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
         hold = protected.landing_hold(workspace.path, workspace.repo.default_branch, workspace.branch or "HEAD",
-                                      touched)
+                                      touched, read.rules)
         if task.requires_approval or hold:
             pr_url = self._open_pr(task, workspace)
             if hold:
@@ -537,7 +555,7 @@ class Engine:
             return  # stopped, or taken over by another daemon, while it verified
         try:
             landing = self.workspaces.land(workspace, via_remote=self.team.shared, files=files if counted else None,
-                                           check_clean=verified or not counted)
+                                           check_clean=verified or not counted, tips=read.tips)
         except ServiceError as error:
             self.lifecycle.blocked(task.id, "merge_failed", {**where, "error": str(error)})
             return
@@ -553,6 +571,29 @@ class Engine:
         else:  # git refused to move the default branch, e.g. over the user's uncommitted edits
             self.lifecycle.blocked(task.id, "merge_failed", {**where, "dirty": landing.dirty,
                                                              "error": landing.message})
+
+    def _read_branch(self, task: Task, workspace: Workspace) -> _Reads:
+        """The finished run's leftovers committed, and what its landing reads of the branch: the changes, the
+        protected-path rules and both tips, all read at once beside the leftovers' `status` (they only read
+        commits, the index and config); read again, one after another, when that status found leftovers."""
+        lands_here = not task.requires_approval and not self.team.shared  # else no tips are needed (a PR, origin)
+        futures = (_READS.submit(self.workspaces.changes, workspace),
+                   _READS.submit(protected.landing_rules, workspace.path),
+                   _READS.submit(self.workspaces.tips, workspace) if lands_here else None)
+        try:
+            committed = self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
+        finally:
+            concurrent.futures.wait([f for f in futures if f])  # nothing runs on in the background past here
+        if committed is None:
+            listed, touched = futures[0].result()
+        else:
+            listed, touched = self.workspaces.changes(workspace)
+        reads = _Reads(listed, touched)
+        if committed is None and not futures[1].exception():
+            reads.rules = futures[1].result()
+        if committed is None and futures[2] and not futures[2].exception():
+            reads.tips = futures[2].result()
+        return reads  # rules or tips unread (leftovers, a git error): the landing reads them itself, as before
 
     def _remember(self, task: Task, result: RunResult) -> None:
         """A line in today's project memory for each completed task."""

@@ -73,6 +73,16 @@ class Landing:
     attempts: int = 1
 
 
+@dataclass
+class Tips:
+    """Where the default branch (`old`) and the task branch (`tip`) are, read together in one `rev-parse`."""
+
+    seen: int  # this process's count of moves of the default branch, read before `old`
+    old: str
+    tip: str
+    base: str  # `old` (a fast-forward), `tip` (nothing new to land) or "merge"
+
+
 class Workspaces:
     def __init__(self, worktrees_root: Path, checkouts_root: Path | None = None) -> None:
         self.root = worktrees_root
@@ -256,12 +266,31 @@ class Workspaces:
         assert workspace.repo is not None and workspace.branch is not None
         return gitops.Checkout(workspace.path).branch_changes(workspace.repo.default_branch, workspace.branch)
 
+    def tips(self, workspace: Workspace) -> Tips:
+        """Both tips and how they relate, in one command (the caller may read them beside other reads)."""
+        assert workspace.repo is not None and workspace.branch is not None
+        return self._tips(gitops.Checkout(self.checkout_of(workspace.repo)), workspace.repo, workspace.branch)
+
+    def _tips(self, main: gitops.Checkout, repo: Repo, branch: str) -> Tips:
+        seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
+        ref, head = f"refs/heads/{repo.default_branch}", f"refs/heads/{branch}"  # never read as an option
+        # `A...B` adds `^<base>` for every merge base: the tips and `git merge-base` in one command. When one tip
+        # contains the other, that one is the only base (a fast-forward, or nothing new).
+        lines = main.rev_parse(ref, head, f"{ref}...{head}")
+        old, tip = lines[0], lines[1]
+        bases = [line[1:] for line in lines[2:] if line.startswith("^")]
+        if not bases:
+            raise gitops.GitError(f"'{branch}' and '{repo.default_branch}' in {main.path} have no commit in common; "
+                                  "the task branch is kept.")
+        return Tips(seen, old, tip, old if bases == [old] else tip if bases == [tip] else "merge")
+
     def land(self, workspace: Workspace, via_remote: bool = False, files: list[str] | None = None,
-             check_clean: bool = True) -> Landing:
+             check_clean: bool = True, tips: Tips | None = None) -> Landing:
         """Merge the task branch into the default branch (and push clone repos). via_remote (team mode), with
         an origin: the task lands on origin's default branch, and the local one follows it. `files`: the paths
         the branch changes when the caller read them already; `check_clean=False` when it knows the worktree
-        holds nothing uncommitted (its leftovers were just committed and nothing ran in it since)."""
+        holds nothing uncommitted (its leftovers were just committed and nothing ran in it since). `tips`: read
+        by `tips` after the branch's last commit, when the caller read them already."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
         main = gitops.Checkout(self.checkout_of(repo))
@@ -273,7 +302,7 @@ class Workspaces:
         if files is None:
             files = [f["path"] for f in gitops.Checkout(workspace.path).changed_files(repo.default_branch,
                                                                                       workspace.branch)]
-        return self._land(workspace, repo, main, files)
+        return self._land(workspace, repo, main, files, tips)
 
     def _land_remote(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
         assert workspace.branch is not None
@@ -328,7 +357,8 @@ class Workspaces:
         except ServiceError as error:
             log.warning("left %s in %s as it was (origin has the landed work): %s", default, main.path, error)
 
-    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout, files: list[str]) -> Landing:
+    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout, files: list[str],
+              tips: Tips | None = None) -> Landing:
         """Prepare the landed commit off to the side (a fast-forward, or a merge commit built by merge-tree and
         commit-tree, touching no worktree), then move the default branch to it under the repo's lock: a
         compare-and-swap on the tip the commit was built from. When another landing (or the person) moved
@@ -336,9 +366,8 @@ class Workspaces:
         assert workspace.branch is not None
         default, branch = repo.default_branch, workspace.branch
         ref = f"refs/heads/{default}"
-        seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
-        old, tip = main.rev_parse(ref, f"refs/heads/{branch}")  # refs/heads/...: never read as an option
-        base: str | None = None
+        tips = tips or self._tips(main, repo, branch)
+        seen, old, tip, base = tips.seen, tips.old, tips.tip, tips.base
         for attempt in range(1, LAND_ATTEMPTS + 1):
             built = self._landed_commit(main, workspace, default, old, tip, base)
             if isinstance(built, Landing):
@@ -365,6 +394,8 @@ class Workspaces:
             log.info("%s moved while landing %s (attempt %d): merging again from its new tip", default, branch,
                      attempt)
             old = now
+            if base != "merge":  # a fast-forward (or nothing new) from the tip it had: ask again from the new one
+                base = main.run("merge-base", "--end-of-options", old, tip)
         else:
             raise ConflictError(f"'{default}' of repo '{repo.id}' moved on every one of {LAND_ATTEMPTS} tries to "
                                 f"land '{branch}'; the task branch is kept. Try again when it is quieter.")
@@ -377,12 +408,11 @@ class Workspaces:
 
     @staticmethod
     def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str, tip: str,
-                       base: str | None = None) -> str | Landing:
+                       base: str) -> str | Landing:
         """What the default branch moves to: the task's tip when it contains the default branch (a fast-forward),
         the default itself when it already has the task's work, else a new merge commit of the default into the
-        task branch (the task's tip first, as `git merge` in its worktree made it). `base`: "merge" when that
-        is known already."""
-        base = base or main.run("merge-base", "--end-of-options", old, tip)
+        task branch (the task's tip first, as `git merge` in its worktree made it). `base`: `old`, `tip` or
+        "merge" (Tips.base)."""
         if base == old:
             return tip
         if base == tip:
