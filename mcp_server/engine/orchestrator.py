@@ -351,37 +351,19 @@ class Engine:
 
     async def _execute(self, task_id: str, agent_id: str, handle: RunHandle) -> None:
         svc = self.services
-        task = svc.tasks.get(task_id)
         agent = svc.agents.get(agent_id)
-        if agent.agent_type == "command":
-            # What a command agent runs was approved when it was registered; a deny added since still wins.
-            verdict = svc.policies.decide(tool_action("run_command", agent.command), task.project_id)
-            if verdict.decision == "deny":
-                details = {"error": verdict.refusal(f"Agent {agent.id}'s command `{agent.command}`")}
-                await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "policy_denied", details=details))
-                return
-        refused = await anyio.to_thread.run_sync(svc.sandbox.blocked, task.project_id)
-        if refused:  # fail closed: no sandbox, no run
-            details = {"error": refused}
-            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "sandbox_unavailable", details=details))
-            return
-        try:
-            workspace = await anyio.to_thread.run_sync(self._prepare, task)
-        except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
-            details = {"error": str(error)}
-            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "workspace_failed", details=details))
-            return
-        if workspace is None:
+        started_in = await anyio.to_thread.run_sync(self._start, task_id, agent)
+        if started_in is None:
             return  # held (BLOCKED) before it could start
-        task = svc.tasks.get(task_id)  # with the repo it was resolved to, if it named none
-        await anyio.to_thread.run_sync(self.lifecycle.started, task_id, workspace.branch)
+        task, workspace = started_in
         log.info("run of %s started: agent %s (%s) in %s%s", task_id, agent.id, agent.agent_type, workspace.path,
                  f" on branch {workspace.branch}" if workspace.branch else "")
         if self.flush:
             await self.flush()
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, ("agent",)) if tools else None
-        planted = await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
+        planted = {} if workspace.repo is None or workspace.fresh else \
+            await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
         spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
                                           task_prompt(task, svc.feedback.comments(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools), mcp)
@@ -417,6 +399,33 @@ class Engine:
             await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
             return
         await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
+
+    def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace] | None:
+        """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, and the task
+        IN_PROGRESS; (the task as it now is, its workspace), or None when the task was BLOCKED instead."""
+        svc = self.services
+        task = svc.tasks.get(task_id)
+        if agent.agent_type == "command":
+            # What a command agent runs was approved when it was registered; a deny added since still wins.
+            verdict = svc.policies.decide(tool_action("run_command", agent.command), task.project_id)
+            if verdict.decision == "deny":
+                details = {"error": verdict.refusal(f"Agent {agent.id}'s command `{agent.command}`")}
+                self.lifecycle.blocked(task_id, "policy_denied", details=details)
+                return None
+        refused = svc.sandbox.blocked(task.project_id)
+        if refused:  # fail closed: no sandbox, no run
+            self.lifecycle.blocked(task_id, "sandbox_unavailable", details={"error": refused})
+            return None
+        try:
+            workspace = self._prepare(task)
+        except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
+            self.lifecycle.blocked(task_id, "workspace_failed", details={"error": str(error)})
+            return None
+        if workspace is None:
+            return None
+        task = svc.tasks.get(task_id)  # with the repo it was resolved to, if it named none
+        self.lifecycle.started(task_id, workspace.branch)
+        return task, workspace
 
     @contextlib.contextmanager
     def _contained(self, task: Task, agent: Agent, workspace: Workspace, spec: RunSpec, env: dict[str, str],

@@ -149,7 +149,7 @@ class Workspaces:
 
     def prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None = None) -> Workspace:
         """Create (or reuse, on a retry) the task's worktree from the freshly updated default branch."""
-        main = gitops.Checkout(self.checkout_of(repo))
+        main = gitops.Checkout(self.checkout_of(repo), known=True)
         if repo.source_type == "clone":
             with self.repo_lock(repo.id):  # it may move the default branch
                 self.refresh_default(main, repo)
@@ -214,7 +214,7 @@ class Workspaces:
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
         with self.repo_lock(repo.id):
-            tree = gitops.Checkout(workspace.path)
+            tree = gitops.Checkout(workspace.path, known=True)
             branch = tree.verify_ref(workspace.branch)
             if tree.remote_url() is None:
                 raise ServiceError(f"Repo '{repo.id}' has no 'origin' remote to publish '{branch}' to.")
@@ -257,19 +257,19 @@ class Workspaces:
     def commit_leftovers(self, workspace: Workspace, message: str) -> str | None:
         if workspace.repo is None:
             return None
-        return gitops.Checkout(workspace.path).commit_leftovers(message)
+        return gitops.Checkout(workspace.path, known=True).commit_leftovers(message)
 
     @staticmethod
     def changes(workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
         """What the task branch changes since it left the default branch, read once for the run's result, the
         protected-paths check and the landing: ([{path, status}], every path touched)."""
         assert workspace.repo is not None and workspace.branch is not None
-        return gitops.Checkout(workspace.path).branch_changes(workspace.repo.default_branch, workspace.branch)
+        return gitops.Checkout(workspace.path, known=True).branch_changes(workspace.repo.default_branch, workspace.branch)
 
     def tips(self, workspace: Workspace) -> Tips:
         """Both tips and how they relate, in one command (the caller may read them beside other reads)."""
         assert workspace.repo is not None and workspace.branch is not None
-        return self._tips(gitops.Checkout(self.checkout_of(workspace.repo)), workspace.repo, workspace.branch)
+        return self._tips(gitops.Checkout(self.checkout_of(workspace.repo), known=True), workspace.repo, workspace.branch)
 
     def _tips(self, main: gitops.Checkout, repo: Repo, branch: str) -> Tips:
         seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
@@ -293,20 +293,20 @@ class Workspaces:
         by `tips` after the branch's last commit, when the caller read them already."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
-        main = gitops.Checkout(self.checkout_of(repo))
+        main = gitops.Checkout(self.checkout_of(repo), known=True)
         if via_remote and main.remote_url() is not None:
             with self.repo_lock(repo.id):
                 return self._land_remote(workspace, repo, main)
         if check_clean:
-            gitops.Checkout(workspace.path).require_clean("land the task")
+            gitops.Checkout(workspace.path, known=True).require_clean("land the task")
         if files is None:
-            files = [f["path"] for f in gitops.Checkout(workspace.path).changed_files(repo.default_branch,
+            files = [f["path"] for f in gitops.Checkout(workspace.path, known=True).changed_files(repo.default_branch,
                                                                                       workspace.branch)]
         return self._land(workspace, repo, main, files, tips)
 
     def _land_remote(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
         assert workspace.branch is not None
-        tree = gitops.Checkout(workspace.path)
+        tree = gitops.Checkout(workspace.path, known=True)
         default = repo.default_branch
         tracking = f"refs/remotes/origin/{default}"
         tree.require_clean("land the task")
@@ -420,7 +420,7 @@ class Workspaces:
         try:
             tree, conflicts = main.merge_tree(tip, old)
         except gitops.GitError:  # a git without merge-tree --write-tree: merge in the worktree, as before
-            tree_checkout = gitops.Checkout(workspace.path)
+            tree_checkout = gitops.Checkout(workspace.path, known=True)
             outcome = Workspaces._merge_default_into_branch(tree_checkout, old, default)
             return outcome if outcome is not None else tree_checkout.run("rev-parse", "--verify", "HEAD")
         if tree is None:
@@ -470,7 +470,7 @@ class Workspaces:
             return False
         # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
         # is clean itself and refuses otherwise, so nothing uncommitted is lost.
-        main = gitops.Checkout(self.checkout_of(workspace.repo))
+        main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
         with self.worktree_lock(workspace.repo.id):
             try:
                 main.run("worktree", "remove", str(workspace.path))
