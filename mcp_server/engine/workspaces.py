@@ -139,8 +139,9 @@ class Workspaces:
             return self._locks.setdefault(repo_id, threading.RLock())
 
     def worktree_lock(self, repo_id: str) -> threading.Lock:
-        """Held while git adds, prunes or removes a worktree of the repo, or deletes a branch: each of these reads
-        every worktree's entry and fails on one that another is still writing. No landing waits on it."""
+        """Held while git prunes a worktree of the repo, adds or removes one on the careful path or a second try, or
+        deletes a branch by `branch -d`: each of these reads every worktree's entry and fails on one that another
+        is still writing. The usual add and remove run without it and fall back to it. No landing waits on it."""
         with self._locks_guard:
             return self._tree_locks.setdefault(repo_id, threading.Lock())
 
@@ -159,12 +160,12 @@ class Workspaces:
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
         if existing_branch is None:
-            # The usual case, in one command and without the repo's lock (git creates the new branch atomically, and
-            # the worktree's folder is the task's own). When that branch exists already, or a stale worktree entry
-            # is in the way, the careful path below decides under the lock.
+            # The usual case, in one command and without a lock (git creates the new branch atomically, the worktree's
+            # folder is the task's own, and git marks a worktree it is still writing as locked, so a prune never takes
+            # it). When that branch exists already, a stale worktree entry is in the way, or git met another add or
+            # remove mid-write, the careful path below decides under the locks.
             try:
-                with self.worktree_lock(repo.id):
-                    main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
+                main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
                 return Workspace(path, branch, repo, fresh=True)
             except ServiceError:
                 pass
@@ -469,16 +470,26 @@ class Workspaces:
         if workspace.repo is None or not workspace.path.exists():
             return False
         # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
-        # is clean itself and refuses otherwise, so nothing uncommitted is lost.
+        # is clean itself and refuses otherwise, so nothing uncommitted is lost. No lock either at first (an add of
+        # another task's worktree must not wait for it): when git fails, e.g. it read another worktree's entry while
+        # that one was being written, it is tried once more under the worktree lock.
         main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
-        with self.worktree_lock(workspace.repo.id):
-            try:
-                main.run("worktree", "remove", str(workspace.path))
-            except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
-                log.warning("keeping worktree %s: %s", workspace.path, error)
-                return False
-            if delete_branch and workspace.branch and landed_tip is None:
-                self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
+        try:
+            main.run("worktree", "remove", str(workspace.path))
+            removed = True
+        except ServiceError:
+            removed = False
+        by_name = bool(delete_branch and workspace.branch and landed_tip is None)
+        if not removed or by_name:
+            with self.worktree_lock(workspace.repo.id):
+                if not removed:
+                    try:
+                        main.run("worktree", "remove", str(workspace.path))
+                    except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
+                        log.warning("keeping worktree %s: %s", workspace.path, error)
+                        return False
+                if by_name:
+                    self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
         if delete_branch and workspace.branch and landed_tip is not None:
             ref = f"refs/heads/{gitops.check_ref_name(workspace.branch)}"
             self._delete_branch(main, ["update-ref", "-d", ref, landed_tip], workspace.branch)
