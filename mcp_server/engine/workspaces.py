@@ -370,6 +370,11 @@ class Workspaces:
         tips = tips or self._tips(main, repo, branch)
         seen, old, tip, base = tips.seen, tips.old, tips.tip, tips.base
         for attempt in range(1, LAND_ATTEMPTS + 1):
+            moves, latest = self._moves.get(repo.id, (0, ""))
+            if moves != seen and latest != old:  # a landing here moved it since `old` was read: build on its tip
+                old, seen = latest, moves
+                if base != "merge":
+                    base = main.run("merge-base", "--end-of-options", old, tip)
             built = self._landed_commit(main, workspace, default, old, tip, base)
             if isinstance(built, Landing):
                 return built  # a conflict: nothing moved, the branch is kept as it was
