@@ -26,9 +26,9 @@ from typing import Any, Callable
 import anyio
 from mcp import Client
 
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
-from agentqueue.toolsets import ALL, NAMED_TOOLSETS, TOOLSETS
+from agentqueue.server.toolsets import ALL, NAMED_TOOLSETS, TOOLSETS
 
 ROOT = Path(__file__).resolve().parent.parent
 # The project's standard measure, in the shared/ folder beside the checkout (or beside its worktrees' folder).

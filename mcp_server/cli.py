@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def selection_flags(parser: argparse.ArgumentParser, who: str) -> None:
     """--read-only and --toolsets: which tools a connection offers (the rest are left out of its list)."""
-    from .toolsets import known, parse_toolsets
+    from .server.toolsets import known, parse_toolsets
 
     parser.add_argument("--read-only", action="store_true", help=f"offer {who} only the read-only tools")
     parser.add_argument("--toolsets", type=_toolsets_arg(parse_toolsets), metavar="SET,…",
@@ -194,7 +194,7 @@ def _toolsets_arg(parse: Callable[[str], list[str]]) -> Callable[[str], list[str
 def mcp_flags(argv: list[str]) -> tuple[bool, dict[str, Any]] | None:
     """(standalone, client options) of `agentqueue mcp`'s arguments when they are only its own well-formed
     flags, else None: the caller then lets argparse read them, and word any error."""
-    from .toolsets import client_options, parse_toolsets
+    from .server.toolsets import client_options, parse_toolsets
 
     standalone, read_only, toolsets = False, False, None
     rest = list(argv)
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
 
     home = paths.home()
     if args.command == "mcp":
-        from .toolsets import client_options
+        from .server.toolsets import client_options
 
         _mcp(args.standalone, client_options(args.read_only, args.toolsets))
     if args.command == "serve":
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
 
                 print(visible(str(error), multiline=True), file=sys.stderr)
                 sys.exit(paths.EXIT_CANNOT_START)
-        from .toolsets import connection_options
+        from .server.toolsets import connection_options
 
         sys.exit(daemon.serve(home, args.host, port, not args.no_http,
                               connection_options(args.read_only, args.toolsets), args.allow_host))

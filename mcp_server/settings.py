@@ -244,7 +244,7 @@ def _retention_days(raw: Any, where: str) -> int:
 
 
 def _toolsets(raw: Any, where: str) -> list[str]:
-    from .toolsets import parse_toolsets  # the toolset names come from the tool registry: only when set
+    from .server.toolsets import parse_toolsets  # the toolset names come from the tool registry: only when set
 
     try:
         return parse_toolsets(",".join(raw) if isinstance(raw, list) and all(isinstance(x, str) for x in raw)

@@ -18,7 +18,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from . import logs, paths
-from .app import build_server
+from .server.app import build_server
 from .wire import refusal
 from .daemon import AlreadyRunningError, home_lock
 from .engine.orchestrator import Engine

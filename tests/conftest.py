@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.types import ElicitRequestParams, ElicitResult
 
 from agentqueue import daemon
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
 from .pg import PgServer, pg_binary

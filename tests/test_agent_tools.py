@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
 from agentqueue.store.sqlite import SqliteStore as Store
-from agentqueue.toolsets import NAMED_TOOLSETS
+from agentqueue.server.toolsets import NAMED_TOOLSETS
 
 from .conftest import ok
 from .mock_anthropic import FOLLOWUP, MockAnthropic

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentqueue.reference import render
+from agentqueue.server.reference import render
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -16,7 +16,7 @@ CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 
 def test_the_reference_is_generated_from_the_live_server() -> None:
     current = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
-    assert current == render(), "docs/reference.md is stale: run `python -m agentqueue.reference` from the repo root"
+    assert current == render(), "docs/reference.md is stale: run `python -m agentqueue.server.reference` from the repo root"
 
 
 def test_the_reference_lists_every_resource_including_logs_and_notes() -> None:

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 
 from agentqueue import logs
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
 from .conftest import ok

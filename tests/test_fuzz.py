@@ -32,7 +32,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import Tool
 
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
 from agentqueue.store.models import TaskStatusName
 

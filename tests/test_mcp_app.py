@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.apps import BOARD_URI, TASK_URI
 from agentqueue.apps.page import module_as_global
 from agentqueue.services import Services

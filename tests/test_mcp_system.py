@@ -7,14 +7,14 @@ import json
 import pytest
 from mcp import Client
 
-from agentqueue.app import build_server
-from agentqueue.middleware import TOOL_LISTS
+from agentqueue.server.app import build_server
+from agentqueue.server.middleware import TOOL_LISTS
 from agentqueue.services import Services
 from agentqueue.services.usage import since_iso
 from agentqueue.store.db import now_iso
 
 from agentqueue.tools import SPECS
-from agentqueue.toolsets import DISCOVERY, TOOLSETS, connection_options
+from agentqueue.server.toolsets import DISCOVERY, TOOLSETS, connection_options
 
 from .conftest import fail, ok, person_says_yes
 

@@ -21,7 +21,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.engine.orchestrator import Engine
 from agentqueue.services import Services
 from agentqueue.store.sqlite import SqliteStore as Store

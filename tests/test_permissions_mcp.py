@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 from mcp.types import ElicitRequestParams, ElicitResult
 
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
 from .conftest import db_snapshot, fail, ok

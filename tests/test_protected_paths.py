@@ -19,7 +19,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.engine import protected
 from agentqueue.engine.adapters.base import AgentConfig
 from agentqueue.engine.adapters.claude_code import build as build_claude

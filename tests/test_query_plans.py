@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.engine.orchestrator import Engine
 from agentqueue.services import Services
 

@@ -23,11 +23,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from agentqueue import daemon, paths
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
 from agentqueue.settings import load
 from agentqueue.store.sqlite import SqliteStore as Store
-from agentqueue.toolsets import NAMED_TOOLSETS
+from agentqueue.server.toolsets import NAMED_TOOLSETS
 from agentqueue.wire import refusal
 
 from .cli_helpers import let_agents_see_signals, signals

@@ -19,7 +19,7 @@ import pytest
 from mcp import Client
 
 from agentqueue import paths
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
 from .conftest import EVERY_TOOL, ok, on_both_backends

@@ -21,11 +21,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from agentqueue import daemon, paths
-from agentqueue.app import build_server
+from agentqueue.server.app import build_server
 from agentqueue.services import Services
 from agentqueue.store.sqlite import SqliteStore as Store
 from agentqueue.tools import SPECS
-from agentqueue.toolsets import NAMED_TOOLSETS, socket_options
+from agentqueue.server.toolsets import NAMED_TOOLSETS, socket_options
 
 from .conftest import ok
 from .processes import wait_for

@@ -13,7 +13,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from ..services.errors import ServiceError
-from ..toolsets import ALL, DISCOVERY_GROUP, NAMED_TOOLSETS, SUMMARIES, TOOLSETS, known
+from ..server.toolsets import ALL, DISCOVERY_GROUP, NAMED_TOOLSETS, SUMMARIES, TOOLSETS, known
 from .registry import SPECS, ClientState, client_state, tool
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, model_serializer
 
 from ..services import limits, result_size
 from ..services.errors import ServiceError, os_limit_error
-from ..toolsets import DISCOVERY_GROUP, TOOLSETS
+from ..server.toolsets import DISCOVERY_GROUP, TOOLSETS
 from .gate import ApprovalParam, refuse_oversized_ids, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 

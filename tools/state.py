@@ -13,8 +13,8 @@ from mcp_types import CLIENT_INFO_META_KEY
 
 from ..services import Services
 from ..services.errors import ServiceError
-from ..selection import Selection, effective
-from ..toolsets import known
+from ..server.selection import Selection, effective
+from ..server.toolsets import known
 
 log = logging.getLogger("agentqueue.tools")
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..services import Services
-from ..selection import effective
-from ..toolsets import offers
+from ..server.selection import effective
+from ..server.toolsets import offers
 from ..tools.gate import cannot_ask
 
 # The board's actions and the tool (name, module) each one stands for.

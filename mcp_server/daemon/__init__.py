@@ -4,6 +4,7 @@
     unix_socket.py  MCP over the home's Unix socket: one session per plugin connection
     http.py         the one HTTP app (health, metrics, /mcp, the board), its bearer check and its server
     relay.py        `agentqueue mcp`: the stdio relay between a client and the daemon (stdlib only)
+    peer.py         who is on the other end of the socket: the peer's pid and its ancestors
 
 This file imports nothing: every client launch loads the package for relay.py, so the daemon's public
 names below are loaded from process.py on first use (`from agentqueue import daemon; daemon.stop(home)`).

@@ -26,7 +26,7 @@ from mcp.server import MCPServer
 
 from .. import __version__, logs, paths
 from .. import home_lock as home_lock_module
-from ..app import build_server
+from ..server.app import build_server
 from ..board import board_app
 from ..board.live import Broadcaster
 from ..engine.orchestrator import Engine

@@ -187,7 +187,7 @@ class Pipe:
         self.home = home
         # Sent first on every connection (restarts too): what this client limits itself to.
         if options:
-            from ..toolsets import encode_preamble
+            from ..server.toolsets import encode_preamble
 
             self.preamble = encode_preamble(options)
         else:

@@ -17,9 +17,9 @@ from anyio.abc import SocketStream
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
-from ..app import CONNECTION_OPTIONS
-from ..peer import lineage, peer_pid
-from ..toolsets import decode_preamble, socket_options
+from ..server.app import CONNECTION_OPTIONS
+from .peer import lineage, peer_pid
+from ..server.toolsets import decode_preamble, socket_options
 
 log = logging.getLogger("agentqueue.daemon")
 

@@ -17,11 +17,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
-from . import __version__, prompts, resources, tools
-from .apps import page as app_pages
+from .. import __version__, prompts, tools
+from . import resources
+from ..apps import page as app_pages
 from .middleware import readable_tool_errors, selection_and_audit
-from .services import Services
-from .services.errors import NotFoundError
+from ..services import Services
+from ..services.errors import NotFoundError
 
 
 # Bounds at or past this are guards (ids, offsets, token counts, lengths), not limits a model plans around.

@@ -25,10 +25,10 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.server.subscriptions import ResourceUpdated, ServerEvent
 
-from . import paths
-from .apps import BOARD_URI, TASK_URI
-from .services import Services, result_size
-from .services.errors import NotFoundError
+from .. import paths
+from ..apps import BOARD_URI, TASK_URI
+from ..services import Services, result_size
+from ..services.errors import NotFoundError
 
 log = logging.getLogger("agentqueue.resources")
 

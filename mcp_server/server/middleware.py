@@ -24,12 +24,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 
 from .resources import LISTENER, readers_of
-from .services.limits import MAX_NAME
-from .services.policy_rules import PolicyError
-from .store.base import StoreBusy
-from .tools.gate import CURRENT_CALL, CallRecord
-from .tools.registry import SPECS, TOOLS
-from .tools.state import actor_of, state_for
+from ..services.limits import MAX_NAME
+from ..services.policy_rules import PolicyError
+from ..store.base import StoreBusy
+from ..tools.gate import CURRENT_CALL, CallRecord
+from ..tools.registry import SPECS, TOOLS
+from ..tools.state import actor_of, state_for
 
 log = logging.getLogger("agentqueue.middleware")
 _VALIDATION = re.compile(r"^Error executing tool (?P<tool>[\w-]+): \d+ validation errors? for \w+\n(?P<body>.*)$", re.S)

@@ -1,6 +1,6 @@
 """The tool, resource and prompt reference in docs/reference.md, generated from the live server.
 
-`python -m agentqueue.reference` rewrites the file; `--check` exits 1 when it is stale (a test runs
+`python -m agentqueue.server.reference` rewrites the file; `--check` exits 1 when it is stale (a test runs
 the same comparison), so the reference is always the record of what the server really offers.
 """
 
@@ -17,16 +17,16 @@ import anyio
 from mcp import Client
 
 from .app import build_server
-from .services import Services
-from .services.policy_rules import PRESETS
-from .tools import SPECS
+from ..services import Services
+from ..services.policy_rules import PRESETS
+from ..tools import SPECS
 from .toolsets import ALL, NAMED_TOOLSETS, SUMMARIES, TOOLSETS
 
 DOC = Path("docs") / "reference.md"  # relative to the repository root, where the command is run
 
 HEADER = """# AgentQueue reference
 
-Generated from the live server by `python -m agentqueue.reference` (a test fails when this file is
+Generated from the live server by `python -m agentqueue.server.reference` (a test fails when this file is
 stale). Every tool returns structured content; a failure is a tool error whose text says what to do.
 `project_id`, where optional, defaults to the connection's active project (`set_active_project`).
 """
@@ -141,14 +141,14 @@ def _toolsets(tools: list[Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentqueue.reference", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m agentqueue.server.reference", description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
     parser.add_argument("--out", type=Path, default=DOC, help="default: docs/reference.md")
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         stale = not args.out.exists() or args.out.read_text(encoding="utf-8") != text
-        print(f"{args.out} is {'stale: run python -m agentqueue.reference' if stale else 'up to date'}")
+        print(f"{args.out} is {'stale: run python -m agentqueue.server.reference' if stale else 'up to date'}")
         return 1 if stale else 0
     args.out.write_text(text, encoding="utf-8")
     print(f"wrote {args.out}")
