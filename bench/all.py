@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def section(results: dict[str, tuple[list[dict[str, Any]], float, str]], quick: bool) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     # A group's size and the like are context in the benchmark's own output, not rows of the table.
     rows = [row for name in BENCHES if name in results for row in results[name][0]
             if not str(row.get("goal", "")).startswith("(")]

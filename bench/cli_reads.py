@@ -98,7 +98,7 @@ def busy_writer(home: str, stop: Any) -> None:
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=120)
     elapsed = (time.perf_counter() - started) * 1000
     if done.returncode != 0 or not done.stdout:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-500:]}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,7 @@ def parse_iso(stamp: str | None) -> datetime | None:
 
 def seconds_since(stamp: str | None) -> float | None:
     moment = parse_iso(stamp)
-    return None if moment is None else max(0.0, (datetime.now(timezone.utc) - moment).total_seconds())
+    return None if moment is None else max(0.0, (datetime.now(UTC) - moment).total_seconds())
 
 
 def duration(seconds: float | None) -> str:

@@ -95,7 +95,7 @@ class MockAnthropic:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def start(self) -> "MockAnthropic":
+    def start(self) -> MockAnthropic:
         self.thread.start()
         return self
 

@@ -123,7 +123,7 @@ class Terminal:
     def text(self) -> str:
         return self.seen.decode(errors="replace")
 
-    def __enter__(self) -> "Terminal":
+    def __enter__(self) -> Terminal:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -416,7 +416,6 @@ def test_a_read_only_daemon_takes_no_board_action_with_any_credential(tmp_path: 
 
 
 def test_the_live_feed_takes_a_task_id_never_a_path(board: LiveDaemon) -> None:
-    base = board.base  # type: ignore[attr-defined]
     logs = board.home / "logs"
     (logs / "tasks").mkdir(parents=True, exist_ok=True)
     (logs / "planted.log").write_text("SECRET-OUTSIDE\n")  # what ../planted would have streamed

@@ -6,7 +6,6 @@ writes into a real linked git repo.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator

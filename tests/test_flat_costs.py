@@ -14,6 +14,7 @@ from agentqueue.services import Services
 from agentqueue.store.sqlite import MIGRATIONS, SqliteStore as Store
 
 from .conftest import on_both_backends
+from datetime import UTC
 
 store_backend = on_both_backends()  # the store's suite: every test here runs on SQLite and on PostgreSQL
 
@@ -125,11 +126,11 @@ async def test_the_engine_schedules_on_events_not_on_every_poll(services: Servic
 def test_the_fair_share_window_sums_hours_kept_by_a_trigger_and_is_exact(services: Services) -> None:
     """The scheduler's 24 h window reads the trigger-kept `token_hours` for its whole hours and the ledger only for
     the part of its oldest hour inside it: the same sums as summing the ledger, at any window edge."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     services.projects.create("One")
     services.projects.create("Two")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     ages = [25, 24.2, 23.99, 23.5, 20, 5, 1, 0.01, 0]  # hours ago, on both sides of the window's edge and hour
     with services.store.transaction():
         for n, hours in enumerate(ages):

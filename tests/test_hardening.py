@@ -91,7 +91,7 @@ async def test_two_racing_add_repo_calls_one_wins_and_its_checkout_stays(service
         name = f"dup{round_}"
         outcomes: list[object] = []
 
-        def add() -> None:
+        def add(name: str = name, outcomes: list[object] = outcomes) -> None:
             try:
                 outcomes.append(services.repos.add("demo", "init", name=name))
             except Exception as error:  # noqa: BLE001 (the test inspects what came back)
@@ -117,7 +117,7 @@ async def test_a_taken_name_is_always_already_exists_never_an_internal_error(cli
         async with anyio.create_task_group() as tg:
             answers: list[str] = []
             for _ in range(4):
-                tg.start_soon(lambda: _append(answers, create(f"h{round_}")))
+                tg.start_soon(_append, answers, create(f"h{round_}"))
         assert answers.count("ok") == 1 and all("already exists" in a for a in answers if a != "ok"), answers
 
 

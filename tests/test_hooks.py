@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -751,10 +751,10 @@ async def test_a_hook_does_not_react_to_the_task_it_created(services: Services) 
                                          "requires_approval": "false"}, cooldown_seconds=0)
     runner = HookRunner(services, services.home)
     services.tasks.create("loop", "Seed", "a task made by a person")
-    firings = runner.pending(datetime.now(timezone.utc))
+    firings = runner.pending(datetime.now(UTC))
     assert len(firings) == 1
     hook, reason, event = firings[0]
     assert await runner.execute(hook, runner.begin(hook, reason, event), event) == "completed"
     echo = [t for t in services.tasks.list("loop")[0] if t.title.startswith("Echo of")]
     assert len(echo) == 1 and services.tasks.get(echo[0].id).requires_approval is False
-    assert runner.pending(datetime.now(timezone.utc)) == []  # its own task.created is not a new trigger
+    assert runner.pending(datetime.now(UTC)) == []  # its own task.created is not a new trigger

@@ -7,6 +7,7 @@ landing's fetch and its push.
 
 from __future__ import annotations
 
+import itertools
 import shlex
 import subprocess
 import threading
@@ -61,7 +62,7 @@ def assert_never_forced(origin: Path) -> None:
     """Every value origin's main ever had is an ancestor of the next: nothing was overwritten."""
     history = bare(origin, "reflog", "show", "--format=%H", "refs/heads/main").split()[::-1]
     assert len(history) >= 2, history
-    for old, new in zip(history, history[1:]):
+    for old, new in itertools.pairwise(history):
         assert is_ancestor(origin, old, new), f"main went from {old} to {new}, not a fast-forward"
 
 
@@ -82,7 +83,8 @@ def test_two_daemons_land_concurrently_through_origin(origin: Path, tmp_path: Pa
         barrier = threading.Barrier(len(daemons))
         errors: list[BaseException] = []
 
-        def land(name: str) -> None:
+        def land(name: str, r: int = r, barrier: threading.Barrier = barrier, workspaces: dict = workspaces,
+                 errors: list[BaseException] = errors) -> None:
             try:
                 barrier.wait()
                 landings[f"{name}{r}"] = daemons[name].land(workspaces[name], via_remote=True)

@@ -7,7 +7,6 @@ client that cannot ask is refused with how to allow the action. Audit rows are c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 from mcp import Client
 from mcp.types import ElicitRequestParams, ElicitResult
 
-from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
 from .conftest import db_snapshot, fail, ok

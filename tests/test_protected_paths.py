@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path

@@ -14,7 +14,7 @@ import json
 import random
 import re
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ def grow(services: Services, count: int = TASKS, waiting_type: str | None = None
     for p in range(PROJECTS):
         services.projects.create(f"Project {p}", max_concurrent_agents=2)
     services.agents.create("worker", "command", command="true")
-    start = datetime.now(timezone.utc) - timedelta(days=60)
+    start = datetime.now(UTC) - timedelta(days=60)
     every = timedelta(days=60) / count
     tasks, deps, results, ledger, events, audit = [], [], [], [], [], []
     ids = [f"task-{n:06d}" for n in range(count)]

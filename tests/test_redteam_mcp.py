@@ -32,7 +32,7 @@ from agentqueue.wire import refusal
 
 from .cli_helpers import let_agents_see_signals, signals
 from .conftest import db_snapshot, fail, ok
-from .git_fixtures import git, make_repo
+from .git_fixtures import make_repo
 from .processes import claude_env, wait_for
 from .test_permissions_mcp import Person, mode
 

@@ -206,7 +206,7 @@ async def test_lists_at_their_largest_limit_stay_within_the_budget(client, servi
     assert [t["id"] for t in first["tasks"]] == in_order[:nxt] and second["tasks"][0]["id"] == in_order[nxt]
     events = await call(client, "get_recent_events", limit=500)
     assert "limit=" in events["note"]
-    for n in range(500):
+    for _ in range(500):
         services.audit.record(actor="client:test", action="x", decision="allow", arguments={"a": "q" * 8000},
                               project_id="proj")
     audit = await call(client, "get_audit_log", limit=500)

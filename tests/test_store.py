@@ -166,13 +166,15 @@ def test_reopening_keeps_the_schema_and_the_data(open_store) -> None:
 
 
 def test_a_broken_postgresql_connection_is_opened_again_on_the_next_call(pg_server) -> None:
+    import psycopg
+
     from agentqueue.store.postgres import PostgresStore
 
     url = pg_server.database()
     store, other = PostgresStore(url), PostgresStore(url)
     try:
         other.scalar("SELECT pg_terminate_backend(?)", (store.db.conn.info.backend_pid,))  # the server ends it
-        with pytest.raises(Exception):
+        with pytest.raises(psycopg.OperationalError):
             store.scalar("SELECT 1")  # the call that meets the break fails, as it must
         with store.transaction():
             store.set_setting("after", "reconnected")

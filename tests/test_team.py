@@ -6,6 +6,7 @@ shared remote, the official MCP client for notifications. Nothing here is a stan
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shlex
@@ -114,7 +115,7 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
         assert sorted(ran) == names and set(ran.values()) == {1}, "every task ran exactly once"
         by = Counter(lines[1::2])
         assert set(by) == {"a", "b"}, f"both daemons ran tasks: {by}"
-        ran_on = dict(zip(lines[0::2], lines[1::2]))
+        ran_on = dict(zip(lines[0::2], lines[1::2], strict=True))
         agent_of = {r["title"]: r["agent_id"] for r in store.all(
             "SELECT t.title, r.agent_id FROM task_results r JOIN tasks t ON t.id = r.task_id")}
         assert all(agent_of[name].startswith(f"{who}-") for name, who in ran_on.items()), \
@@ -314,7 +315,7 @@ def test_hooks_fire_once_across_the_team(tmp_path: Path, team_db: str) -> None:
             "ORDER BY h.started_at")]
         ticks = store.scalar("SELECT count(*) FROM tasks WHERE project_id = 'ticks'")
         assert ticks == len(starts), "one task per run of the periodic hook"
-        gaps = [b_ - a_ for a_, b_ in zip(map(_seconds, starts), map(_seconds, starts[1:]))]
+        gaps = [b_ - a_ for a_, b_ in itertools.pairwise(map(_seconds, starts))]
         assert all(gap > 1.5 for gap in gaps), f"no slot ran twice: {starts}"
         assert store.scalar("SELECT count(*) FROM tasks WHERE title = 'echo'") == 3, "each event fired the hook once"
 

@@ -10,8 +10,6 @@ Ordering, not timing: nothing here measures how long anything took.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anyio

@@ -50,13 +50,13 @@ class ClientState:
     services: Services
     active_project: str | None = None
     # HTTP serves many sessions from one lifespan: each Mcp-Session-Id gets its own state.
-    sessions: dict[str, "ClientState"] = field(default_factory=dict)
+    sessions: dict[str, ClientState] = field(default_factory=dict)
     # False when the transport gives no stable identity (sessionless HTTP): nothing is remembered.
     persistent: bool = True
     # Set by app.py: awaited after every tool call so resource subscribers hear of changes at once.
     after_call: Callable[[], Any] | None = None
     # Set by app.py: tells this connection's 2026 listen streams that its tool list changed (enable_toolsets).
-    tools_changed: Callable[["ClientState"], Any] | None = None
+    tools_changed: Callable[[ClientState], Any] | None = None
     # The connection's options: read_only, toolsets (from flags or a plugin's preamble), who it is when the
     # daemon found it to be one of its runs (actor agent:<id>/hook:<id>, a task agent's task_id), and the
     # toolsets its model enabled since it opened (`enabled`, written only by enable_toolsets).
@@ -80,7 +80,7 @@ class ClientState:
         """Whether this connection's tools/list shows a tool."""
         return self.selection.lists(name, group, read_only)
 
-    def child(self, persistent: bool = True) -> "ClientState":
+    def child(self, persistent: bool = True) -> ClientState:
         return ClientState(services=self.services, persistent=persistent, after_call=self.after_call,
                            tools_changed=self.tools_changed, options=dict(self.options))
 

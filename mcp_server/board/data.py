@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from pygments import highlight
@@ -125,7 +125,7 @@ def agents(svc: Services) -> list[dict[str, Any]]:
 def _elapsed(since: str | None) -> str:
     if not since:
         return ""
-    seconds = int((datetime.now(timezone.utc) - datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds())
+    seconds = int((datetime.now(UTC) - datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds())
     return f"{seconds // 3600}h {seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m {seconds % 60:02d}s"
 
 
@@ -181,7 +181,7 @@ def usage_by_day(svc: Services, days: int = 30) -> dict[str, Any]:
     series = {p: {"tokens": [int((cell.get((d, p)) or {}).get("tokens") or 0) for d in dates],
                   "cost": [round(float((cell.get((d, p)) or {}).get("cost") or 0.0), 4) for d in dates]}
               for p in projects}
-    stamps = [int(datetime.fromisoformat(d).replace(tzinfo=timezone.utc).timestamp()) for d in dates]
+    stamps = [int(datetime.fromisoformat(d).replace(tzinfo=UTC).timestamp()) for d in dates]
     return {"dates": dates, "stamps": stamps, "series": series, "rows": rows,
             "json": json.dumps({"x": stamps, "series": series})}
 

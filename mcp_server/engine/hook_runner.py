@@ -11,7 +11,7 @@ actions (no new model spend); context steps and `create_task` actions go on.
 from __future__ import annotations
 
 import dataclasses
-
+import functools
 import json
 import logging
 import re
@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ class HookRunner:
                  max_concurrent: int = 2, listen: bool = True) -> None:
         self.services = services
         self.home = home
-        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.max_concurrent = max_concurrent
         self.active: set[str] = set()
         self._events: list[dict[str, Any]] = []
@@ -328,8 +328,8 @@ class HookRunner:
             results.append(result)
             why = should_skip(step, result)
             if why:
-                await anyio.to_thread.run_sync(lambda: finish(hook, run_id, "skipped", skipped_reason=f"step_{index}: {why}",
-                                                              context=results))
+                await anyio.to_thread.run_sync(functools.partial(finish, hook, run_id, "skipped",
+                                                                 skipped_reason=f"step_{index}: {why}", context=results))
                 return "skipped"
         if hook.action == "create_task":
             template = _render_deep(hook.task_template or {}, results, event, hook.project_id)

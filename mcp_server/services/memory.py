@@ -6,7 +6,7 @@ the long-term memory plus the last three days, capped in size (the newest text i
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, UTC
 from pathlib import Path
 
 from .locks import folder_lock
@@ -30,7 +30,7 @@ class Memory:
         return self.folder(project_id) / day.strftime("%Y%m") / f"{day.strftime('%Y%m%d')}.md"
 
     def append_today(self, project_id: str, line: str, now: datetime | None = None) -> Path:
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         path = self.daily_path(project_id, now.date())
         with folder_lock(path.parent):  # two tasks completing together must both be recorded
             if path.is_symlink():
@@ -48,7 +48,7 @@ class Memory:
         long_term = self.long_term_path(project_id)
         if long_term.is_file() and long_term.read_text(encoding="utf-8").strip():
             parts.append("## Long-term Memory\n\n" + long_term.read_text(encoding="utf-8").strip())
-        today = today or datetime.now(timezone.utc).date()
+        today = today or datetime.now(UTC).date()
         daily = []
         for offset in range(days - 1, -1, -1):
             path = self.daily_path(project_id, today - timedelta(days=offset))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ def listing(folder: Path) -> list[dict[str, Any]]:
             continue
         stat = path.stat()
         out.append({"name": path.name, "title": _title_of(path), "size_bytes": stat.st_size,
-                    "modified": datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(timespec="seconds")
+                    "modified": datetime.fromtimestamp(stat.st_mtime, UTC).isoformat(timespec="seconds")
                     .replace("+00:00", "Z")})
     return out
 

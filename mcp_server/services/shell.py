@@ -71,7 +71,7 @@ _STRUCTURAL = {
     "subscript", "comment", "word", "number", "ansi_c_string", "string_content", "heredoc_start", "heredoc_end",
     "variable_name", "special_variable_name", "file_descriptor", "test_operator", "regex", "extglob_pattern",
     "brace_expression", "translated_string", "command_name", "heredoc_content", "herestring_redirect",
-    "arithmetic_expansion", "heredoc_redirect", "heredoc_body", "file_redirect",
+    "heredoc_redirect", "heredoc_body", "file_redirect",
 }
 NOT_FILES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty", "/dev/zero"}
 
@@ -100,7 +100,7 @@ class SimpleCommand:
     @property
     def text(self) -> str:
         """The command as one string: what allow rules match (and what `remember` suggests)."""
-        return " ".join(w if not lit or _plain(w) else shlex.quote(w) for w, lit in zip(self.words, self.literal))
+        return " ".join(w if not lit or _plain(w) else shlex.quote(w) for w, lit in zip(self.words, self.literal, strict=True))
 
     def spellings(self) -> list[str]:
         """Every way a deny or ask rule may name this command: as written, by its program's basename,
@@ -435,7 +435,7 @@ class _Walker:
                 return
             if name in ("trap", "alias"):  # their strings run later, as commands: judged now
                 strings = [w.split("=", 1)[1] for w in words[1:] if "=" in w] if name == "alias" else words[1:2]
-                for string, ok in zip(strings, literal[1:]):
+                for string, ok in zip(strings, literal[1:], strict=False):  # alias: only the name=value words
                     if string.startswith("-"):
                         continue
                     if not ok:
@@ -538,7 +538,7 @@ class _Walker:
 
     def change_directory(self, words: list[str], literal: list[bool]) -> None:
         """Relative paths after a `cd` may resolve in either place (a subshell's cd does not last)."""
-        args = [(w, ok) for w, ok in zip(words[1:], literal[1:]) if not w.startswith("-") or w == "-"]
+        args = [(w, ok) for w, ok in zip(words[1:], literal[1:], strict=True) if not w.startswith("-") or w == "-"]
         if posixpath.basename(words[0]) == "popd" or not args:
             where: str | None = None if posixpath.basename(words[0]) == "popd" else "~"
         else:
@@ -594,4 +594,4 @@ def _shell_string(words: list[str]) -> str | None:
 def _shell_string_literal(words: list[str], literal: list[bool]) -> bool:
     string = _shell_string(words)
     return string is not None and (string == "" or literal[len(words) - 1 - words[::-1].index(string)]
-                                   and all(ok for w, ok in zip(words, literal) if w == string))
+                                   and all(ok for w, ok in zip(words, literal, strict=True) if w == string))

@@ -164,7 +164,7 @@ def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str | 
     positional: list[str | None] = []  # None: an expansion, known only when it runs
     skip_next = False
     options_done = False
-    for word, literal in zip(words[start:], command.literal[start:]):
+    for word, literal in zip(words[start:], command.literal[start:], strict=True):
         if skip_next:
             skip_next = False
             continue

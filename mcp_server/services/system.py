@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import TYPE_CHECKING, Any
 
 from .errors import ServiceError
@@ -105,7 +105,7 @@ class System:
 
     def _no_change_warnings(self) -> list[str]:
         """Tasks completed in the last 24 h whose last run changed no file in their repo."""
-        since = (datetime.now(timezone.utc) - timedelta(hours=24)).isoformat(timespec="milliseconds")
+        since = (datetime.now(UTC) - timedelta(hours=24)).isoformat(timespec="milliseconds")
         rows = self.store.all(
             # The last day's results first (a small range of an index), never a scan of every completed task:
             # SQLite keeps the written order with CROSS JOIN; PostgreSQL's planner finds it from its statistics.

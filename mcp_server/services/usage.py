@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from ..store.db import Store
@@ -21,7 +21,7 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def since_iso(hours: float) -> str:
-    return _iso(datetime.now(timezone.utc) - timedelta(hours=hours))
+    return _iso(datetime.now(UTC) - timedelta(hours=hours))
 
 
 class Usage:
@@ -74,7 +74,7 @@ class Usage:
         """Tokens per project over the rolling window (the scheduler's fair-share input). The window's whole hours
         come from the trigger-kept `token_hours`, the part of its oldest hour from the ledger itself: the sum is
         exact, and costs the same after a day of ten runs or of a hundred thousand."""
-        since = datetime.now(timezone.utc) - timedelta(hours=hours)
+        since = datetime.now(UTC) - timedelta(hours=hours)
         whole = since.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
         rows = self.store.all(
             "SELECT project_id, sum(total) AS total FROM ("

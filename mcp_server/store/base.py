@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 Params = dict[str, Any] | tuple[Any, ...] | list[Any]
@@ -22,12 +22,12 @@ Listener = Callable[[list[dict[str, Any]]], None]
 
 def now_iso() -> str:
     """ISO-8601 UTC with milliseconds, sortable as text."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def iso_in(seconds: float) -> str:
     """now_iso's format, `seconds` from now (a deadline, a lease, a resume time)."""
-    stamp = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    stamp = datetime.now(UTC) + timedelta(seconds=seconds)
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 
-class TaskStatus(str, Enum):
+class TaskStatus(str, Enum):  # noqa: UP042  StrEnum would change str(member), which messages and logs print
     DEFINED = "DEFINED"
     READY = "READY"
     ASSIGNED = "ASSIGNED"

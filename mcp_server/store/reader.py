@@ -33,7 +33,7 @@ class _Rows:
         cursor = self.conn.execute(sql, params)
         names = [d[0] for d in cursor.description or ()]
         for row in cursor:
-            yield dict(zip(names, row))
+            yield dict(zip(names, row, strict=True))
 
     def execute(self, sql: str, params: Params = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
