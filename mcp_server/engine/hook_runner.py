@@ -95,11 +95,12 @@ def render(template: str, steps: list[dict[str, Any]], event: dict[str, Any] | N
     return _PLACEHOLDER.sub(value, template)
 
 
-def render_step(step: dict[str, Any], *args: Any) -> dict[str, Any]:
+def render_step(step: dict[str, Any], steps: list[dict[str, Any]], event: dict[str, Any] | None,
+                project_id: str) -> dict[str, Any]:
     """A context step with its templates filled in; a shell step's command gets its values shell-quoted."""
-    rendered = _render_deep(step, *args)
+    rendered = _render_deep(step, steps, event, project_id)
     if step.get("type") == "shell" and isinstance(step.get("command"), str):
-        rendered["command"] = render(step["command"], *args, quote=shlex.quote)
+        rendered["command"] = render(step["command"], steps, event, project_id, quote=shlex.quote)
     return rendered
 
 
@@ -328,8 +329,9 @@ class HookRunner:
             results.append(result)
             why = should_skip(step, result)
             if why:
-                await anyio.to_thread.run_sync(functools.partial(finish, hook, run_id, "skipped",
-                                                                 skipped_reason=f"step_{index}: {why}", context=results))
+                skipped = functools.partial(finish, hook, run_id, "skipped", skipped_reason=f"step_{index}: {why}",
+                                            context=results)
+                await anyio.to_thread.run_sync(skipped)
                 return "skipped"
         if hook.action == "create_task":
             template = _render_deep(hook.task_template or {}, results, event, hook.project_id)
@@ -348,7 +350,7 @@ class HookRunner:
         outcome = await self.run_llm(hook, prompt, run_id)
         status = "completed" if outcome.status == "completed" else "failed"
         response = outcome.summary if status == "completed" else f"{outcome.error_type}: {outcome.error_message}"
-        await anyio.to_thread.run_sync(lambda: self._record_llm(hook, run_id, status, results, prompt, response, outcome))
+        await anyio.to_thread.run_sync(self._record_llm, hook, run_id, status, results, prompt, response, outcome)
         return status
 
     def _record_llm(self, hook: Hook, run_id: str, status: str, results: Any, prompt: str, response: str,
@@ -377,11 +379,10 @@ class HookRunner:
                    "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
         policy = self.services.policies.effective(hook.project_id)
         deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
-        spec = BUILDERS[agent_type](AgentConfig(agent_type, binary=binary, model=config.get("model"),
-                                                command=config.get("command"), max_turns=int(config.get("max_turns", 20)),
-                                                preset=policy.preset.name, deny_rules=deny,
-                                                sandboxed=self.services.sandbox.unavailable() is None),
-                                    prompt, context, mcp)
+        agent = AgentConfig(agent_type, binary=binary, model=config.get("model"), command=config.get("command"),
+                            max_turns=int(config.get("max_turns", 20)), preset=policy.preset.name, deny_rules=deny,
+                            sandboxed=self.services.sandbox.unavailable() is None)
+        spec = BUILDERS[agent_type](agent, prompt, context, mcp)
         workspace = Path(self.services.projects.get(hook.project_id).workspace)
         workspace.mkdir(parents=True, exist_ok=True)
         limits = WatchdogLimits(stall_seconds=float(config.get("stall_seconds", 300)),
@@ -397,9 +398,10 @@ class HookRunner:
                 hook_log.write(line + "\n")
         handle = self.llm_runs[hook.id] = RunHandle()  # run_of_pid: its MCP connection is the hook's own
         try:
-            with self.services.sandbox.around(spec.argv, self.services.settings.agent_environment(), workspace,
-                                              hook.project_id, preset=policy.preset.name, actor=f"hook:{hook.id}",
-                                              agent_type=agent_type, agent_socket=True, log_line=log_line) as (argv, env):
+            sandboxed = self.services.sandbox.around(spec.argv, self.services.settings.agent_environment(), workspace,
+                                                     hook.project_id, preset=policy.preset.name, actor=f"hook:{hook.id}",
+                                                     agent_type=agent_type, agent_socket=True, log_line=log_line)
+            with sandboxed as (argv, env):
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
                                          PARSERS[agent_type](), handle, log_path, limits, env=env, channel=channel)
         finally:

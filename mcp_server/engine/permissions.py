@@ -69,7 +69,8 @@ class PermissionChannel:
         if request.get("subtype") != "can_use_tool":
             return {"behavior": "deny", "message": f"AgentQueue does not answer {request.get('subtype')!r} requests."}
         tool = str(request.get("tool_name") or "")
-        tool_input = request.get("input") if isinstance(request.get("input"), dict) else {}
+        given = request.get("input")
+        tool_input: dict[str, Any] = given if isinstance(given, dict) else {}
         action = agent_action(tool, tool_input, self.root)
         started = time.monotonic()
         verdict = await anyio.to_thread.run_sync(self.services.policies.decide, action, self.project_id)
@@ -88,10 +89,11 @@ class PermissionChannel:
     async def _ask(self, request: dict[str, Any], tool: str, tool_input: dict[str, Any], action: Action,
                    asked_by: str, started: float) -> dict[str, Any]:
         assert self.task_id is not None
+        task_id = self.task_id
         svc = self.services
         timeout = svc.policies.effective(self.project_id).ask_timeout
         opened = await anyio.to_thread.run_sync(
-            lambda: svc.requests.open(self.task_id, self.agent_id, tool, tool_input, str(action),
+            lambda: svc.requests.open(task_id, self.agent_id, tool, tool_input, str(action),
                                       request.get("description") or tool_input.get("description"),
                                       suggested_rule(request, action, svc.policies.effective(self.project_id)),
                                       timeout))
@@ -102,12 +104,14 @@ class PermissionChannel:
             if current.status != "pending":
                 break
             if time.monotonic() >= deadline:
-                current = await anyio.to_thread.run_sync(svc.requests.expire, opened.id, "timeout") or \
-                    await anyio.to_thread.run_sync(svc.requests.get, opened.id)
+                expired = await anyio.to_thread.run_sync(svc.requests.expire, opened.id, "timeout")
+                if expired is None:  # answered meanwhile: read the answer
+                    expired = await anyio.to_thread.run_sync(svc.requests.get, opened.id)
+                current = expired
                 break
             await anyio.sleep(POLL_SECONDS)
-        self._audit(action, tool_input, "ask→" + {"allowed": "accept", "denied": "decline"}.get(current.status, "timeout"),
-                    current.decided_by or "person", started)
+        answer = {"allowed": "accept", "denied": "decline"}.get(current.status, "timeout")
+        self._audit(action, tool_input, "ask→" + answer, current.decided_by or "person", started)
         self.write_log(f"[permission] {action}: {current.status} ({current.decided_by})")
         if current.status == "allowed":
             return {"behavior": "allow", "updatedInput": tool_input}
@@ -121,7 +125,7 @@ class PermissionChannel:
 
     def _audit(self, action: Action, tool_input: dict[str, Any], decision: str, decided_by: str,
                started: float) -> None:
-        actor = self.agent_id if ":" in (self.agent_id or "") else f"agent:{self.agent_id or 'unknown'}"
+        actor = self.agent_id if self.agent_id and ":" in self.agent_id else f"agent:{self.agent_id or 'unknown'}"
         outcome = "ok" if decision in ("allow", "ask→accept") else "refused"
         try:
             self.services.audit.record(

@@ -265,12 +265,14 @@ class Workspaces:
         """What the task branch changes since it left the default branch, read once for the run's result, the
         protected-paths check and the landing: ([{path, status}], every path touched)."""
         assert workspace.repo is not None and workspace.branch is not None
-        return gitops.Checkout(workspace.path, known=True).branch_changes(workspace.repo.default_branch, workspace.branch)
+        checkout = gitops.Checkout(workspace.path, known=True)
+        return checkout.branch_changes(workspace.repo.default_branch, workspace.branch)
 
     def tips(self, workspace: Workspace) -> Tips:
         """Both tips and how they relate, in one command (the caller may read them beside other reads)."""
         assert workspace.repo is not None and workspace.branch is not None
-        return self._tips(gitops.Checkout(self.checkout_of(workspace.repo), known=True), workspace.repo, workspace.branch)
+        main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
+        return self._tips(main, workspace.repo, workspace.branch)
 
     def _tips(self, main: gitops.Checkout, repo: Repo, branch: str) -> Tips:
         seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
@@ -493,7 +495,7 @@ class Workspaces:
                     except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
                         log.warning("keeping worktree %s: %s", workspace.path, error)
                         return False
-                if by_name:
+                if by_name and workspace.branch:  # by_name implies a branch; said again for the type checker
                     self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
         if delete_branch and workspace.branch and landed_tip is not None:
             ref = f"refs/heads/{gitops.check_ref_name(workspace.branch)}"

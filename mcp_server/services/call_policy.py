@@ -221,7 +221,7 @@ class CallPolicy:
         if name == "add_repo" and args.get("source") == "clone" and (local := local_clone_source(_text(args, "url"))):
             wanted += [(folder, "copied into the workspace by a clone") for folder in local]
         roots = [self.svc.home / "workspaces", *self.svc.settings.roots]
-        found = []
+        found: list[tuple[str, str]] = []
         for folder, why in wanted:
             if "\0" in folder:
                 continue  # the tool refuses it, naming the parameter

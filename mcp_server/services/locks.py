@@ -5,7 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 
@@ -21,7 +21,7 @@ def file_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def folder_lock(folder: Path) -> Iterator[None]:
+def folder_lock(folder: Path) -> AbstractContextManager[None]:
     """An exclusive lock on a folder, as `.<name>.lock` beside it (so it never shows in the folder)."""
     folder.mkdir(parents=True, exist_ok=True)
     return file_lock(folder.parent / f".{folder.name}.lock")

@@ -67,8 +67,8 @@ class Verdict:
     def refusal(self, what: str) -> str:
         """The sentence a refused caller sees: what was refused, by what, and how to allow it."""
         if self.rule:
-            how = (f"remove the rule with edit_policy (remove_rule={self.rule!r})" if self.source != "AGENTQUEUE_RUN_COMMAND"
-                   else "unset AGENTQUEUE_RUN_COMMAND for the daemon")
+            how = (f"remove the rule with edit_policy (remove_rule={self.rule!r})"
+                   if self.source != "AGENTQUEUE_RUN_COMMAND" else "unset AGENTQUEUE_RUN_COMMAND for the daemon")
         elif self.reason and self.reason.startswith("the shell parser"):
             how = "write the command so that it can be read (no expansion in command position, no `eval \"$X\"`…) " \
                   "or pick another preset"
@@ -129,7 +129,8 @@ class EffectivePolicy:
         """deny → the person's allow → the person's ask → the preset's allow → the preset's ask → default."""
         if hit := self._first("deny", action, None, texts):
             return Verdict("deny", shown, hit[0].text, hit[1])
-        for decision, preset in (("allow", False), ("ask", False), ("allow", True), ("ask", True)):
+        order: tuple[tuple[Decision, bool], ...] = (("allow", False), ("ask", False), ("allow", True), ("ask", True))
+        for decision, preset in order:
             if hit := self._first(decision, action, preset, texts):
                 return Verdict(decision, shown, hit[0].text, hit[1])
         return self._default(action, shown)

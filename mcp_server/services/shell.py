@@ -559,7 +559,8 @@ _ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"}
 
 
 def _descendants(node: Any, limit: int = 10_000) -> list[Any]:
-    out, stack = [], list(node.named_children)
+    out: list[Any] = []
+    stack = list(node.named_children)
     while stack and len(out) < limit:
         child = stack.pop()
         out.append(child)

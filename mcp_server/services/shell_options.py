@@ -183,7 +183,7 @@ def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str | 
     if name in _PATTERN_FIRST and positional and not given:
         positional = positional[1:]
     writes = _WRITES_ARGS.get(name)
-    for index, word in enumerate(positional):
+    for index, operand in enumerate(positional):
         kind: Literal["read", "write"] = "write" if writes == "all" or writes == "second" and index == 1 else "read"
-        out.append((kind, word))
+        out.append((kind, operand))
     return out

@@ -48,7 +48,7 @@ class Usage:
         if task_id is not None:
             clauses.append("task_id = ?")
             params.append(task_id)
-            group = ("agent_id",)
+            group: tuple[str, ...] = ("agent_id",)
         elif project_id is not None:
             clauses.append("project_id = ?")
             params.append(project_id)

@@ -123,7 +123,7 @@ class Store:
                     self._pending_events = None
                 raise
             if outermost:
-                events, self._pending_events = self._pending_events, None
+                events, self._pending_events = self._pending_events or [], None
                 self._announce(events)
         finally:
             self.lock.release()

@@ -29,7 +29,7 @@ OPTIMIZE_CHECKS_ALL = (3, 46, 0)
 
 def _m1_core(db: sqlite_utils.Database) -> None:
     """Version 1: the core tables."""
-    db["projects"].create(
+    db.table("projects").create(
         {
             "id": str, "name": str, "status": str, "credit_weight": float,
             "max_concurrent_agents": int, "budget_limit": int, "workspace": str,
@@ -37,18 +37,18 @@ def _m1_core(db: sqlite_utils.Database) -> None:
         },
         pk="id", not_null={"name", "status", "workspace"},
     )
-    db["project_channels"].create(
+    db.table("project_channels").create(
         {"channel_id": str, "project_id": str, "channel_name": str, "is_control": int, "created_at": str},
         pk="channel_id", foreign_keys=[("project_id", "projects", "id")],
     )
-    db["repos"].create(
+    db.table("repos").create(
         {
             "id": str, "project_id": str, "source_type": str, "url": str, "source_path": str,
             "default_branch": str, "checkout_path": str, "created_at": str,
         },
         pk="id", foreign_keys=[("project_id", "projects", "id")],
     )
-    db["agents"].create(
+    db.table("agents").create(
         {
             "id": str, "name": str, "agent_type": str, "state": str, "current_task": str,
             "repo_id": str, "model": str, "capabilities": str, "command": str, "pid": int,
@@ -56,7 +56,7 @@ def _m1_core(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["tasks"].create(
+    db.table("tasks").create(
         {
             "id": str, "project_id": str, "title": str, "description": str, "status": str,
             "priority": int, "repo_id": str, "branch": str, "assigned_agent": str,
@@ -66,19 +66,19 @@ def _m1_core(db: sqlite_utils.Database) -> None:
         pk="id", foreign_keys=[("project_id", "projects", "id")],
         not_null={"project_id", "title", "status"},
     )
-    db["task_dependencies"].create(
+    db.table("task_dependencies").create(
         {"task_id": str, "depends_on": str},
         pk=("task_id", "depends_on"),
         foreign_keys=[("task_id", "tasks", "id"), ("depends_on", "tasks", "id")],
     )
-    db["events"].create(
+    db.table("events").create(
         {
             "id": int, "event_type": str, "project_id": str, "task_id": str, "agent_id": str,
             "payload": str, "timestamp": str,
         },
         pk="id",
     )
-    db["token_ledger"].create(
+    db.table("token_ledger").create(
         {
             "id": int, "project_id": str, "task_id": str, "agent_id": str, "hook_id": str,
             "input": int, "output": int, "cache_read": int, "cache_write": int, "total": int,
@@ -86,7 +86,7 @@ def _m1_core(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["task_results"].create(
+    db.table("task_results").create(
         {
             "id": int, "task_id": str, "attempt": int, "agent_id": str, "status": str,
             "summary": str, "files_changed": str, "error_type": str, "error_message": str,
@@ -95,7 +95,7 @@ def _m1_core(db: sqlite_utils.Database) -> None:
         },
         pk="id", foreign_keys=[("task_id", "tasks", "id")],
     )
-    db["hooks"].create(
+    db.table("hooks").create(
         {
             "id": str, "project_id": str, "name": str, "enabled": int, "trigger": str,
             "action": str, "prompt_template": str, "task_template": str, "context_steps": str,
@@ -104,7 +104,7 @@ def _m1_core(db: sqlite_utils.Database) -> None:
         },
         pk="id", foreign_keys=[("project_id", "projects", "id")],
     )
-    db["hook_runs"].create(
+    db.table("hook_runs").create(
         {
             "id": str, "hook_id": str, "project_id": str, "trigger_reason": str, "status": str,
             "skipped_reason": str, "event_data": str, "context_results": str, "prompt_sent": str,
@@ -112,40 +112,40 @@ def _m1_core(db: sqlite_utils.Database) -> None:
         },
         pk="id", foreign_keys=[("hook_id", "hooks", "id")],
     )
-    db["settings"].create({"key": str, "value": str}, pk="key")
+    db.table("settings").create({"key": str, "value": str}, pk="key")
 
 
 def _m2_lease_and_indexes(db: sqlite_utils.Database) -> None:
     """Version 2: the daemon lease row and the indexes the hot queries use."""
-    db["daemon_lease"].create(
+    db.table("daemon_lease").create(
         {"id": int, "pid": int, "hostname": str, "started_at": str, "heartbeat_at": str}, pk="id"
     )
-    db["tasks"].create_index(["project_id", "status"], if_not_exists=True)
-    db["tasks"].create_index(["status", "priority", "created_at"], if_not_exists=True)
-    db["task_dependencies"].create_index(["depends_on"], if_not_exists=True)
-    db["events"].create_index(["project_id", "id"], if_not_exists=True)
-    db["events"].create_index(["task_id", "id"], if_not_exists=True)
-    db["token_ledger"].create_index(["project_id", "timestamp"], if_not_exists=True)
-    db["task_results"].create_index(["task_id", "attempt"], if_not_exists=True)
+    db.table("tasks").create_index(["project_id", "status"], if_not_exists=True)
+    db.table("tasks").create_index(["status", "priority", "created_at"], if_not_exists=True)
+    db.table("task_dependencies").create_index(["depends_on"], if_not_exists=True)
+    db.table("events").create_index(["project_id", "id"], if_not_exists=True)
+    db.table("events").create_index(["task_id", "id"], if_not_exists=True)
+    db.table("token_ledger").create_index(["project_id", "timestamp"], if_not_exists=True)
+    db.table("task_results").create_index(["task_id", "attempt"], if_not_exists=True)
 
 
 def _m3_landing_shas(db: sqlite_utils.Database) -> None:
     """Version 3: where a task's work landed, so its diff outlives its branch."""
-    db["tasks"].add_column("base_sha", str)
-    db["tasks"].add_column("landed_sha", str)
+    db.table("tasks").add_column("base_sha", str)
+    db.table("tasks").add_column("landed_sha", str)
 
 
 def _m4_verify_command(db: sqlite_utils.Database) -> None:
     """Version 4: a project's verify command, run on an agent's work before it lands."""
-    db["projects"].add_column("verify_command", str)
+    db.table("projects").add_column("verify_command", str)
 
 
 def _m5_repo_defaults_and_reasons(db: sqlite_utils.Database) -> None:
     """Version 5: a project's default repo, why a task is held (reason, next step), a result's warning."""
-    db["projects"].add_column("default_repo_id", str)
-    db["tasks"].add_column("reason", str)
-    db["tasks"].add_column("next_step", str)
-    db["task_results"].add_column("warning", str)
+    db.table("projects").add_column("default_repo_id", str)
+    db.table("tasks").add_column("reason", str)
+    db.table("tasks").add_column("next_step", str)
+    db.table("task_results").add_column("warning", str)
     # Wherever a repo's record goes, no project keeps pointing at it as its default.
     db.execute("CREATE TRIGGER IF NOT EXISTS repos_clear_default AFTER DELETE ON repos BEGIN "
                "UPDATE projects SET default_repo_id = NULL WHERE default_repo_id = OLD.id; END")
@@ -153,7 +153,7 @@ def _m5_repo_defaults_and_reasons(db: sqlite_utils.Database) -> None:
 
 def _m6_permission_requests(db: sqlite_utils.Database) -> None:
     """Agents' questions to a person (permission requests), and which task queued a task."""
-    db["permission_requests"].create(
+    db.table("permission_requests").create(
         {
             "id": str, "task_id": str, "project_id": str, "agent_id": str, "tool": str, "input": str,
             "action": str, "description": str, "suggested_rule": str, "status": str, "decided_by": str,
@@ -161,15 +161,15 @@ def _m6_permission_requests(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["permission_requests"].create_index(["status", "created_at"])
-    db["permission_requests"].create_index(["task_id", "created_at"])
-    db["tasks"].add_column("parent_task_id", str)
-    db["tasks"].add_column("depth", int)
+    db.table("permission_requests").create_index(["status", "created_at"])
+    db.table("permission_requests").create_index(["task_id", "created_at"])
+    db.table("tasks").add_column("parent_task_id", str)
+    db.table("tasks").add_column("depth", int)
 
 
 def _m7_audit_log(db: sqlite_utils.Database) -> None:
     """Version 7: the audit log of tool calls and agent permission decisions (append-only; pruned by age)."""
-    db["audit_log"].create(
+    db.table("audit_log").create(
         {
             "id": int, "time": str, "actor": str, "project_id": str, "task_id": str, "action": str,
             "arguments": str, "decision": str, "decided_by": str, "outcome": str, "message": str,
@@ -177,9 +177,9 @@ def _m7_audit_log(db: sqlite_utils.Database) -> None:
         },
         pk="id", not_null={"time", "actor", "action", "decision", "outcome"},
     )
-    db["audit_log"].create_index(["time"], if_not_exists=True)
-    db["audit_log"].create_index(["project_id", "time"], if_not_exists=True)
-    db["audit_log"].create_index(["task_id", "time"], if_not_exists=True)
+    db.table("audit_log").create_index(["time"], if_not_exists=True)
+    db.table("audit_log").create_index(["project_id", "time"], if_not_exists=True)
+    db.table("audit_log").create_index(["task_id", "time"], if_not_exists=True)
     # A row once written is never rewritten (pruning by age deletes whole rows).
     db.execute("CREATE TRIGGER IF NOT EXISTS audit_log_append_only BEFORE UPDATE ON audit_log BEGIN "
                "SELECT RAISE(ABORT, 'audit_log is append-only'); END")
@@ -187,17 +187,17 @@ def _m7_audit_log(db: sqlite_utils.Database) -> None:
 
 def _m8_agent_paused(db: sqlite_utils.Database) -> None:
     """Version 8: an agent can be paused (it takes no new task; a run it has finishes)."""
-    db["agents"].add_column("paused", int, not_null_default=0)
+    db.table("agents").add_column("paused", int, not_null_default=0)
 
 
 def _m9_task_feedback(db: sqlite_utils.Database) -> None:
     """Version 9: reviewers' requested changes on a task (request_changes), fed to its next runs' prompts."""
-    db["task_feedback"].create(
+    db.table("task_feedback").create(
         {"id": int, "task_id": str, "project_id": str, "comment": str, "file": str, "line": int, "author": str,
          "from_status": str, "created_at": str},
         pk="id", not_null={"task_id", "comment", "author", "created_at"},
     )
-    db["task_feedback"].create_index(["task_id", "id"], if_not_exists=True)
+    db.table("task_feedback").create_index(["task_id", "id"], if_not_exists=True)
     # Comments belong to their task: deleting it (or its project) deletes them, whichever path deletes it.
     db.execute("CREATE TRIGGER IF NOT EXISTS task_feedback_cleanup AFTER DELETE ON tasks BEGIN "
                "DELETE FROM task_feedback WHERE task_id = OLD.id; END")
@@ -238,13 +238,13 @@ def _m10_flat_costs(db: sqlite_utils.Database) -> None:
 def _m11_team(db: sqlite_utils.Database) -> None:
     """Version 11: team mode (issue 13). The daemons sharing the queue with their leases, the daemon that owns
     each run, and an agent's label (it runs only on a daemon that has the label)."""
-    db["daemons"].create(
+    db.table("daemons").create(
         {"id": str, "hostname": str, "pid": int, "home": str, "labels": str, "started_at": str,
          "heartbeat_at": str, "lease_until": str},
         pk="id", not_null={"hostname", "pid", "home", "started_at", "heartbeat_at", "lease_until"},
     )
-    db["tasks"].add_column("owner", str)
-    db["agents"].add_column("label", str)
+    db.table("tasks").add_column("owner", str)
+    db.table("agents").add_column("label", str)
     db.execute("CREATE INDEX IF NOT EXISTS tasks_owned ON tasks (owner) WHERE owner IS NOT NULL")
 
 

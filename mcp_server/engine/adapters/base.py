@@ -62,7 +62,7 @@ class AgentConfig:
     project_settings: bool = True
 
 
-def tokens(input_: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0,
+def tokens(input_: int | None = 0, output: int | None = 0, cache_read: int | None = 0, cache_write: int | None = 0,
            total: int | None = None) -> dict[str, int]:
     values = {"input": max(int(input_ or 0), 0), "output": max(int(output or 0), 0),
               "cache_read": max(int(cache_read or 0), 0), "cache_write": max(int(cache_write or 0), 0)}

@@ -124,7 +124,8 @@ class ClaudeCodeParser:
                              error_message=f"claude exited ({exit_code}) without a result event.")
         res = self.result
         summary = res.get("result") or "\n".join(self.texts)[-2000:]
-        common = {"summary": summary or "", "tokens": self._tokens(), "cost_usd": float(res.get("total_cost_usd") or 0)}
+        common: dict[str, Any] = {"summary": summary or "", "tokens": self._tokens(),
+                                  "cost_usd": float(res.get("total_cost_usd") or 0)}
         if not res.get("is_error"):
             return RunResult("completed", **common)
         message = res.get("result") or "; ".join(res.get("errors") or []) or str(res.get("subtype"))

@@ -39,7 +39,8 @@ class CodexParser:
         if kind == "item.started" and item.get("type") == "command_execution":
             return [AgentEvent("tool_call", tool="shell", args={"command": item.get("command")})]
         if kind == "item.started" and item.get("type") == "mcp_tool_call":
-            return [AgentEvent("tool_call", tool=f"{item.get('server')}.{item.get('tool')}", args=item.get("arguments"))]
+            tool = f"{item.get('server')}.{item.get('tool')}"
+            return [AgentEvent("tool_call", tool=tool, args=item.get("arguments"))]
         if kind == "item.completed":
             if item.get("type") == "agent_message":
                 self.messages.append(item.get("text") or "")
