@@ -108,7 +108,8 @@ def _get(sock: socket.socket, request: bytes) -> tuple[float, float, bytes]:
     while b"\r\n\r\n" not in data:
         data += sock.recv(65536)
     head, body = data.split(b"\r\n\r\n", 1)
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
     while len(body) < length:
         body += sock.recv(65536)
     return (first - started) * 1000, (time.perf_counter() - started) * 1000, head.split(b"\r\n")[0]
@@ -231,7 +232,8 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     out = [row(f"board: kanban of {tasks:,} tasks, server time", result["server_ms_big"], "the 10-task page",
                result["server_ms_small"], "<= 30 ms", result["server_ms_big"] <= 30),
            row("board: small response on a kept-alive connection", result["kept_alive_ms"], "a fresh connection",
-               result["fresh_ms"], "no added delay (<= fresh + 5 ms)", result["kept_alive_ms"] <= result["fresh_ms"] + 5)]
+               result["fresh_ms"], "no added delay (<= fresh + 5 ms)",
+               result["kept_alive_ms"] <= result["fresh_ms"] + 5)]
     if "fcp_ms_big" in result:
         out += [row(f"board: first paint of the kanban of {tasks:,} tasks", result["fcp_ms_big"], "the 10-task page",
                     result["fcp_ms_small"], "<= 300 ms", result["fcp_ms_big"] <= 300),

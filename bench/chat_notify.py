@@ -47,11 +47,14 @@ def measure(tmp: Path, tasks: int, *serve_args: str) -> list[float]:
             time.sleep(1.0)  # the watcher connects
             for n in range(tasks):
                 go = live.home / f"go-{n}"
-                task = live.call("create_task", project_id="demo", title=f"t{n}", agent_type="command", description=f"WAITFOR {go}\nSAY done")
+                task = live.call("create_task", project_id="demo", title=f"t{n}", agent_type="command",
+                                 description=f"WAITFOR {go}\nSAY done")
                 live.wait_status(task["id"], "IN_PROGRESS")
                 go.write_text("")
                 assert chat.read_until(f"{task['id']}".encode() + b"\x1b[0m completed", 30) or \
-                    chat.read_until(f"{task['id']} completed".encode(), 1), (live.task_status(task["id"]), (live.home / "logs" / "tasks" / f"{task['id']}.log").read_text()[-1500:])
+                    chat.read_until(f"{task['id']} completed".encode(), 1), \
+                    (live.task_status(task["id"]),
+                     (live.home / "logs" / "tasks" / f"{task['id']}.log").read_text()[-1500:])
                 shown = time.time()
                 event = live.call("get_recent_events", task_id=task["id"], event_type="task.completed")["events"][0]
                 committed = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()

@@ -37,6 +37,22 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
+def _arguments(kind: str, index: int, n: int, last_task: str | None) -> dict[str, Any] | None:
+    """Client `index`'s n-th call of tool `kind`; None for a get_task before the client created one."""
+    args: dict[str, Any] = {"project_id": "load"}
+    if kind == "create_task":
+        args |= {"title": f"c{index} #{n}", "description": "load test task"}
+    elif kind == "append_note":
+        args |= {"title": "Log", "content": f"line c{index}-{n}"}
+    elif kind == "get_task":
+        if last_task is None:
+            return None
+        args = {"task_id": last_task}
+    elif kind == "read_note":
+        args |= {"title": "Log"}
+    return args
+
+
 async def run(clients: int = 8, seconds: float = 60.0, home: Path | None = None) -> dict[str, Any]:
     """Drive the load; returns the figures and what went wrong (errors, lost writes)."""
     own = tempfile.TemporaryDirectory(prefix="agentqueue-load-") if home is None else None
@@ -69,17 +85,9 @@ async def run(clients: int = 8, seconds: float = 60.0, home: Path | None = None)
                 while time.monotonic() < stop_at:
                     n += 1
                     kind = (*WRITES, *READS)[n % 6]
-                    args: dict[str, Any] = {"project_id": "load"}
-                    if kind == "create_task":
-                        args |= {"title": f"c{index} #{n}", "description": "load test task"}
-                    elif kind == "append_note":
-                        args |= {"title": "Log", "content": f"line c{index}-{n}"}
-                    elif kind == "get_task":
-                        if last_task is None:
-                            continue
-                        args = {"task_id": last_task}
-                    elif kind == "read_note":
-                        args |= {"title": "Log"}
+                    args = _arguments(kind, index, n, last_task)
+                    if args is None:
+                        continue
                     started = time.perf_counter()
                     result = await client.call_tool(kind, args)
                     latencies[kind].append((time.perf_counter() - started) * 1000)

@@ -104,7 +104,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StoreCollector(store))
         self.tool_calls = Histogram("agentqueue_tool_call_duration_seconds",
-                                    "MCP tool calls by tool and outcome (ok, error, refused), since the daemon started.",
+                                    "MCP tool calls by tool and outcome (ok, error, refused), "
+                                    "since the daemon started.",
                                     ["tool", "outcome"], buckets=TOOL_BUCKETS, registry=self.registry)
 
     def observe_tool_call(self, name: str, outcome: str, seconds: float) -> None:

@@ -40,6 +40,56 @@ HOOK_TASK = {"title": "Made by the hook", "description": "Created through AgentQ
 FOLLOWUP = {"title": "Follow-up from the agent", "description": "SCENARIO:followup Queued by a running agent."}
 
 
+def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) -> list[tuple[str, Any]]:
+    """What the model answers in a scenario: text, or a tool call (once, or until the tool has answered)."""
+    blocks: list[tuple[str, Any]]
+    if scenario == "loop":
+        blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo same", "description": "again"}})]
+    elif scenario == "hook_create_task" and not answered_tool:
+        blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": HOOK_TASK})]
+    elif scenario == "run_cmd":
+        command = re.search(r"CMD\[(.*?)\]", text)
+        times = re.search(r"TIMES\[(\d+)\]", text)
+        results = _tool_results(messages)
+        if len(results) < (int(times[1]) if times else 1):
+            blocks = [("tool_use", {"name": "Bash", "input": {
+                "command": json.loads(f'"{command[1]}"') if command else "true", "description": "run it"}})]
+        else:
+            blocks = [("text", f"Tool said: {results[-1] if results else '(nothing)'}")]
+    elif scenario == "run_cmds":  # CMDS[<a JSON list of commands>]: one Bash call each, then what they printed
+        listed = re.search(r"CMDS(\[.*?\])END", text)
+        commands = json.loads(json.loads('"' + listed[1] + '"')) if listed else []
+        results = _tool_results(messages)
+        if len(results) < len(commands):
+            blocks = [("tool_use", {"name": "Bash", "input": {"command": commands[len(results)],
+                                                              "description": "step"}})]
+        else:
+            blocks = [("text", "Results: " + " | ".join(results))]
+    elif scenario == "write_tool" and not answered_tool:
+        blocks = [("tool_use", {"name": "Write", "input": {"file_path": "written.txt", "content": "written\n"}})]
+    elif scenario == "ping_pong":
+        word = "ping" if len(_tool_results(messages)) % 2 == 0 else "pong"
+        blocks = [("tool_use", {"name": "Bash", "input": {"command": f"echo {word}", "description": word}})]
+    elif scenario == "chat_create" and not answered_tool:
+        titles = re.findall(r"TITLE\[(.*?)\]", text)
+        blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": {
+            "project_id": "demo", "title": titles[-1] if titles else "Untitled",
+            "description": "Queued from agentqueue chat."}})]
+    elif scenario == "chat_create":
+        blocks = [("text", f"Created: {_tool_results(messages)[-1]}")]
+    elif scenario == "followup" and not answered_tool:
+        blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
+    elif scenario == "followup":
+        blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
+    elif scenario in ("write_file", "slow_write") and not answered_tool:
+        blocks = [("tool_use", {"name": "Bash", "input": {
+            "command": "echo hello from claude > claude_hello.txt", "description": "write the file"}})]
+    else:
+        blocks = [("text", "Done: the task is finished.")]
+    return blocks
+
+
+
 def _tool_results(messages: list[dict[str, Any]]) -> list[str]:
     """The text of every tool result the conversation holds, oldest first."""
     out = []
@@ -137,7 +187,8 @@ class MockAnthropic:
             isinstance(block, dict) and block.get("type") == "tool_result" for block in last)
         if scenario == "rate_limit":
             return self._json(handler, 429, {"type": "error", "error": {
-                "type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}},
+                "type": "rate_limit_error",
+                "message": "Number of request tokens has exceeded your per-minute rate limit"}},
                 {"retry-after": "0"})
         if scenario == "auth":
             return self._json(handler, 401, {"type": "error", "error": {
@@ -150,50 +201,7 @@ class MockAnthropic:
             return None
         if scenario == "slow_write" and not answered_tool:
             self.stopping.wait(SLOW_SECONDS)
-        blocks: list[tuple[str, Any]]
-        if scenario == "loop":
-            blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo same", "description": "again"}})]
-        elif scenario == "hook_create_task" and not answered_tool:
-            blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": HOOK_TASK})]
-        elif scenario == "run_cmd":
-            command = re.search(r"CMD\[(.*?)\]", text)
-            times = re.search(r"TIMES\[(\d+)\]", text)
-            results = _tool_results(messages)
-            if len(results) < (int(times[1]) if times else 1):
-                blocks = [("tool_use", {"name": "Bash", "input": {
-                    "command": json.loads(f'"{command[1]}"') if command else "true", "description": "run it"}})]
-            else:
-                blocks = [("text", f"Tool said: {results[-1] if results else '(nothing)'}")]
-        elif scenario == "run_cmds":  # CMDS[<a JSON list of commands>]: one Bash call each, then what they printed
-            listed = re.search(r"CMDS(\[.*?\])END", text)
-            commands = json.loads(json.loads('"' + listed[1] + '"')) if listed else []
-            results = _tool_results(messages)
-            if len(results) < len(commands):
-                blocks = [("tool_use", {"name": "Bash", "input": {"command": commands[len(results)],
-                                                                  "description": "step"}})]
-            else:
-                blocks = [("text", "Results: " + " | ".join(results))]
-        elif scenario == "write_tool" and not answered_tool:
-            blocks = [("tool_use", {"name": "Write", "input": {"file_path": "written.txt", "content": "written\n"}})]
-        elif scenario == "ping_pong":
-            word = "ping" if len(_tool_results(messages)) % 2 == 0 else "pong"
-            blocks = [("tool_use", {"name": "Bash", "input": {"command": f"echo {word}", "description": word}})]
-        elif scenario == "chat_create" and not answered_tool:
-            titles = re.findall(r"TITLE\[(.*?)\]", text)
-            blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": {
-                "project_id": "demo", "title": titles[-1] if titles else "Untitled",
-                "description": "Queued from agentqueue chat."}})]
-        elif scenario == "chat_create":
-            blocks = [("text", f"Created: {_tool_results(messages)[-1]}")]
-        elif scenario == "followup" and not answered_tool:
-            blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
-        elif scenario == "followup":
-            blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
-        elif scenario in ("write_file", "slow_write") and not answered_tool:
-            blocks = [("tool_use", {"name": "Bash", "input": {
-                "command": "echo hello from claude > claude_hello.txt", "description": "write the file"}})]
-        else:
-            blocks = [("text", "Done: the task is finished.")]
+        blocks = _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
 
@@ -222,12 +230,14 @@ class MockAnthropic:
                 out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
                                                         "delta": {"type": "text_delta", "text": value}}))
             else:
-                out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
-                    "type": "tool_use", "id": f"toolu_{next(self.ids)}", "name": value["name"], "input": {}}}))
+                block = {"type": "tool_use", "id": f"toolu_{next(self.ids)}", "name": value["name"], "input": {}}
+                out.append(_sse("content_block_start",
+                                {"type": "content_block_start", "index": index, "content_block": block}))
                 out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
                     "type": "input_json_delta", "partial_json": json.dumps(value["input"])}}))
             out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
-        out.append(_sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+        out.append(_sse("message_delta", {"type": "message_delta",
+                                          "delta": {"stop_reason": stop, "stop_sequence": None},
                                           "usage": {"output_tokens": USAGE["output_tokens"]}}))
         out.append(_sse("message_stop", {"type": "message_stop"}))
         handler.wfile.write(b"".join(out))

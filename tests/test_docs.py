@@ -16,7 +16,8 @@ CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 
 def test_the_reference_is_generated_from_the_live_server() -> None:
     current = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
-    assert current == render(), "docs/reference.md is stale: run `python -m agentqueue.server.reference` from the repo root"
+    assert current == render(), \
+        "docs/reference.md is stale: run `python -m agentqueue.server.reference` from the repo root"
 
 
 def test_the_reference_lists_every_resource_including_logs_and_notes() -> None:

@@ -110,7 +110,8 @@ def refuse_oversized_ids(kwargs: dict[str, Any]) -> None:
         for text in strings_in(value):
             if len(text) > MAX_NAME:
                 what = "task" if name == "depends_on" else name.removesuffix("_id").replace("_", " ")
-                raise ToolError(f"{name} is {len(text):,} characters long, and AgentQueue's ids are at most {MAX_NAME}: "
+                raise ToolError(f"{name} is {len(text):,} characters long, and AgentQueue's ids are at most "
+                                f"{MAX_NAME}: "
                                 f"it names no {what}. Nothing was changed; pass an id as the list tools show it.")
 
 

@@ -96,7 +96,8 @@ def delete_note(ctx: Context, title: Name, project_id: ProjectId = None) -> Note
 
 
 @tool(read_only=True)
-def compare_specs_notes(ctx: Context, project_id: ProjectId = None, specs_path: PathText | None = None) -> SpecsAndNotes:
+def compare_specs_notes(ctx: Context, project_id: ProjectId = None,
+                        specs_path: PathText | None = None) -> SpecsAndNotes:
     """Spec files (specs_path, or specs/) beside the notes, to compare."""
     svc = services(ctx)
     project = project_for(ctx, project_id)

@@ -19,7 +19,8 @@ from ..server.toolsets import DISCOVERY_GROUP, TOOLSETS
 from .gate import ApprovalParam, refuse_oversized_ids, refuse_surrogates, settle, strings_in
 from .state import ClientState, client_state, project_filter, project_for, services, state_for
 
-__all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Noted", "Offset", "PathText", "Priority", "ProjectId",
+__all__ = ["Agents", "ClientState", "Command", "Hours", "Limit", "Name", "Noted", "Offset", "PathText", "Priority",
+           "ProjectId",
            "Retries", "SPECS", "Seconds", "TOOLS", "TaskId", "Tokens", "ToolSpec", "Weight", "client_state",
            "project_filter", "project_for", "services", "state_for", "tool"]
 

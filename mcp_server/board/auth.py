@@ -73,7 +73,8 @@ class BoardAuth:
 
     def csrf_ok(self, cookie: str, supplied: str | None) -> bool:
         # Bytes: compare_digest refuses a non-ASCII str with a TypeError (a 500), and a form can send one.
-        return bool(supplied) and hmac.compare_digest(self.csrf_token(cookie).encode(), (supplied or "").encode("utf-8", "surrogatepass"))
+        given = (supplied or "").encode("utf-8", "surrogatepass")
+        return bool(supplied) and hmac.compare_digest(self.csrf_token(cookie).encode(), given)
 
     # -- where the request comes from ---------------------------------------------------------
     def host_ok(self, host_header: str | None) -> bool:

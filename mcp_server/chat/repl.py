@@ -200,4 +200,5 @@ def _only_request(watcher: Any) -> str:
         return pending[0]
     if not pending:
         raise LookupError("No permission request is waiting.")
-    raise LookupError(f"{len(pending)} requests are waiting ({', '.join(pending)}): name one, e.g. /allow {pending[0]}.")
+    raise LookupError(f"{len(pending)} requests are waiting ({', '.join(pending)}): "
+                      f"name one, e.g. /allow {pending[0]}.")

@@ -192,7 +192,8 @@ class Conversation:
                           "missing. `agentqueue doctor` says why.")
         elif subtype == "api_retry":
             view.note(f"The model API answered {event.get('error_status')} ({event.get('error')}); retry "
-                      f"{event.get('attempt')}/{event.get('max_retries')} in {int(event.get('retry_delay_ms') or 0) / 1000:.1f} s…")
+                      f"{event.get('attempt')}/{event.get('max_retries')} in "
+                      f"{int(event.get('retry_delay_ms') or 0) / 1000:.1f} s…")
 
     def _control(self, event: dict[str, Any], view: View) -> None:
         request_id = str(event.get("request_id"))
@@ -200,7 +201,8 @@ class Conversation:
         subtype = request.get("subtype")
         if subtype == "can_use_tool":
             arguments = request.get("input") or {}
-            choice = view.ask_permission(str(request.get("tool_name")), arguments, str(request.get("description") or ""))
+            description = str(request.get("description") or "")
+            choice = view.ask_permission(str(request.get("tool_name")), arguments, description)
             if choice == "deny":
                 self.process.answer(request_id, {"behavior": "deny", "message": "The person at the chat said no."})
                 return

@@ -398,8 +398,9 @@ class HookRunner:
                 hook_log.write(line + "\n")
         handle = self.llm_runs[hook.id] = RunHandle()  # run_of_pid: its MCP connection is the hook's own
         try:
-            sandboxed = self.services.sandbox.around(spec.argv, self.services.settings.agent_environment(), workspace,
-                                                     hook.project_id, preset=policy.preset.name, actor=f"hook:{hook.id}",
+            environment = self.services.settings.agent_environment()
+            sandboxed = self.services.sandbox.around(spec.argv, environment, workspace, hook.project_id,
+                                                     preset=policy.preset.name, actor=f"hook:{hook.id}",
                                                      agent_type=agent_type, agent_socket=True, log_line=log_line)
             with sandboxed as (argv, env):
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,

@@ -294,8 +294,8 @@ def _blobs(root: Path, shas: list[str]) -> dict[str, bytes]:
     """The content of blobs, read in one `git cat-file --batch`."""
     if not shas:
         return {}
-    done = subprocess.run(["git", *SAFE_GIT, "cat-file", "--batch"], cwd=root, input="".join(f"{s}\n" for s in shas).encode(),
-                          capture_output=True)
+    done = subprocess.run(["git", *SAFE_GIT, "cat-file", "--batch"], cwd=root,
+                          input="".join(f"{s}\n" for s in shas).encode(), capture_output=True)
     if done.returncode != 0:
         raise ServiceError(f"git cat-file failed in {root}: {done.stderr.decode('utf-8', 'replace').strip()}")
     out, blobs, at = done.stdout, {}, 0

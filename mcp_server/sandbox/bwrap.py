@@ -20,8 +20,8 @@ from pathlib import Path
 from .rules import SandboxRules
 
 INNER = Path(__file__).with_name("inner.py")
-PROXY_PORT = 3128
-PRIVATE = (Path("/tmp"), Path("/var/tmp"), Path("/run"))  # empty inside: what a run needs there is bound back  # inside the sandbox's own network namespace: nothing else can be listening there
+PROXY_PORT = 3128  # inside the sandbox's own network namespace: nothing else can be listening there
+PRIVATE = (Path("/tmp"), Path("/var/tmp"), Path("/run"))  # empty inside: what a run needs there is bound back
 MASKS_DIR = "masks"
 
 
@@ -34,8 +34,8 @@ def find_bwrap() -> str | None:
     chosen = os.environ.get("AGENTQUEUE_BWRAP", "").strip()
     if chosen:
         return chosen if os.access(chosen, os.X_OK) else None
-    return shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)),
-                                         None)
+    return shutil.which("bwrap") or next(
+        (p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)), None)
 
 
 def _base(bwrap: str, network: str) -> list[str]:
@@ -120,7 +120,8 @@ def probe() -> str | None:
     bwrap = find_bwrap()
     if bwrap is None:
         return no_bwrap_message()
-    argv = _base(bwrap, "allowlist") + ["--", "/bin/sh", "-c", "touch /etc/.agentqueue-probe 2>/dev/null && exit 3; exit 0"]
+    probe = "touch /etc/.agentqueue-probe 2>/dev/null && exit 3; exit 0"
+    argv = _base(bwrap, "allowlist") + ["--", "/bin/sh", "-c", probe]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as error:

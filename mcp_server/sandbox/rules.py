@@ -22,7 +22,8 @@ from urllib.parse import urlparse
 
 NETWORK_MODES = ("allowlist", "open", "off")
 KEYS = {"required", "network", "hosts", "writable"}
-_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::\d{1,5})?\Z|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?\Z")
+_HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::\d{1,5})?\Z"
+                   r"|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?\Z")
 
 # Secrets no run may read, relative to the home folder (the sandbox puts an empty folder or file there).
 SECRETS = (".ssh", ".aws", ".gnupg", ".config/gh", ".netrc", ".git-credentials", ".docker", ".kube",
@@ -166,7 +167,9 @@ class SandboxRules:
         return tuple(sorted({e.port for e in self.endpoints if e.loopback and e.port}))
 
     def allows(self, host: str, port: int) -> bool:
-        return self.network == "open" or self.network == "allowlist" and any(e.allows(host, port) for e in self.endpoints)
+        if self.network == "open":
+            return True
+        return self.network == "allowlist" and any(e.allows(host, port) for e in self.endpoints)
 
     def describe(self) -> str:
         """One line for the task log: under which rules this run ran."""

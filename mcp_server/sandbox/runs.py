@@ -72,7 +72,8 @@ class Sandbox:
                 log_line(f"[sandbox] refused a connection to {host}:{port}: {why}")
             if self.audit is not None:
                 try:
-                    self.audit(actor=actor, action="sandbox:deny", decision="deny", decided_by="sandbox network allowlist",
+                    self.audit(actor=actor, action="sandbox:deny", decision="deny",
+                               decided_by="sandbox network allowlist",
                                outcome="refused", message=f"connection to {host}:{port} refused: {why}",
                                project_id=project_id, task_id=task_id, arguments={"host": host, "port": port})
                 except Exception:  # the audit must never break a run
@@ -108,7 +109,8 @@ class Sandbox:
             hosts += REGISTRIES
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
-                            hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0)), network=chosen.network or "allowlist",
+                            hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0)),
+                            network=chosen.network or "allowlist",
                             endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}))
 
     @staticmethod
@@ -116,7 +118,8 @@ class Sandbox:
         found = []
         for home_dir in homes:
             for path in state_paths(home_dir, agent_type, env):
-                if not os.path.lexists(path) and path.suffix != ".json" and path.name in (".claude", ".codex", ".gemini"):
+                is_folder = path.suffix != ".json" and path.name in (".claude", ".codex", ".gemini")
+                if is_folder and not os.path.lexists(path):
                     with contextlib.suppress(OSError):
                         path.mkdir(parents=True, exist_ok=True)  # the CLI's own folder: it may write there
                 found.append(path)

@@ -76,7 +76,9 @@ def resource_hidden(state: Any, uri: str) -> str | None:
                if (spec := SPECS.get(name)) is not None]
     if reasons and None in reasons:
         return None
-    return reasons[0] if reasons else "this connection is limited (--toolsets, --read-only) to the resources of its tools"
+    if reasons:
+        return reasons[0]
+    return "this connection is limited (--toolsets, --read-only) to the resources of its tools"
 
 
 _LISTED = {"resources/list": ("resources", "uri"), "resources/templates/list": ("resourceTemplates", "uriTemplate")}

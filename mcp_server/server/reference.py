@@ -77,7 +77,8 @@ def render() -> str:
 
     lines = [HEADER, f"## Tools ({len(tools)})", "",
              f"The definitions a client sends its model (name, description, input schema): by default "
-             f"{len(default)} tools, {size(found['default']):,} characters (≈ {size(found['default']) // 4:,} tokens at 4 "
+             f"{len(default)} tools, {size(found['default']):,} characters "
+             f"(≈ {size(found['default']) // 4:,} tokens at 4 "
              f"characters a token); all {len(tools)}, {size(tools):,} characters (≈ {size(tools) // 4:,}). `*` marks a "
              "required parameter; *default* a tool a client lists without `--toolsets`.", ""]
     for tool in tools:
@@ -94,7 +95,8 @@ def render() -> str:
         if output:
             lines.append(f"- returns: {', '.join(f'`{key}`' for key in output)}")
         lines.append("")
-    lines += ["## Resources", "", "Each is kept current with `notifications/resources/updated` in both protocol eras.", ""]
+    lines += ["## Resources", "",
+              "Each is kept current with `notifications/resources/updated` in both protocol eras.", ""]
     for resource in sorted(found["resources"], key=lambda r: str(r.uri)):
         lines.append(f"- `{resource.uri}` ({resource.mime_type}) — {resource.description}")
     for template in sorted(found["templates"], key=lambda t: t.uri_template):

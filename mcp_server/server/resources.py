@@ -191,13 +191,21 @@ def log_page(path: Path, task_id: str, offset: int | None) -> str:
 
 def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
     """The resources of CONTRACT §5 that exist so far, plus the legacy subscribe handlers."""
+    _project_resources(mcp, services)
+    _task_resources(mcp, services)
+    _feed_resources(mcp, services)
+    _subscribe_handlers(mcp, notifier)
 
-    def found(fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except NotFoundError as error:
-            raise ResourceNotFoundError(str(error)) from None
 
+def found(fn: Any, *args: Any) -> Any:
+    """fn(*args), with a missing id as the protocol's resource-not-found error."""
+    try:
+        return fn(*args)
+    except NotFoundError as error:
+        raise ResourceNotFoundError(str(error)) from None
+
+
+def _project_resources(mcp: MCPServer, services: Services) -> None:
     @mcp.resource(STATUS, mime_type="application/json", description="Queue status: tasks, agents, warnings")
     def status() -> str:
         return _json(services.system.status())
@@ -220,6 +228,8 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
         return _json({"project_id": project_id, "tasks": tasks, "total": total},
                      "list_tasks with offset pages them all.")
 
+
+def _task_resources(mcp: MCPServer, services: Services) -> None:
     @mcp.resource("agentqueue://tasks/{task_id}", mime_type="application/json", description="One task")
     def task(task_id: str) -> str:
         return _json(found(services.tasks.get, task_id))
@@ -246,6 +256,8 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
                     if elsewhere else "(no agent has run this task yet)")
         return log_page(path, task_id, offset)
 
+
+def _feed_resources(mcp: MCPServer, services: Services) -> None:
     @mcp.resource(EVENTS, mime_type="application/json", description="The 50 most recent events")
     def events() -> str:
         return _json(services.events.recent(50))
@@ -263,6 +275,8 @@ def register(mcp: MCPServer, services: Services, notifier: Notifier) -> None:
     def audit() -> str:
         return _json({"entries": services.audit.query(limit=100)}, "get_audit_log filters and pages them.")
 
+
+def _subscribe_handlers(mcp: MCPServer, notifier: Notifier) -> None:
     # 2025-era clients subscribe per URI; MCPServer leaves these methods unserved (reference §2).
     lowlevel = mcp._lowlevel_server
 

@@ -161,7 +161,8 @@ class CallPolicy:
         elif name == "approve_task":
             extra += self._approval_merge(str(args.get("task_id") or ""))
         elif name == "restart_daemon":
-            own = Step(tool_action(name), "Restart the AgentQueue daemon (running agents stop, their tasks are requeued)")
+            own = Step(tool_action(name),
+                       "Restart the AgentQueue daemon (running agents stop, their tasks are requeued)")
         if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
                 and _text(args, "command"):
             # A program that cannot run is refused with the tool's own message, before anyone is asked.
@@ -187,13 +188,15 @@ class CallPolicy:
         request = self.svc.requests.get(str(args.get("request_id") or ""))
         decision = "allow" if args.get("decision") == "allow" else "deny"
         who = f"agent {request.agent_id}" if request.agent_id else "an agent"
-        what = f"{decision.capitalize()} {who}'s request {request.id} to {request.action[:300]} (task {request.task_id})"
+        what = (f"{decision.capitalize()} {who}'s request {request.id} to {request.action[:300]} "
+                f"(task {request.task_id})")
         if args.get("remember") is not True:
             return Step(tool_action("answer_request", f"{decision} {request.id}"), what), []
         rule = request.suggested_rule or request.action
         remember = f"add `{rule[:300]}` to the {decision} list of project {request.project_id}'s policy"
         return (Step(tool_action("answer_request", f"{decision} {request.id}"), f"{what}, and {remember}"),
-                [Step(tool_action("edit_policy"), f"{remember[0].upper()}{remember[1:]} (answer_request remember=true)")])
+                [Step(tool_action("edit_policy"),
+                      f"{remember[0].upper()}{remember[1:]} (answer_request remember=true)")])
 
     def _approval_merge(self, task_id: str) -> list[Step]:
         """approve_task lands the task's branch: into the repo's default branch, unless a pull request carries it."""

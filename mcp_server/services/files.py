@@ -251,7 +251,8 @@ class Files:
             code, out, err = self._run_contained(argv, working_dir, timeout, project_id, actor, task_id)
         return CommandResult(
             returncode=code, stdout=_shown(out, STDOUT_LIMIT, "stdout"),
-            stderr=_shown(err, STDERR_LIMIT, "stderr") + (f"\n[killed: timed out after {timeout} s]" if code is None else ""),
+            stderr=_shown(err, STDERR_LIMIT, "stderr")
+            + (f"\n[killed: timed out after {timeout} s]" if code is None else ""),
             timed_out=code is None,
         )
 

@@ -65,7 +65,8 @@ _C_LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
 
 def _fallback_env() -> dict[str, str]:
     name, email = FALLBACK_IDENTITY
-    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
 
 
 # Every git command AgentQueue runs: no hook and no fsmonitor command, whatever a repo, a worktree or an agent
@@ -204,7 +205,8 @@ class Checkout:
         if self.head_sha() is None:
             return []
         sep = "\x1f"
-        out = self.run("log", f"-n{int(count)}", f"--skip={int(skip)}", f"--format=%H{sep}%an{sep}%aI{sep}%s", "--end-of-options", ref)
+        out = self.run("log", f"-n{int(count)}", f"--skip={int(skip)}", f"--format=%H{sep}%an{sep}%aI{sep}%s",
+                       "--end-of-options", ref)
         commits = []
         for line in out.splitlines():
             sha, author, date, message = line.split(sep, 3)

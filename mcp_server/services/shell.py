@@ -100,7 +100,8 @@ class SimpleCommand:
     @property
     def text(self) -> str:
         """The command as one string: what allow rules match (and what `remember` suggests)."""
-        return " ".join(w if not lit or _plain(w) else shlex.quote(w) for w, lit in zip(self.words, self.literal, strict=True))
+        pairs = zip(self.words, self.literal, strict=True)
+        return " ".join(w if not lit or _plain(w) else shlex.quote(w) for w, lit in pairs)
 
     def spellings(self) -> list[str]:
         """Every way a deny or ask rule may name this command: as written, by its program's basename,
@@ -291,11 +292,7 @@ class _Walker:
         if kind == "heredoc_redirect":
             self.heredoc(node, level)
             return
-        if kind == "word" and re.search(r"(?<!\\)\n", _text(node).replace("\\\\", "")):
-            # tree-sitter-bash reads `ls\n\\touch x` as one command whose argument is "\n\\touch"; bash runs two
-            self.problem("a line the parser joined to the one before it")
-        if kind == "command_substitution" and _text(node).startswith("`") and "\\`" in _text(node):
-            self.problem("backticks inside backticks")  # tree-sitter reads the inner ones as text; bash runs them
+        self.misread(node, kind)
         if self.arithmetic(node, kind):
             self.problem("arithmetic on a variable (bash evaluates the variable's text there, `a[$(cmd)]` included)")
         if kind == "variable_assignment":
@@ -412,36 +409,29 @@ class _Walker:
             return  # only assignments (checked above) or redirections
         self.unwrap(words, literal, tuple(assignments), (), (), False, self.depth)
 
+    def misread(self, node: Any, kind: str) -> None:
+        """Where tree-sitter-bash reads the text otherwise than bash would run it: a problem, so a person decides."""
+        if kind == "word" and re.search(r"(?<!\\)\n", _text(node).replace("\\\\", "")):
+            # tree-sitter-bash reads `ls\n\\touch x` as one command whose argument is "\n\\touch"; bash runs two
+            self.problem("a line the parser joined to the one before it")
+        if kind == "command_substitution" and _text(node).startswith("`") and "\\`" in _text(node):
+            self.problem("backticks inside backticks")  # tree-sitter reads the inner ones as text; bash runs them
+
     def unwrap(self, words: list[str], literal: list[bool], assignments: tuple[str, ...], wrappers: tuple[str, ...],
                risks: tuple[str, ...], more_args: bool, depth: int) -> None:
         """Peel wrappers off until the command they run; emit it (and sudo itself, which is a decision)."""
         for _ in range(16):
             if not words:
                 return
-            if not literal[0]:
-                self.problem(f"an expansion in command position ({short(words[0], 60)})")
-                return
-            if re.search(r"[*?\[{]", words[0]) or "=" in words[0] and not words[0].startswith(("/", ".")):
-                self.problem(f"a command name bash would expand ({short(words[0], 60)})")
+            if unknowable := _unknowable_name(words[0], literal[0]):
+                self.problem(unknowable)
                 return
             name = posixpath.basename(words[0])
             if name in ("eval",) or name in SHELLS and _shell_string(words) is not None:
-                string = " ".join(words[1:]) if name == "eval" else _shell_string(words)
-                ok = all(literal[1:]) if name == "eval" else _shell_string_literal(words, literal)
-                if not ok or string is None:
-                    self.problem(f"`{name}` runs a string the parser cannot see before it runs")
-                    return
-                self.nested(string, depth, assignments, wrappers, risks)
+                self.string_command(name, words, literal, assignments, wrappers, risks, depth)
                 return
             if name in ("trap", "alias"):  # their strings run later, as commands: judged now
-                strings = [w.split("=", 1)[1] for w in words[1:] if "=" in w] if name == "alias" else words[1:2]
-                for string, ok in zip(strings, literal[1:], strict=False):  # alias: only the name=value words
-                    if string.startswith("-"):
-                        continue
-                    if not ok:
-                        self.problem(f"`{name}` with a command the parser cannot see")
-                    else:
-                        self.nested(string, depth, assignments, (*wrappers, name), risks)
+                self.later(name, words, literal, assignments, wrappers, risks, depth)
                 break
             if name == "find":
                 self.find(words, literal, assignments, wrappers, risks, depth)
@@ -450,36 +440,7 @@ class _Walker:
                 break
             if name == "command" and any(w in ("-v", "-V") for w in words[1:2]):
                 break  # `command -v x` only looks x up
-            takes = _WRAPPER_VALUE_OPTIONS[name]
-            index, found_risks, env_names = 1, [], []
-            split_string: str | None = None
-            while index < len(words):
-                word = words[index]
-                if word == "--":
-                    index += 1
-                    break
-                if name in ("env", "sudo") and re.fullmatch(r"[A-Za-z_]\w*=.*", word, re.S):
-                    env_names.append(word.split("=", 1)[0])
-                    index += 1
-                    continue
-                if not word.startswith("-") or word == "-":
-                    if name == "env" and word == "-":
-                        index += 1
-                        continue
-                    break
-                option = word.split("=", 1)[0]
-                short_with_value = len(word) > 2 and word[:2] in takes and not word.startswith("--")
-                if option in _WRAPPER_RISKS.get(name, set()) or word[:2] in _WRAPPER_RISKS.get(name, set()):
-                    found_risks.append(f"{name} {option}")
-                if option in ("-S", "--split-string") and name == "env":
-                    split_string = word.split("=", 1)[1] if "=" in word else (
-                        word[2:] if short_with_value else (words[index + 1] if index + 1 < len(words) else ""))
-                if option in takes and "=" not in word and not short_with_value:
-                    index += 2
-                else:
-                    index += 1
-            if name == "timeout" and index < len(words):
-                index += 1  # the duration
+            index, found_risks, env_names, split_string = _wrapper_options(name, words)
             if name == "xargs":
                 more_args = True
             wrapper = " ".join(words[:index])
@@ -492,19 +453,39 @@ class _Walker:
             words, literal = words[index:], literal[index:]
             assignments = (*assignments, *env_names)
             wrappers, risks = (*wrappers, wrapper), (*risks, *found_risks)
-            if not words and name == "xargs":
-                words, literal = ["echo"], [True]
-            if not words and name not in ("sudo", "doas"):
-                if name == "env":
-                    words, literal = ["env"], [True]
-                else:
+            if not words:  # a bare `xargs` runs echo, a bare `env` prints; anything else runs nothing more
+                stand_in = {"xargs": "echo", "env": "env"}.get(name)
+                if stand_in is None:
                     return
+                words, literal = [stand_in], [True]
         else:
             self.problem("wrappers nested too deep")
             return
         if name in ("cd", "pushd", "popd"):
             self.change_directory(words, literal)
         self.emit(words, literal, assignments, wrappers, risks, more_args)
+
+    def string_command(self, name: str, words: list[str], literal: list[bool], assignments: tuple[str, ...],
+                       wrappers: tuple[str, ...], risks: tuple[str, ...], depth: int) -> None:
+        """`eval STRING` and `sh -c STRING`: the string is judged as commands, when the parser can see it."""
+        string = " ".join(words[1:]) if name == "eval" else _shell_string(words)
+        ok = all(literal[1:]) if name == "eval" else _shell_string_literal(words, literal)
+        if not ok or string is None:
+            self.problem(f"`{name}` runs a string the parser cannot see before it runs")
+            return
+        self.nested(string, depth, assignments, wrappers, risks)
+
+    def later(self, name: str, words: list[str], literal: list[bool], assignments: tuple[str, ...],
+              wrappers: tuple[str, ...], risks: tuple[str, ...], depth: int) -> None:
+        """`trap` and `alias`: the command strings they keep to run later, judged as commands now."""
+        strings = [w.split("=", 1)[1] for w in words[1:] if "=" in w] if name == "alias" else words[1:2]
+        for string, ok in zip(strings, literal[1:], strict=False):  # alias: only the name=value words
+            if string.startswith("-"):
+                continue
+            if not ok:
+                self.problem(f"`{name}` with a command the parser cannot see")
+            else:
+                self.nested(string, depth, assignments, (*wrappers, name), risks)
 
     def find(self, words: list[str], literal: list[bool], assignments: tuple[str, ...], wrappers: tuple[str, ...],
              risks: tuple[str, ...], depth: int) -> None:
@@ -534,7 +515,8 @@ class _Walker:
                 (*risks, *command.risks), command.more_args, self.cwds if command.cwds == ("",) else
                 tuple(dict.fromkeys((*self.cwds, *command.cwds)))))
         for access in inner.accesses:
-            self.result.accesses.append(Access(access.kind, access.path, tuple(dict.fromkeys((*self.cwds, *access.cwds)))))
+            cwds = tuple(dict.fromkeys((*self.cwds, *access.cwds)))
+            self.result.accesses.append(Access(access.kind, access.path, cwds))
 
     def change_directory(self, words: list[str], literal: list[bool]) -> None:
         """Relative paths after a `cd` may resolve in either place (a subshell's cd does not last)."""
@@ -566,6 +548,51 @@ def _descendants(node: Any, limit: int = 10_000) -> list[Any]:
         out.append(child)
         stack.extend(child.named_children)
     return out
+
+
+def _unknowable_name(word: str, literal: bool) -> str | None:
+    """Why the command name `word` is not known before bash runs it, if it is not."""
+    if not literal:
+        return f"an expansion in command position ({short(word, 60)})"
+    if re.search(r"[*?\[{]", word) or "=" in word and not word.startswith(("/", ".")):
+        return f"a command name bash would expand ({short(word, 60)})"
+    return None
+
+
+def _wrapper_options(name: str, words: list[str]) -> tuple[int, list[str], list[str], str | None]:
+    """Wrapper `name`'s own options in `words`: where the wrapped command starts, the risky options seen,
+    the variables it sets (env, sudo) and an `env -S` string."""
+    takes = _WRAPPER_VALUE_OPTIONS[name]
+    index, found_risks, env_names = 1, [], []
+    split_string: str | None = None
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            index += 1
+            break
+        if name in ("env", "sudo") and re.fullmatch(r"[A-Za-z_]\w*=.*", word, re.S):
+            env_names.append(word.split("=", 1)[0])
+            index += 1
+            continue
+        if not word.startswith("-") or word == "-":
+            if name == "env" and word == "-":
+                index += 1
+                continue
+            break
+        option = word.split("=", 1)[0]
+        short_with_value = len(word) > 2 and word[:2] in takes and not word.startswith("--")
+        if option in _WRAPPER_RISKS.get(name, set()) or word[:2] in _WRAPPER_RISKS.get(name, set()):
+            found_risks.append(f"{name} {option}")
+        if option in ("-S", "--split-string") and name == "env":
+            split_string = word.split("=", 1)[1] if "=" in word else (
+                word[2:] if short_with_value else (words[index + 1] if index + 1 < len(words) else ""))
+        if option in takes and "=" not in word and not short_with_value:
+            index += 2
+        else:
+            index += 1
+    if name == "timeout" and index < len(words):
+        index += 1  # the duration
+    return index, found_risks, env_names, split_string
 
 
 def _shell_string(words: list[str]) -> str | None:

@@ -74,7 +74,8 @@ _OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "make": _spec("fCIE", ("--file", "--makefile", "--directory", "--include-dir", "--eval", "--what-if", "--new-file",
                            "--assume-new")),
     "mvn": _spec("", ("-f", "-s", "-gs", "-t", "--file", "--settings", "--global-settings", "--toolchains")),
-    "gradle": _spec("", ("-b", "-c", "-I", "-p", "-g", "--build-file", "--settings-file", "--init-script", "--project-dir", "--gradle-user-home",
+    "gradle": _spec("", ("-b", "-c", "-I", "-p", "-g", "--build-file", "--settings-file", "--init-script",
+                         "--project-dir", "--gradle-user-home",
                               "--project-cache-dir", "--include-build")),
     "dotnet": _spec("", ("-o", "-s", "-d", "--output", "--results-directory", "--settings", "--diag", "--project")),
 }
