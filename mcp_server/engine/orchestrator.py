@@ -29,6 +29,7 @@ from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
+from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
 from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
 from ..store.db import now_iso
@@ -281,9 +282,9 @@ class Engine:
         rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
         skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
         # Counted once the projects' rows are held: another daemon's claims in them have committed by now.
+        counted, params = in_clause(COUNTS_TOWARD_CONCURRENCY)
         running = {r["project_id"]: int(r["n"]) for r in store.all(  # trigger-kept counts: no pass over tasks
-            "SELECT project_id, sum(n) AS n FROM task_counts WHERE status IN "
-            "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
+            f"SELECT project_id, sum(n) AS n FROM task_counts WHERE {counted} GROUP BY project_id", params)}
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
                          for p in rows)

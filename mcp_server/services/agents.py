@@ -15,6 +15,7 @@ from ..store.models import Agent
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .ids import slugify
 from .limits import MAX_COMMAND, quoted
+from .task_states import CLAIMED, in_clause
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
 INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
@@ -147,9 +148,9 @@ class Agents:
         with self.store.transaction() as db:
             # Checked inside the transaction: a claim takes the same lock, so no run can start in between.
             row = self.store.one("SELECT state, current_task FROM agents WHERE id = ?", (agent_id,)) or {}
-            running = self.store.scalar(
-                "SELECT id FROM tasks WHERE assigned_agent = ? AND status IN "
-                "('ASSIGNED', 'IN_PROGRESS', 'WAITING_INPUT', 'VERIFYING') LIMIT 1", (agent_id,))
+            claimed, params = in_clause(CLAIMED)
+            running = self.store.scalar(f"SELECT id FROM tasks WHERE assigned_agent = ? AND {claimed} LIMIT 1",
+                                        (agent_id, *params))
             task = row.get("current_task") or running
             if task or row.get("state") != "IDLE":
                 raise ConflictError(f"Agent '{agent_id}' is running task {task or '(starting)'}. stop_task it first "

@@ -13,14 +13,12 @@ from typing import Any, Literal
 from ..store.db import Store, now_iso
 from .errors import ConflictError, InvalidInputError
 from .limits import MAX_COUNT, check_path, check_range
-from .projects import RUNNING_STATUSES
+from .task_states import CLAIMED, REVIEWABLE, ordered
 from .tasks import Tasks
 
 Author = Literal["board", "mcp"]
 MAX_COMMENT = 10_000  # characters: many comments still fit one prompt passed as one argument (128 KiB)
 PROMPT_COMMENTS = 20  # the newest comments a prompt carries; older ones are counted, not repeated
-# A task that ran and ended (or waits for review) can be sent back; queued and running ones cannot.
-REVIEWABLE = ("AWAITING_APPROVAL", "COMPLETED", "FAILED", "BLOCKED")
 
 
 @dataclass(frozen=True)
@@ -113,8 +111,8 @@ def _check(comment: str, file: str | None, line: int | None, author: str) -> str
 
 
 def _refusal(task_id: str, status: str) -> str:
-    allowed = ", ".join(REVIEWABLE)
-    if status in (*RUNNING_STATUSES, "VERIFYING"):
+    allowed = ", ".join(ordered(REVIEWABLE))
+    if status in CLAIMED:
         step = f"stop_task {task_id} first (its branch keeps the work), then request_changes."
     elif status in ("READY", "DEFINED"):
         step = f"it has not run since; edit_task {task_id} to change its description instead."

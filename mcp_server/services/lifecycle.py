@@ -13,6 +13,7 @@ from typing import Any
 
 from ..store.db import Store, iso_in, now_iso
 from .failures import NOT_RETRIED
+from .task_states import CLAIMED, STARTED, can_transition
 from .tasks import Tasks
 from .usage import Usage
 
@@ -95,7 +96,7 @@ class Lifecycle:
     def running(self, task_id: str) -> bool:
         """The task's run is going on, and it is this daemon's."""
         row = self.store.one("SELECT status, owner FROM tasks WHERE id = ?", (task_id,))
-        return self._mine(row) and row["status"] in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
+        return self._mine(row) and row["status"] in STARTED
 
     def verifying(self, task_id: str) -> None:
         with self.store.transaction():
@@ -137,11 +138,10 @@ class Lifecycle:
         """Move a failed run's task on; returns the new status. A task stop_task already moved is left alone."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            if row["status"] not in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING") or not self._mine(row):
+            if row["status"] not in STARTED or not self._mine(row):
                 return row["status"]
             error = {"error_type": error_type, "error_message": message, "agent_type": agent_type}
-            if error_type in PAUSING_ERRORS and pause_seconds is not None and row["status"] in ("IN_PROGRESS",
-                                                                                                "WAITING_INPUT"):
+            if error_type in PAUSING_ERRORS and pause_seconds is not None and can_transition(row["status"], "PAUSED"):
                 resume = iso_in(pause_seconds)
                 self.tasks._move(row, "PAUSED", error_type, {"resume_after": resume},
                                  details={**error, "resume_after": resume})
@@ -180,7 +180,7 @@ class Lifecycle:
         """Back to READY after a crash or shutdown (BLOCKED once retries are spent, when they count)."""
         with self.store.transaction():
             row = self.tasks._row(task_id)
-            if row["status"] not in ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING") or not self._mine(row):
+            if row["status"] not in CLAIMED or not self._mine(row):
                 return row["status"]
             if row["status"] == "VERIFYING":
                 self.tasks._move(row, "FAILED", reason, {"assigned_agent": None})

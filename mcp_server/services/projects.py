@@ -11,7 +11,7 @@ from ..store.models import Project
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .limits import MAX_AGENTS, MAX_TOKENS, MAX_WEIGHT, check_path, check_range
 from .ids import slugify
-from .task_states import RUNNING_STATUSES  # noqa: F401  (re-exported: where the services look for it)
+from .task_states import CLAIMED, in_clause
 
 
 def _check_limits(
@@ -190,9 +190,8 @@ class Projects:
     def delete(self, project_id: str) -> tuple[str, list[str]]:
         """Remove a project and everything recorded for it; files on disk are left alone."""
         row = self._row(project_id)
-        running = self.store.all(
-            f"SELECT id FROM tasks WHERE project_id = ? AND status IN {RUNNING_STATUSES}", (project_id,)
-        )
+        claimed, params = in_clause(CLAIMED)
+        running = self.store.all(f"SELECT id FROM tasks WHERE project_id = ? AND {claimed}", (project_id, *params))
         if running:
             ids = ", ".join(r["id"] for r in running)
             raise ConflictError(

@@ -13,7 +13,8 @@ from .errors import ConflictError, InvalidInputError, NotFoundError
 from .ids import slugify
 from .limits import check_argument, check_path
 from .locks import file_lock
-from .projects import RUNNING_STATUSES, Projects
+from .projects import Projects
+from .task_states import CLAIMED, in_clause
 
 SOURCES = ("clone", "link", "init")
 
@@ -67,8 +68,10 @@ class Repos:
         return gitops.Checkout(repo.checkout_path)
 
     def running_tasks(self, repo_id: str) -> list[str]:
-        return [r["id"] for r in self.store.all(
-            f"SELECT id FROM tasks WHERE repo_id = ? AND status IN {RUNNING_STATUSES}", (repo_id,))]
+        """The repo's claimed tasks: an agent works (or waits, or lands) in a worktree of it."""
+        claimed, params = in_clause(CLAIMED)
+        return [r["id"] for r in self.store.all(f"SELECT id FROM tasks WHERE repo_id = ? AND {claimed}",
+                                                (repo_id, *params))]
 
     # -- add ----------------------------------------------------------------------------------
     def add(self, project_id: str, source: str, url: str | None = None, path: str | None = None,

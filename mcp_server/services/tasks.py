@@ -12,14 +12,13 @@ from ..store.db import Store, now_iso
 from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
-from .failures import HELD_STATUSES, error_report, explain, move_note
+from .failures import error_report, explain, move_note
 from .ids import new_task_id
-from .projects import RUNNING_STATUSES, Projects
-from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, list_filter, parse_statuses
+from .projects import Projects
+from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES, STOPPABLE,
+                          check_transition, in_clause, list_filter, parse_statuses)
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
-# A task's work lives in its repo from the first run until it lands: its repo cannot change then.
-REPO_FIXED_STATUSES = ("ASSIGNED", "IN_PROGRESS", "VERIFYING", "AWAITING_APPROVAL")
 
 log = logging.getLogger("agentqueue.tasks")
 
@@ -197,7 +196,7 @@ class Tasks:
             check_transition(row["id"], old, new)
         facts = {"task_id": row["id"], "from": old, "pr_url": row.get("pr_url"), **(details or {})}
         payload: dict[str, Any] = {"from": old, "to": new, "reason": reason, "title": row["title"]}
-        if new in HELD_STATUSES:
+        if new in EXPLAINED:
             why = explain(reason, new, facts)
             held = {"reason": why.reason, "next_step": why.next_step}
             payload["message"] = why.reason
@@ -315,7 +314,7 @@ class Tasks:
         changes: dict[str, Any] = {}
         if repo_id is not None and repo_id != row["repo_id"]:
             self._check_repo(row["project_id"], repo_id)
-            if row["status"] in REPO_FIXED_STATUSES:
+            if row["status"] in REPO_FIXED:
                 raise ConflictError(
                     f"Task '{task_id}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
                     "its repo cannot change now. stop_task it first if it should run elsewhere."
@@ -376,7 +375,7 @@ class Tasks:
 
     def restart(self, task_id: str) -> tuple[str, str]:
         row = self._row(task_id)
-        if row["status"] in RUNNING_STATUSES:
+        if row["status"] in CLAIMED:
             raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then restart_task.")
         new = self._entry_status(task_id)
         with self.store.transaction():
@@ -392,7 +391,7 @@ class Tasks:
     def delete(self, task_id: str) -> list[TaskRef]:
         """Delete a task; dependents lose the edge and are promoted if that was their last blocker."""
         row = self._row(task_id)
-        if row["status"] in RUNNING_STATUSES:
+        if row["status"] in CLAIMED:
             raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then delete_task.")
         dependents = self._dependents(task_id)
         promoted = []
@@ -424,7 +423,7 @@ class Tasks:
 
     def skip(self, task_id: str) -> list[TaskRef]:
         row = self._row(task_id)
-        if row["status"] not in ("BLOCKED", "FAILED"):
+        if row["status"] not in NEEDS_PERSON:
             raise ConflictError(
                 f"Task '{task_id}' is {row['status']}; only BLOCKED or FAILED tasks can be skipped."
             )
@@ -462,14 +461,16 @@ class Tasks:
         return stuck
 
     def stuck_chains(self, project_id: str | None) -> list[dict[str, Any]]:
-        """Every held (BLOCKED, FAILED) task with the DEFINED tasks waiting on it, directly or through other
-        DEFINED ones (as `stuck_downstream`), nearest first: one recursive query for all of them, so the cost is
+        """Every task that needs a person (BLOCKED, FAILED) with the DEFINED tasks waiting on it, directly or through
+        other DEFINED ones (as `stuck_downstream`), nearest first: one recursive query for all of them, so the cost is
         what is returned, not a round trip per task (which a database server would charge for)."""
-        where, params = ("AND r.project_id = ?", (project_id,)) if project_id else ("", ())
+        held, held_params = in_clause(NEEDS_PERSON, "r.status")
+        where, params = (f"{held} AND r.project_id = ?", (*held_params, project_id)) if project_id \
+            else (held, held_params)
         rows = self.store.all(
             "WITH RECURSIVE down(root, id, depth) AS ("
             "  SELECT d.depends_on, d.task_id, 1 FROM task_dependencies d JOIN tasks r ON r.id = d.depends_on "
-            f"  WHERE r.status IN ('BLOCKED', 'FAILED') {where}"
+            f"  WHERE {where}"
             "  UNION"
             "  SELECT down.root, d.task_id, down.depth + 1 FROM down JOIN tasks t ON t.id = down.id "
             "  JOIN task_dependencies d ON d.depends_on = down.id WHERE t.status = 'DEFINED' AND down.depth < 10000"
@@ -480,8 +481,8 @@ class Tasks:
             stuck.setdefault(row["root"], []).append(TaskRef(id=row["id"], title=row["title"], status="DEFINED"))
         chains = []
         for row in self.store.all(
-            f"SELECT id, title, status, reason, next_step FROM tasks r WHERE status IN ('BLOCKED', 'FAILED') {where} "
-            "ORDER BY priority, created_at", params):
+            f"SELECT id, title, status, reason, next_step FROM tasks r WHERE {where} ORDER BY priority, created_at",
+            params):
             if row["id"] in stuck:
                 chains.append({"blocked_task": TaskRef(id=row["id"], title=row["title"], status=row["status"]),
                                "reason": row["reason"], "next_step": row["next_step"],
@@ -514,5 +515,5 @@ class Tasks:
     def agent_error(self, task_id: str) -> dict[str, Any]:
         row = self._row(task_id)
         _, result = self.results(task_id)
-        code = self._held_code(row) if row["status"] in HELD_STATUSES and row["reason"] else None
+        code = self._held_code(row) if row["status"] in EXPLAINED and row["reason"] else None
         return error_report(row, result.model_dump() if result is not None else None, code)
