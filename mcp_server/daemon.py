@@ -309,10 +309,22 @@ class Daemon:
         self.http = http
         self.stopping = anyio.Event()
         self.restart_requested = False
+        self._tasks: anyio.abc.TaskGroup | None = None  # the daemon's task group, while it serves
+
+    def _restart(self) -> None:
+        """restart_daemon (given to the services): mark the restart, let the tool answer, then stop and re-execute."""
+        self.restart_requested = True
+        paths.restart_marker(self.home).write_text(str(os.getpid()))
+
+        async def soon() -> None:
+            await anyio.sleep(0.3)  # let the tool's answer reach the client first
+            self.stopping.set()
+        assert self._tasks is not None  # tools are served only inside the task group
+        self._tasks.start_soon(soon)
 
     async def run(self) -> None:
         with home_lock(self.home):
-            services = Services(self.home)
+            services = Services(self.home, restart=self._restart)
             try:
                 await self._run(services)
             finally:
@@ -324,7 +336,8 @@ class Daemon:
         message = services.agents.bootstrap_default()
         if message:
             log.info(message)
-        mcp = build_server(services, self.options)
+        metrics = Metrics(services.store) if self.http else None
+        mcp = build_server(services, self.options, on_tool_call=metrics.observe_tool_call if metrics else None)
         notifier = mcp.notifier  # type: ignore[attr-defined]
         live = Broadcaster()  # the board's pages hear the same changes as subscribed clients
         services.store.on_commit(live.on_commit)
@@ -343,8 +356,6 @@ class Daemon:
         server = None
         if http_sock is not None:
             token = load_or_create_token(self.home)
-            metrics = Metrics(services.store)
-            services.on_tool_call = metrics.observe_tool_call
             hosts = [*services.settings.allowed_hosts, *self.allow_hosts]
             if self.host not in LOOPBACK:
                 log.warning("HTTP listens on %s, beyond this machine: only Host names %s are accepted, with the "
@@ -392,16 +403,7 @@ class Daemon:
                 http_done.set()
 
         async with anyio.create_task_group() as tg:
-            def restart() -> None:
-                self.restart_requested = True
-                paths.restart_marker(self.home).write_text(str(os.getpid()))
-
-                async def soon() -> None:
-                    await anyio.sleep(0.3)  # let the tool's answer reach the client first
-                    self.stopping.set()
-                tg.start_soon(soon)
-
-            services.system.restart_hook = restart
+            self._tasks = tg
             if paths.restart_marker(self.home).exists():  # a restart that got here is done
                 paths.restart_record(self.home).write_text(repr(time.time()))
                 paths.restart_marker(self.home).unlink()

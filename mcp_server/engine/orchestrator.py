@@ -25,14 +25,13 @@ import anyio
 from .. import paths
 from ..services import Services, gitops
 from ..services.errors import ServiceError
-from ..services.agents import find_cli
+from ..services.agents import find_cli, release_agents
 from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
 from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
 from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
-from ..store.db import now_iso
 from ..store.models import Agent, Task
 from . import protected
 from .adapters import BUILDERS, PARSERS
@@ -94,13 +93,11 @@ class Engine:
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
         self.hooks = HookRunner(services, home)
-        services.hooks.runner = self.hooks
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
         self._last_pass = 0.0
-        services.tasks.stop_hook = self.stop_task
-        services.tasks.approve_hook = self.land_approved
+        services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks)
         services.store.on_commit(self._on_commit)
 
     # -- hooks used by the services ----------------------------------------------------------------
@@ -627,9 +624,8 @@ class Engine:
                 log.info("permission request %s expired: its run ended with the daemon", request_id)
         recovered = self.take_over(at_start=True)
         if not self.team.shared:
-            with self.services.store.transaction() as db:
-                db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL WHERE state != 'IDLE' "
-                           "OR pid IS NOT NULL")
+            with self.services.store.transaction():
+                release_agents(self.services.store)
         return recovered
 
     def take_over(self, at_start: bool = False) -> list[str]:
@@ -648,9 +644,8 @@ class Engine:
                     self._stop_leftover(row, Path(dead.home))
                 for request in self.services.requests.list("pending", task_id=task_id):
                     self.services.requests.expire(request.id, "run ended with its daemon")
-                with self.services.store.transaction() as db:
-                    db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
-                               "WHERE current_task = ?", (now_iso(), task_id))
+                with self.services.store.transaction():
+                    release_agents(self.services.store, task_id=task_id)
                     status = self.lifecycle.requeue(task_id, "recovered", count_retry=True)
                 log.info("recovered task %s -> %s", task_id, status)
                 recovered.append(task_id)

@@ -208,6 +208,34 @@ class Agents:
         return not (agent.repo_id and task_repo_id and agent.repo_id != task_repo_id)
 
 
+# -- the one writer of an agent's run state (state, current_task, pid) --------------------------------------------
+def occupy_agent(store: Store, agent_id: str, task_id: str) -> None:
+    """The agent is BUSY on `task_id`: written by a claim, in the claim's transaction."""
+    store.db.execute("UPDATE agents SET state = 'BUSY', current_task = ?, updated_at = ? WHERE id = ?",
+                     (task_id, now_iso(), agent_id))
+
+
+def record_pid(store: Store, agent_id: str, pid: int | None) -> None:
+    """The process the agent's run started (recovery kills a leftover one by it)."""
+    store.db.execute("UPDATE agents SET pid = ? WHERE id = ?", (pid, agent_id))
+
+
+def release_agents(store: Store, *, agent_id: str | None = None, task_id: str | None = None,
+                   project_id: str | None = None) -> None:
+    """Agents back to IDLE with no task and no pid: one agent, the agent on a task, those on a project's tasks, or
+    (no argument, at start, when nothing of this home runs any more) every agent still marked busy."""
+    if agent_id is not None:
+        where, params = "id = ?", (agent_id,)
+    elif task_id is not None:
+        where, params = "current_task = ?", (task_id,)
+    elif project_id is not None:
+        where, params = "current_task IN (SELECT id FROM tasks WHERE project_id = ?)", (project_id,)
+    else:
+        where, params = "state != 'IDLE' OR pid IS NOT NULL", ()
+    store.db.execute(f"UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? WHERE {where}",
+                     (now_iso(), *params))
+
+
 def _label(label: str | None) -> str | None:
     """An agent's label: only daemons with that label ([team] labels) run it; empty means any daemon."""
     if not label or not label.strip():

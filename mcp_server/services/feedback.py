@@ -53,7 +53,7 @@ class Feedback:
 
     def comments(self, task_id: str) -> list[Comment]:
         """A task's comments, oldest first."""
-        self.tasks._row(task_id)
+        self.tasks.require(task_id)
         return [Comment(r["comment"], r["author"], r["created_at"], r["file"], r["line"]) for r in self.store.all(
             "SELECT comment, author, created_at, file, line FROM task_feedback WHERE task_id = ? ORDER BY id",
             (task_id,))]
@@ -62,12 +62,12 @@ class Feedback:
                         author: Author = "mcp") -> ChangesRequested:
         """Record `comment` (on `file`, at `line` when given) and requeue the task on its branch."""
         text = _check(comment, file, line, author)
-        row = self.tasks._row(task_id)
+        row = self.tasks.require(task_id)
         status = row["status"]
         if status not in REVIEWABLE:
             raise ConflictError(_refusal(task_id, status))
         merged = status == "COMPLETED" and bool(row["landed_sha"] or row["pr_url"])
-        new = self.tasks._entry_status(task_id)
+        new = self.tasks.entry_status(task_id)
         fields: dict[str, Any] = {"retry_count": 0, "assigned_agent": None, "resume_after": None}
         if merged:  # the old work is in the default branch: the rerun starts its branch again from there
             fields |= {"base_sha": None, "landed_sha": None, "branch": None}
@@ -79,7 +79,7 @@ class Feedback:
                 "task_id": task_id, "project_id": row["project_id"], "comment": text,
                 "file": file.strip() if file else None, "line": line, "author": author, "from_status": status,
                 "created_at": stamp})
-            self.tasks._move(row, new, "changes_requested", fields)
+            self.tasks.move(row, new, "changes_requested", fields)
             self.store.add_event("task.changes_requested", project_id=row["project_id"], task_id=task_id,
                                  payload={"from": status, "to": new, "author": author, "comment": text[:200],
                                           "file": file, "line": line, "branch_restarted": merged})

@@ -42,7 +42,7 @@ class Repos:
 
     def list(self, project_id: str | None = None) -> list[Repo]:
         if project_id is not None:
-            self.projects._row(project_id)
+            self.projects.require(project_id)
             rows = self.store.all("SELECT * FROM repos WHERE project_id = ? ORDER BY created_at, id", (project_id,))
         else:
             rows = self.store.all("SELECT * FROM repos ORDER BY project_id, created_at, id")
@@ -50,7 +50,7 @@ class Repos:
 
     def for_project(self, project_id: str, repo_id: str | None = None) -> Repo:
         """The repo a project-scoped git tool acts on: the one named, else the project's first."""
-        self.projects._row(project_id)
+        self.projects.require(project_id)
         if repo_id:
             repo = self.get(repo_id)
             if repo.project_id != project_id:

@@ -30,21 +30,20 @@ def held_line(task: dict[str, Any]) -> str:
 
 
 class System:
-    def __init__(self, store: Store, agents: Agents) -> None:
+    def __init__(self, store: Store, agents: Agents, restart: Callable[[], None] | None = None) -> None:
         self.store = store
         self.agents = agents
-        # Set by the daemon: asks it to re-execute itself (absent in standalone and in-memory servers).
-        self.restart_hook: Callable[[], None] | None = None
+        self.restart = restart  # the daemon's: re-execute itself (absent in standalone and in-memory servers)
 
     def request_restart(self) -> None:
-        if self.restart_hook is None:
+        if self.restart is None:
             raise ServiceError(
                 "restart_daemon needs the AgentQueue daemon (`agentqueue serve`, which `agentqueue mcp` starts); "
                 "this server runs standalone. Restart the client's server instead."
             )
         with self.store.transaction():
             self.store.add_event("daemon.restarting")
-        self.restart_hook()
+        self.restart()
 
     def orchestrator_state(self) -> str:
         return self.store.get_setting(ORCHESTRATOR_KEY, "running") or "running"
