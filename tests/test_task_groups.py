@@ -4,12 +4,18 @@ and the refusals are asked for through the official MCP client."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from agentqueue import paths
 from agentqueue.engine.orchestrator import Engine
 from agentqueue.services import Services
 from agentqueue.services.lifecycle import Lifecycle
 
+from .cli_helpers import Output, cli_env
 from .conftest import db_snapshot, fail, ok
 
 pytestmark = pytest.mark.anyio
@@ -92,3 +98,30 @@ async def test_a_verifying_run_is_counted_as_running(client, services, project):
     assert state["running_tasks"] == 1
     status = await ok(client, "get_status")
     assert [t["id"] for t in status["tasks"]["in_progress"]] == [task_id]
+
+
+def test_logs_follow_keeps_following_a_task_that_waits_for_input(services: Services, project: str,
+                                                                 tmp_path: Path) -> None:
+    """Its run goes on once a person answers: `agentqueue logs -f` must not stop at the question."""
+    task_id = started(services, "asks")
+    waiting_input(services, task_id)
+    log = paths.task_log(services.home, task_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("first line\n")
+    follower = subprocess.Popen([sys.executable, "-m", "agentqueue", "logs", task_id, "-f"],
+                                env=cli_env(services.home, tmp_path / "user"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    out = Output(follower.stdout)
+    try:
+        out.read_until(b"first line")
+        with log.open("a") as handle:
+            handle.write("second line\n")
+        out.read_until(b"second line")
+        services.requests.answer(services.requests.list(task_id=task_id)[0].id, "allow")
+        Lifecycle(services.store, services.tasks, services.usage).succeeded(task_id, awaiting_approval=False)
+        assert follower.wait(timeout=60) == 0  # and it still ends by itself once the task is done
+        assert f"[{task_id} is COMPLETED]" in follower.stderr.read().decode()
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
