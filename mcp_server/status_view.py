@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__, cli_reads, paths
 from .cli_output import duration, print_json, seconds_since
 from .daemon_client import daemon_info, running_daemon
-from .services.task_states import STATUS_NAMES, WORKING, in_clause
+from .services.task_states import CLAIMED, STATUS_NAMES, WORKING, in_clause
 from .visible import visible
 
 if TYPE_CHECKING:
@@ -64,8 +64,10 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
     daemon = _daemon(home)
     running = running_tasks(store)
     warnings = list(status["warnings"])
-    if not daemon["running"] and running:
-        warnings.append(f"{len(running)} task(s) were running when the daemon stopped; they are recovered "
+    # Recovery requeues every claimed task, one that waited for input too (it is not in the working list).
+    left = running_tasks(store, CLAIMED) if not daemon["running"] else []
+    if left:
+        warnings.append(f"{len(left)} task(s) were running when the daemon stopped; they are recovered "
                         "(work kept) when it starts again: `agentqueue serve`.")
     try:
         warnings.extend(home_mismatches(home))
