@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentqueue.services.errors import ConflictError
 from agentqueue.services import task_states
+from agentqueue.services.errors import ConflictError
 from agentqueue.services.task_states import (CLAIMED, COUNTS_TOWARD_CONCURRENCY, EXPLAINED, FOLLOWABLE, HELD,
-                                             NEEDS_PERSON, REPO_FIXED, REVIEWABLE, STARTED, STOPPABLE, TERMINAL,
+                                             NEEDS_PERSON, QUEUED, REPO_FIXED, REVIEWABLE, STARTED, STOPPABLE, TERMINAL,
                                              TRANSITIONS, WORKING, can_transition, check_transition, in_clause)
 from agentqueue.services.tasks import STATUS_NAMES
 
@@ -73,7 +73,7 @@ ENDS_A_RUN = {"stop", "recovered", "agent_failed", "rate_limited", "input_timeou
 
 
 def test_every_group_names_real_statuses() -> None:
-    assert {"CLAIMED", "WORKING", "STARTED", "COUNTS_TOWARD_CONCURRENCY", "FOLLOWABLE", "REPO_FIXED", "HELD",
+    assert {"CLAIMED", "WORKING", "STARTED", "COUNTS_TOWARD_CONCURRENCY", "FOLLOWABLE", "REPO_FIXED", "QUEUED", "HELD",
             "EXPLAINED", "NEEDS_PERSON", "REVIEWABLE", "STOPPABLE", "TERMINAL"} <= set(GROUPS)
     for name, group in GROUPS.items():
         assert group and group <= set(STATUS_NAMES), name
@@ -102,6 +102,7 @@ def test_every_claimed_task_can_be_stopped():
 
 def test_the_groups_that_exclude_each_other_do():
     assert not CLAIMED & HELD
+    assert not QUEUED & (CLAIMED | HELD | REVIEWABLE)
     assert not CLAIMED & REVIEWABLE
     assert not CLAIMED & TERMINAL - {"BLOCKED"}
     assert WORKING | {"WAITING_INPUT"} == CLAIMED

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from ..store.db import Store, now_iso
 from .errors import ConflictError, InvalidInputError
 from .limits import MAX_COUNT, check_path, check_range
-from .task_states import CLAIMED, REVIEWABLE, ordered
+from .task_states import CLAIMED, QUEUED, REVIEWABLE, ordered
 from .tasks import Tasks
 
 Author = Literal["board", "mcp"]
@@ -114,7 +114,7 @@ def _refusal(task_id: str, status: str) -> str:
     allowed = ", ".join(ordered(REVIEWABLE))
     if status in CLAIMED:
         step = f"stop_task {task_id} first (its branch keeps the work), then request_changes."
-    elif status in ("READY", "DEFINED"):
+    elif status in QUEUED:
         step = f"it has not run since; edit_task {task_id} to change its description instead."
     else:  # PAUSED: it resumes by itself
         step = f"stop_task {task_id} first, then request_changes."

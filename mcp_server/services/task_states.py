@@ -39,6 +39,9 @@ FOLLOWABLE = CLAIMED | {"READY"}
 """`agentqueue logs -f` keeps following: the run is about to start, or goes on (WAITING_INPUT too: it continues)."""
 REPO_FIXED = CLAIMED | {"AWAITING_APPROVAL"}
 """The task's work lives in its repo (a worktree, a branch, a PR) until it ends: edit_task cannot move it elsewhere."""
+QUEUED = frozenset({"DEFINED", "READY"})
+"""Waiting to be claimed (DEFINED until its dependencies complete): a dependency edit moves it between the two, and
+nothing has run since it was queued."""
 HELD = frozenset({"BLOCKED", "FAILED", "PAUSED"})
 """Stopped for a reason (a failure, a stop, a rate limit) with no run going on: get_agent_error explains it."""
 EXPLAINED = HELD | {"WAITING_INPUT"}

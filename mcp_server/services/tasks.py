@@ -17,8 +17,8 @@ from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import error_report, explain, move_note
 from .ids import new_task_id
 from .projects import Projects
-from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES, STOPPABLE,
-                          check_transition, in_clause, list_filter, parse_statuses)
+from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, QUEUED, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES,
+                          STOPPABLE, check_transition, in_clause, list_filter, parse_statuses)
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
 
@@ -194,8 +194,8 @@ class Tasks:
         """Set a task's status inside a transaction; returns dependents promoted to READY.
 
         `reason` is the move's code (stopped, max_retries, merge_failed…); `details` what the
-        texts need (the run's error, the branch and files…). Entering BLOCKED, FAILED or PAUSED
-        records the reason and next step on the task; leaving them clears both."""
+        texts need (the run's error, the branch and files…). Entering an EXPLAINED status (BLOCKED,
+        FAILED, PAUSED, WAITING_INPUT) records the reason and next step on the task; leaving them clears both."""
         old = row["status"]
         if not override:
             check_transition(row["id"], old, new)
@@ -359,7 +359,7 @@ class Tasks:
                 fields = list(changes)
             self.store.add_event("task.updated", project_id=row["project_id"], task_id=task_id,
                                  payload={"fields": sorted(fields)})
-            if deps is not None and row["status"] in ("DEFINED", "READY"):
+            if deps is not None and row["status"] in QUEUED:
                 wanted = self.entry_status(task_id)
                 if wanted != row["status"]:
                     self.move(self.require(task_id), wanted, "deps_met" if wanted == "READY" else "deps_added")
