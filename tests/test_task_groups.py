@@ -125,3 +125,14 @@ def test_logs_follow_keeps_following_a_task_that_waits_for_input(services: Servi
         if follower.poll() is None:
             follower.kill()
             follower.wait()
+
+
+def test_get_status_points_at_every_kind_of_explained_task_it_leaves_out(services: Services, project: str) -> None:
+    """Past the first ten, the warning names a list_tasks filter that finds the rest: waiting ones too."""
+    for n in range(11):
+        waiting_input(services, started(services, f"asks {n}", agent=services.agents.create(f"w{n}", "command",
+                                                                                            command="true").id))
+    more = [line for line in services.system.warnings() if line.startswith("and ")]
+    assert more == ["and 1 more: list_tasks status=WAITING_INPUT"]
+    _, total, _ = services.tasks.list(status="WAITING_INPUT")
+    assert total == 11

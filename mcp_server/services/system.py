@@ -84,7 +84,8 @@ class System:
         return warnings + self._held_warnings() + self._no_change_warnings()
 
     def _held_warnings(self) -> list[str]:
-        """Every BLOCKED, FAILED or PAUSED task with its reason and next step (the newest first, capped)."""
+        """Every task that carries a reason and next step (EXPLAINED: held, or waiting for input), the newest first,
+        capped."""
         # The newest few of each held status, each a short range of the (status, updated_at) index: one status
         # IN (...) would read every held task and sort them when the store has no statistics.
         # Each status is a literal (our own names, never input): one fixed query text per range, as planned.
@@ -95,13 +96,14 @@ class System:
         held = self.store.all(f"SELECT id, title, status, reason, next_step FROM ({newest}) AS held "
                               f"ORDER BY updated_at DESC, id DESC LIMIT {HELD_LINES}")
         lines = [held_line(t) for t in held]
+        explained, params = in_clause(EXPLAINED)
         counts = {r["status"]: int(r["n"]) for r in self.store.all(
-            f"SELECT status, sum(n) AS n FROM task_counts WHERE {in_clause(EXPLAINED)[0]} GROUP BY status", statuses)}
+            f"SELECT status, sum(n) AS n FROM task_counts WHERE {explained} GROUP BY status", params)}
         shown = {s: sum(1 for t in held if t["status"] == s) for s in counts}
         rest = {s: n - shown[s] for s, n in counts.items() if n > shown[s]}
         if rest:
-            statuses = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED") if s in rest)
-            lines.append(f"and {sum(rest.values())} more: list_tasks status={statuses}")
+            more = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED", "WAITING_INPUT") if s in rest)
+            lines.append(f"and {sum(rest.values())} more: list_tasks status={more}")
         return lines
 
     def _no_change_warnings(self) -> list[str]:
