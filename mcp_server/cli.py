@@ -253,9 +253,9 @@ def main(argv: list[str] | None = None) -> None:
 def _mcp(standalone: bool, options: dict[str, Any]) -> None:
     """`agentqueue mcp`: the relay to the daemon (stdlib only), or with --standalone the whole server here."""
     if not standalone:
-        from . import plugin
+        from .daemon import relay
 
-        sys.exit(plugin.main(options))
+        sys.exit(relay.main(options))
     from . import paths
     from .standalone import run_standalone
 
