@@ -15,7 +15,7 @@ from .engine_hooks import EngineHooks
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import error_report, explain, move_note
-from .ids import new_task_id
+from .ids import TaskIds
 from .projects import Projects
 from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, QUEUED, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES,
                           STOPPABLE, check_transition, in_clause, list_filter, parse_statuses)
@@ -47,6 +47,7 @@ class Tasks:
     def __init__(self, store: Store, projects: Projects, engine: EngineHooks | None = None) -> None:
         self.store = store
         self.projects = projects
+        self.ids = TaskIds(self.was_used)
         self.engine = engine or EngineHooks()  # stop_task kills the run, approve_task lands the branch, through it
         store.on_commit(self._log_moves)
 
@@ -288,7 +289,7 @@ class Tasks:
         deps = self._check_deps(None, depends_on or [])
         stamp = now_iso()
         with self.store.transaction() as db:
-            task_id = new_task_id(self.was_used)
+            task_id = self.ids.new()
             db["tasks"].insert({
                 "id": task_id, "project_id": project_id, "title": title.strip(),
                 "description": description.strip(), "status": "DEFINED", "priority": priority,
