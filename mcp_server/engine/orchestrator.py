@@ -26,13 +26,13 @@ import anyio
 from .. import paths
 from ..services import Services, gitops
 from ..services.errors import ServiceError
-from ..services.agents import find_cli
+from ..services.agents import find_cli, release_agents
 from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
+from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
 from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
-from ..store.db import now_iso
 from ..store.models import Agent, Task
 from . import protected
 from .adapters import BUILDERS, PARSERS
@@ -108,13 +108,11 @@ class Engine:
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
         self.hooks = HookRunner(services, home)
-        services.hooks.runner = self.hooks
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
         self._last_pass = 0.0
-        services.tasks.stop_hook = self.stop_task
-        services.tasks.approve_hook = self.land_approved
+        services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks)
         services.store.on_commit(self._on_commit)
 
     # -- hooks used by the services ----------------------------------------------------------------
@@ -296,9 +294,9 @@ class Engine:
         rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
         skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
         # Counted once the projects' rows are held: another daemon's claims in them have committed by now.
+        counted, params = in_clause(COUNTS_TOWARD_CONCURRENCY)
         running = {r["project_id"]: int(r["n"]) for r in store.all(  # trigger-kept counts: no pass over tasks
-            "SELECT project_id, sum(n) AS n FROM task_counts WHERE status IN "
-            "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
+            f"SELECT project_id, sum(n) AS n FROM task_counts WHERE {counted} GROUP BY project_id", params)}
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
                          for p in rows)
@@ -676,9 +674,8 @@ class Engine:
                 log.info("permission request %s expired: its run ended with the daemon", request_id)
         recovered = self.take_over(at_start=True)
         if not self.team.shared:
-            with self.services.store.transaction() as db:
-                db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL WHERE state != 'IDLE' "
-                           "OR pid IS NOT NULL")
+            with self.services.store.transaction():
+                release_agents(self.services.store)
         return recovered
 
     def take_over(self, at_start: bool = False) -> list[str]:
@@ -697,9 +694,8 @@ class Engine:
                     self._stop_leftover(row, Path(dead.home))
                 for request in self.services.requests.list("pending", task_id=task_id):
                     self.services.requests.expire(request.id, "run ended with its daemon")
-                with self.services.store.transaction() as db:
-                    db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
-                               "WHERE current_task = ?", (now_iso(), task_id))
+                with self.services.store.transaction():
+                    release_agents(self.services.store, task_id=task_id)
                     status = self.lifecycle.requeue(task_id, "recovered", count_retry=True)
                 log.info("recovered task %s -> %s", task_id, status)
                 recovered.append(task_id)
