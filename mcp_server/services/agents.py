@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import shlex
@@ -61,7 +62,7 @@ class Agents:
         agent_type: str = "claude-code",
         repo_id: str | None = None,
         model: str | None = None,
-        capabilities: list[str] | None = None,
+        capabilities: builtins.list[str] | None = None,
         command: str | None = None,
         label: str | None = None,
     ) -> Agent:
@@ -101,7 +102,7 @@ class Agents:
         model: str | None = None,
         command: str | None = None,
         repo_id: str | None = None,
-        capabilities: list[str] | None = None,
+        capabilities: builtins.list[str] | None = None,
         label: str | None = None,
     ) -> Agent:
         """Change what an agent runs; None leaves a field alone, "" clears model, repo_id or label. A run in progress
@@ -224,6 +225,7 @@ def release_agents(store: Store, *, agent_id: str | None = None, task_id: str | 
                    project_id: str | None = None) -> None:
     """Agents back to IDLE with no task and no pid: one agent, the agent on a task, those on a project's tasks, or
     (no argument, at start, when nothing of this home runs any more) every agent still marked busy."""
+    params: tuple[str, ...]
     if agent_id is not None:
         where, params = "id = ?", (agent_id,)
     elif task_id is not None:

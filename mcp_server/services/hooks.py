@@ -9,6 +9,7 @@ hook runner decides when to fire; this module validates and stores.
 
 from __future__ import annotations
 
+import builtins
 import json
 import uuid
 from typing import Any
@@ -225,7 +226,7 @@ class Hooks:
         self.finish_run(hook, run_id, "skipped", skipped_reason=why)
         return run_id
 
-    def runs(self, hook_id: str, limit: int = 10) -> list[HookRun]:
+    def runs(self, hook_id: str, limit: int = 10) -> builtins.list[HookRun]:
         self.get(hook_id)
         rows = self.store.all("SELECT * FROM hook_runs WHERE hook_id = ? ORDER BY started_at DESC, rowid DESC "
                               "LIMIT ?", (hook_id, limit))

@@ -35,7 +35,7 @@ class Lifecycle:
         return self._mine(row)
 
     def _mine(self, row: dict[str, Any] | None) -> bool:
-        return bool(row) and (self.owner is None or row.get("owner") in (None, self.owner))
+        return row is not None and (self.owner is None or row.get("owner") in (None, self.owner))
 
     def claim(self, task_id: str, agent_id: str) -> bool:
         """READY -> ASSIGNED and the agent IDLE -> BUSY, or nothing if either moved (or was paused) meanwhile."""
@@ -95,7 +95,7 @@ class Lifecycle:
     def running(self, task_id: str) -> bool:
         """The task's run is going on, and it is this daemon's."""
         row = self.store.one("SELECT status, owner FROM tasks WHERE id = ?", (task_id,))
-        return self._mine(row) and row["status"] in STARTED
+        return row is not None and self._mine(row) and row["status"] in STARTED
 
     def verifying(self, task_id: str) -> None:
         with self.store.transaction():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,7 @@ class Projects:
                 self.store.add_event(kind, project_id=project_id)
         return self.get(project_id)
 
-    def delete(self, project_id: str) -> tuple[str, list[str]]:
+    def delete(self, project_id: str) -> tuple[str, builtins.list[str]]:
         """Remove a project and everything recorded for it; files on disk are left alone."""
         row = self.require(project_id)
         claimed, params = in_clause(CLAIMED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import shutil
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ class Repos:
                                 "register it again with add_repo.")
         return gitops.Checkout(repo.checkout_path)
 
-    def running_tasks(self, repo_id: str) -> list[str]:
+    def running_tasks(self, repo_id: str) -> builtins.list[str]:
         """The repo's claimed tasks: an agent works (or waits, or lands) in a worktree of it."""
         claimed, params = in_clause(CLAIMED)
         return [r["id"] for r in self.store.all(f"SELECT id FROM tasks WHERE repo_id = ? AND {claimed}",
@@ -102,7 +103,7 @@ class Repos:
             created = False
             if source == "clone":
                 gitops.require_free(target, "pass another `name`")
-                checkout = gitops.clone(url.strip(), target, progress)
+                checkout = gitops.clone((url or "").strip(), target, progress)  # checked above: a clone has a url
                 created = True
             elif source == "link":
                 checkout = self._linkable(target)

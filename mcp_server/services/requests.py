@@ -8,6 +8,7 @@ and puts the task back IN_PROGRESS; the engine, polling the row, hands the answe
 
 from __future__ import annotations
 
+import builtins
 import json
 import secrets
 from typing import Any, Literal
@@ -104,7 +105,7 @@ class Requests:
         self._settle(request, "expired", reason, None, resumes=reason == "timeout")
         return self.get(request_id)
 
-    def expire_orphans(self) -> list[str]:
+    def expire_orphans(self) -> builtins.list[str]:
         """At start: requests left pending by runs that no longer exist (a restart or a crash)."""
         rows = self.store.all("SELECT id FROM permission_requests WHERE status = 'pending'")
         for row in rows:

@@ -69,8 +69,8 @@ class System:
         orphans = [k for k in kinds if not any(self.agents.can_run(a, k["agent_type"], k["repo_id"]) for a in agents)]
         if orphans:
             stuck = [self.store.one("SELECT count(*) AS n, min(id) AS example FROM tasks WHERE status = 'READY' "
-                                    "AND agent_type IS ? AND repo_id IS ?", (k["agent_type"], k["repo_id"]))
-                     for k in orphans]
+                                    "AND agent_type IS ? AND repo_id IS ?", (k["agent_type"], k["repo_id"])) or {}
+                     for k in orphans]  # an aggregate always has its one row
             need = (f" (e.g. '{stuck[0]['example']}' needs agent_type {orphans[0]['agent_type']})"
                     if orphans[0]["agent_type"] else "")
             warnings.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections import deque
@@ -143,7 +144,7 @@ class Tasks:
         return [TaskSummary(**r, depends_on=deps[r["id"]]) for r in rows], total, hidden
 
     # -- dependency graph ---------------------------------------------------------------------
-    def _check_deps(self, task_id: str | None, depends_on: Iterable[str]) -> list[str]:
+    def _check_deps(self, task_id: str | None, depends_on: Iterable[str]) -> builtins.list[str]:
         """Validate a dependency list: known ids, no self-edge, no cycle (the cycle is named)."""
         deps = list(dict.fromkeys(d.strip() for d in depends_on))
         if any(not d for d in deps):
@@ -166,7 +167,7 @@ class Tasks:
                 )
         return deps
 
-    def _path_to(self, start: str, target: str) -> list[str] | None:
+    def _path_to(self, start: str, target: str) -> builtins.list[str] | None:
         """A depends_on path start -> ... -> target, if one exists (BFS, shortest)."""
         parents: dict[str, str | None] = {start: None}
         queue = deque([start])
@@ -191,7 +192,7 @@ class Tasks:
 
     # -- the one place statuses change ----------------------------------------------------------
     def move(self, row: dict[str, Any], new: str, reason: str, fields: dict[str, Any] | None = None,
-             *, override: bool = False, details: dict[str, Any] | None = None) -> list[TaskRef]:
+             *, override: bool = False, details: dict[str, Any] | None = None) -> builtins.list[TaskRef]:
         """Set a task's status inside a transaction; returns dependents promoted to READY.
 
         `reason` is the move's code (stopped, max_retries, merge_failed…); `details` what the
@@ -204,7 +205,7 @@ class Tasks:
         payload: dict[str, Any] = {"from": old, "to": new, "reason": reason, "title": row["title"]}
         if new in EXPLAINED:
             why = explain(reason, new, facts)
-            held = {"reason": why.reason, "next_step": why.next_step}
+            held: dict[str, str | None] = {"reason": why.reason, "next_step": why.next_step}
             payload["message"] = why.reason
         else:
             held = {"reason": None, "next_step": None}
@@ -216,7 +217,7 @@ class Tasks:
         return self._promote(self._dependents(row["id"])) if new == "COMPLETED" else []
 
     @staticmethod
-    def _log_moves(events: list[dict[str, Any]]) -> None:
+    def _log_moves(events: builtins.list[dict[str, Any]]) -> None:
         """One daemon log line per committed status change (a rolled-back move is never logged)."""
         for event in events:
             payload = event["payload"]
@@ -225,7 +226,7 @@ class Tasks:
                           else payload.get("note") or payload["reason"])
                 log.info("task %s %s → %s (%s)", event["task_id"], payload["from"], payload["to"], detail)
 
-    def _promote(self, dependents: list[str]) -> list[TaskRef]:
+    def _promote(self, dependents: builtins.list[str]) -> builtins.list[TaskRef]:
         """DEFINED dependents whose last unmet dependency just completed (or went away) become READY."""
         promoted = []
         for dep_id in dependents:
@@ -248,7 +249,7 @@ class Tasks:
         priority: int = 100,
         repo_id: str | None = None,
         requires_approval: bool = False,
-        depends_on: list[str] | None = None,
+        depends_on: builtins.list[str] | None = None,
         max_retries: int = 3,
         agent_type: str | None = None,
         created_by_hook: str | None = None,
@@ -314,7 +315,7 @@ class Tasks:
         title: str | None = None,
         description: str | None = None,
         priority: int | None = None,
-        depends_on: list[str] | None = None,
+        depends_on: builtins.list[str] | None = None,
         requires_approval: bool | None = None,
         repo_id: str | None = None,
     ) -> Task:
@@ -395,7 +396,7 @@ class Tasks:
                                  payload={"from": row["status"], "to": new})
         return row["status"], new
 
-    def delete(self, task_id: str) -> list[TaskRef]:
+    def delete(self, task_id: str) -> builtins.list[TaskRef]:
         """Delete a task; dependents lose the edge and are promoted if that was their last blocker."""
         row = self.require(task_id)
         if row["status"] in CLAIMED:
@@ -421,7 +422,7 @@ class Tasks:
             self.move(row, "COMPLETED", "approved")
         return self.get(task_id)
 
-    def skip(self, task_id: str) -> list[TaskRef]:
+    def skip(self, task_id: str) -> builtins.list[TaskRef]:
         row = self.require(task_id)
         if row["status"] not in NEEDS_PERSON:
             raise ConflictError(
@@ -444,7 +445,7 @@ class Tasks:
         return row["status"], new
 
     # -- chain health -------------------------------------------------------------------------
-    def stuck_downstream(self, task_id: str) -> list[TaskRef]:
+    def stuck_downstream(self, task_id: str) -> builtins.list[TaskRef]:
         """DEFINED tasks that wait, directly or through other DEFINED tasks, on this one."""
         seen: set[str] = set()
         stuck: list[TaskRef] = []
@@ -460,7 +461,7 @@ class Tasks:
                     queue.append(dep_id)
         return stuck
 
-    def stuck_chains(self, project_id: str | None) -> list[dict[str, Any]]:
+    def stuck_chains(self, project_id: str | None) -> builtins.list[dict[str, Any]]:
         """Every task that needs a person (BLOCKED, FAILED) with the DEFINED tasks waiting on it, directly or through
         other DEFINED ones (as `stuck_downstream`), nearest first: one recursive query for all of them, so the cost is
         what is returned, not a round trip per task (which a database server would charge for)."""
