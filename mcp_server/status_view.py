@@ -77,7 +77,8 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
         "home": str(home), "version": __version__, "daemon": daemon,
         "orchestrator": {"state": status["orchestrator"]["state"]},
         "tasks": {"total": status["tasks"]["total"], "by_status": by_status},
-        "projects": [{"id": p["id"], "name": p["name"], "status": p["status"], "credit_weight": float(p["credit_weight"]),
+        "projects": [{"id": p["id"], "name": p["name"], "status": p["status"],
+                      "credit_weight": float(p["credit_weight"]),
                       "max_concurrent_agents": int(p["max_concurrent_agents"]),
                       "task_counts": {s: p["task_counts"][s] for s in STATES if p["task_counts"].get(s)}}
                      for p in projects],

@@ -78,7 +78,8 @@ def kanban(svc: Services, project_id: str, query: str = "", agent: str = "", col
         for name in names:
             statuses = STATUSES_OF[name]
             totals[name] = sum(counts.get(s, 0) for s in statuses)
-            cards[name] = svc.tasks.list(project_id, list(statuses), True, limit, offset)[0] if totals[name] > offset else []
+            cards[name] = (svc.tasks.list(project_id, list(statuses), True, limit, offset)[0]
+                           if totals[name] > offset else [])
         choices = [(r["id"], r["title"]) for r in svc.store.all(  # what list_tasks shows first: the open tasks
             "SELECT id, title FROM tasks WHERE project_id = ? AND status != 'COMPLETED' "
             "ORDER BY priority, created_at, id LIMIT 500", (project_id,))]
@@ -127,7 +128,9 @@ def _elapsed(since: str | None) -> str:
     if not since:
         return ""
     seconds = int((datetime.now(UTC) - datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds())
-    return f"{seconds // 3600}h {seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h {seconds // 60 % 60:02d}m"
+    return f"{seconds // 60}m {seconds % 60:02d}s"
 
 
 def task_page(svc: Services, task_id: str) -> dict[str, Any]:
@@ -145,12 +148,14 @@ def task_page(svc: Services, task_id: str) -> dict[str, Any]:
     if diff and diff["diff"]:
         text = diff["diff"]
         if len(text) > DIFF_LIMIT:
-            diff_note = f"The diff is {len(text):,} characters; the first {DIFF_LIMIT:,} are shown (get_task_diff has all)."
+            diff_note = (f"The diff is {len(text):,} characters; the first {DIFF_LIMIT:,} are shown "
+                         "(get_task_diff has all).")
             text = text[:DIFF_LIMIT]
         html_diff = highlight(text, DiffLexer(), HtmlFormatter(nowrap=True))
     error = svc.tasks.agent_error(task_id) if task.status in HELD else None
     log, offset = log_tail(svc, task_id)
-    return {"task": task, "attempts": attempts, "comments": svc.feedback.comments(task_id), "diff": diff, "diff_html": html_diff, "diff_note": diff_note,
+    return {"task": task, "attempts": attempts, "comments": svc.feedback.comments(task_id), "diff": diff,
+            "diff_html": html_diff, "diff_note": diff_note,
             "error": error, "log": log, "log_offset": offset,
             "project": svc.projects.get(task.project_id), "column": COLUMN_OF.get(task.status, "Stuck")}
 

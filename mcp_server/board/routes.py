@@ -134,7 +134,8 @@ class Board:
         column = request.query_params.get("column") or None
         offset = _whole(request.query_params.get("offset") or "0")
         if offset is None or offset < 0:
-            return _plain(400, f"offset must be a card number such as 200 (got {_shown(request.query_params.get('offset'))}).")
+            given = _shown(request.query_params.get("offset"))
+            return _plain(400, f"offset must be a card number such as 200 (got {given}).")
         view = await self.read(data.kanban, self.svc, project_id, query, agent, column, offset)
         return self.render(request, "kanban.html", feed=f"/events?project={project_id}", **view)
 
@@ -271,13 +272,14 @@ class Board:
         return JSONResponse({"code": self.auth.issue_code()})
 
     # -- the live feed ------------------------------------------------------------------------
-    async def events(self, request: Request) -> Response:
-        """`?task=<task id>&offset=<bytes>` (a task page), `?project=<project id>` (a kanban) or nothing."""
+    async def _feed_target(self, request: Request) -> tuple[str | None, str | None, int] | Response:
+        """The live feed's project, task and byte offset, or the 400/404 that says what was wrong."""
         project_id = request.query_params.get("project") or None
         task_id = request.query_params.get("task") or None
         offset = _whole(request.query_params.get("offset") or "0")
         if offset is None or offset < 0:
-            return _plain(400, f"offset must be a byte offset such as 0 (got {_shown(request.query_params.get('offset'))}).")
+            given = _shown(request.query_params.get("offset"))
+            return _plain(400, f"offset must be a byte offset such as 0 (got {given}).")
         if task_id is not None:
             if not data.TASK_ID.fullmatch(task_id):  # never a path: the log file is named after the id
                 return _plain(400, f"task must be a task id such as swift-falcon (got {_shown(task_id)}).")
@@ -290,6 +292,14 @@ class Board:
                 await self.read(self.svc.projects.get, project_id)
             except NotFoundError as error:
                 return _plain(404, str(error))
+        return project_id, task_id, offset
+
+    async def events(self, request: Request) -> Response:
+        """`?task=<task id>&offset=<bytes>` (a task page), `?project=<project id>` (a kanban) or nothing."""
+        target = await self._feed_target(request)
+        if isinstance(target, Response):
+            return target
+        project_id, task_id, offset = target
         feed = self.live.open(project_id, task_id)
 
         async def stream() -> AsyncIterator[str]:

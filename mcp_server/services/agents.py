@@ -85,7 +85,8 @@ class Agents:
             raise ConflictError(f"An agent with id '{agent_id}' already exists. Choose another name.")
         self.require_runnable(agent_type, command)
         stamp = now_iso()
-        with unique(f"An agent with id '{agent_id}' already exists. Choose another name."), self.store.transaction() as db:
+        taken = f"An agent with id '{agent_id}' already exists. Choose another name."
+        with unique(taken), self.store.transaction() as db:
             db["agents"].insert({
                 "id": agent_id, "name": name.strip(), "agent_type": agent_type, "state": "IDLE",
                 "repo_id": repo_id, "model": model, "capabilities": json.dumps(caps),
@@ -167,8 +168,8 @@ class Agents:
                 raise InvalidInputError(missing_cli_message(agent_type))
             return
         if len(command or "") > MAX_COMMAND:  # also bounds the policy's reading of it, which the gate does first
-            raise InvalidInputError(f"command is {len(command or ''):,} characters long; a command agent's command is at "
-                                    f"most {MAX_COMMAND:,}. Put a long script in a file and give its path.")
+            raise InvalidInputError(f"command is {len(command or ''):,} characters long; a command agent's command "
+                                    f"is at most {MAX_COMMAND:,}. Put a long script in a file and give its path.")
         try:
             program = shlex.split(command or "")[0]
         except (ValueError, IndexError):
@@ -179,8 +180,8 @@ class Agents:
         found = program if os.path.isabs(program) else shutil.which(program, path=self.settings.search_path())
         if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
             raise InvalidInputError(
-                f"command's program {quoted(program)} is not an executable the daemon can find (absolute path, or on its "
-                "PATH plus config.toml [env] path). Give its absolute path.")
+                f"command's program {quoted(program)} is not an executable the daemon can find (absolute path, "
+                "or on its PATH plus config.toml [env] path). Give its absolute path.")
 
     def bootstrap_default(self) -> str | None:
         """A home with no agents gets a claude-code agent as soon as a start finds the `claude` CLI.
@@ -243,6 +244,7 @@ def _label(label: str | None) -> str | None:
     if not label or not label.strip():
         return None
     if not LABEL.match(label.strip()):
-        raise InvalidInputError(f"label {label!r} is not a label: use up to 64 letters, digits and \"_.:-\", e.g. \"gpu\", "
-                                "and give the daemons that may run this agent the same label ([team] labels).")
+        raise InvalidInputError(f"label {label!r} is not a label: use up to 64 letters, digits and \"_.:-\", "
+                                "e.g. \"gpu\", and give the daemons that may run this agent the same label "
+                                "([team] labels).")
     return label.strip()

@@ -31,7 +31,8 @@ class Channels:
             db.execute(
                 "INSERT INTO project_channels (channel_id, project_id, channel_name, is_control, created_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(channel_id) DO UPDATE SET project_id = excluded.project_id, "
-                "channel_name = coalesce(excluded.channel_name, project_channels.channel_name), is_control = excluded.is_control",
+                "channel_name = coalesce(excluded.channel_name, project_channels.channel_name), "
+                "is_control = excluded.is_control",
                 (channel_id, project_id, channel_name.strip() if channel_name else None, int(control), now_iso()),
             )
             self.store.add_event("channel.linked", project_id=project_id,

@@ -41,25 +41,30 @@ FAILURE_KINDS: dict[str, tuple[str, str]] = {
     "max_turns": ("Turn limit reached",
                   "The agent ran out of turns before finishing: split the task, or make the "
                   "description more specific, then restart_task."),
-    "timeout": ("Timed out", "The run exceeded its wall-clock limit: split the task or raise the timeout, then restart_task."),
-    "stalled": ("Stalled", "The agent produced no output for too long and was killed; check the task log, then restart_task."),
+    "timeout": ("Timed out",
+                "The run exceeded its wall-clock limit: split the task or raise the timeout, then restart_task."),
+    "stalled": ("Stalled",
+                "The agent produced no output for too long and was killed; check the task log, then restart_task."),
     "loop": ("Loop detected",
              "The agent repeated the same tool call many times and was killed; make the task more "
              "specific (what done looks like), then restart_task."),
     "killed": ("Stopped", "The run was stopped (stop_task or shutdown); restart_task runs it again."),
     "lease_lost": ("Taken over", "Its daemon lost its lease and another daemon of the team runs the task now."),
-    "crashed": ("Agent crashed", "The agent CLI exited without a result; read the task log and get_task_result, then restart_task."),
+    "crashed": ("Agent crashed",
+                "The agent CLI exited without a result; read the task log and get_task_result, then restart_task."),
     "recovered": ("Interrupted", "AgentQueue stopped while the agent ran; its work so far is kept on the task "
                                  "branch. restart_task runs it again."),
     "merge_conflict": ("Merge conflict",
                        "The task's branch conflicts with the default branch; merge it yourself in the repo "
                        "(git merge, resolve, commit), then skip_task."),
     "merge_failed": ("Merge failed", "The work could not be merged into the default branch; the reason says why."),
-    "verify_failed": ("Verification failed", "The project's verify command failed on the agent's work; read the log, then restart_task."),
+    "verify_failed": ("Verification failed",
+                      "The project's verify command failed on the agent's work; read the log, then restart_task."),
     "pr_closed": ("Pull request closed", "The task's PR was closed unmerged; restart_task or skip_task."),
     "stopped": ("Stopped", "stop_task held it; restart_task puts it back in the queue."),
     "set_task_status": ("Status set by hand", "set_task_status set it; restart_task puts it back in the queue."),
-    "ambiguous_repo": ("No repo chosen", "The project has several repos and no default; edit_task repo_id, then restart_task."),
+    "ambiguous_repo": ("No repo chosen",
+                       "The project has several repos and no default; edit_task repo_id, then restart_task."),
     "workspace_failed": ("No workspace", "The task's git worktree could not be made; the reason says why."),
     "sandbox_unavailable": ("No sandbox", "No OS sandbox could start, so no agent ran (fail closed); install "
                                           "bubblewrap, or set [sandbox] required = false, then restart_task."),
@@ -72,7 +77,8 @@ def describe_failure(error_type: str | None, error_message: str | None) -> tuple
         return FAILURE_KINDS[error_type]
     if not error_type and not error_message:
         return "Unknown error", "No error was recorded; read the task log (agentqueue://tasks/{id}/log)."
-    return error_type or "Unexpected error", "Read the task log (agentqueue://tasks/{id}/log) and the daemon log under $AGENTQUEUE_HOME/logs."
+    return error_type or "Unexpected error", ("Read the task log (agentqueue://tasks/{id}/log) and the daemon log "
+                                              "under $AGENTQUEUE_HOME/logs.")
 
 
 @dataclass(frozen=True)
@@ -210,7 +216,8 @@ def _ambiguous(d: Mapping[str, Any]) -> Reason:
 
 _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
     "policy_denied": lambda d: Reason(
-        f"{d['error']}", f"Change the policy (get_policy, edit_policy) or the agent, then restart_task {d['task_id']}."),
+        f"{d['error']}",
+        f"Change the policy (get_policy, edit_policy) or the agent, then restart_task {d['task_id']}."),
     "permission_request": lambda d: Reason(
         f"The agent asks to run {d['action']}" + (f" ({d['description']})" if d.get("description") else "")
         + f"; it waits for a person (request {d['request_id']}, until {d['expires_at']}).",

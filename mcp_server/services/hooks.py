@@ -60,11 +60,13 @@ def check_steps(steps: Any) -> list[dict[str, Any]]:
     for index, step in enumerate(steps):
         kind = step.get("type")
         if kind not in STEP_TYPES:
-            raise InvalidInputError(f"context_steps[{index}].type {kind!r} is unknown; use one of {', '.join(STEP_TYPES)}.")
+            raise InvalidInputError(f"context_steps[{index}].type {kind!r} is unknown; "
+                                    f"use one of {', '.join(STEP_TYPES)}.")
         unknown = sorted(set(step) - {"type", *SKIP_FLAGS} - set(STEP_KEYS[kind]))
         if unknown:  # a misspelt flag (skip_if_ok) would silently do nothing
-            raise InvalidInputError(f"context_steps[{index}] ({kind}) has unknown key(s) {', '.join(unknown)}; a {kind} "
-                                    f"step takes {', '.join(STEP_KEYS[kind])} and the flags {', '.join(SKIP_FLAGS)}.")
+            raise InvalidInputError(f"context_steps[{index}] ({kind}) has unknown key(s) {', '.join(unknown)}; "
+                                    f"a {kind} step takes {', '.join(STEP_KEYS[kind])} and the flags "
+                                    f"{', '.join(SKIP_FLAGS)}.")
         headers = step.get("headers")
         if headers is not None and not (isinstance(headers, dict) and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
@@ -87,7 +89,8 @@ def check_action(action: str, prompt_template: str | None, task_template: Any) -
     if action == "llm" and not (prompt_template and prompt_template.strip()):
         raise InvalidInputError("An llm hook needs prompt_template (what to ask the model; {{step_N}} etc. allowed).")
     if action == "create_task":
-        if not isinstance(task_template, dict) or not task_template.get("title") or not task_template.get("description"):
+        complete = isinstance(task_template, dict) and task_template.get("title") and task_template.get("description")
+        if not complete:
             raise InvalidInputError('A create_task hook needs task_template {"title": …, "description": …} '
                                     '(priority, repo_id, requires_approval optional).')
         priority = task_template.get("priority", 0)
@@ -139,7 +142,8 @@ class Hooks:
         if self.store.scalar("SELECT 1 FROM hooks WHERE id = ?", (hook_id,)):
             raise ConflictError(f"A hook with id '{hook_id}' already exists. Choose another name or edit_hook.")
         stamp = now_iso()
-        with unique(f"A hook with id '{hook_id}' already exists. Choose another name or edit_hook."), self.store.transaction() as db:
+        taken = f"A hook with id '{hook_id}' already exists. Choose another name or edit_hook."
+        with unique(taken), self.store.transaction() as db:
             db["hooks"].insert({
                 "id": hook_id, "project_id": project_id, "name": name.strip(), "enabled": int(enabled),
                 "trigger": json.dumps(trigger), "action": action, "prompt_template": prompt_template,

@@ -23,7 +23,8 @@ def _check_limits(
         raise InvalidInputError(f"credit_weight must be greater than 0 (got {credit_weight}); 1.0 is an even share.")
     if max_concurrent_agents is not None and max_concurrent_agents < 1:
         raise InvalidInputError(
-            f"max_concurrent_agents must be at least 1 (got {max_concurrent_agents}); pause_project stops a project instead."
+            f"max_concurrent_agents must be at least 1 (got {max_concurrent_agents}); "
+            "pause_project stops a project instead."
         )
     if budget_limit is not None and budget_limit < 0:
         raise InvalidInputError(f"budget_limit must be a token count ≥ 0 (got {budget_limit}); 0 removes the limit.")
