@@ -237,10 +237,10 @@ def gemini_home(tmp_path: Path, base_url: str, *, max_attempts: int | None = 1) 
 
     Retries (read from and checked against gemini-cli 0.61.0): a 429 without `details` is a
     RetryableQuotaError, retried up to `general.maxAttempts` (default 10, capped at 10) times with backoff
-    starting at 5 s and doubling to 30 s: with the default, 10 requests and 204 s measured. `max_attempts` sets that key (1 = no retry, the run
-    fails in about a second); None leaves the default. Every 429 error message gets the CLI's advice
-    "Please wait and try again later. To increase your limits, request a quota increase through AI Studio, ..."
-    appended. Exit code after an API error: 144 for a 400, 173 seen for the 429.
+    starting at 5 s and doubling to 30 s: with the default, 10 requests and 204 s measured. `max_attempts` sets
+    that key (1 = no retry, the run fails in about a second); None leaves the default. Every 429 error message
+    gets the CLI's advice "Please wait and try again later. To increase your limits, request a quota increase
+    through AI Studio, ..." appended. Exit code after an API error: 144 for a 400, 173 seen for the 429.
 
     The other keys keep a run offline and quiet: no usage statistics (Clearcut) or telemetry, no update check,
     no ripgrep download; GEMINI_CLI_NO_RELAUNCH skips the re-spawn with a bigger heap. Every key is one in

@@ -84,7 +84,8 @@ def test_the_hot_queries_read_partial_indexes(services: Services) -> None:
     project_page = ("SELECT id FROM tasks WHERE project_id = ? AND status != 'COMPLETED' "
                     "ORDER BY priority, created_at, id LIMIT 50")
     assert "tasks_open_project_order" in plan(services, project_page, ("one",))
-    ready = ("SELECT id FROM tasks WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
+    ready = ("SELECT id FROM tasks WHERE project_id = ? AND status = 'READY' "
+             "AND (agent_type IS NULL OR agent_type = ?) "
              "AND (? IS NULL OR repo_id = ?) ORDER BY priority, created_at, id LIMIT ?")
     assert "tasks_ready_order" in plan(services, ready, ("one", "command", None, None, 2))
 

@@ -155,15 +155,16 @@ async def test_hook_tools_success_paths(client, services: Services) -> None:
     assert made["context_steps"] == [{"type": "shell", "command": "echo nightly"}] and made["last_fired_at"] is None
     llm = await ok(client, "create_hook", name="Reviewer", project_id="other", trigger=EVENT_TRIGGER,
                    prompt_template="Review {{event.task_id}}")
-    assert llm["action"] == "llm" and llm["cooldown_seconds"] == 3600 and llm["prompt_template"] == "Review {{event.task_id}}"
+    assert (llm["action"] == "llm" and llm["cooldown_seconds"] == 3600
+            and llm["prompt_template"] == "Review {{event.task_id}}")
 
     assert [h["id"] for h in (await ok(client, "list_hooks", project_id="web"))["hooks"]] == ["nightly-check"]
     assert {h["id"] for h in (await ok(client, "list_hooks"))["hooks"]} == {"nightly-check", "reviewer"}
     await ok(client, "set_active_project", project_id="other")
     assert [h["id"] for h in (await ok(client, "list_hooks"))["hooks"]] == ["reviewer"]
 
-    edited = await ok(client, "edit_hook", hook_id="nightly-check", trigger={"type": "periodic", "interval_seconds": 90},
-                      enabled=False, cooldown_seconds=0)
+    edited = await ok(client, "edit_hook", hook_id="nightly-check",
+                      trigger={"type": "periodic", "interval_seconds": 90}, enabled=False, cooldown_seconds=0)
     assert edited["trigger"] == {"type": "periodic", "interval_seconds": 90} and edited["enabled"] is False
     assert edited["cooldown_seconds"] == 0 and edited["task_template"]["title"] == "Check {{project_id}}"
     assert services.hooks.get("nightly-check").trigger["type"] == "periodic"
@@ -249,7 +250,8 @@ async def test_hook_tools_refuse_unknown_ids_bad_edits_and_duplicates(client, se
                   trigger=EVENT_TRIGGER, action="create_task", task_template=TEMPLATE)
     await refused("edit_hook", ["nothing to change"], hook_id="follow-up")
     await refused("edit_hook", ["61 * * *"], hook_id="follow-up", trigger={"type": "cron", "cron": "61 * * *"})
-    await refused("edit_hook", ["interval_seconds"], hook_id="follow-up", trigger={"type": "periodic", "interval_seconds": 0})
+    await refused("edit_hook", ["interval_seconds"], hook_id="follow-up",
+                  trigger={"type": "periodic", "interval_seconds": 0})
     await refused("edit_hook", ["event_type"], hook_id="follow-up", trigger={"type": "event"})
     await refused("edit_hook", ["prompt_template"], hook_id="follow-up", action="llm")
     await refused("edit_hook", ["named"], hook_id="follow-up", context_steps=[{"type": "db_query", "query": "x"}])
@@ -391,8 +393,9 @@ async def test_failing_steps_record_an_error_and_the_run_goes_on(svc: Services, 
         {"type": "http", "url": f"http://127.0.0.1:{port}/health", "timeout": 5},
         {"type": "shell", "command": "echo partial; exit 3"},
         {"type": "read_file", "path": "missing.txt"},
-    ], task_template={"title": "Fragile ran", "description": "a=[{{step_0}}] c=[{{step_2.status_code}}] "
-                                                             "d=[{{step_3}}/{{step_3.exit_code}}] e=[{{step_4.error}}]"})
+    ], task_template={"title": "Fragile ran",
+                      "description": "a=[{{step_0}}] c=[{{step_2.status_code}}] "
+                                     "d=[{{step_3}}/{{step_3.exit_code}}] e=[{{step_4.error}}]"})
     run_id, status = await fire(svc, "fragile")
     assert status == "completed"
     context = json.loads(detail(svc, run_id)["context_results"])
@@ -430,7 +433,8 @@ async def test_db_query_steps_run_each_named_query(svc: Services) -> None:
     assert len(results) == 1 and results[0]["task_id"] == done.id and results[0]["status"] == "completed"
     assert "all good" in results[0]["summary"]
     detail_rows = json.loads(lines["detail"])
-    assert detail_rows[0]["id"] == done.id and detail_rows[0]["status"] == "COMPLETED" and detail_rows[0]["title"] == "Build it"
+    assert (detail_rows[0]["id"] == done.id and detail_rows[0]["status"] == "COMPLETED"
+            and detail_rows[0]["title"] == "Build it")
     assert int(lines["events"]) >= 5
     own_runs = json.loads(lines["runs"])
     assert own_runs["count"] == 1 and own_runs["rows"][0]["id"] == run_id and own_runs["rows"][0]["status"] == "running"
@@ -480,7 +484,8 @@ async def test_short_circuit_flags(svc: Services, http_base: str, flag, skipping
             hook_name = f"{name} {action}"
             extra = {"prompt_template": "Look at {{step_1}}"} if action == "llm" else {}
             add_hook(svc, hook_name, {"type": "periodic", "interval_seconds": 3600}, action=action,
-                     context_steps=[first, prepare(step), {"type": "shell", "command": "echo never > ran.txt"}], **extra)
+                     context_steps=[first, prepare(step), {"type": "shell", "command": "echo never > ran.txt"}],
+                     **extra)
     svc.system.set_orchestrator("paused")  # an llm hook that proceeds stops there: no model is called
 
     tasks_before = svc.store.scalar("SELECT count(*) FROM tasks")

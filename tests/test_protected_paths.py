@@ -59,7 +59,8 @@ for m in re.finditer(r"^SCRIPT (\S+) (.*)$", prompt, re.M):
 print("agent done", flush=True)
 """
 AGENT_COMMAND = shlex.join([sys.executable, "-c", AGENT])
-HOOKED = json.dumps({"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "echo ran > hook_ran.txt"}]}]}})
+HOOKED = json.dumps({"hooks": {"SessionStart": [
+    {"hooks": [{"type": "command", "command": "echo ran > hook_ran.txt"}]}]}})
 
 
 @pytest.fixture
