@@ -17,7 +17,7 @@ import pytest
 
 from agentqueue import paths, settings
 from agentqueue.cli import _parser
-from agentqueue.install import CLIENTS, config_path, install, read_config, server_entry
+from agentqueue.cli.client_configs import CLIENTS, config_path, install, read_config, server_entry
 from agentqueue.services import Services
 
 from .cli_helpers import HEAVY_FOR_A_LAUNCH, cli_env, run_cli
@@ -104,7 +104,7 @@ def test_the_entry_runs_this_installs_script_even_when_sys_executable_is_a_venv_
 
     # No script beside the interpreter: the venv's python itself (unresolved), isolated from the cwd.
     script.unlink()
-    done = subprocess.run([str(python), "-c", "import json, pathlib; from agentqueue.install import server_entry; "
+    done = subprocess.run([str(python), "-c", "import json, pathlib; from agentqueue.cli.client_configs import server_entry; "
                            "print(json.dumps(server_entry('cursor', pathlib.Path('/x'))))"],
                           env=minimal, capture_output=True, text=True, timeout=60)
     fallback = json.loads(done.stdout)

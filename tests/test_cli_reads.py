@@ -1,6 +1,6 @@
 """The terminal's reads (`agentqueue tasks`, `show`, `status`) read the store without the heavy modules.
 
-They say what the tools say: cli_reads.py side by side with the services on one store (SQLite through
+They say what the tools say: cli/reads.py side by side with the services on one store (SQLite through
 the plain reader, and PostgreSQL), a read while the daemon's writer holds the lock, an old store file,
 and the modules a read command imports.
 """
@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentqueue import cli_reads, paths, settings
+from agentqueue import paths, settings
+from agentqueue.cli import reads as cli_reads
 from agentqueue.services import Services
 from agentqueue.services.errors import InvalidInputError, NotFoundError
 from agentqueue.services.lifecycle import Lifecycle

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from . import __version__
+from .. import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the `mcp` path must stay light)
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def selection_flags(parser: argparse.ArgumentParser, who: str) -> None:
     """--read-only and --toolsets: which tools a connection offers (the rest are left out of its list)."""
-    from .toolsets import known, parse_toolsets
+    from ..toolsets import known, parse_toolsets
 
     parser.add_argument("--read-only", action="store_true", help=f"offer {who} only the read-only tools")
     parser.add_argument("--toolsets", type=_toolsets_arg(parse_toolsets), metavar="SET,…",
@@ -194,7 +194,7 @@ def _toolsets_arg(parse: Callable[[str], list[str]]) -> Callable[[str], list[str
 def mcp_flags(argv: list[str]) -> tuple[bool, dict[str, Any]] | None:
     """(standalone, client options) of `agentqueue mcp`'s arguments when they are only its own well-formed
     flags, else None: the caller then lets argparse read them, and word any error."""
-    from .toolsets import client_options, parse_toolsets
+    from ..toolsets import client_options, parse_toolsets
 
     standalone, read_only, toolsets = False, False, None
     rest = list(argv)
@@ -224,26 +224,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.command is None:
         parser.print_help()  # bare `agentqueue`: the help, and success (asking for it is not an error)
         sys.exit(0)
-    from . import paths
+    from .. import paths
 
     home = paths.home()
     if args.command == "mcp":
-        from .toolsets import client_options
+        from ..toolsets import client_options
 
         _mcp(args.standalone, client_options(args.read_only, args.toolsets))
     if args.command == "serve":
-        from . import daemon, settings
+        from .. import daemon, settings
 
         port = args.port
         if port is None:
             try:
                 port = settings.load(home).port
             except settings.ConfigError as error:
-                from .visible import visible
+                from ..visible import visible
 
                 print(visible(str(error), multiline=True), file=sys.stderr)
                 sys.exit(paths.EXIT_CANNOT_START)
-        from .toolsets import connection_options
+        from ..toolsets import connection_options
 
         sys.exit(daemon.serve(home, args.host, port, not args.no_http,
                               connection_options(args.read_only, args.toolsets), args.allow_host))
@@ -253,21 +253,21 @@ def main(argv: list[str] | None = None) -> None:
 def _mcp(standalone: bool, options: dict[str, Any]) -> None:
     """`agentqueue mcp`: the relay to the daemon (stdlib only), or with --standalone the whole server here."""
     if not standalone:
-        from . import plugin
+        from .. import plugin
 
         sys.exit(plugin.main(options))
-    from . import paths
-    from .standalone import run_standalone
+    from .. import paths
+    from ..standalone import run_standalone
 
     sys.exit(run_standalone(paths.home(), options))
 
 
 def _run_command(args: argparse.Namespace, home: Path) -> int:
     """The human commands; a refusal is one sentence on stderr and exit status 1, never a traceback."""
-    from .cli_output import CliError
-    from .services.errors import ServiceError
-    from .store.base import StoreOpenError  # not store.db: that imports sqlite-utils, which a read does not need
-    from .visible import visible
+    from .output import CliError
+    from ..services.errors import ServiceError
+    from ..store.base import StoreOpenError  # not store.db: that imports sqlite-utils, which a read does not need
+    from ..visible import visible
 
     try:
         return _dispatch(args, home)
@@ -281,47 +281,47 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
 
 
 def _dispatch(args: argparse.Namespace, home: Path) -> int:
-    from .cli_output import CliError
+    from .output import CliError
 
     command = args.command
     if command == "install":
-        from .install import run
+        from .client_configs import run
 
         print(run(args.client, home, dry_run=args.dry_run, remove=args.remove))
         return 0
     if command == "doctor":
-        from .doctor import doctor
+        from .doctor_checks import doctor
 
         return doctor(home, args.json)
     if command == "uninstall":
-        from .uninstall import uninstall
+        from .commands.uninstall import uninstall
 
         return uninstall(home, yes=args.yes, purge=args.purge)
     if command == "stop":
-        from .cli_actions import stop
+        from .commands.stop import stop
 
         return stop(home, args.force)
     if command == "status":
-        from .status_view import print_status
+        from .commands.status import print_status
 
         return print_status(home, as_json=args.json, watch=args.watch)
     if command == "board":
-        from .cli_board import open_board
+        from .commands.board import open_board
 
         return open_board(home, args.no_open, args.json)
     if command == "chat":
-        from .chat.repl import run as chat
+        from ..chat.repl import run as chat
 
         if args.json and args.prompt is None:
             raise CliError("--json goes with -p MESSAGE (one turn for a script); the interactive chat has no JSON.")
         return chat(home, args.project, args.model, args.resume, args.prompt, args.json)
     if command in ("approve", "pause", "resume"):
-        from . import cli_actions
+        from .commands import stop as cli_actions
 
         if command == "approve":
             return cli_actions.approve(home, args.task, args.json)
         return cli_actions.pause_or_resume(home, command, args.project, args.json)
-    from . import cli_views
+    from .commands import tasks as cli_views
 
     if command == "tasks":
         return cli_views.tasks(home, args.project, args.status, args.all, args.json)

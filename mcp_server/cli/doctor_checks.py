@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__, paths, settings
-from .daemon_client import daemon_info, running_daemon
-from .install import CLIENTS, read_config
+from .. import __version__, paths, settings
+from ..daemon_client import daemon_info, running_daemon
+from .client_configs import CLIENTS, read_config
 
 MARKS = {"ok": ("✔", "green"), "fail": ("✘", "bold red"), "warn": ("!", "yellow"), "info": ("·", "dim")}
 AGENT_CLIS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
@@ -176,7 +176,7 @@ def check_team(home: Path, loaded: settings.Settings) -> list[Check]:
     """Team mode: the shared PostgreSQL database answers, at which schema, and which daemons share it."""
     if not loaded.database_url:
         return []
-    from .store.db import StoreOpenError, open_store
+    from ..store.db import StoreOpenError, open_store
 
     where = settings.redact_url(loaded.database_url)
     try:
@@ -321,8 +321,8 @@ def check_clients(home: Path) -> list[Check]:
 
 def check_sandbox(home: Path, loaded: settings.Settings) -> list[Check]:
     """A real probe of bubblewrap, and the settings that weaken the walls (a warning each)."""
-    from .sandbox.bwrap import probe
-    from .sandbox.rules import SandboxConfigError, project_settings
+    from ..sandbox.bwrap import probe
+    from ..sandbox.rules import SandboxConfigError, project_settings
 
     why = probe()
     required = loaded.sandbox.required is not False
@@ -374,7 +374,7 @@ def doctor(home: Path, as_json: bool = False) -> int:
     checks = run_checks(home)
     problems = sum(c.level == "fail" for c in checks)
     if as_json:
-        from .cli_output import print_json
+        from .output import print_json
 
         print_json({"home": str(home), "version": __version__, "ok": problems == 0, "problems": problems,
                     "checks": [asdict(c) for c in checks]})
@@ -382,7 +382,7 @@ def doctor(home: Path, as_json: bool = False) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from .visible import visible
+    from ..visible import visible
 
     # A detail quotes what a CLI, a config file or git printed: shown, never obeyed.
     console = Console()

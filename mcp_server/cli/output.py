@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import paths
+from .. import paths
 
 if TYPE_CHECKING:
-    from .services import Services
+    from ..services import Services
 
 
 class CliError(Exception):
@@ -23,7 +23,7 @@ def open_services(home: Path) -> Services:
     if not paths.db_path(home).exists():
         raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
                        "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
-    from .services import Services
+    from ..services import Services
 
     return Services(home)
 

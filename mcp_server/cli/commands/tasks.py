@@ -9,15 +9,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import cli_reads, paths
-from .cli_output import duration, open_services, print_json
-from .visible import visible
+from ... import paths
+from .. import reads as cli_reads
+from ..output import duration, open_services, print_json
+from ...visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from .store.base import Store
+    from ...store.base import Store
 
 # rich costs a read tens of milliseconds to import: `--json` never does, the text views import it when they print.
 # `logs -f` keeps following while the task may still produce output: waiting to start or retry, or running.
@@ -31,7 +32,7 @@ def log_path(home: Path, task_id: str) -> Path:
 def _status(status: str) -> Text:
     from rich.text import Text
 
-    from .status_view import STYLES
+    from .status import STYLES
 
     return Text(status, style=STYLES.get(status, ""))
 
@@ -78,7 +79,7 @@ def _task_table(console: Console, items: list[dict[str, Any]]) -> Text:
     from rich.cells import cell_len, set_cell_size
     from rich.text import Span, Text
 
-    from .status_view import STYLES
+    from .status import STYLES
 
     def width(text: str) -> int:
         return len(text) if text.isascii() else cell_len(text)

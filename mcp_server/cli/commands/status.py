@@ -11,17 +11,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, cli_reads, paths
-from .cli_output import duration, print_json, seconds_since
-from .daemon_client import daemon_info, running_daemon
-from .services.task_states import STATUS_NAMES
-from .visible import visible
+from ... import __version__, paths
+from .. import reads as cli_reads
+from ..output import duration, print_json, seconds_since
+from ...daemon_client import daemon_info, running_daemon
+from ...services.task_states import STATUS_NAMES
+from ...visible import visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
 
-    from .store.base import Store
+    from ...store.base import Store
 
 STATES = list(STATUS_NAMES)
 ACTIVE = ("ASSIGNED", "IN_PROGRESS", "VERIFYING")  # an agent process is working on the task
@@ -56,7 +57,7 @@ def _daemon(home: Path) -> dict[str, Any]:
 
 def collect(home: Path, store: Store) -> dict[str, Any]:
     """Everything `status` shows, as the JSON `status --json` prints (get_status's own code over `store`)."""
-    from .install import home_mismatches
+    from ..client_configs import home_mismatches
 
     status = cli_reads.system(store).status()
     by_status = {s: 0 for s in STATES} | status["tasks"]["by_status"]

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import jsonc, paths
+from .. import paths
+from . import jsonc
 
 CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode")
 JSONC_CLIENTS = ("cursor", "vscode")  # these clients accept comments and trailing commas in their config
@@ -289,7 +290,7 @@ def _edit_file(client: str, config: ClientConfig, entry: dict[str, Any] | None, 
 
 def run(client: str, home: Path, dry_run: bool = False, remove: bool = False) -> str:
     """What `agentqueue install` prints: the change, the command and home it pins, the CLI paths recorded."""
-    from . import cli_paths
+    from . import agent_cli_paths as cli_paths
 
     _, message = install(client, home, dry_run=dry_run, remove=remove)
     lines = [message]

@@ -17,9 +17,9 @@ import urllib.request
 import webbrowser
 from pathlib import Path
 
-from . import paths
-from .cli_output import CliError
-from .visible import visible
+from ... import paths
+from ..output import CliError
+from ...visible import visible
 
 WAIT_FOR_INFO_S = 15.0
 LOGIN_PAGE = "board-login.html"
@@ -27,7 +27,7 @@ LOGIN_PAGE = "board-login.html"
 
 def board_address(home: Path) -> str:
     """The running (or just started) daemon's board address, e.g. http://127.0.0.1:8765."""
-    from .plugin import DaemonStartError, connect_or_start
+    from ...plugin import DaemonStartError, connect_or_start
 
     try:
         connect_or_start(home, progress=lambda message: print(message, file=sys.stderr)).close()

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .cli_output import CliError, duration, print_json
-from .daemon_client import DaemonError, ToolError, call_tool, running_daemon, terminal_asker
-from .visible import visible
+from ... import paths
+from ..output import CliError, duration, print_json
+from ...daemon_client import DaemonError, ToolError, call_tool, running_daemon, terminal_asker
+from ...visible import visible
 
 
 def _call(home: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -56,8 +56,8 @@ def running_agents(home: Path) -> list[dict[str, Any]]:
     """The tasks an agent is working on (what stopping the daemon interrupts), read from the store."""
     if not paths.db_path(home).exists():
         return []
-    from .cli_reads import open_store_for_reading
-    from .status_view import running_tasks
+    from ..reads import open_store_for_reading
+    from .status import running_tasks
 
     store = open_store_for_reading(home)
     try:
@@ -68,7 +68,7 @@ def running_agents(home: Path) -> list[dict[str, Any]]:
 
 def stop(home: Path, force: bool) -> int:
     """Stop the daemon; with agents running, list them and ask (a TTY) or require --force (no TTY)."""
-    from .daemon import stop as stop_daemon
+    from ...daemon import stop as stop_daemon
 
     if running_daemon(home) is None:
         print(f"No AgentQueue daemon is running for {home}.")

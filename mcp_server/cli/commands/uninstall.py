@@ -16,12 +16,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
-from .cli_actions import running_agents
-from .cli_output import CliError, duration
-from .daemon_client import running_daemon
-from .install import configs_with_entry, install
-from .visible import visible
+from ... import paths
+from .stop import running_agents
+from ..output import CliError, duration
+from ...daemon_client import running_daemon
+from ..client_configs import configs_with_entry, install
+from ...visible import visible
 
 
 @dataclass
@@ -129,7 +129,7 @@ def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
             message, problems = f"{config.client}: {error}", problems + 1
         print(message)
     if daemon is not None:
-        from .daemon import stop
+        from ...daemon import stop
 
         stopped, message = stop(home)
         print(message)
