@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentqueue import paths, settings
-from agentqueue.cli import _parser
+from agentqueue.cli.parser import build_parser
 from agentqueue.cli.client_configs import CLIENTS, config_path, install, read_config, server_entry
 from agentqueue.services import Services
 
@@ -226,7 +226,7 @@ def test_bare_agentqueue_prints_help_and_every_command_is_described() -> None:
     assert done.returncode == 0 and done.stderr == ""
     assert "commands:" in done.stdout and "agentqueue install claude-code" in done.stdout
     assert all(len(line) <= 80 for line in done.stdout.splitlines())
-    subcommands = next(a for a in _parser()._actions if a.nargs == "A...")
+    subcommands = next(a for a in build_parser()._actions if a.nargs == "A...")
     for name, command in subcommands.choices.items():
         assert name in done.stdout and command.description and len(command.description) > 20, name
     for read in ("status", "tasks", "show", "logs", "diff", "usage", "doctor"):

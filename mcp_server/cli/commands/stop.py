@@ -1,55 +1,24 @@
-"""The CLI's actions: approve, pause, resume go through the daemon's tools; stop asks before interrupting agents."""
+"""`agentqueue stop [--force]`: stop the daemon; it lists the agents that would be interrupted and asks first."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 from ... import paths
-from ..output import CliError, duration, print_json
-from ...daemon_client import DaemonError, ToolError, call_tool, running_daemon, terminal_asker
 from ...visible import visible
+from ..output import CliError, duration
+from ..parser import add_command
 
 
-def _call(home: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return call_tool(home, tool, arguments, ask=terminal_asker())
-    except (ToolError, DaemonError) as error:
-        raise CliError(str(error)) from None
-
-
-def approve(home: Path, task_id: str, as_json: bool) -> int:
-    task = _call(home, "approve_task", {"task_id": task_id})
-    if as_json:
-        print_json(task)
-        return 0
-    pr = f" (PR {task['pr_url']})" if task.get("pr_url") else ""
-    print(visible(f"Approved {task['id']}: {task['status']}{pr}."))
-    return 0
-
-
-def pause_or_resume(home: Path, action: str, project: str | None, as_json: bool) -> int:
-    """With a project: pause_project/resume_project; without: the whole orchestrator."""
-    if project:
-        result = _call(home, f"{action}_project", {"project_id": project})
-        message = (f"Project {result['id']} is {result['status']}: "
-                   + ("none of its tasks start until `agentqueue resume " + result["id"] + "`."
-                      if action == "pause" else "its READY tasks start as agents free up."))
-    else:
-        result = _call(home, "orchestrator_control", {"action": action})
-        running = result.get("running_tasks", 0)
-        if action == "pause":
-            message = (f"Orchestrator {result['state']}: no new task starts"
-                       + (f"; {running} running task(s) finish" if running else "")
-                       + ". `agentqueue resume` starts them again.")
-        else:
-            message = f"Orchestrator {result['state']}: READY tasks start as agents free up."
-    if as_json:
-        print_json(result)
-    else:
-        print(visible(message))
-    return 0
+def register(sub: argparse._SubParsersAction) -> None:
+    command = add_command(
+        sub, "stop", "stop the daemon (asks first when agents are running)", run,
+        "Stop the daemon. Running agents are interrupted and their tasks recovered at the next start; "
+        "they are listed first, and on a terminal you are asked. Without a terminal, --force is needed.")
+    command.add_argument("--force", action="store_true", help="stop even though agents are running, without asking")
 
 
 def running_agents(home: Path) -> list[dict[str, Any]]:
@@ -66,9 +35,10 @@ def running_agents(home: Path) -> list[dict[str, Any]]:
         store.close()
 
 
-def stop(home: Path, force: bool) -> int:
+def run(args: argparse.Namespace, home: Path) -> int:
     """Stop the daemon; with agents running, list them and ask (a TTY) or require --force (no TTY)."""
     from ...daemon import stop as stop_daemon
+    from ...daemon_client import running_daemon
 
     if running_daemon(home) is None:
         print(f"No AgentQueue daemon is running for {home}.")
@@ -81,7 +51,7 @@ def stop(home: Path, force: bool) -> int:
                   f"{duration(row['elapsed_s']):>8}  {visible(row['title'][:40])}")
         print("Their tasks are recovered when the daemon starts again (work kept as a WIP commit, the task "
               "back to READY).")
-        if not force:
+        if not args.force:
             if not sys.stdin.isatty():
                 raise CliError("Not stopped: agents are running and there is no terminal to ask. "
                                "Pass --force to stop anyway.")
