@@ -37,8 +37,8 @@ def running_agents(home: Path) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace, home: Path) -> int:
     """Stop the daemon; with agents running, list them and ask (a TTY) or require --force (no TTY)."""
-    from ...daemon import stop as stop_daemon
     from ...daemon_client import running_daemon
+    from ...daemon_client import stop as stop_daemon
 
     if running_daemon(home) is None:
         print(f"No AgentQueue daemon is running for {home}.")

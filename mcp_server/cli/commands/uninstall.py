@@ -153,7 +153,7 @@ def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
             message, problems = f"{config.client}: {error}", problems + 1
         print(message)
     if daemon is not None:
-        from ...daemon import stop
+        from ...daemon_client import stop
 
         stopped, message = stop(home)
         print(message)
