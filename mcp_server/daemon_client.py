@@ -173,7 +173,7 @@ def call_tool(home: Path, name: str, arguments: dict[str, Any] | None = None, ti
     With `start` (the default) a daemon that is not running is started first, as `agentqueue mcp` does.
     With `ask`, the client supports elicitation: a question of the policy is put to `ask`.
     """
-    from .plugin import DaemonStartError, _connect, connect_or_start
+    from .daemon.relay import DaemonStartError, _connect, connect_or_start
 
     if start:
         try:

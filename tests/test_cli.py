@@ -233,7 +233,7 @@ def test_bare_agentqueue_prints_help_and_every_command_is_described() -> None:
 
 
 def test_the_plugin_path_imports_nothing_heavy() -> None:
-    probe = ("import sys; started = set(sys.modules); import re; from agentqueue import cli, paths, plugin; "
+    probe = ("import sys; started = set(sys.modules); import re; from agentqueue import cli, paths; from agentqueue.daemon import relay; "
              "cli.mcp_flags(['--read-only', '--toolsets', 'tasks,notes']); paths.socket_file(paths.home_dir()); "
              "print(sorted({m for n in set(sys.modules) - started for m in (n, n.split('.')[0])} & "
              f"{HEAVY_FOR_A_LAUNCH!r}))")

@@ -91,9 +91,9 @@ def _main(argv: list[str]) -> int:
 def run_mcp(standalone: bool, options: dict[str, Any]) -> None:
     """`agentqueue mcp`: the relay to the daemon (stdlib only), or with --standalone the whole server here."""
     if not standalone:
-        from .. import plugin
+        from ..daemon import relay
 
-        sys.exit(plugin.main(options))
+        sys.exit(relay.main(options))
     from .. import paths
     from ..standalone import run_standalone
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, home: Path) -> int:
 
 def board_address(home: Path) -> str:
     """The running (or just started) daemon's board address, e.g. http://127.0.0.1:8765."""
-    from ...plugin import DaemonStartError, connect_or_start
+    from ...daemon.relay import DaemonStartError, connect_or_start
 
     try:
         connect_or_start(home, progress=lambda message: print(message, file=sys.stderr)).close()

@@ -23,9 +23,9 @@ import sys
 import threading
 import time
 
-from . import paths
-from .toolsets import encode_preamble
-from .wire import refusal
+from .. import paths
+from ..toolsets import encode_preamble
+from ..wire import refusal
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read this name)
 if TYPE_CHECKING:
