@@ -241,6 +241,17 @@ def test_the_plugin_path_imports_nothing_heavy() -> None:
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+def test_stop_imports_nothing_of_the_server(tmp_path: Path) -> None:
+    """`agentqueue stop` sends one signal: it must not load the daemon's server (seconds of imports) to do it."""
+    probe = ("import io, sys; started = set(sys.modules); from agentqueue import cli; "
+             "code = cli.run(['stop'], io.StringIO(), io.StringIO()); "
+             "print(code, sorted({m.split('.')[0] for m in set(sys.modules) - started} & "
+             "{'mcp', 'anyio', 'uvicorn', 'starlette', 'pydantic', 'sqlite_utils', 'git'}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "aq")})
+    assert done.stdout.strip() == "1 []", done.stdout + done.stderr  # 1: no daemon runs for this home
+
+
 def test_mcp_reads_its_own_flags_and_leaves_anything_else_to_argparse() -> None:
     from agentqueue.cli import mcp_flags
 
