@@ -184,7 +184,7 @@ def call_tool(home: Path, name: str, arguments: dict[str, Any] | None = None, ti
         sock = _connect(paths.socket_path(home))
         if sock is None:
             raise DaemonError(f"No AgentQueue daemon is running for {home}; `agentqueue serve` starts one.")
-    session = _Session(sock, timeout, ask)
+    session = _Session(socket.socket(fileno=sock.detach()), timeout, ask)  # the relay's _socket, with makefile
     capabilities = {"elicitation": {"form": {}}} if ask else {}
     try:
         session.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": capabilities,

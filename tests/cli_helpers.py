@@ -24,8 +24,10 @@ _MACHINE = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "AGENTQUEUE_TOKEN", "AGENTQUEUE_
 
 # What a client launch must not load: the server's libraries, and the stdlib modules the relay has no use for
 # (argparse: `mcp` reads its flags by hand; pathlib, typing: the plugin holds the home as a str; subprocess,
-# hashlib, tempfile: only to start a daemon or for a home too long for a socket path).
+# hashlib, tempfile: only to start a daemon or for a home too long for a socket path; socket, selectors,
+# threading: the relay uses the interpreter's built-in _socket and _thread).
 HEAVY_FOR_A_LAUNCH = {"mcp", "pydantic", "git", "rich", "sqlite_utils", "anyio", "uvicorn", "agentqueue.services",
+                      "socket", "selectors", "threading",
                       "argparse", "pathlib", "typing", "subprocess", "hashlib", "tempfile"}
 
 
