@@ -291,17 +291,18 @@ class Tasks:
         stamp = now_iso()
         with self.store.transaction() as db:
             task_id = self.ids.new()
-            db["tasks"].insert({
-                "id": task_id, "project_id": project_id, "title": title.strip(),
-                "description": description.strip(), "status": "DEFINED", "priority": priority,
-                "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
-                "requires_approval": int(requires_approval), "agent_type": agent_type,
-                "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp,
-            })
+            row = {"id": task_id, "project_id": project_id, "title": title.strip(),
+                   "description": description.strip(), "status": "DEFINED" if deps else "READY", "priority": priority,
+                   "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
+                   "requires_approval": int(requires_approval), "agent_type": agent_type,
+                   "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp}
+            # Plain SQL: sqlite-utils' insert and update read the table's columns and keys first, on every call.
+            db.execute(f"INSERT INTO tasks ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})", row)
             for dep in deps:
-                db["task_dependencies"].insert({"task_id": task_id, "depends_on": dep})
-            status = self.entry_status(task_id)
-            db["tasks"].update(task_id, {"status": status})
+                db.execute("INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", (task_id, dep))
+            status = self.entry_status(task_id) if deps else "READY"
+            if status != row["status"]:
+                db.execute("UPDATE tasks SET status = ? WHERE id = ?", (status, task_id))
             origin = {"created_by_hook": created_by_hook} if created_by_hook else {}
             if parent_task_id:
                 origin["created_by_task"] = parent_task_id
