@@ -133,7 +133,8 @@ def duration_seconds(value: Any) -> float | None:
 def parse_duration(value: Any, where: str) -> float:
     """Seconds from 90, 1.5, "90s", "10m", "1h" or "1d"; anything else is a ConfigError."""
     if isinstance(value, bool):
-        raise ConfigError(f"{where} = {value!r} is not a duration: give seconds (90) or a string like \"10m\" or \"1h\".")
+        raise ConfigError(f"{where} = {value!r} is not a duration: "
+                          "give seconds (90) or a string like \"10m\" or \"1h\".")
     seconds = duration_seconds(value)
     if seconds is None:
         raise ConfigError(f"{where} = {value!r} is not a duration: give seconds (90) or a number with s, m, h "
@@ -322,7 +323,8 @@ def _read_file(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path} is not valid TOML ({error}). Fix it, or move it aside to use the defaults.") from None
+        raise ConfigError(f"{path} is not valid TOML ({error}). "
+                          "Fix it, or move it aside to use the defaults.") from None
     except OSError as error:
         raise ConfigError(f"{path} cannot be read ({error.strerror or error}).") from None
     for section, value in data.items():

@@ -104,7 +104,8 @@ def test_the_entry_runs_this_installs_script_even_when_sys_executable_is_a_venv_
 
     # No script beside the interpreter: the venv's python itself (unresolved), isolated from the cwd.
     script.unlink()
-    done = subprocess.run([str(python), "-c", "import json, pathlib; from agentqueue.cli.client_configs import server_entry; "
+    done = subprocess.run([str(python), "-c", "import json, pathlib; "
+                           "from agentqueue.cli.client_configs import server_entry; "
                            "print(json.dumps(server_entry('cursor', pathlib.Path('/x'))))"],
                           env=minimal, capture_output=True, text=True, timeout=60)
     fallback = json.loads(done.stdout)
@@ -233,7 +234,8 @@ def test_bare_agentqueue_prints_help_and_every_command_is_described() -> None:
 
 
 def test_the_plugin_path_imports_nothing_heavy() -> None:
-    probe = ("import sys; started = set(sys.modules); import re; from agentqueue import cli, paths; from agentqueue.daemon import relay; "
+    probe = ("import sys; started = set(sys.modules); import re; from agentqueue import cli, paths; "
+             "from agentqueue.daemon import relay; "
              "cli.mcp_flags(['--read-only', '--toolsets', 'tasks,notes']); paths.socket_file(paths.home_dir()); "
              "print(sorted({m for n in set(sys.modules) - started for m in (n, n.split('.')[0])} & "
              f"{HEAVY_FOR_A_LAUNCH!r}))")

@@ -60,7 +60,8 @@ def test_reads_as_json_and_approve_through_the_daemon(live: LiveDaemon) -> None:
 
     usage = cli_json_in_process(env, "usage")
     assert [(r["project_id"], r["runs"]) for r in usage["breakdown"]] == [("demo", 1)]
-    assert cli_json_in_process(env, "usage", "--project", "demo", "--since", "1")["breakdown"][0]["task_id"] == task["id"]
+    since = cli_json_in_process(env, "usage", "--project", "demo", "--since", "1")
+    assert since["breakdown"][0]["task_id"] == task["id"]
 
     status = cli_json_in_process(env, "status")
     assert status["daemon"]["running"] and status["daemon"]["pid"] == live.pid
@@ -73,7 +74,8 @@ def test_reads_as_json_and_approve_through_the_daemon(live: LiveDaemon) -> None:
     # Approving lands the branch on main: from a script (no terminal to ask) that is refused with how to allow it.
     refused = cli_in_process(env, "approve", task["id"])
     assert refused.returncode == 1 and "tool:merge_into_default:app" in refused.stderr, refused.stderr
-    assert "Traceback" not in refused.stderr and cli_json_in_process(env, "show", task["id"])["task"]["status"] == "AWAITING_APPROVAL"
+    assert "Traceback" not in refused.stderr
+    assert cli_json_in_process(env, "show", task["id"])["task"]["status"] == "AWAITING_APPROVAL"
     (live.home / "policy.toml").write_text('allow = ["tool:merge_into_default"]\n')  # a person allows it
     approved = cli_in_process(env, "approve", task["id"])
     assert approved.returncode == 0 and "COMPLETED" in approved.stdout, approved.stderr

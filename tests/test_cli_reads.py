@@ -244,6 +244,7 @@ def test_the_task_list_wraps_only_titles_and_shows_them_inert(tmp_path: Path) ->
     column = lines[3].index("Words")
     wrapped = [lines[3][column:]] + [line[column:] for line in lines[4:-1]]
     assert all(not line[:column].strip() for line in lines[4:-1])  # continuation lines hold only the title
-    assert "".join(wrapped).replace(" ", "") == (title.replace("\u202e", "\\u202e") + f"(after {first})").replace(" ", "")
+    expected = title.replace("\u202e", "\\u202e") + f"(after {first})"
+    assert "".join(wrapped).replace(" ", "") == expected.replace(" ", "")
     assert "\u202e" not in done.stdout and "[red]markup[/red]" in "".join(wrapped)  # shown as typed, inert
     assert lines[-1] == "2 task(s)"

@@ -64,7 +64,8 @@ def test_doctor_finds_each_seeded_fault_with_its_fix(tmp_path: Path) -> None:
     assert "without cleaning up" in stopped["detail"] and "agentqueue serve" in stopped["fix"]
 
     token = checks["token file"]
-    assert token["level"] == "fail" and "0644" in token["detail"] and token["fix"] == f"chmod 600 {paths.token_path(home)}"
+    assert (token["level"] == "fail" and "0644" in token["detail"]
+            and token["fix"] == f"chmod 600 {paths.token_path(home)}")
 
     client = checks["claude-desktop"]
     assert client["level"] == "fail" and "does not exist" in client["detail"]

@@ -98,8 +98,8 @@ def check_config(home: Path) -> tuple[list[Check], settings.Settings]:
     try:
         loaded = settings.load(home)
     except settings.ConfigError as error:
-        return [Check("settings", "fail", str(error), f"Fix it in {path} or the environment (the daemon refuses to start with it).")], \
-            settings.Settings()
+        fix = f"Fix it in {path} or the environment (the daemon refuses to start with it)."
+        return [Check("settings", "fail", str(error), fix)], settings.Settings()
     if path.exists():
         return [Check("config.toml", "ok", f"{path} is valid")], loaded
     return [Check("config.toml", "info", f"no {path}: defaults apply (see docs/config.example.toml)")], loaded
@@ -234,7 +234,8 @@ def check_clis(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | N
                                     "`agentqueue install <client>` records its path in config.toml [cli]."))
                 continue
             why = (f"a registered {agent_type} agent needs it" if agent_type in (types or set())
-                   else "the default agent is a claude-code agent" if needed else f"needed only for {agent_type} agents")
+                   else "the default agent is a claude-code agent" if needed
+                   else f"needed only for {agent_type} agents")
             checks.append(Check(
                 key, "fail" if needed else "info",
                 f"not found by {seen_by} (not in config.toml [cli] {key}, {env_name} or PATH); {why}.",
@@ -254,8 +255,8 @@ def check_clis(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | N
             if auth_code == 0:
                 checks.append(Check("gh", "ok", detail + "; logged in"))
             else:
-                checks.append(Check("gh", "warn", detail + f"; not logged in ({_first_line(auth) or 'gh auth status failed'})",
-                                    "gh auth login"))
+                why_not = _first_line(auth) or "gh auth status failed"
+                checks.append(Check("gh", "warn", detail + f"; not logged in ({why_not})", "gh auth login"))
             continue
         if source == "PATH" and environ is None:
             checks.append(Check(key, "warn", detail + ": a daemon started by a GUI client, with a minimal PATH, "
@@ -346,7 +347,8 @@ def check_sandbox(home: Path, loaded: settings.Settings) -> list[Check]:
             chosen = project_settings(home / "policy.toml", project_id)
             if chosen.network == "open" or chosen.required is False:
                 what = "network = \"open\"" if chosen.network == "open" else "required = false"
-                checks.append(Check(f"sandbox ({project_id})", "warn", f"policy.toml sets {what} for project {project_id}."))
+                checks.append(Check(f"sandbox ({project_id})", "warn",
+                                    f"policy.toml sets {what} for project {project_id}."))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, SandboxConfigError) as error:

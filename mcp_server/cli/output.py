@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +113,7 @@ def parse_iso(stamp: str | None) -> datetime | None:
 
 def seconds_since(stamp: str | None) -> float | None:
     moment = parse_iso(stamp)
-    return None if moment is None else max(0.0, (datetime.now(timezone.utc) - moment).total_seconds())
+    return None if moment is None else max(0.0, (datetime.now(UTC) - moment).total_seconds())
 
 
 def duration(seconds: float | None) -> str:

@@ -84,7 +84,8 @@ def login_link(home: Path, base: str) -> str:
         try:
             token = paths.token_path(home).read_text().strip()
         except OSError:
-            raise CliError(f"No token in AGENTQUEUE_TOKEN or {paths.token_path(home)}: is this the daemon's home?") from None
+            raise CliError(f"No token in AGENTQUEUE_TOKEN or {paths.token_path(home)}: "
+                           "is this the daemon's home?") from None
     request = urllib.request.Request(f"{base}/board/login-code", method="POST", data=b"",
                                      headers={"Authorization": f"Bearer {token}"})
     try:
@@ -109,6 +110,7 @@ def login_page(home: Path, link: str) -> Path:
     with os.fdopen(fd, "w") as out:
         out.write(f"<!doctype html><meta charset=utf-8><meta name=referrer content=no-referrer>"
                   f"<meta http-equiv=refresh content=\"0; url={quoted}\"><title>AgentQueue board</title>"
-                  f"<p>Opening the board… <a href=\"{quoted}\">continue</a> (the link works once, for 2 minutes).</p>\n")
+                  f"<p>Opening the board… <a href=\"{quoted}\">continue</a> "
+                  "(the link works once, for 2 minutes).</p>\n")
     os.replace(partial, page)
     return page

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace, home: Path) -> int:
         if check.fix:
             out.print(Text.assemble(("    fix: ", "dim"), visible(check.fix, multiline=True)))
     warnings = sum(c.level == "warn" for c in checks)
-    summary = (f"{problems} problem(s)" if problems else "No problems") + (f", {warnings} warning(s)" if warnings else "")
+    summary = f"{problems} problem(s)" if problems else "No problems"
+    summary += f", {warnings} warning(s)" if warnings else ""
     out.print(Text(summary + ".", style="bold red" if problems else "green"))
     return 1 if problems else 0

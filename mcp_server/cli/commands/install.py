@@ -1,4 +1,5 @@
-"""`agentqueue install CLIENT [--remove] [--dry-run]`: add AgentQueue to an MCP client's config, record the agent CLIs."""
+"""`agentqueue install CLIENT [--remove] [--dry-run]`: add AgentQueue to an MCP client's config, record the
+agent CLIs."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from ..parser import add_command, json_flag
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    command = add_command(sub, "show", "one task: status, reason and next step, attempts, branch/PR, files, last result",
-                          run)
+    command = add_command(sub, "show",
+                          "one task: status, reason and next step, attempts, branch/PR, files, last result", run)
     command.add_argument("task", help="task id, e.g. swift-falcon")
     json_flag(command)
 
@@ -48,7 +48,8 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(ratio=1, overflow="fold")
-    grid.add_row("project", shown(task["project_id"] + (f"  repo {task['repo_id']}" if task["repo_id"] else "  (no repo)")))
+    repo = f"  repo {task['repo_id']}" if task["repo_id"] else "  (no repo)"
+    grid.add_row("project", shown(task["project_id"] + repo))
     grid.add_row("priority", str(task["priority"]) + ("  requires approval" if task["requires_approval"] else ""))
     if task["assigned_agent"]:
         grid.add_row("agent", shown(task["assigned_agent"]))

@@ -14,7 +14,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ... import paths
 from ...visible import visible
@@ -23,6 +23,8 @@ from ..parser import add_command
 
 if TYPE_CHECKING:
     import subprocess
+
+    from ..client_configs import ClientConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -104,15 +106,9 @@ def plan_repos(home: Path) -> list[RepoPlan]:
     return plans
 
 
-def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
-    from ...daemon_client import running_daemon
-    from ..client_configs import configs_with_entry, install
-    from .stop import running_agents
-
-    configs = configs_with_entry()
-    daemon = running_daemon(home)
-    running = running_agents(home) if daemon is not None else []
-    plans = plan_repos(home)
+def _show_plan(home: Path, configs: list[ClientConfig], daemon: dict[str, Any] | None, running: list[dict[str, Any]],
+               plans: list[RepoPlan], purge: bool) -> None:
+    """What uninstall will do, printed before it asks."""
     print("agentqueue uninstall will:")
     if configs:
         for config in configs:
@@ -139,6 +135,18 @@ def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
         print(f"  - DELETE the data directory {home} (database, logs, notes, config, workspaces)")
     else:
         print(f"  - keep the data directory {home} (database, logs, notes, config; --purge deletes it)")
+
+
+def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
+    from ...daemon_client import running_daemon
+    from ..client_configs import configs_with_entry, install
+    from .stop import running_agents
+
+    configs = configs_with_entry()
+    daemon = running_daemon(home)
+    running = running_agents(home) if daemon is not None else []
+    plans = plan_repos(home)
+    _show_plan(home, configs, daemon, running, plans, purge)
     if not yes:
         if not sys.stdin.isatty():
             raise CliError("Nothing changed: there is no terminal to ask. Pass --yes to uninstall.")
