@@ -24,7 +24,8 @@ from agentqueue import paths
 from agentqueue.daemon_client import ToolError, call_tool
 
 from .browser import SCREENSHOTS, chromium, needs_chromium
-from .cli_helpers import AGENT_COMMAND, signals, LiveDaemon, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
+from .cli_helpers import (AGENT_COMMAND, LiveDaemon, cli_env, cli_json, run_cli, signals, start_daemon, stop_daemon,
+                          wait_until)
 from .git_fixtures import git, make_repo
 from .mock_anthropic import MockAnthropic
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
@@ -135,7 +136,8 @@ async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_w
         await page.wait_for_function("window.agentqueueFeed && window.agentqueueFeed.readyState === 1")
         await page.click("#create-task summary")
         await page.fill("input[name=title]", "Say and write")
-        await page.fill("textarea[name=description]", f"SAY first line\nWAITFOR {gate}\nSAY second line\nWRITE said.txt done")
+        await page.fill("textarea[name=description]",
+                        f"SAY first line\nWAITFOR {gate}\nSAY second line\nWRITE said.txt done")
         await page.click("text=Queue task")
         await page.wait_for_selector("#flash .ok")
         assert await page.input_value("input[name=title]") == ""  # the form is cleared for the next task
@@ -354,7 +356,8 @@ def test_bearer_token_actions_get_the_tools_policy_verdict_and_the_audit_names_t
     assert 'class="flash error"' in as_htmx.text and flash_text(as_htmx).startswith(tool_refusal)
     assert titles(board) == []
     # The token does not lift the bound on a form's size.
-    huge = httpx.post(f"{base}/projects/demo/tasks", data={**form, "description": "x" * (2 << 20)}, headers=bearer(board))
+    huge = httpx.post(f"{base}/projects/demo/tasks", data={**form, "description": "x" * (2 << 20)},
+                      headers=bearer(board))
     assert huge.status_code == 413 and titles(board) == []
     # The person at the board is the one the policy asks: their click is the answer.
     person, csrf = logged_in(board)
@@ -450,7 +453,8 @@ def test_the_live_feed_takes_a_task_id_never_a_path(board: LiveDaemon) -> None:
 
 
 def test_the_session_cookie_works_only_on_the_daemon_that_minted_it(tmp_path: Path) -> None:
-    """Browsers send a host's cookies to every port: another local daemon, even one with the same token, refuses them."""
+    """Browsers send a host's cookies to every port: another local daemon, even one with the same token, refuses
+    them."""
     token = "shared-token-" + "x" * 32
     daemons = []
     try:
@@ -590,7 +594,8 @@ def test_numbers_in_board_forms_are_ascii_whole_numbers_or_a_clear_4xx(board: Li
         for line in ("²", "٣", "１", "1_0", "1e3", "0x1", "9" * 40, "9" * 5000, "1.5", "one"):
             changes = person.post(f"/tasks/{task['id']}/changes",
                                   data={"comment": "c", "file": "a.txt", "line": line, "csrf": csrf})
-            assert changes.status_code == 400 and "line must be a line number" in flash_text(changes), (line, changes.status_code)
+            assert changes.status_code == 400 and "line must be a line number" in flash_text(changes), \
+                (line, changes.status_code)
         for line, words in (("0", "line must be between 1"), ("99999999999", "line must be between 1"),
                             ("-3", "line must be between 1")):
             changes = person.post(f"/tasks/{task['id']}/changes",

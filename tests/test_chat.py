@@ -73,8 +73,9 @@ class Chat(Terminal):
 def footer(turn_requests: int) -> str:
     """The footer of a turn that took `turn_requests` model requests (the mock reports USAGE each time)."""
     n = turn_requests
-    return (f"{USAGE['input_tokens'] * n} in · {USAGE['output_tokens'] * n} out · {USAGE['cache_read_input_tokens'] * n} "
-            f"cache read · {USAGE['cache_creation_input_tokens'] * n} cache write tokens")
+    return (f"{USAGE['input_tokens'] * n} in · {USAGE['output_tokens'] * n} out · "
+            f"{USAGE['cache_read_input_tokens'] * n} cache read · "
+            f"{USAGE['cache_creation_input_tokens'] * n} cache write tokens")
 
 
 def chat_json(live: LiveDaemon, *args: str) -> dict:
@@ -200,7 +201,8 @@ def test_a_task_finishing_while_the_chat_idles_prints_its_line(live: LiveDaemon)
     go = signals(live.home.parent) / "go"
     with Chat(live) as chat:
         chat.wait("you › ")
-        task = live.call("create_task", project_id="demo", title="Quick one", agent_type="command", description=f"WAITFOR {go}\nSAY done")
+        task = live.call("create_task", project_id="demo", title="Quick one", agent_type="command",
+                         description=f"WAITFOR {go}\nSAY done")
         live.wait_status(task["id"], "IN_PROGRESS")
         go.write_text("")
         chat.wait(f"✔ {task['id']} completed: Quick one", timeout=60)

@@ -96,7 +96,8 @@ def daemon_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if info and info.get("http_url") and info.get("pid") == proc.pid:
                 break
             time.sleep(0.1)
-        assert info and info.get("http_url"), f"daemon did not start: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+        assert info and info.get("http_url"), \
+            f"daemon did not start: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
         # The suite's dns-rebinding-protection scenario needs a localhost URL.
         yield info["http_url"].replace("127.0.0.1", "localhost", 1)
     finally:

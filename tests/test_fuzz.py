@@ -112,7 +112,8 @@ def world(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
                                  "create_task", task_template={"title": "t", "description": "d"})
     try:
         with start_blocking_portal("asyncio") as portal:
-            with portal.wrap_async_context_manager(Client(build_server(services, EVERY_TOOL))) as client:  # no elicitation
+            client_cm = Client(build_server(services, EVERY_TOOL))  # no elicitation
+            with portal.wrap_async_context_manager(client_cm) as client:
                 tools = portal.call(client.list_tools).tools
                 tasks = [ready, waiting, running, blocked]
                 yield World(

@@ -77,7 +77,8 @@ async def test_notes_never_follow_a_link_out(client, services, tmp_path):
         entry.unlink()
     (workspace / "notes").rmdir()
     (workspace / "notes").symlink_to(elsewhere)
-    for tool, args in (("list_notes", {}), ("read_note", {"title": "x"}), ("write_note", {"title": "y", "content": "c"}),
+    for tool, args in (("list_notes", {}), ("read_note", {"title": "x"}),
+                       ("write_note", {"title": "y", "content": "c"}),
                        ("append_note", {"title": "x", "content": "c"}), ("delete_note", {"title": "x"})):
         assert "symbolic link" in await fail(client, tool, project_id="demo", **args), tool
     assert sorted(p.name for p in elsewhere.iterdir()) == ["x.md"]
@@ -390,7 +391,8 @@ def test_the_plugin_answers_what_the_sdk_would_leave_unanswered(tmp_path):
             return json.loads(plugin.stdout.readline())
 
         init = ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode())
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}).encode())
         assert init["result"]["serverInfo"]["name"] == "agentqueue"
         plugin.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
         assert ask(b"this is not json")["error"]["code"] == -32700

@@ -293,7 +293,8 @@ def test_a_home_that_cannot_be_a_folder_is_one_sentence_and_the_client_gets_an_e
     assert done.returncode != 0 and "Traceback" not in said
     assert str(blocker / "home") in said and "AGENTQUEUE_HOME" in said
     [answer] = [json.loads(line) for line in done.stdout.splitlines()]  # mid-handshake: one error, nothing else
-    assert answer["id"] == 1 and answer["error"]["code"] == -32603 and str(blocker / "home") in answer["error"]["message"]
+    assert (answer["id"] == 1 and answer["error"]["code"] == -32603
+            and str(blocker / "home") in answer["error"]["message"])
 
 
 # -- 3. the audit actor comes from the connection, never from what a client claims -------------------------------
@@ -429,7 +430,8 @@ async def test_an_agent_that_runs_its_own_plugin_is_still_the_agent(tmp_path: Pa
         refused = {r["action"]: r for r in audit_rows(home, "tool:%") if r["outcome"] == "refused"}
         assert sorted(refused) == ["tool:answer_request", "tool:approve_task", "tool:edit_policy"]
         assert {r["actor"] for r in refused.values()} == {"agent:claude"}
-        assert refused["tool:edit_policy"]["task_id"] == task["id"] and refused["tool:edit_policy"]["decision"] == "deny"
+        assert (refused["tool:edit_policy"]["task_id"] == task["id"]
+                and refused["tool:edit_policy"]["decision"] == "deny")
     finally:
         daemon.stop(home, timeout=15)
         if server.poll() is None:
@@ -471,7 +473,8 @@ async def test_a_process_the_daemon_started_outside_a_run_is_no_person_either(tm
             store.close()
         [report] = [line for line in context[0]["stdout"].splitlines() if line.startswith("ATTACK ")]
         out = json.loads(report[len("ATTACK "):])
-        assert "answer_request" not in out["tools"] and "edit_policy" not in out["tools"] and "list_requests" in out["tools"]
+        assert ("answer_request" not in out["tools"] and "edit_policy" not in out["tools"]
+                and "list_requests" in out["tools"])
         for name in ("answer_request", "edit_policy", "approve_task"):
             assert out[name][0] and "not available here" in out[name][1] and "person's decision" in out[name][1], out
         assert (home / "policy.toml").read_text() == 'preset = "autonomous"\n'

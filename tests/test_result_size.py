@@ -113,7 +113,8 @@ async def test_get_task_diff_of_2_mb_pages_and_shows_one_file(client, services, 
     with services.store.transaction() as db:
         db["tasks"].update(task["id"], {"branch": "t/big"})
     first = await call(client, "get_task_diff", task_id=task["id"])
-    assert first["truncated"] and first["total_chars"] >= len(full) - 10 and first["files_changed"] == ["big.txt", small]
+    assert (first["truncated"] and first["total_chars"] >= len(full) - 10
+            and first["files_changed"] == ["big.txt", small])
     assert "path=" in first["note"]
     nxt = offset_in(first["note"], "get_task_diff")
     assert nxt == len(first["diff"])

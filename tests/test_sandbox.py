@@ -143,7 +143,8 @@ async def test_a_command_agent_under_autonomous_is_held_by_the_walls(services: S
                          str(services.home)])
     services.agents.create("attacker", "command", command=attack)
     task = services.tasks.create("demo", "Escape", "try everything", repo_id="app")
-    await run_until(engine_for(services), lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"))
+    await run_until(engine_for(services),
+                    lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"))
     assert services.tasks.get(task.id).status == "COMPLETED", services.tasks.get(task.id).reason
     report = json.loads(git(repo, "show", "main:report.json"))
     assert_contained(services, task.id, report, target, repo)
@@ -165,7 +166,8 @@ def claude_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_env: Path) -
 def claude_attack(victim: Path, port: int, aq_home: Path) -> list[str]:
     """The same attempts as shell commands, the way a model asks Claude Code's Bash tool to run them."""
     return ["cat ~/.ssh/id_rsa", "cat leak", f"echo pwned > {victim}/outside.txt", "echo pwned > escape/pwned.txt",
-            "echo pwned > ~/planted.txt", f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)'",
+            "echo pwned > ~/planted.txt",
+            f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)'",
             f"curl -sS -m 10 http://127.0.0.1:{port}/", f"ls {aq_home}", "mount -o remount,rw / && echo remounted"]
 
 
@@ -178,7 +180,8 @@ async def test_the_real_claude_under_autonomous_is_held_by_the_walls(services: S
     services.agents.create("claude", "claude-code")
     commands = claude_attack(target["victim"], target["listener"].port, services.home)
     task = services.tasks.create("demo", "Escape", f"SCENARIO:run_cmds CMDS{json.dumps(commands)}END", repo_id="app")
-    await run_until(engine_for(services), lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"))
+    await run_until(engine_for(services),
+                    lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"))
     assert services.tasks.get(task.id).status == "COMPLETED", services.tasks.get(task.id).reason
     answers = claude_env.messages_for("run_cmds")[-1]
     said = json.dumps(answers)
@@ -203,8 +206,8 @@ async def test_under_standard_the_policy_asks_before_the_sandbox_is_reached(serv
     services.agents.create("claude", "claude-code")
     commands = claude_attack(target["victim"], target["listener"].port, services.home)
     task = services.tasks.create("demo", "Escape", f"SCENARIO:run_cmds CMDS{json.dumps(commands)}END", repo_id="app")
-    await run_until(engine_for(services), lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"),
-                    timeout=150)
+    await run_until(engine_for(services),
+                    lambda: services.tasks.get(task.id).status in ("COMPLETED", "BLOCKED", "FAILED"), timeout=150)
     rows = services.audit.query(task_id=task.id, action="Bash(*", limit=100)
     decided = {row.action: row.decision for row in rows}
     for command in commands:
@@ -217,7 +220,8 @@ async def test_no_sandbox_no_run_unless_a_person_says_so(services: Services, git
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     services.projects.create("Demo")
     services.repos.add("demo", "init", name="app")
-    services.agents.create("worker", "command", command=shlex.join([sys.executable, "-c", "open('x.txt','w').write('x')"]))
+    services.agents.create("worker", "command",
+                           command=shlex.join([sys.executable, "-c", "open('x.txt','w').write('x')"]))
     monkeypatch.setattr(bwrap, "find_bwrap", lambda: None)
     bwrap.probe.cache_clear()
     try:
@@ -300,7 +304,8 @@ def test_the_gate_lets_through_only_the_allowlist(tmp_path: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     denied: list[tuple[str, int]] = []
-    rules = SandboxRules(tmp_path, True, endpoints=(Endpoint.parse(f"127.0.0.1:{port}"), Endpoint.parse("*.example.org")))
+    rules = SandboxRules(tmp_path, True,
+                         endpoints=(Endpoint.parse(f"127.0.0.1:{port}"), Endpoint.parse("*.example.org")))
     gate = NetworkGate(rules, lambda host, p, _why: denied.append((host, p)))
 
     def ask(request: bytes, path: str = "proxy.sock") -> bytes:
@@ -356,7 +361,8 @@ def test_a_mask_shows_the_default_branchs_file_read_only(services: Services, tmp
     (work / ".gemini").mkdir(parents=True)
     (work / ".gemini" / "settings.json").write_text('{"planted": true}')
     (work / ".mcp.json").write_text('{"planted": true}')
-    rules = services.sandbox.rules_for(work, None, preset="standard", agent_type="gemini", env={"PATH": "/usr/bin:/bin"},
+    rules = services.sandbox.rules_for(work, None, preset="standard", agent_type="gemini",
+                                       env={"PATH": "/usr/bin:/bin"},
                                        masks={work / ".gemini" / "settings.json": b'{"default": true}',
                                               work / ".mcp.json": None})
     argv = ["/bin/sh", "-c", "cat .gemini/settings.json; echo; wc -c < .mcp.json; echo x > .gemini/settings.json"]
@@ -378,7 +384,8 @@ def test_registries_open_when_the_policy_lets_installs_run(services: Services, t
     assert services.sandbox.registry_allowed("demo", "registry.npmjs.org", 443)
     assert not services.sandbox.registry_allowed("demo", "evil.example.com", 443)
     services.policies.edit(project_id="demo", preset="autonomous")
-    assert services.sandbox.rules_for(tmp_path, "demo", preset="autonomous", env={"PATH": "/usr/bin"}).allows("pypi.org", 443)
+    autonomous = services.sandbox.rules_for(tmp_path, "demo", preset="autonomous", env={"PATH": "/usr/bin"})
+    assert autonomous.allows("pypi.org", 443)
 
 
 def test_a_cli_installed_by_npm_under_tmp_is_shown_with_its_sibling_packages(tmp_path: Path) -> None:
