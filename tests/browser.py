@@ -21,8 +21,7 @@ def chromium_path() -> str | None:
 
 
 def needs_chromium() -> pytest.MarkDecorator:
-    return pytest.mark.skipif(chromium_path() is None,
-                              reason="Debian's chromium is not installed (.ci/run installs it)")
+    return pytest.mark.skipif(chromium_path() is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
 @asynccontextmanager
