@@ -21,7 +21,7 @@ from .mock_anthropic import USAGE, MockAnthropic
 from .processes import Terminal
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
 
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 

@@ -171,6 +171,7 @@ def test_a_private_claude_json_stays_private_and_so_do_its_backups(user_home: Pa
 
 
 @pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")
+@pytest.mark.real_cli
 def test_claude_code_is_configured_with_claude_mcp_add_json(tmp_path: Path) -> None:
     user = tmp_path / "user"
     bin_dir = tmp_path / "bin"

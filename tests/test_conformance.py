@@ -76,7 +76,7 @@ def _node22() -> str | None:
 
 
 NODE = _node22()
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.daemon, pytest.mark.integration,
               pytest.mark.skipif(not (CONFORMANCE.exists() and os.access(CONFORMANCE, os.X_OK)),
                                  reason="conformance suite not installed in .cache/conformance (.ci/run installs it)"),
               pytest.mark.skipif(NODE is None, reason="the conformance suite needs Node >= 22")]

@@ -313,6 +313,7 @@ async def test_rendered_values_reach_a_shell_step_quoted(services, tmp_path):
 
 # -- a bind beyond loopback needs a Host allow-list --------------------------------------------------------
 
+@pytest.mark.daemon
 async def test_serving_beyond_loopback_needs_an_allow_list_and_keeps_the_host_check(tmp_path):
     import os
     import subprocess
@@ -460,6 +461,7 @@ def test_an_unknown_step_flag_is_refused(services):
 
 # -- the jail holds against the caller: workspaces and linked repos outside the allowed roots ask ------------
 
+@pytest.mark.both_eras
 async def test_a_workspace_outside_the_roots_asks_and_the_home_is_never_one(server, services, home, tmp_path, era):
     from mcp import Client
 

@@ -145,6 +145,7 @@ def test_describe_redacts_secrets(tmp_path: Path, clean_env: None) -> None:
     ("[engine]\nstall_seconds = \"forever\"\n", {}, "[engine] stall_seconds = 'forever'"),
     ("", {"AGENTQUEUE_PORT": "auto"}, "AGENTQUEUE_PORT = 'auto' is not a port"),
 ])
+@pytest.mark.daemon
 def test_serve_with_a_bad_setting_exits_at_once_with_the_sentence(tmp_path: Path, config: str, environ: dict,
                                                                    needle: str) -> None:
     home = tmp_path / "home"
