@@ -318,6 +318,7 @@ def test_the_cycle_check_finds_cycles():
     assert _cycle({"a": {"b", "c"}, "b": {"c"}}) is None
 
 
+@pytest.mark.slow  # about a minute per backend: a batch of calls for every tool
 def test_fuzz_every_tool(world: World):
     names = {t.name for t in world.tools}
     assert EXPECTED_TOOLS <= names, f"the server lists no {EXPECTED_TOOLS - names}"
