@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,17 @@ def _a_daemon_held_a_home_under(root: Path) -> bool:
     return False
 
 
+def _executable(command: str) -> bool:
+    found = shutil.which(command) if "/" not in command else command
+    return bool(found) and os.path.isfile(found) and os.access(found, os.X_OK)
+
+
 def _needs(spawned: list[list[str]], tmp_path: Path) -> set[str]:
     needs = set()
     for argv in spawned:
-        # Anywhere in argv: an agent run is wrapped (bwrap ... /path/to/claude ...).
-        if Path(argv[0]).name in AGENT_CLIS or any("/" in a and Path(a).name in AGENT_CLIS for a in argv):
+        # Anywhere in argv, as an agent run is wrapped (bwrap ... /path/to/claude ...); an executable file, so that
+        # a folder such as conf/claude in a command's arguments is not taken for the CLI.
+        if any(Path(a).name in AGENT_CLIS and ("/" in a or a is argv[0]) and _executable(a) for a in argv):
             needs.add("real_cli")
         if any("playwright" in a or "chrom" in Path(a).name for a in argv[:2]):
             needs.add("browser")

@@ -318,6 +318,7 @@ def test_status_says_when_a_client_uses_another_home(tmp_path: Path) -> None:
     assert "".join(said.split()) in "".join(done.stdout.split())  # long paths may be folded at 80 columns
 
 
+@pytest.mark.slow
 def test_reads_refuse_in_one_sentence(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "aq", tmp_path / "user")
     empty = run_cli(env, "tasks")

@@ -356,6 +356,7 @@ async def test_serving_beyond_loopback_needs_an_allow_list_and_keeps_the_host_ch
 
 # -- lines that are not one JSON-RPC message get a JSON-RPC error, from the plugin ---------------------------
 
+@pytest.mark.daemon
 def test_the_plugin_answers_what_the_sdk_would_leave_unanswered(tmp_path):
     import os
     import subprocess
@@ -408,6 +409,7 @@ async def _run_hooks_until(runner, condition, timeout: float) -> None:
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_events_during_a_run_wait_for_it_and_none_is_dropped(services, tmp_path):
     from agentqueue.engine.hook_runner import HookRunner
 

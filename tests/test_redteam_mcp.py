@@ -235,6 +235,7 @@ BAD_LINES = [b"not json\n", b"[{\"jsonrpc\": \"2.0\", \"id\": 5, \"method\": \"p
              b"\"arguments\": {\"task_id\": \"\\ud800\"}}}\n", b"\xff\xfe\n"]
 
 
+@pytest.mark.daemon
 def test_the_standalone_server_answers_bad_lines_like_the_plugin(tmp_path: Path) -> None:
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "redteam", "version": "1"}}}

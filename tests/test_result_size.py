@@ -133,6 +133,7 @@ async def test_git_diff_of_2_mb_uncommitted_pages_per_repo(client, world: World)
     assert second["repos"][0]["diff"].startswith(git(world.app, "diff", "HEAD")[nxt: nxt + 500].strip("\n")[:400])
 
 
+@pytest.mark.slow
 async def test_git_log_of_many_long_commits_is_cut_and_goes_on_by_offset(client, world: World):
     for n in range(300):
         git(world.app, "commit", "-q", "--allow-empty", "-m", f"commit {n:03d} " + "m" * 400)

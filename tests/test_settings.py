@@ -257,6 +257,7 @@ async def test_a_hook_llm_run_gets_the_same_environment(home: Path, git_env: Pat
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_standalone_server_with_a_bad_setting_says_so_on_stderr(tmp_path: Path) -> None:
     env = {**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "home"), "AGENTQUEUE_STALL_SECONDS": "never"}
     done = subprocess.run([str(SCRIPT), "mcp", "--standalone"], env=env, input="", capture_output=True, text=True,

@@ -358,6 +358,7 @@ async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_pa
 
 
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_a_standalone_server_is_a_member_of_the_team_while_it_runs(tmp_path: Path, team_db: str) -> None:
     """`agentqueue mcp --standalone` runs an engine too: it holds a lease like a daemon, so no daemon takes its
     runs for a dead one's, and it leaves when its client goes."""

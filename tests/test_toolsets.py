@@ -94,6 +94,7 @@ async def test_the_agent_toolset_narrows_but_the_environment_names_nobody(live_h
     assert row["actor"].startswith("client:") and (row["task_id"], row["outcome"]) == (None, "ok")
 
 
+@pytest.mark.daemon
 async def test_the_standalone_server_takes_the_same_flags(tmp_path: Path) -> None:
     params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp", "--standalone",
                                                                  "--toolsets", "policy,system", "--read-only"],
@@ -201,6 +202,7 @@ async def test_enable_toolsets_reaches_every_contract_tool_and_tells_the_client(
         assert await names(fresh) == DEFAULT
 
 
+@pytest.mark.slow
 async def test_a_2026_client_hears_of_its_own_list_change_only(tmp_path: Path) -> None:
     services = Services(tmp_path / "home")
     server = build_server(services)
