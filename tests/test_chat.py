@@ -234,4 +234,5 @@ def test_claude_asks_before_its_own_tools_and_the_person_answers_yes_or_no(live:
         screen = chat.wait("Tool said:")
         assert not (workdir / "NO_MARKER").exists()
         assert "Tool said: (Bash completed" not in screen  # the model was told it was refused
+        chat.wait("you › ", 2)  # as above: Ctrl-D once the prompt is back, not mid-turn
         assert chat.leave() == 0
