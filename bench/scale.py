@@ -15,7 +15,11 @@ get_status, list_tasks (first page, default filter), create_task and get_chain_h
 round-robin, medians. In-process on the same store: one scheduler pass (queue_state + schedule).
 
     python bench/scale.py [--sizes 1000,10000,100000] [--repeat 25] [--quick] [--backend sqlite|postgres]
-                          [--json PATH]
+                          [--keep DIR] [--json PATH]
+
+--keep DIR (SQLite) grows each store once into DIR/<size> and measures that store on later runs (a 100,000-task
+store takes minutes to grow): to compare two versions of the code on one store. Each run's create_task calls
+add a few dozen tasks to it.
 
 With --backend postgres each store is a database on a PostgreSQL server this script starts (Debian's
 binaries, initdb into a temp dir, as tests/pg.py does), and the daemon reaches it over loopback TCP.
@@ -27,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -175,7 +180,22 @@ async def tool_ms(home: Path, ids: list[str], repeat: int) -> dict[str, float]:
         server.wait(timeout=30)
 
 
-def measure(sizes: list[int], repeat: int, new_database: Any = None) -> dict[int, dict[str, float]]:
+def kept_store(keep: Path, size: int) -> tuple[Path, list[str], float]:
+    """The store of `size` tasks under `keep`, grown now if it is not there yet: (home, task ids, seconds grown)."""
+    home, record = keep / str(size), keep / f"{size}.json"
+    if record.exists():
+        kept = json.loads(record.read_text())
+        return home, kept["ids"], kept["grow_s"]
+    shutil.rmtree(home, ignore_errors=True)  # a grow that was cut short
+    started = time.monotonic()
+    ids = grow(home, size)
+    grown = time.monotonic() - started
+    record.write_text(json.dumps({"ids": ids, "grow_s": grown}))
+    return home, ids, grown
+
+
+def measure(sizes: list[int], repeat: int, new_database: Any = None,
+            keep: Path | None = None) -> dict[int, dict[str, float]]:
     import anyio
 
     table = {}
@@ -183,10 +203,14 @@ def measure(sizes: list[int], repeat: int, new_database: Any = None) -> dict[int
         if new_database is not None:
             os.environ["AGENTQUEUE_DATABASE_URL"] = new_database()
         with tempfile.TemporaryDirectory(prefix=f"agentqueue-scale-{size}-") as scratch:
-            home = Path(scratch) / "aq"
-            started = time.monotonic()
-            ids = grow(home, size) if new_database is None else grow_in_bulk(home, size)
-            grown = time.monotonic() - started
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                home, ids, grown = kept_store(keep, size)
+            else:
+                home = Path(scratch) / "aq"
+                started = time.monotonic()
+                ids = grow(home, size) if new_database is None else grow_in_bulk(home, size)
+                grown = time.monotonic() - started
             figures = anyio.run(tool_ms, home, ids, repeat)
             figures["scheduler_pass"] = scheduler_pass_ms(home, repeat)
             figures["grow_s"] = grown
@@ -221,8 +245,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=25)
     parser.add_argument("--quick", action="store_true", help="one store of 10,000 tasks, 15 rounds")
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="grow each store once into DIR and reuse it on later runs (SQLite only)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
+    if args.keep is not None and args.backend != "sqlite":
+        parser.error("--keep works with --backend sqlite only (a PostgreSQL store lives in the server this run starts)")
     sizes = [10_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     repeat = 15 if args.quick else args.repeat
     server = None
@@ -234,7 +262,7 @@ def main() -> None:
     else:
         os.environ.pop("AGENTQUEUE_DATABASE_URL", None)
     try:
-        table = measure(sizes, repeat, server.database if server else None)
+        table = measure(sizes, repeat, server.database if server else None, args.keep)
     finally:
         if server is not None:
             server.stop()

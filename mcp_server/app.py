@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any
@@ -117,6 +117,25 @@ def flat_output_schema(schema: Any, defs: dict[str, Any] | None = None, seen: tu
     return out
 
 
+# Pages of rows checked row by row: the result key of the rows, and the row keys that keep their type.
+LIGHT_ROWS: dict[str, tuple[str, tuple[str, ...]]] = {"list_tasks": ("tasks", ("status", "priority"))}
+
+
+def light_rows(schema: dict[str, Any], key: str, typed: tuple[str, ...]) -> dict[str, Any]:
+    """`schema` with each row of `key` checked by its keys: all of them `required`, only `typed` with a type.
+
+    The official client checks a result against its output schema with jsonschema, which costs ~4 µs per
+    property it descends into: a 50-row `list_tasks` page is 400 of them, ~2 ms on every call (as much as
+    the store at 100,000 tasks). Requiring every key still checks that the contract's keys are all there;
+    the status (an enum) and priority (an integer) are the values a client sorts and branches on.
+    """
+    rows = schema["properties"][key]["items"]
+    names = list(rows["properties"])
+    light = {"type": "object", "required": names,
+             "properties": {name: rows["properties"][name] for name in typed}}
+    return {**schema, "properties": {**schema["properties"], key: {**schema["properties"][key], "items": light}}}
+
+
 @functools.cache
 def sdk_tools() -> tuple[Tool, ...]:
     """Every tool as the SDK serves it (its arguments' pydantic model, compacted input and flat output schemas),
@@ -126,6 +145,8 @@ def sdk_tools() -> tuple[Tool, ...]:
         tool.parameters = compact_schema(tool.parameters)
         if tool.fn_metadata.output_schema is not None:
             tool.fn_metadata.output_schema = flat_output_schema(tool.fn_metadata.output_schema)
+        if tool.name in LIGHT_ROWS:
+            tool.fn_metadata.output_schema = light_rows(tool.fn_metadata.output_schema, *LIGHT_ROWS[tool.name])
     return built
 
 
@@ -193,11 +214,13 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
 CONNECTION_OPTIONS: ContextVar[dict[str, Any] | None] = ContextVar("agentqueue_connection_options", default=None)
 
 
-def build_server(services: Services, connection_options: dict[str, Any] | None = None) -> MCPServer:
+def build_server(services: Services, connection_options: dict[str, Any] | None = None,
+                 on_tool_call: Callable[[str, str, float], None] | None = None) -> MCPServer:
     """One MCPServer per process; every connection gets its own `ClientState` from the lifespan.
 
     `connection_options` (read_only, toolsets) limit every connection that brings none of its own: the
-    standalone server's stdio and, in the daemon, every HTTP session.
+    standalone server's stdio and, in the daemon, every HTTP session. `on_tool_call` is told (tool, outcome,
+    seconds) after every tool call (the daemon's GET /metrics histogram).
     """
     bus = resources.ConnectionBus()
     notifier = resources.Notifier(bus)
@@ -208,7 +231,7 @@ def build_server(services: Services, connection_options: dict[str, Any] | None =
     async def lifespan(_: MCPServer) -> AsyncIterator[tools.ClientState]:
         # Runs once per stdio/socket connection (and once for all HTTP sessions).
         own = CONNECTION_OPTIONS.get()
-        yield tools.ClientState(services=services, after_call=notifier.flush,
+        yield tools.ClientState(services=services, after_call=notifier.flush, on_tool_call=on_tool_call,
                                 tools_changed=lambda state: bus.publish_to(state, ToolsListChanged()),
                                 options=dict(own if own is not None else connection_options or {}))
 

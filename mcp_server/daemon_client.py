@@ -8,8 +8,11 @@ initialize, notifications/initialized, tools/call, then hang up.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,32 @@ def running_daemon(home: Path) -> dict[str, Any] | None:
     if not lock_is_held(home):
         return None
     return daemon_info(home) or {}
+
+
+def stop(home: Path, timeout: float = 20.0) -> tuple[bool, str]:
+    """SIGTERM the home's daemon and wait for its lock to be released (here, not in daemon.py: `agentqueue stop`
+    would otherwise import the whole server, seconds, to send one signal)."""
+    info = daemon_info(home)
+    if not lock_is_held(home):
+        return False, f"No AgentQueue daemon is running for {home}."
+    starting = time.monotonic() + min(timeout, 30.0)
+    while not info and time.monotonic() < starting and lock_is_held(home):
+        time.sleep(0.1)  # a daemon that is still starting writes daemon.json once its signals are handled
+        info = daemon_info(home)
+    if not lock_is_held(home):
+        return True, "The daemon stopped."
+    if not info:
+        return False, f"A daemon holds {paths.lock_path(home)} but wrote no daemon.json; stop it by its pid."
+    try:
+        os.kill(info["pid"], signal.SIGTERM)
+    except ProcessLookupError:
+        return False, f"The daemon (pid {info['pid']}) is gone."
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not lock_is_held(home):
+            return True, f"Stopped the AgentQueue daemon (pid {info['pid']})."
+        time.sleep(0.1)
+    return False, f"The daemon (pid {info['pid']}) did not stop within {timeout:.0f} s."
 
 
 # -- calling a tool -------------------------------------------------------------------------------
@@ -144,7 +173,7 @@ def call_tool(home: Path, name: str, arguments: dict[str, Any] | None = None, ti
     With `start` (the default) a daemon that is not running is started first, as `agentqueue mcp` does.
     With `ask`, the client supports elicitation: a question of the policy is put to `ask`.
     """
-    from .plugin import DaemonStartError, _connect, connect_or_start
+    from .daemon.relay import DaemonStartError, _connect, connect_or_start
 
     if start:
         try:
@@ -155,7 +184,7 @@ def call_tool(home: Path, name: str, arguments: dict[str, Any] | None = None, ti
         sock = _connect(paths.socket_path(home))
         if sock is None:
             raise DaemonError(f"No AgentQueue daemon is running for {home}; `agentqueue serve` starts one.")
-    session = _Session(sock, timeout, ask)
+    session = _Session(socket.socket(fileno=sock.detach()), timeout, ask)  # the relay's _socket, with makefile
     capabilities = {"elicitation": {"form": {}}} if ask else {}
     try:
         session.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": capabilities,

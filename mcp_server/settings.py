@@ -33,8 +33,9 @@ import os
 import re
 import shutil
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,32 +47,19 @@ DEFAULT_AUDIT_RETENTION_DAYS = 30
 DEFAULT_LEASE_SECONDS = 30.0
 LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
 
-# (key, default, environment variable, lower bound, is a whole number)
-ENGINE_KEYS: list[tuple[str, float, str, float, bool]] = [
-    ("poll_seconds", 1.0, "AGENTQUEUE_POLL_SECONDS", 0.01, False),
-    ("task_timeout", 3600.0, "AGENTQUEUE_TASK_TIMEOUT", 1, False),
-    ("stall_seconds", 600.0, "AGENTQUEUE_STALL_SECONDS", 1, False),
-    ("max_turns", 50, "AGENTQUEUE_MAX_TURNS", 1, True),
-    ("rate_limit_backoff", 60.0, "AGENTQUEUE_RATE_LIMIT_BACKOFF", 0, False),
-    ("rate_limit_max_backoff", 900.0, "AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", 0, False),
-    ("pr_poll_seconds", 60.0, "AGENTQUEUE_PR_POLL_SECONDS", 1, False),
-    ("max_task_depth", 3, "AGENTQUEUE_MAX_TASK_DEPTH", 0, True),
-]
 # The CLI each key names, the env var that overrides it, the agent type that runs it.
 CLI_KEYS = {"claude": ("AGENTQUEUE_CLAUDE_BIN", "claude-code"), "codex": ("AGENTQUEUE_CODEX_BIN", "codex"),
             "gemini": ("AGENTQUEUE_GEMINI_BIN", "gemini"), "gh": ("AGENTQUEUE_GH_BIN", None)}
 CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 # What an agent keeps of the daemon's environment when [env] pass restricts it.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
-SECTIONS = {"engine": {k for k, *_ in ENGINE_KEYS}, "cli": set(CLI_KEYS), "env": {"path", "pass"},
-            "agent_env": None, "server": {"port", "metrics_public", "allowed_hosts"}, "audit": {"retention_days"}, "files": {"roots"},
-            "mcp": {"toolsets"},
-            "team": {"database_url", "labels", "lease_seconds"}, "sandbox": {"required", "network", "hosts", "writable"}}
 _HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+Parser = Callable[[Any, str], Any]  # (raw value, where it came from) -> the value, or a ConfigError
+_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 class ConfigError(Exception):
@@ -80,14 +68,14 @@ class ConfigError(Exception):
 
 @dataclass
 class Settings:
-    engine: dict[str, float] = field(default_factory=lambda: {k: d for k, d, *_ in ENGINE_KEYS})
+    engine: dict[str, float] = field(default_factory=lambda: {k: d for k, d, _ in ENGINE_KEYS})
     cli: dict[str, str] = field(default_factory=dict)  # only what the file or env set; PATH is searched later
     path: list[str] = field(default_factory=list)
     pass_env: list[str] | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
     port: int = DEFAULT_PORT
-    allowed_hosts: list[str] = field(default_factory=list)
-    roots: list[Path] = field(default_factory=list)  # folders a workspace or linked repo may be in without asking  # Host headers accepted besides loopback
+    allowed_hosts: list[str] = field(default_factory=list)  # Host headers accepted besides loopback
+    roots: list[Path] = field(default_factory=list)  # folders a workspace or linked repo may be in without asking
     metrics_public: bool = False  # GET /metrics answers without the bearer token (a scraper on a trusted network)
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
     database_url: str | None = None  # postgresql://…: the store is a team's shared database (team mode)
@@ -155,7 +143,7 @@ def parse_duration(value: Any, where: str) -> float:
     return seconds
 
 
-def _engine_value(raw: Any, where: str, minimum: float, whole: bool) -> float:
+def _number(raw: Any, where: str, minimum: float, whole: bool) -> float:
     if whole:
         try:
             value = float(int(str(raw).strip())) if not isinstance(raw, bool) else None
@@ -168,6 +156,16 @@ def _engine_value(raw: Any, where: str, minimum: float, whole: bool) -> float:
     if value < minimum:
         raise ConfigError(f"{where} = {raw!r} is too small: it must be at least {minimum:g}.")
     return int(value) if whole else value
+
+
+def _seconds(minimum: float) -> Parser:
+    """A duration of at least `minimum` seconds."""
+    return partial(_number, minimum=minimum, whole=False)
+
+
+def _whole(minimum: int) -> Parser:
+    """A whole number of at least `minimum`."""
+    return partial(_number, minimum=minimum, whole=True)
 
 
 def _executable(raw: Any, where: str, search_path: str) -> str:
@@ -188,6 +186,133 @@ def _names(raw: Any, where: str) -> list[str]:
     if bad:
         raise ConfigError(f"{where} has invalid environment variable name(s): {', '.join(map(repr, bad))}.")
     return list(raw)
+
+
+def _directories(raw: Any, where: str) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(d, str) and os.path.isabs(os.path.expanduser(d)) for d in raw):
+        raise ConfigError(f"{where} must be a list of absolute directories, e.g. [\"/usr/local/bin\"].")
+    return [os.path.expanduser(d) for d in raw]
+
+
+def _port(raw: Any, where: str) -> int:
+    try:
+        port = int(str(raw).strip()) if not isinstance(raw, bool) else -1
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{where} = {raw!r} is not a port: give a number from 1 to 65535, or 0 for any free port.")
+    return port
+
+
+def _metrics_public(raw: Any, where: str) -> bool:
+    flag = _FLAGS.get(str(raw).strip().lower()) if isinstance(raw, (bool, str)) else None
+    if flag is None:
+        raise ConfigError(f"{where} = {raw!r} is not true or false: say `metrics_public = true` to serve "
+                          "GET /metrics without the token, or false (the default) to require it.")
+    return flag
+
+
+def _hosts(raw: Any, where: str) -> list[str]:
+    hosts = [h.strip() for h in raw.split(",")] if isinstance(raw, str) else raw
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and _HOST.fullmatch(h) for h in hosts):
+        raise ConfigError(f"{where} = {raw!r} is not a list of host names: give the names or addresses HTTP "
+                          'clients use to reach this machine, e.g. ["box.lan", "10.0.0.5"] (no ports, no URLs).')
+    return [h for h in hosts if h]
+
+
+def _roots(raw: Any, where: str) -> list[Path]:
+    items = [p for p in raw.split(os.pathsep) if p.strip()] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(p, str) and p.strip() for p in items):
+        raise ConfigError(f"{where} = {raw!r} is not a list of folders: give absolute paths (or ~/…), e.g. "
+                          '["~/code", "/srv/repos"].')
+    roots = [Path(os.path.expanduser(p.strip())) for p in items]
+    relative = [str(p) for p in roots if not p.is_absolute()]
+    if relative:
+        raise ConfigError(f"{where}: {', '.join(relative)} is not absolute; give absolute paths or ~/….")
+    return roots
+
+
+def _retention_days(raw: Any, where: str) -> int:
+    try:
+        days = int(str(raw).strip()) if not isinstance(raw, (bool, float)) else 0
+    except ValueError:
+        days = 0
+    if days < 1:
+        raise ConfigError(f"{where} = {raw!r} is not a number of days: give a whole number, at least 1 "
+                          "(audit rows older than that are deleted).")
+    return days
+
+
+def _toolsets(raw: Any, where: str) -> list[str]:
+    from .toolsets import parse_toolsets  # the toolset names come from the tool registry: only when set
+
+    try:
+        return parse_toolsets(",".join(raw) if isinstance(raw, list) and all(isinstance(x, str) for x in raw)
+                              else raw if isinstance(raw, str) else "")
+    except ValueError as error:
+        raise ConfigError(f"{where} = {raw!r}: {error}, e.g. [\"default\", \"git\"] or [\"all\"].") from None
+
+
+def _database_url(raw: Any, where: str) -> str:
+    if not isinstance(raw, str) or not re.match(r"postgres(ql)?://", raw.strip()):
+        raise ConfigError(f"{where} is not a PostgreSQL URL: give postgresql://user@host:port/database "
+                          "(or remove it for the embedded SQLite store).")
+    return raw.strip()
+
+
+def _labels(raw: Any, where: str) -> list[str]:
+    labels = [x.strip() for x in raw.split(",")] if isinstance(raw, str) else raw
+    if not isinstance(labels, list) or not all(isinstance(x, str) and LABEL.match(x) for x in labels if x):
+        raise ConfigError(f"{where} = {raw!r} is not a list of labels: give short names of letters, digits and "
+                          '"_.:-", e.g. ["gpu", "linux"].')
+    return [x for x in labels if x]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One setting: `[section] key` in config.toml, the variable that overrides it, and how a raw value is read."""
+
+    section: str
+    key: str
+    env: str | None  # None: the file only
+    parse: Callable[..., Any]  # (raw, where) -> value; one-sentence ConfigError naming `where` when it is wrong
+    attr: str  # the Settings attribute it sets (for `engine` and `cli`, under `key`)
+    default: Any = None  # engine fields; the other attributes keep their default on Settings
+    searches_path: bool = False  # parse also gets the search path ([env] path first), to find an executable
+
+
+# In load order: [env] path comes first because the [cli] fields are looked for on it.
+FIELDS: tuple[Field, ...] = (
+    Field("env", "path", None, _directories, "path"),
+    Field("env", "pass", None, _names, "pass_env"),
+    Field("engine", "poll_seconds", "AGENTQUEUE_POLL_SECONDS", _seconds(0.01), "engine", 1.0),
+    Field("engine", "task_timeout", "AGENTQUEUE_TASK_TIMEOUT", _seconds(1), "engine", 3600.0),
+    Field("engine", "stall_seconds", "AGENTQUEUE_STALL_SECONDS", _seconds(1), "engine", 600.0),
+    Field("engine", "max_turns", "AGENTQUEUE_MAX_TURNS", _whole(1), "engine", 50),
+    Field("engine", "rate_limit_backoff", "AGENTQUEUE_RATE_LIMIT_BACKOFF", _seconds(0), "engine", 60.0),
+    Field("engine", "rate_limit_max_backoff", "AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", _seconds(0), "engine", 900.0),
+    Field("engine", "pr_poll_seconds", "AGENTQUEUE_PR_POLL_SECONDS", _seconds(1), "engine", 60.0),
+    Field("engine", "max_task_depth", "AGENTQUEUE_MAX_TASK_DEPTH", _whole(0), "engine", 3),
+    *(Field("cli", key, env_name, _executable, "cli", searches_path=True) for key, (env_name, _) in CLI_KEYS.items()),
+    Field("server", "port", "AGENTQUEUE_PORT", _port, "port"),
+    Field("server", "metrics_public", "AGENTQUEUE_METRICS_PUBLIC", _metrics_public, "metrics_public"),
+    Field("server", "allowed_hosts", "AGENTQUEUE_ALLOWED_HOSTS", _hosts, "allowed_hosts"),
+    Field("files", "roots", "AGENTQUEUE_ROOTS", _roots, "roots"),
+    Field("audit", "retention_days", "AGENTQUEUE_AUDIT_RETENTION_DAYS", _retention_days, "audit_retention_days"),
+    Field("mcp", "toolsets", None, _toolsets, "toolsets"),  # no variable: the daemon's environment is not the client's
+    Field("team", "database_url", "AGENTQUEUE_DATABASE_URL", _database_url, "database_url"),
+    Field("team", "labels", "AGENTQUEUE_LABELS", _labels, "labels"),
+    Field("team", "lease_seconds", "AGENTQUEUE_LEASE_SECONDS", _seconds(1), "lease_seconds"),
+)
+_KEYED = ("engine", "cli")  # Settings attributes that are dicts of their section's keys
+# (key, default, environment variable) of each [engine] field.
+ENGINE_KEYS: list[tuple[str, Any, str | None]] = [(f.key, f.default, f.env) for f in FIELDS if f.section == "engine"]
+# Every section config.toml may have, with its keys (None: any name, [agent_env]); [sandbox] is read by its own parser.
+SECTIONS: dict[str, set[str] | None] = {
+    section: {f.key for f in FIELDS if f.section == section}
+    for section in ("engine", "cli", "env", "agent_env", "server", "audit", "files", "mcp", "team")}
+SECTIONS["agent_env"] = None
+SECTIONS["sandbox"] = {"required", "network", "hosts", "writable"}
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -220,115 +345,43 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
     path = config_path(home)
     data = _read_file(path)
     settings = Settings()
+    settings.agent_env = _agent_env(data.get("agent_env", {}), path, settings.sources)
+    for spec in FIELDS:
+        chosen = _pick(spec, data, path, env)
+        if chosen is None:
+            continue
+        raw, where, source = chosen
+        value = spec.parse(raw, where, settings.search_path(env)) if spec.searches_path else spec.parse(raw, where)
+        if spec.attr in _KEYED:
+            getattr(settings, spec.attr)[spec.key] = value
+        else:
+            setattr(settings, spec.attr, value)
+        settings.sources[f"{spec.section}.{spec.key}"] = source
+    _load_sandbox(settings, data, path, env)
+    return settings
 
-    def pick(section: str, key: str, env_name: str | None) -> tuple[Any, str, str] | None:
-        if env_name and env.get(env_name, "").strip():
-            return env[env_name], env_name, f"env {env_name}"
-        if key in data.get(section, {}):
-            return data[section][key], f"{path} [{section}] {key}", "config.toml"
-        return None
 
-    env_table = data.get("env", {})
-    if "path" in env_table:
-        dirs = env_table["path"]
-        if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(os.path.expanduser(d))
-                                                 for d in dirs):
-            raise ConfigError(f"{path} [env] path must be a list of absolute directories, e.g. [\"/usr/local/bin\"].")
-        settings.path = [os.path.expanduser(d) for d in dirs]
-        settings.sources["env.path"] = "config.toml"
-    if "pass" in env_table:
-        settings.pass_env = _names(env_table["pass"], f"{path} [env] pass")
-        settings.sources["env.pass"] = "config.toml"
-    for name, value in data.get("agent_env", {}).items():
+def _pick(spec: Field, data: dict[str, Any], path: Path, env: Mapping[str, str]) -> tuple[Any, str, str] | None:
+    """(raw value, where it came from for an error, source for `describe`) of a field that is set, else None."""
+    if spec.env and env.get(spec.env, "").strip():
+        return env[spec.env], spec.env, f"env {spec.env}"
+    if spec.key in data.get(spec.section, {}):
+        return data[spec.section][spec.key], f"{path} [{spec.section}] {spec.key}", "config.toml"
+    return None
+
+
+def _agent_env(table: dict[str, Any], path: Path, sources: dict[str, str]) -> dict[str, str]:
+    """[agent_env]: any variable names, each set to a string for every agent run."""
+    values = {}
+    for name, value in table.items():
         where = f"{path} [agent_env] {name}"
         if not _ENV_NAME.match(name):
             raise ConfigError(f"{where}: {name!r} is not a valid environment variable name.")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ConfigError(f"{where} must be a string (quote it: {name} = \"…\").")
-        settings.agent_env[name] = str(value)
-        settings.sources[f"agent_env.{name}"] = "config.toml"
-    for key, _, env_name, minimum, whole in ENGINE_KEYS:
-        chosen = pick("engine", key, env_name)
-        if chosen:
-            raw, where, source = chosen
-            settings.engine[key] = _engine_value(raw, where, minimum, whole)
-            settings.sources[f"engine.{key}"] = source
-    search = settings.search_path(env)
-    for key, (env_name, _) in CLI_KEYS.items():
-        chosen = pick("cli", key, env_name)
-        if chosen:
-            raw, where, source = chosen
-            settings.cli[key] = _executable(raw, where, search)
-            settings.sources[f"cli.{key}"] = source
-    chosen = pick("server", "port", "AGENTQUEUE_PORT")
-    if chosen:
-        raw, where, source = chosen
-        try:
-            port = int(str(raw).strip()) if not isinstance(raw, bool) else -1
-        except ValueError:
-            port = -1
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"{where} = {raw!r} is not a port: give a number from 1 to 65535, or 0 for any free port.")
-        settings.port = port
-        settings.sources["server.port"] = source
-    chosen = pick("server", "metrics_public", "AGENTQUEUE_METRICS_PUBLIC")
-    if chosen:
-        raw, where, source = chosen
-        flag = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(
-            str(raw).strip().lower()) if isinstance(raw, (bool, str)) else None
-        if flag is None:
-            raise ConfigError(f"{where} = {raw!r} is not true or false: say `metrics_public = true` to serve "
-                              "GET /metrics without the token, or false (the default) to require it.")
-        settings.metrics_public = flag
-        settings.sources["server.metrics_public"] = source
-    chosen = pick("server", "allowed_hosts", "AGENTQUEUE_ALLOWED_HOSTS")
-    if chosen:
-        raw, where, source = chosen
-        hosts = [h.strip() for h in raw.split(",")] if isinstance(raw, str) else raw
-        if not isinstance(hosts, list) or not all(isinstance(h, str) and _HOST.fullmatch(h) for h in hosts):
-            raise ConfigError(f"{where} = {raw!r} is not a list of host names: give the names or addresses HTTP "
-                              'clients use to reach this machine, e.g. ["box.lan", "10.0.0.5"] (no ports, no URLs).')
-        settings.allowed_hosts = [h for h in hosts if h]
-        settings.sources["server.allowed_hosts"] = source
-    chosen = pick("files", "roots", "AGENTQUEUE_ROOTS")
-    if chosen:
-        raw, where, source = chosen
-        items = [p for p in raw.split(os.pathsep) if p.strip()] if isinstance(raw, str) else raw
-        if not isinstance(items, list) or not all(isinstance(p, str) and p.strip() for p in items):
-            raise ConfigError(f"{where} = {raw!r} is not a list of folders: give absolute paths (or ~/…), e.g. "
-                              '["~/code", "/srv/repos"].')
-        roots = [Path(os.path.expanduser(p.strip())) for p in items]
-        relative = [str(p) for p in roots if not p.is_absolute()]
-        if relative:
-            raise ConfigError(f"{where}: {', '.join(relative)} is not absolute; give absolute paths or ~/….")
-        settings.roots = roots
-        settings.sources["files.roots"] = source
-    chosen = pick("audit", "retention_days", "AGENTQUEUE_AUDIT_RETENTION_DAYS")
-    if chosen:
-        raw, where, source = chosen
-        try:
-            days = int(str(raw).strip()) if not isinstance(raw, (bool, float)) else 0
-        except ValueError:
-            days = 0
-        if days < 1:
-            raise ConfigError(f"{where} = {raw!r} is not a number of days: give a whole number, at least 1 "
-                              "(audit rows older than that are deleted).")
-        settings.audit_retention_days = days
-        settings.sources["audit.retention_days"] = source
-    chosen = pick("mcp", "toolsets", None)  # no variable: the daemon's environment is not the client's
-    if chosen:
-        raw, where, source = chosen
-        from .toolsets import parse_toolsets
-
-        try:
-            settings.toolsets = parse_toolsets(",".join(raw) if isinstance(raw, list) and all(
-                isinstance(x, str) for x in raw) else raw if isinstance(raw, str) else "")
-        except ValueError as error:
-            raise ConfigError(f"{where} = {raw!r}: {error}, e.g. [\"default\", \"git\"] or [\"all\"].") from None
-        settings.sources["mcp.toolsets"] = source
-    _load_team(settings, pick)
-    _load_sandbox(settings, data, path, env)
-    return settings
+        values[name] = str(value)
+        sources[f"agent_env.{name}"] = "config.toml"
+    return values
 
 
 def _load_sandbox(settings: Settings, data: dict[str, Any], path: Path, env: Mapping[str, str]) -> None:
@@ -340,7 +393,7 @@ def _load_sandbox(settings: Settings, data: dict[str, Any], path: Path, env: Map
         if raw:
             where = f"{where} (or {name})"
             if key == "required":
-                flag = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(raw.lower())
+                flag = _FLAGS.get(raw.lower())
                 if flag is None:
                     raise ConfigError(f"{name} = {raw!r} is not true or false.")
                 table[key] = flag
@@ -353,32 +406,6 @@ def _load_sandbox(settings: Settings, data: dict[str, Any], path: Path, env: Map
         settings.sandbox = parse_settings(table, where)
     except SandboxConfigError as error:
         raise ConfigError(str(error)) from None
-
-
-def _load_team(settings: Settings, pick: Any) -> None:
-    """[team]: the shared database, this daemon's labels and its lease."""
-    chosen = pick("team", "database_url", "AGENTQUEUE_DATABASE_URL")
-    if chosen:
-        raw, where, source = chosen
-        if not isinstance(raw, str) or not re.match(r"postgres(ql)?://", raw.strip()):
-            raise ConfigError(f"{where} is not a PostgreSQL URL: give postgresql://user@host:port/database "
-                              "(or remove it for the embedded SQLite store).")
-        settings.database_url = raw.strip()
-        settings.sources["team.database_url"] = source
-    chosen = pick("team", "labels", "AGENTQUEUE_LABELS")
-    if chosen:
-        raw, where, source = chosen
-        labels = [x.strip() for x in raw.split(",")] if isinstance(raw, str) else raw
-        if not isinstance(labels, list) or not all(isinstance(x, str) and LABEL.match(x) for x in labels if x):
-            raise ConfigError(f"{where} = {raw!r} is not a list of labels: give short names of letters, digits and "
-                              '"_.:-", e.g. ["gpu", "linux"].')
-        settings.labels = [x for x in labels if x]
-        settings.sources["team.labels"] = source
-    chosen = pick("team", "lease_seconds", "AGENTQUEUE_LEASE_SECONDS")
-    if chosen:
-        raw, where, source = chosen
-        settings.lease_seconds = _engine_value(raw, where, 1, False)
-        settings.sources["team.lease_seconds"] = source
 
 
 def describe(settings: Settings) -> list[dict[str, str]]:

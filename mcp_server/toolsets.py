@@ -20,8 +20,6 @@ caller runs inside one of its engine's runs, and only then names it `agent:<id>`
 
 from __future__ import annotations
 
-import json
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the plugin imports this module
 if TYPE_CHECKING:
     from typing import Any
@@ -136,11 +134,15 @@ def is_run(actor: Any) -> bool:
 
 
 def encode_preamble(options: dict[str, Any]) -> bytes:
+    import json  # only a launch with flags sends a preamble: the plugin reads JSON without this package
+
     return json.dumps({PREAMBLE_KEY: options}).encode() + b"\n"
 
 
 def decode_preamble(line: bytes | str) -> dict[str, Any] | None:
     """The options of a preamble line, or None when the line is not one (it is then the client's own)."""
+    import json
+
     try:
         message = json.loads(line)
     except ValueError:

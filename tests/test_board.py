@@ -713,7 +713,7 @@ def test_every_http_connection_sends_small_responses_at_once() -> None:
     response's body waits ~40 ms for the ACK of its headers on a kept-alive connection (Nagle + delayed ACK)."""
     import asyncio
 
-    from agentqueue.daemon import _bind_tcp
+    from agentqueue.daemon.http import _bind_tcp
 
     listener = _bind_tcp("127.0.0.1", 0)
     assert listener is not None

@@ -285,5 +285,5 @@ def test_a_client_launch_against_a_running_daemon_loads_nothing_heavy(live_home:
     assert "get_status" in listed and "create_task" not in listed  # --read-only reached the daemon
     assert not answers[3]["result"].get("isError"), answers[3]
     loaded = imported(err) - imported(bare.stderr)
-    assert "agentqueue.plugin" in loaded, err[-2000:]
+    assert "agentqueue.daemon.relay" in loaded, err[-2000:]
     assert not {m for n in loaded for m in (n, n.split(".")[0])} & HEAVY_FOR_A_LAUNCH, sorted(loaded)

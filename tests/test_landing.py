@@ -167,3 +167,37 @@ async def test_a_task_costs_at_most_ten_git_commands(svc: Services, tmp_path: Pa
     raw = log.read_text().splitlines()
     assert all(line.startswith("-c core.hooksPath=/dev/null -c core.fsmonitor=false ") or
                line == "config --get core.hooksPath" for line in raw), "\n".join(raw)
+
+
+def test_tasks_prepared_landed_and_removed_at_once_each_land_once_and_leave_nothing(svc: Services) -> None:
+    """Worktree adds and removes run without a lock (git's own race falls back to the careful path, or a second
+    try under the lock): eight tasks at once, each added, committed, landed and removed, all land exactly once."""
+    repo = svc.repos.get("app")
+    workspaces = Workspaces(svc.home / "worktrees")
+    landings: dict[str, Landing] = {}
+    errors: list[BaseException] = []
+
+    def one(n: int) -> None:
+        try:
+            workspace = workspaces.prepare(repo, f"task-{n}", f"Task {n}")
+            commit_file(workspace.path, f"f{n}.txt", f"from {n}\n", f"work of {n}")
+            landing = workspaces.land(workspace)
+            landings[f"task-{n}"] = landing
+            assert workspaces.remove(workspace, landed_tip=landing.tip)
+        except BaseException as error:  # noqa: BLE001  (reported below, from the test's own thread)
+            errors.append(error)
+
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT * 3)
+    assert not errors, errors
+    assert len(landings) == 8 and all(landing.merged for landing in landings.values())
+    checkout = Path(repo.checkout_path)
+    log = git(checkout, "log", "--format=%s", "main").splitlines()
+    assert all(log.count(f"work of {n}") == 1 for n in range(8))
+    assert sorted(git(checkout, "ls-tree", "--name-only", "main").split()) == sorted(f"f{n}.txt" for n in range(8))
+    assert git(checkout, "worktree", "list", "--porcelain").count("worktree ") == 1  # only the checkout itself
+    assert git(checkout, "for-each-ref", "--format=%(refname)", "refs/heads/").split() == ["refs/heads/main"]
+    assert porcelain(checkout) == ""

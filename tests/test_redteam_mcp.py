@@ -301,7 +301,7 @@ def test_a_home_that_cannot_be_a_folder_is_one_sentence_and_the_client_gets_an_e
 
 def forged_plugin(home: Path, options: dict[str, Any]) -> StdioServerParameters:
     """The real plugin, sending a preamble that claims to be an agent working on a task."""
-    code = f"from agentqueue import plugin; plugin.main({options!r})"
+    code = f"from agentqueue.daemon import relay; relay.main({options!r})"
     return StdioServerParameters(command=sys.executable, args=["-c", code],
                                  env={**os.environ, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_PORT": "0"})
 

@@ -57,7 +57,7 @@ def run(home: Path, project: str | None, model: str | None, resume: bool, prompt
 
 
 def _ensure_daemon(home: Path) -> bool:
-    from ..plugin import DaemonStartError, connect_or_start
+    from ..daemon.relay import DaemonStartError, connect_or_start
 
     try:
         connect_or_start(home, progress=lambda line: print(visible(line), file=sys.stderr, flush=True)).close()

@@ -7,6 +7,7 @@ the next start (WIP committed on its branch, the orphan process group killed, th
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -25,13 +26,13 @@ import anyio
 from .. import paths
 from ..services import Services, gitops
 from ..services.errors import ServiceError
-from ..services.agents import find_cli
+from ..services.agents import find_cli, release_agents
 from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
+from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
 from ..services.tasks import AmbiguousRepoError
 from ..services.vcs import find_gh
-from ..store.db import now_iso
 from ..store.models import Agent, Task
 from . import protected
 from .adapters import BUILDERS, PARSERS
@@ -43,7 +44,7 @@ from .prompting import context_for, task_prompt
 from .runner import RunHandle, run_agent, signal_group
 from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
 from .watchdog import WatchdogLimits
-from .workspaces import Workspace, Workspaces
+from .workspaces import Tips, Workspace, Workspaces
 
 log = logging.getLogger("agentqueue.engine")
 
@@ -75,6 +76,20 @@ class EngineConfig:
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
+# Reads of a finished run's branch that run at once (Engine._read_branch): a few git processes per landing.
+_READS = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentqueue-git")
+
+
+@dataclass
+class _Reads:
+    """What `_read_branch` read of a finished run's branch; rules and tips are None when they must be read again."""
+
+    listed: list[dict[str, str]] = field(default_factory=list)
+    touched: list[str] | None = None
+    rules: list[protected.Rule] | None = None
+    tips: Tips | None = None
+
+
 # Agent CLIs that read project settings from the worktree and have no switch to skip them.
 MASKED_AGENTS = ("codex", "gemini")
 
@@ -93,13 +108,11 @@ class Engine:
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
         self.hooks = HookRunner(services, home)
-        services.hooks.runner = self.hooks
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
         self._last_pass = 0.0
-        services.tasks.stop_hook = self.stop_task
-        services.tasks.approve_hook = self.land_approved
+        services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks)
         services.store.on_commit(self._on_commit)
 
     # -- hooks used by the services ----------------------------------------------------------------
@@ -281,9 +294,9 @@ class Engine:
         rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
         skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
         # Counted once the projects' rows are held: another daemon's claims in them have committed by now.
+        counted, params = in_clause(COUNTS_TOWARD_CONCURRENCY)
         running = {r["project_id"]: int(r["n"]) for r in store.all(  # trigger-kept counts: no pass over tasks
-            "SELECT project_id, sum(n) AS n FROM task_counts WHERE status IN "
-            "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
+            f"SELECT project_id, sum(n) AS n FROM task_counts WHERE {counted} GROUP BY project_id", params)}
         projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                       p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
                          for p in rows)
@@ -336,37 +349,19 @@ class Engine:
 
     async def _execute(self, task_id: str, agent_id: str, handle: RunHandle) -> None:
         svc = self.services
-        task = svc.tasks.get(task_id)
         agent = svc.agents.get(agent_id)
-        if agent.agent_type == "command":
-            # What a command agent runs was approved when it was registered; a deny added since still wins.
-            verdict = svc.policies.decide(tool_action("run_command", agent.command), task.project_id)
-            if verdict.decision == "deny":
-                details = {"error": verdict.refusal(f"Agent {agent.id}'s command `{agent.command}`")}
-                await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "policy_denied", details=details))
-                return
-        refused = await anyio.to_thread.run_sync(svc.sandbox.blocked, task.project_id)
-        if refused:  # fail closed: no sandbox, no run
-            details = {"error": refused}
-            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "sandbox_unavailable", details=details))
-            return
-        try:
-            workspace = await anyio.to_thread.run_sync(self._prepare, task)
-        except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
-            details = {"error": str(error)}
-            await anyio.to_thread.run_sync(lambda: self.lifecycle.blocked(task_id, "workspace_failed", details=details))
-            return
-        if workspace is None:
+        started_in = await anyio.to_thread.run_sync(self._start, task_id, agent)
+        if started_in is None:
             return  # held (BLOCKED) before it could start
-        task = svc.tasks.get(task_id)  # with the repo it was resolved to, if it named none
-        await anyio.to_thread.run_sync(self.lifecycle.started, task_id, workspace.branch)
+        task, workspace = started_in
         log.info("run of %s started: agent %s (%s) in %s%s", task_id, agent.id, agent.agent_type, workspace.path,
                  f" on branch {workspace.branch}" if workspace.branch else "")
         if self.flush:
             await self.flush()
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, ("agent",)) if tools else None
-        planted = await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
+        planted = {} if workspace.repo is None or workspace.fresh else \
+            await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
         spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
                                           task_prompt(task, svc.feedback.comments(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools), mcp)
@@ -402,6 +397,33 @@ class Engine:
             await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
             return
         await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
+
+    def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace] | None:
+        """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, and the task
+        IN_PROGRESS; (the task as it now is, its workspace), or None when the task was BLOCKED instead."""
+        svc = self.services
+        task = svc.tasks.get(task_id)
+        if agent.agent_type == "command":
+            # What a command agent runs was approved when it was registered; a deny added since still wins.
+            verdict = svc.policies.decide(tool_action("run_command", agent.command), task.project_id)
+            if verdict.decision == "deny":
+                details = {"error": verdict.refusal(f"Agent {agent.id}'s command `{agent.command}`")}
+                self.lifecycle.blocked(task_id, "policy_denied", details=details)
+                return None
+        refused = svc.sandbox.blocked(task.project_id)
+        if refused:  # fail closed: no sandbox, no run
+            self.lifecycle.blocked(task_id, "sandbox_unavailable", details={"error": refused})
+            return None
+        try:
+            workspace = self._prepare(task)
+        except ServiceError as error:  # e.g. the repo's checkout is gone: the task must not stay ASSIGNED
+            self.lifecycle.blocked(task_id, "workspace_failed", details={"error": str(error)})
+            return None
+        if workspace is None:
+            return None
+        task = svc.tasks.get(task_id)  # with the repo it was resolved to, if it named none
+        self.lifecycle.started(task_id, workspace.branch)
+        return task, workspace
 
     @contextlib.contextmanager
     def _contained(self, task: Task, agent: Agent, workspace: Workspace, spec: RunSpec, env: dict[str, str],
@@ -485,11 +507,12 @@ class Engine:
         files: list[str] = []
         touched: list[str] | None = None  # every path the branch changes (both sides of a rename), read once
         counted = False  # whether `files` is known (a git error leaves it unknown: no no-change warning then)
+        read = _Reads()
         if workspace.repo is not None:
             try:
-                self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
-                listed, touched = self.workspaces.changes(workspace)
-                files = [f["path"] for f in listed]
+                read = self._read_branch(task, workspace)
+                files = [f["path"] for f in read.listed]
+                touched = read.touched
                 counted = True
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
@@ -499,6 +522,8 @@ class Engine:
             verified = failure is None and bool(self.services.projects.get(task.project_id).verify_command)
             if failure:
                 result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
+        if verified:
+            read = _Reads()  # the verify command ran in the worktree: its rules and tips are read again
         warning = None
         if result.status == "completed" and counted and not files and workspace.repo is not None:
             warning = f"The agent finished without changing any file in repo '{workspace.repo.id}'."
@@ -521,7 +546,7 @@ class Engine:
             return
         # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
         hold = protected.landing_hold(workspace.path, workspace.repo.default_branch, workspace.branch or "HEAD",
-                                      touched)
+                                      touched, read.rules)
         if task.requires_approval or hold:
             pr_url = self._open_pr(task, workspace)
             if hold:
@@ -537,7 +562,7 @@ class Engine:
             return  # stopped, or taken over by another daemon, while it verified
         try:
             landing = self.workspaces.land(workspace, via_remote=self.team.shared, files=files if counted else None,
-                                           check_clean=verified or not counted)
+                                           check_clean=verified or not counted, tips=read.tips)
         except ServiceError as error:
             self.lifecycle.blocked(task.id, "merge_failed", {**where, "error": str(error)})
             return
@@ -553,6 +578,29 @@ class Engine:
         else:  # git refused to move the default branch, e.g. over the user's uncommitted edits
             self.lifecycle.blocked(task.id, "merge_failed", {**where, "dirty": landing.dirty,
                                                              "error": landing.message})
+
+    def _read_branch(self, task: Task, workspace: Workspace) -> _Reads:
+        """The finished run's leftovers committed, and what its landing reads of the branch: the changes, the
+        protected-path rules and both tips, all read at once beside the leftovers' `status` (they only read
+        commits, the index and config); read again, one after another, when that status found leftovers."""
+        lands_here = not task.requires_approval and not self.team.shared  # else no tips are needed (a PR, origin)
+        futures = (_READS.submit(self.workspaces.changes, workspace),
+                   _READS.submit(protected.landing_rules, workspace.path),
+                   _READS.submit(self.workspaces.tips, workspace) if lands_here else None)
+        try:
+            committed = self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
+        finally:
+            concurrent.futures.wait([f for f in futures if f])  # nothing runs on in the background past here
+        if committed is None:
+            listed, touched = futures[0].result()
+        else:
+            listed, touched = self.workspaces.changes(workspace)
+        reads = _Reads(listed, touched)
+        if committed is None and not futures[1].exception():
+            reads.rules = futures[1].result()
+        if committed is None and futures[2] and not futures[2].exception():
+            reads.tips = futures[2].result()
+        return reads  # rules or tips unread (leftovers, a git error): the landing reads them itself, as before
 
     def _remember(self, task: Task, result: RunResult) -> None:
         """A line in today's project memory for each completed task."""
@@ -626,9 +674,8 @@ class Engine:
                 log.info("permission request %s expired: its run ended with the daemon", request_id)
         recovered = self.take_over(at_start=True)
         if not self.team.shared:
-            with self.services.store.transaction() as db:
-                db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL WHERE state != 'IDLE' "
-                           "OR pid IS NOT NULL")
+            with self.services.store.transaction():
+                release_agents(self.services.store)
         return recovered
 
     def take_over(self, at_start: bool = False) -> list[str]:
@@ -647,9 +694,8 @@ class Engine:
                     self._stop_leftover(row, Path(dead.home))
                 for request in self.services.requests.list("pending", task_id=task_id):
                     self.services.requests.expire(request.id, "run ended with its daemon")
-                with self.services.store.transaction() as db:
-                    db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
-                               "WHERE current_task = ?", (now_iso(), task_id))
+                with self.services.store.transaction():
+                    release_agents(self.services.store, task_id=task_id)
                     status = self.lifecycle.requeue(task_id, "recovered", count_retry=True)
                 log.info("recovered task %s -> %s", task_id, status)
                 recovered.append(task_id)

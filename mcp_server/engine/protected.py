@@ -166,13 +166,21 @@ class Hold:
         return rule.why if rule else "protected"
 
 
-def landing_hold(worktree: Path, default_ref: str, branch: str, changes: Iterable[str] | None = None) -> Hold:
+def landing_rules(worktree: Path) -> list[Rule]:
+    """The rules a landing from `worktree` is checked against (RULES, the repository's hooks folder, committed
+    aliases); read apart from `landing_hold` so a caller can read them beside other reads of the finished run."""
+    return _rules_for(worktree, RULES, untracked=False)
+
+
+def landing_hold(worktree: Path, default_ref: str, branch: str, changes: Iterable[str] | None = None,
+                 rules: Sequence[Rule] | None = None) -> Hold:
     """The protected files that landing `branch` on `default_ref` would change (falsy when there are none).
-    `changes`: those paths (both sides of a rename), when the caller listed them already.
+    `changes`: those paths (both sides of a rename), and `rules`: landing_rules(worktree), when the caller read
+    them already (after the branch's last commit).
 
     Never raises: when git cannot list the changes the hold says so, and the task waits for a person."""
     try:
-        rules = _rules_for(worktree, RULES, untracked=False)
+        rules = list(rules) if rules is not None else landing_rules(worktree)
         if changes is None:
             changes = landing_changes(worktree, default_ref, branch)
         return Hold(protected_changes(changes, rules), rules)
@@ -233,11 +241,20 @@ def planted_note(planted: dict[str, bytes | None], agent_type: str) -> str:
 # -- git and the file system ----------------------------------------------------------------------------
 def _git(cwd: Path, *args: str, safe: bool = True) -> bytes:
     """git's output; `safe=False` only to read the repository's own setting that SAFE_GIT would override."""
-    done = subprocess.run(["git", *(SAFE_GIT if safe else ()), *args], cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        message = done.stderr.decode("utf-8", "replace").strip()
-        raise ServiceError(f"git {args[0]} failed in {cwd}: {message}")
-    return done.stdout
+    return _output(_start(cwd, *args, safe=safe), cwd, args[0])
+
+
+def _start(cwd: Path, *args: str, safe: bool = True) -> subprocess.Popen[bytes]:
+    """A git command started, to be read by `_output` (so two reads can run at once)."""
+    return subprocess.Popen(["git", *(SAFE_GIT if safe else ()), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def _output(process: subprocess.Popen[bytes], cwd: Path, command: str) -> bytes:
+    out, err = process.communicate()
+    if process.returncode != 0:
+        raise ServiceError(f"git {command} failed in {cwd}: {err.decode('utf-8', 'replace').strip()}")
+    return out
 
 
 def _listed(root: Path, rules: Sequence[Rule], untracked: bool) -> set[str]:
@@ -321,15 +338,21 @@ def _rules_for(root: Path, base: Sequence[Rule], untracked: bool) -> list[Rule]:
     """`base`, the repository's own hooks folder (core.hooksPath inside it), and where protected symlinks lead
     (committed ones, and with `untracked` those not committed too)."""
     rules = list(base)
-    if any(r.runs for r in base):
-        hooks = _hooks_path(root)
-        if hooks:
-            rules.append(Rule(hooks, GIT_HOOKS, runs=True))
+    # core.hooksPath is read while the first listing runs (two processes at once); a hooks folder it names is then
+    # listed on its own and added to that listing (pathspecs are a union, so this is the listing of all the rules).
+    reading = _start(root, "config", "--get", "core.hooksPath", safe=False) if any(r.runs for r in base) else None
+    try:
+        listed = _listed(root, rules, untracked)
+    finally:
+        hooks = _hooks_path(root, reading) if reading is not None else None  # read (and reaped) either way
+    if hooks:
+        rules.append(Rule(hooks, GIT_HOOKS, runs=True))
+        listed |= _listed(root, rules[-1:], untracked)
     real_root = Path(os.path.realpath(root))
-    for _ in range(ALIAS_ROUNDS):
+    for round_ in range(ALIAS_ROUNDS):
         found = []
         known = {r.parts for r in rules}
-        for path in _listed(root, rules, untracked):
+        for path in listed if round_ == 0 else _listed(root, rules, untracked):
             link = root / path
             if not link.is_symlink() or (rule := rule_for(path, rules)) is None:
                 continue
@@ -346,10 +369,11 @@ def _rules_for(root: Path, base: Sequence[Rule], untracked: bool) -> list[Rule]:
     return rules
 
 
-def _hooks_path(root: Path) -> str | None:
-    """core.hooksPath when it names a folder inside the worktree (git resolves a relative one from its root)."""
+def _hooks_path(root: Path, reading: subprocess.Popen[bytes]) -> str | None:
+    """core.hooksPath (`reading`: its `git config --get`, started) when it names a folder inside the worktree
+    (git resolves a relative one from its root)."""
     try:
-        value = _git(root, "config", "--get", "core.hooksPath", safe=False).decode("utf-8", "surrogateescape").strip()
+        value = _output(reading, root, "config").decode("utf-8", "surrogateescape").strip()
     except ServiceError:
         return None  # unset
     if not value or value.startswith("~"):

@@ -73,6 +73,16 @@ class Landing:
     attempts: int = 1
 
 
+@dataclass
+class Tips:
+    """Where the default branch (`old`) and the task branch (`tip`) are, read together in one `rev-parse`."""
+
+    seen: int  # this process's count of moves of the default branch, read before `old`
+    old: str
+    tip: str
+    base: str  # `old` (a fast-forward), `tip` (nothing new to land) or "merge"
+
+
 class Workspaces:
     def __init__(self, worktrees_root: Path, checkouts_root: Path | None = None) -> None:
         self.root = worktrees_root
@@ -129,8 +139,9 @@ class Workspaces:
             return self._locks.setdefault(repo_id, threading.RLock())
 
     def worktree_lock(self, repo_id: str) -> threading.Lock:
-        """Held while git adds, prunes or removes a worktree of the repo, or deletes a branch: each of these reads
-        every worktree's entry and fails on one that another is still writing. No landing waits on it."""
+        """Held while git prunes a worktree of the repo, adds or removes one on the careful path or a second try, or
+        deletes a branch by `branch -d`: each of these reads every worktree's entry and fails on one that another
+        is still writing. The usual add and remove run without it and fall back to it. No landing waits on it."""
         with self._locks_guard:
             return self._tree_locks.setdefault(repo_id, threading.Lock())
 
@@ -139,7 +150,7 @@ class Workspaces:
 
     def prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None = None) -> Workspace:
         """Create (or reuse, on a retry) the task's worktree from the freshly updated default branch."""
-        main = gitops.Checkout(self.checkout_of(repo))
+        main = gitops.Checkout(self.checkout_of(repo), known=True)
         if repo.source_type == "clone":
             with self.repo_lock(repo.id):  # it may move the default branch
                 self.refresh_default(main, repo)
@@ -149,12 +160,12 @@ class Workspaces:
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
         path.parent.mkdir(parents=True, exist_ok=True)
         if existing_branch is None:
-            # The usual case, in one command and without the repo's lock (git creates the new branch atomically, and
-            # the worktree's folder is the task's own). When that branch exists already, or a stale worktree entry
-            # is in the way, the careful path below decides under the lock.
+            # The usual case, in one command and without a lock (git creates the new branch atomically, the worktree's
+            # folder is the task's own, and git marks a worktree it is still writing as locked, so a prune never takes
+            # it). When that branch exists already, a stale worktree entry is in the way, or git met another add or
+            # remove mid-write, the careful path below decides under the locks.
             try:
-                with self.worktree_lock(repo.id):
-                    main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
+                main.run("worktree", "add", "--quiet", "-b", branch, str(path), repo.default_branch)
                 return Workspace(path, branch, repo, fresh=True)
             except ServiceError:
                 pass
@@ -204,7 +215,7 @@ class Workspaces:
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
         with self.repo_lock(repo.id):
-            tree = gitops.Checkout(workspace.path)
+            tree = gitops.Checkout(workspace.path, known=True)
             branch = tree.verify_ref(workspace.branch)
             if tree.remote_url() is None:
                 raise ServiceError(f"Repo '{repo.id}' has no 'origin' remote to publish '{branch}' to.")
@@ -247,37 +258,56 @@ class Workspaces:
     def commit_leftovers(self, workspace: Workspace, message: str) -> str | None:
         if workspace.repo is None:
             return None
-        return gitops.Checkout(workspace.path).commit_leftovers(message)
+        return gitops.Checkout(workspace.path, known=True).commit_leftovers(message)
 
     @staticmethod
     def changes(workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
         """What the task branch changes since it left the default branch, read once for the run's result, the
         protected-paths check and the landing: ([{path, status}], every path touched)."""
         assert workspace.repo is not None and workspace.branch is not None
-        return gitops.Checkout(workspace.path).branch_changes(workspace.repo.default_branch, workspace.branch)
+        return gitops.Checkout(workspace.path, known=True).branch_changes(workspace.repo.default_branch, workspace.branch)
+
+    def tips(self, workspace: Workspace) -> Tips:
+        """Both tips and how they relate, in one command (the caller may read them beside other reads)."""
+        assert workspace.repo is not None and workspace.branch is not None
+        return self._tips(gitops.Checkout(self.checkout_of(workspace.repo), known=True), workspace.repo, workspace.branch)
+
+    def _tips(self, main: gitops.Checkout, repo: Repo, branch: str) -> Tips:
+        seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
+        ref, head = f"refs/heads/{repo.default_branch}", f"refs/heads/{branch}"  # never read as an option
+        # `A...B` adds `^<base>` for every merge base: the tips and `git merge-base` in one command. When one tip
+        # contains the other, that one is the only base (a fast-forward, or nothing new).
+        lines = main.rev_parse(ref, head, f"{ref}...{head}")
+        old, tip = lines[0], lines[1]
+        bases = [line[1:] for line in lines[2:] if line.startswith("^")]
+        if not bases:
+            raise gitops.GitError(f"'{branch}' and '{repo.default_branch}' in {main.path} have no commit in common; "
+                                  "the task branch is kept.")
+        return Tips(seen, old, tip, old if bases == [old] else tip if bases == [tip] else "merge")
 
     def land(self, workspace: Workspace, via_remote: bool = False, files: list[str] | None = None,
-             check_clean: bool = True) -> Landing:
+             check_clean: bool = True, tips: Tips | None = None) -> Landing:
         """Merge the task branch into the default branch (and push clone repos). via_remote (team mode), with
         an origin: the task lands on origin's default branch, and the local one follows it. `files`: the paths
         the branch changes when the caller read them already; `check_clean=False` when it knows the worktree
-        holds nothing uncommitted (its leftovers were just committed and nothing ran in it since)."""
+        holds nothing uncommitted (its leftovers were just committed and nothing ran in it since). `tips`: read
+        by `tips` after the branch's last commit, when the caller read them already."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
-        main = gitops.Checkout(self.checkout_of(repo))
+        main = gitops.Checkout(self.checkout_of(repo), known=True)
         if via_remote and main.remote_url() is not None:
             with self.repo_lock(repo.id):
                 return self._land_remote(workspace, repo, main)
         if check_clean:
-            gitops.Checkout(workspace.path).require_clean("land the task")
+            gitops.Checkout(workspace.path, known=True).require_clean("land the task")
         if files is None:
-            files = [f["path"] for f in gitops.Checkout(workspace.path).changed_files(repo.default_branch,
+            files = [f["path"] for f in gitops.Checkout(workspace.path, known=True).changed_files(repo.default_branch,
                                                                                       workspace.branch)]
-        return self._land(workspace, repo, main, files)
+        return self._land(workspace, repo, main, files, tips)
 
     def _land_remote(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
         assert workspace.branch is not None
-        tree = gitops.Checkout(workspace.path)
+        tree = gitops.Checkout(workspace.path, known=True)
         default = repo.default_branch
         tracking = f"refs/remotes/origin/{default}"
         tree.require_clean("land the task")
@@ -328,7 +358,8 @@ class Workspaces:
         except ServiceError as error:
             log.warning("left %s in %s as it was (origin has the landed work): %s", default, main.path, error)
 
-    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout, files: list[str]) -> Landing:
+    def _land(self, workspace: Workspace, repo: Repo, main: gitops.Checkout, files: list[str],
+              tips: Tips | None = None) -> Landing:
         """Prepare the landed commit off to the side (a fast-forward, or a merge commit built by merge-tree and
         commit-tree, touching no worktree), then move the default branch to it under the repo's lock: a
         compare-and-swap on the tip the commit was built from. When another landing (or the person) moved
@@ -336,10 +367,14 @@ class Workspaces:
         assert workspace.branch is not None
         default, branch = repo.default_branch, workspace.branch
         ref = f"refs/heads/{default}"
-        seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
-        old, tip = main.rev_parse(ref, f"refs/heads/{branch}")  # refs/heads/...: never read as an option
-        base: str | None = None
+        tips = tips or self._tips(main, repo, branch)
+        seen, old, tip, base = tips.seen, tips.old, tips.tip, tips.base
         for attempt in range(1, LAND_ATTEMPTS + 1):
+            moves, latest = self._moves.get(repo.id, (0, ""))
+            if moves != seen and latest != old:  # a landing here moved it since `old` was read: build on its tip
+                old, seen = latest, moves
+                if base != "merge":
+                    base = main.run("merge-base", "--end-of-options", old, tip)
             built = self._landed_commit(main, workspace, default, old, tip, base)
             if isinstance(built, Landing):
                 return built  # a conflict: nothing moved, the branch is kept as it was
@@ -365,6 +400,8 @@ class Workspaces:
             log.info("%s moved while landing %s (attempt %d): merging again from its new tip", default, branch,
                      attempt)
             old = now
+            if base != "merge":  # a fast-forward (or nothing new) from the tip it had: ask again from the new one
+                base = main.run("merge-base", "--end-of-options", old, tip)
         else:
             raise ConflictError(f"'{default}' of repo '{repo.id}' moved on every one of {LAND_ATTEMPTS} tries to "
                                 f"land '{branch}'; the task branch is kept. Try again when it is quieter.")
@@ -377,12 +414,11 @@ class Workspaces:
 
     @staticmethod
     def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str, tip: str,
-                       base: str | None = None) -> str | Landing:
+                       base: str) -> str | Landing:
         """What the default branch moves to: the task's tip when it contains the default branch (a fast-forward),
         the default itself when it already has the task's work, else a new merge commit of the default into the
-        task branch (the task's tip first, as `git merge` in its worktree made it). `base`: "merge" when that
-        is known already."""
-        base = base or main.run("merge-base", "--end-of-options", old, tip)
+        task branch (the task's tip first, as `git merge` in its worktree made it). `base`: `old`, `tip` or
+        "merge" (Tips.base)."""
         if base == old:
             return tip
         if base == tip:
@@ -390,7 +426,7 @@ class Workspaces:
         try:
             tree, conflicts = main.merge_tree(tip, old)
         except gitops.GitError:  # a git without merge-tree --write-tree: merge in the worktree, as before
-            tree_checkout = gitops.Checkout(workspace.path)
+            tree_checkout = gitops.Checkout(workspace.path, known=True)
             outcome = Workspaces._merge_default_into_branch(tree_checkout, old, default)
             return outcome if outcome is not None else tree_checkout.run("rev-parse", "--verify", "HEAD")
         if tree is None:
@@ -439,16 +475,26 @@ class Workspaces:
         if workspace.repo is None or not workspace.path.exists():
             return False
         # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
-        # is clean itself and refuses otherwise, so nothing uncommitted is lost.
-        main = gitops.Checkout(self.checkout_of(workspace.repo))
-        with self.worktree_lock(workspace.repo.id):
-            try:
-                main.run("worktree", "remove", str(workspace.path))
-            except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
-                log.warning("keeping worktree %s: %s", workspace.path, error)
-                return False
-            if delete_branch and workspace.branch and landed_tip is None:
-                self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
+        # is clean itself and refuses otherwise, so nothing uncommitted is lost. No lock either at first (an add of
+        # another task's worktree must not wait for it): when git fails, e.g. it read another worktree's entry while
+        # that one was being written, it is tried once more under the worktree lock.
+        main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
+        try:
+            main.run("worktree", "remove", str(workspace.path))
+            removed = True
+        except ServiceError:
+            removed = False
+        by_name = bool(delete_branch and workspace.branch and landed_tip is None)
+        if not removed or by_name:
+            with self.worktree_lock(workspace.repo.id):
+                if not removed:
+                    try:
+                        main.run("worktree", "remove", str(workspace.path))
+                    except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
+                        log.warning("keeping worktree %s: %s", workspace.path, error)
+                        return False
+                if by_name:
+                    self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
         if delete_branch and workspace.branch and landed_tip is not None:
             ref = f"refs/heads/{gitops.check_ref_name(workspace.branch)}"
             self._delete_branch(main, ["update-ref", "-d", ref, landed_tip], workspace.branch)

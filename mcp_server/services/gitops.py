@@ -76,18 +76,30 @@ SAFE_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 class Checkout:
     """A git working tree at `path`."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, known: bool = False) -> None:
+        """`known`: a working tree AgentQueue made or registered (a task's worktree, a repo's checkout); with a `.git`
+        at its root, GitPython's parse of the repository (a millisecond or two, a few times per task) waits until
+        something needs it. Without one it is checked in full, so git never runs in a parent repository."""
         self.path = Path(path)
         if not self.path.is_dir():
             raise NotFoundError(f"{self.path} does not exist on disk. Re-create it or add the repo again.")
+        self._repo: git.Repo | None = None
+        if known and (self.path / ".git").exists():
+            return
         try:
-            self.repo = git.Repo(self.path)
+            self._repo = git.Repo(self.path)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             try:
                 top = git.Repo(self.path, search_parent_directories=True).working_tree_dir
             except (git.InvalidGitRepositoryError, git.NoSuchPathError):
                 raise InvalidInputError(f"{self.path} is not a git repository.") from None
             raise InvalidInputError(f"{self.path} is inside the repository {top}; use its root.") from None
+
+    @property
+    def repo(self) -> git.Repo:
+        if self._repo is None:
+            self._repo = git.Repo(self.path)
+        return self._repo
 
     # -- running git ---------------------------------------------------------------------------
     def run(self, *args: str, env: dict[str, str] | None = None) -> str:

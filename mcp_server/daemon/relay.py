@@ -10,22 +10,22 @@ crash the plugin exits like any server that went away).
 
 Every client launch pays this module's imports, so it imports only what relaying needs: it holds the
 home as a str (`paths.home_dir`), so `pathlib` is loaded only on the rare paths (starting a daemon,
-a restart, an error), as is `subprocess`; `typing` only for type checkers. Tests check which
-modules a launch loads.
+a restart, an error), as is `subprocess`; `typing` only for type checkers. It uses the interpreter's
+built-in `_socket` and `_thread` rather than `socket` (whose enum conversions and `selectors` cost a
+launch ~2 ms) and `threading`, and reads JSON with `wire.loads` (no `json` package on a launch).
+Tests check which modules a launch loads.
 """
 
 from __future__ import annotations
 
-import json
+import _socket
+import _thread
 import os
-import socket
 import sys
-import threading
 import time
 
-from . import paths
-from .toolsets import encode_preamble
-from .wire import refusal
+from .. import paths
+from ..wire import dumps, loads, refusal
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read this name)
 if TYPE_CHECKING:
@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT_S = float(os.environ.get("AGENTQUEUE_CONNECT_TIMEOUT", "30"))
 
 
-def _connect(sock_path: str | Path) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect(sock_path: str | Path) -> _socket.socket | None:
+    """A connection to the daemon's socket, or None when nothing listens (a `_socket.socket`: for `makefile`
+    and the like, wrap it with `socket.socket(fileno=sock.detach())`)."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(str(sock_path))
     except OSError:
@@ -88,7 +90,7 @@ def _start_output(home: str | Path, offset: int) -> str:
 
 
 def connect_or_start(home: str | Path, timeout: float = CONNECT_TIMEOUT_S,
-                     progress: Callable[[str], None] | None = None) -> socket.socket:
+                     progress: Callable[[str], None] | None = None) -> _socket.socket:
     """A connection to the home's daemon, starting one if none answers (`progress` hears what happens)."""
     sock_path = paths.socket_file(home)
     sock = _connect(sock_path)
@@ -129,7 +131,7 @@ def _method(line: bytes) -> tuple[str | None, object]:
     if b'"method"' not in line:
         return None, None
     try:
-        message = json.loads(line)
+        message = loads(line)
     except ValueError:
         return None, None
     return (message.get("method"), message.get("id")) if isinstance(message, dict) else (None, None)
@@ -149,22 +151,58 @@ def _say(message: str) -> None:
     print(f"agentqueue: {message}", file=sys.stderr, flush=True)
 
 
+class Flag:
+    """A flag threads set and read (threading.Event's `set`/`is_set`/`wait` on a `_thread` lock, without
+    importing `threading`)."""
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        if self._lock.locked():
+            try:
+                self._lock.release()
+            except RuntimeError:
+                pass  # another thread set it first
+
+    def is_set(self) -> bool:
+        return not self._lock.locked()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the flag was set within `timeout` seconds."""
+        if self._lock.acquire(timeout=timeout):
+            self._lock.release()
+            return True
+        return False
+
+
+def _thread_of(target: Callable[[], None]) -> None:
+    """Run `target` in a daemon thread (every exit is `os._exit`, so nothing waits for it)."""
+    _thread.start_new_thread(target, ())
+
+
 class Pipe:
     def __init__(self, home: str | Path, options: dict[str, Any] | None = None) -> None:
         self.home = home
         # Sent first on every connection (restarts too): what this client limits itself to.
-        self.preamble = encode_preamble(options) if options else b""
+        if options:
+            from ..toolsets import encode_preamble
+
+            self.preamble = encode_preamble(options)
+        else:
+            self.preamble = b""
         self.sock = connect_or_start(home, progress=_say)
         self.connected_at = time.time()
         if self.preamble:
             self.sock.sendall(self.preamble)
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.handshake: list[bytes] = []  # the client's initialize request and initialized notification
-        self.client_gone = threading.Event()
+        self.client_gone = Flag()
         # While the daemon restarts, the client's messages wait here and go to the new daemon.
         self.backlog: list[bytes] | None = None
         # stdout is shared: the daemon's answers (whole lines only) and the plugin's own error answers.
-        self.out_lock = threading.Lock()
+        self.out_lock = _thread.allocate_lock()
         self.out_partial = False  # the last bytes written ended mid-line
         self.out_waiting: list[bytes] = []  # own answers held until the daemon's current line is complete
 
@@ -198,7 +236,7 @@ class Pipe:
             self.client_gone.set()
             with self.lock:
                 try:
-                    self.sock.shutdown(socket.SHUT_WR)
+                    self.sock.shutdown(_socket.SHUT_WR)
                 except OSError:
                     pass
 
@@ -216,7 +254,7 @@ class Pipe:
             return False
         return finished >= self.connected_at
 
-    def _await_restarted_daemon(self) -> socket.socket:
+    def _await_restarted_daemon(self) -> _socket.socket:
         """The daemon that is re-executing itself, once it listens again.
 
         Starting another daemon meanwhile would race the restarting one for the lock; the loser
@@ -252,14 +290,14 @@ class Pipe:
             for line in self.handshake:
                 method, message_id = _method(line)
                 if method == "initialize":
-                    swallow = json.dumps(message_id).encode()
+                    swallow = dumps(message_id).encode()
                 sock.sendall(line)
             held = [line for line in self.backlog or [] if line not in self.handshake]
             for line in held:
                 sock.sendall(line)
             self.backlog = None
             if self.client_gone.is_set():
-                sock.shutdown(socket.SHUT_WR)
+                sock.shutdown(_socket.SHUT_WR)
         note(self.home, f"reconnected; replayed {len(self.handshake)} handshake and {len(held)} held message(s)")
         return swallow
 
@@ -318,7 +356,7 @@ class Pipe:
 
 def _answer_id(line: bytes) -> bytes | None:
     try:
-        return json.dumps(json.loads(line).get("id")).encode()
+        return dumps(loads(line).get("id")).encode()
     except (ValueError, AttributeError):
         return None
 
@@ -340,23 +378,23 @@ def refuse_client(message: str) -> None:
     print(f"agentqueue: {message}", file=sys.stderr, flush=True)
     if sys.stdin.isatty():
         return
-    ready = threading.Event()
+    ready = Flag()
     first: list[bytes] = []
 
     def read_first_request() -> None:
         for line in iter(sys.stdin.buffer.readline, b""):
             method, message_id = _method(line)
             if method is not None and message_id is not None:
-                first.append(json.dumps(message_id).encode())
+                first.append(dumps(message_id).encode())
                 break
         ready.set()
 
-    threading.Thread(target=read_first_request, daemon=True).start()
+    _thread_of(read_first_request)
     if ready.wait(timeout=2) and first:
-        answer = {"jsonrpc": "2.0", "id": json.loads(first[0]),
+        answer = {"jsonrpc": "2.0", "id": loads(first[0]),
                   "error": {"code": -32603, "message": f"AgentQueue cannot start: {message}"}}
         try:
-            sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+            sys.stdout.buffer.write(dumps(answer).encode() + b"\n")
             sys.stdout.flush()
         except OSError:
             pass
@@ -386,7 +424,7 @@ def main(options: dict[str, Any] | None = None) -> int:
             os._exit(1)
         if sys.stdin.isatty():
             print(TTY_HELP.format(home=home), file=sys.stderr, flush=True)
-        threading.Thread(target=pipe.pump_stdin, daemon=True).start()
+        _thread_of(pipe.pump_stdin)
         pipe.pump_daemon()
         sys.stdout.flush()
     except BrokenPipeError:

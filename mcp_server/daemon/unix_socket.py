@@ -1,0 +1,130 @@
+"""MCP over the home's Unix socket: every plugin connection is its own MCP session.
+
+Each connection is fed to the SDK's `stdio_server` through a line adapter, so it is served exactly as
+stdio is (both protocol eras, notifications, its own lifespan and so its own active project).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketStream
+from mcp.server import MCPServer
+from mcp.server.stdio import stdio_server
+
+from ..app import CONNECTION_OPTIONS
+from ..peer import lineage, peer_pid
+from ..toolsets import decode_preamble, socket_options
+
+log = logging.getLogger("agentqueue.daemon")
+
+
+class _SocketLines:
+    """The file-like pair `stdio_server` wants (async line iteration, write, flush) over a socket.
+
+    Lines have no length limit: a tool result or an agent's output can be megabytes.
+    """
+
+    def __init__(self, stream: SocketStream) -> None:
+        self.stream = stream
+        self._buffer = bytearray()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buffer[: newline + 1])
+                del self._buffer[: newline + 1]
+                if line.strip():
+                    yield line.decode("utf-8", errors="replace")
+                continue
+            try:
+                chunk = await self.stream.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                if self._buffer.strip():
+                    yield self._buffer.decode("utf-8", errors="replace")
+                return
+            self._buffer += chunk
+
+    async def preamble(self) -> dict[str, Any] | None:
+        """The plugin's options line (`{"agentqueue": {...}}`), consumed if the connection opens with one."""
+        while b"\n" not in self._buffer:
+            try:
+                chunk = await self.stream.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return None
+            self._buffer += chunk
+        newline = self._buffer.find(b"\n")
+        options = decode_preamble(bytes(self._buffer[:newline]))
+        if options is not None:
+            del self._buffer[: newline + 1]
+        return options
+
+    async def write(self, text: str) -> None:
+        await self.stream.send(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        return None
+
+
+_DISCONNECTS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, BrokenPipeError,
+                ConnectionResetError)
+
+
+def is_disconnect(error: BaseException) -> bool:
+    """A client that hung up (possibly wrapped in task-group exception groups): normal, not an error."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(is_disconnect(inner) for inner in error.exceptions)
+    return isinstance(error, _DISCONNECTS)
+
+
+# (actor, task_id) of the engine's run a process is, or None: Engine.run_of_pid.
+RunOfPid = Callable[[int], "tuple[str, str | None] | None"]
+
+
+def run_of_peer(stream: SocketStream, run_of_pid: RunOfPid | None) -> tuple[str, str | None] | None:
+    """The engine's run the connecting process belongs to (it or one of its ancestors is the run's process).
+
+    A process this daemon started outside a run (a verify command, a hook's shell step, run_command) is no
+    person either: it is `process:<pid>`, and is offered no person's decision.
+    """
+    if run_of_pid is None:
+        return None
+    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    pid = peer_pid(raw) if raw is not None else None
+    if pid is None:
+        return None
+    chain = lineage(pid)
+    found = next((run for p in chain if (run := run_of_pid(p)) is not None), None)
+    if found is None and os.getpid() in chain[1:]:
+        return f"process:{pid}", None
+    return found
+
+
+async def serve_connection(mcp: MCPServer, stream: SocketStream, run_of_pid: RunOfPid | None = None) -> None:
+    """One plugin connection = one MCP session, with its own lifespan (and so its own active project)."""
+    pipe = _SocketLines(stream)
+    lowlevel = mcp._lowlevel_server
+    try:
+        # A socket connection is limited by what its own plugin asks for (`agentqueue mcp --read-only`), and is
+        # who the kernel says it is: a process of one of the engine's runs is that run's agent or hook, never a
+        # person, whatever its preamble claims. The daemon's own flags limit HTTP clients.
+        preamble = await pipe.preamble()
+        run = await anyio.to_thread.run_sync(run_of_peer, stream, run_of_pid)  # reads /proc and the store
+        CONNECTION_OPTIONS.set(socket_options(preamble, run))
+        async with stream, stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+    except Exception as error:
+        if is_disconnect(error):
+            # Health checks (`claude mcp list`) hang up as soon as they have the tool list.
+            log.debug("plugin connection closed by the client")
+        else:
+            log.exception("plugin connection failed")
