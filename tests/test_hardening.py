@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from agentqueue.board import data
-from agentqueue.services.ids import new_task_id
+from agentqueue.services.ids import TaskIds, new_task_id
 
 from .conftest import fail, ok
 
@@ -151,6 +151,23 @@ def test_task_ids_do_not_run_out_when_every_short_id_is_taken():
     fresh = new_task_id(taken)
     assert not taken(fresh) and fresh.count("-") == 2
     assert data.TASK_ID.fullmatch(fresh)  # the board's route still takes it
+
+
+def test_task_ids_start_where_the_last_one_was_found():
+    """A crowded store: once bare word pairs are all taken, the next id does not re-check twenty of them."""
+    checked: list[str] = []
+
+    def taken(candidate: str) -> bool:
+        checked.append(candidate)
+        return candidate.count("-") == 1  # every bare adjective-noun pair is used
+
+    ids = TaskIds(taken)
+    first = ids.new()
+    assert first.count("-") == 2 and len(checked) == 21
+    checked.clear()
+    second = ids.new()
+    assert second.count("-") == 2 and second != first and len(checked) == 1
+    assert data.TASK_ID.fullmatch(second)
 
 
 # -- two processes on one home -------------------------------------------------------------------------

@@ -123,6 +123,23 @@ def test_no_file_means_the_standard_preset(tmp_path: Path) -> None:
     assert not (tmp_path / "policy.toml").exists()
 
 
+def test_a_tools_verdict_follows_the_file_as_a_person_edits_it(tmp_path: Path) -> None:
+    """Verdicts on AgentQueue's tools are kept between calls: an edit by hand, by edit_policy or a removed file
+    still changes the next one."""
+    policies, action = Policies(tmp_path), tool_action("create_task")
+    assert policies.decide(action).decision == "allow"
+    assert policies.decide(action).decision == "allow"  # kept
+    (tmp_path / "policy.toml").write_text('deny = ["tool:create_task"]\n', encoding="utf-8")
+    verdict = policies.decide(action)
+    assert (verdict.decision, verdict.rule, verdict.source) == ("deny", "tool:create_task", "global")
+    policies.edit(remove_rule="tool:create_task", rule_list="deny")
+    assert policies.decide(action).decision == "allow"
+    policies.edit(add_rule="tool:create_task", rule_list="ask", project_id="web")
+    assert policies.decide(action, "web").decision == "ask" and policies.decide(action).decision == "allow"
+    (tmp_path / "policy.toml").unlink()
+    assert policies.decide(action, "web").decision == "allow"
+
+
 def test_order_is_deny_then_allow_then_ask_then_default(tmp_path: Path) -> None:
     policies = Policies(tmp_path)
     policies.edit(add_rule="Bash(curl https://api.example.com/*)", rule_list="allow")

@@ -32,15 +32,40 @@ def slugify(name: str, *, what: str = "name") -> str:
     return slug[:64].rstrip("-")
 
 
+TIERS = (0, 20, 60, 100)  # the attempt at which ids get no suffix, two digits, four, six
+
+
+def _candidate(attempt: int, rng: random.Random) -> str:
+    candidate = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
+    if attempt >= TIERS[1]:
+        digits = 2 if attempt < TIERS[2] else 4 if attempt < TIERS[3] else 6
+        candidate += f"-{rng.randint(10 ** (digits - 1), 10 ** digits - 1)}"
+    return candidate
+
+
+def _first_free(exists: Callable[[str], bool], rng: random.Random, start: int) -> tuple[str, int]:
+    for attempt in range(start, 200):
+        candidate = _candidate(attempt, rng)
+        if not exists(candidate):
+            return candidate, attempt
+    raise RuntimeError("could not find a free task id after 200 attempts")
+
+
 def new_task_id(exists: Callable[[str], bool], rng: random.Random | None = None) -> str:
     """A fresh `adjective-noun` id; after 20 collisions a two-digit suffix is added, after 60 four digits, after 100
     six: the ~3,700 words pairs and 90 two-digit suffixes fill up at a few hundred thousand tasks, six digits never."""
-    rng = rng or random.Random()
-    for attempt in range(200):
-        candidate = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
-        if attempt >= 20:
-            digits = 2 if attempt < 60 else 4 if attempt < 100 else 6
-            candidate += f"-{rng.randint(10 ** (digits - 1), 10 ** digits - 1)}"
-        if not exists(candidate):
-            return candidate
-    raise RuntimeError("could not find a free task id after 200 attempts")
+    return _first_free(exists, rng or random.Random(), 0)[0]
+
+
+class TaskIds:
+    """Fresh task ids for one store, each search starting at the length the last id needed: past a few thousand
+    tasks every bare word pair is taken, and checking twenty of them per new task cost more than the insert."""
+
+    def __init__(self, exists: Callable[[str], bool]) -> None:
+        self.exists = exists
+        self.start = 0
+
+    def new(self, rng: random.Random | None = None) -> str:
+        task_id, attempt = _first_free(self.exists, rng or random.Random(), self.start)
+        self.start = max(tier for tier in TIERS if tier <= attempt)
+        return task_id

@@ -107,6 +107,8 @@ class EffectivePolicy:
     preset: Preset
     ask_timeout: float
     rules: dict[Decision, list[tuple[Rule, str]]]
+    # Verdicts on AgentQueue's own tools (`tool:<name>`, no command to parse): the same few on every call.
+    _tool_verdicts: dict[Action, Verdict] = field(default_factory=dict, repr=False, compare=False)
 
     def _first(self, decision: Decision, action: Action, preset: bool | None = None,
                texts: list[str] | None = None) -> tuple[Rule, str] | None:
@@ -148,7 +150,13 @@ class EffectivePolicy:
         strictest verdict wins. Any other action goes through the rule order once."""
         if action.tool in COMMAND_TOOLS and action.argument and action.argument.strip():
             return self._decide_command(action)
-        return self._ordered(action, str(action))
+        if not action.tool.startswith("tool:"):
+            return self._ordered(action, str(action))
+        if (verdict := self._tool_verdicts.get(action)) is None:
+            verdict = self._ordered(action, str(action))
+            if len(self._tool_verdicts) < 1024:  # `tool:run_command:<command>` actions are many; the rest a few
+                self._tool_verdicts[action] = verdict
+        return verdict
 
     def _decide_command(self, action: Action) -> Verdict:
         whole = shell.shown(str(action))
@@ -317,6 +325,10 @@ class Policies:
         self.path = home / POLICY_NAME
         self._lock = threading.RLock()
         self._cache: tuple[float, int, tuple[Scope, dict[str, Scope]]] | None = None
+        # Every tool call asks `effective` (~170 preset rules walked per decision): kept per project until the
+        # file is read again or written; `_generation` counts those, so a policy built from an old file is not kept.
+        self._generation = 0
+        self._effective: dict[tuple[str | None, str], EffectivePolicy] = {}
 
     # -- the file ---------------------------------------------------------------------------------
     def _load(self) -> tuple[Scope, dict[str, Scope]]:
@@ -324,9 +336,12 @@ class Policies:
             try:
                 stat = self.path.stat()
             except FileNotFoundError:
+                if self._cache is not None:  # the file was there: what was kept came from it
+                    self._forget()
                 return Scope(), {}
             if self._cache and self._cache[:2] == (stat.st_mtime, stat.st_size):
                 return self._cache[2]
+            self._forget()
             try:
                 data = tomllib.loads(self.path.read_text(encoding="utf-8"))
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
@@ -360,11 +375,30 @@ class Policies:
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.chmod(tmp, 0o600)
         os.replace(tmp, self.path)
+        with self._lock:
+            self._forget()
+
+    def _forget(self) -> None:
+        """The file changed (or is gone, or was written): nothing read from it before is kept."""
         self._cache = None
+        self._generation += 1
+        self._effective = {}
 
     # -- reading ----------------------------------------------------------------------------------
     def effective(self, project_id: str | None = None) -> EffectivePolicy:
-        global_scope, projects = self._load()
+        key = (project_id, os.environ.get("AGENTQUEUE_RUN_COMMAND", ""))
+        with self._lock:
+            global_scope, projects = self._load()
+            generation = self._generation
+            if (kept := self._effective.get(key)) is not None:
+                return kept
+        policy = self._build(global_scope, projects, project_id)
+        with self._lock:
+            if self._generation == generation:
+                self._effective[key] = policy
+        return policy
+
+    def _build(self, global_scope: Scope, projects: dict[str, Scope], project_id: str | None) -> EffectivePolicy:
         project = projects.get(project_id) if project_id else None
         preset_name = (project.preset if project and project.preset else global_scope.preset) or DEFAULT_PRESET
         preset = PRESETS[preset_name]

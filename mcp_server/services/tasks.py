@@ -13,7 +13,7 @@ from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskSum
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import HELD_STATUSES, error_report, explain, move_note
-from .ids import new_task_id
+from .ids import TaskIds
 from .projects import RUNNING_STATUSES, Projects
 from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, list_filter, parse_statuses
 
@@ -42,6 +42,7 @@ class Tasks:
     def __init__(self, store: Store, projects: Projects) -> None:
         self.store = store
         self.projects = projects
+        self.ids = TaskIds(self.was_used)
         # Set by the engine: kills a task's agent process; returns whether one was running.
         self.stop_hook: Callable[[str], bool] | None = None
         # Set by the engine: merges an approved task's kept branch (raises ServiceError on conflict).
@@ -282,7 +283,7 @@ class Tasks:
         deps = self._check_deps(None, depends_on or [])
         stamp = now_iso()
         with self.store.transaction() as db:
-            task_id = new_task_id(self.was_used)
+            task_id = self.ids.new()
             db["tasks"].insert({
                 "id": task_id, "project_id": project_id, "title": title.strip(),
                 "description": description.strip(), "status": "DEFINED", "priority": priority,
