@@ -10,6 +10,7 @@ import concurrent.futures
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..services import Services, gitops
 from ..services.errors import ServiceError
@@ -57,10 +58,11 @@ class Landing:
         futures = (_READS.submit(self.workspaces.changes, workspace),
                    _READS.submit(protected.landing_rules, workspace.path),
                    _READS.submit(self.workspaces.tips, workspace) if lands_here else None)
+        started: list[concurrent.futures.Future[Any]] = [f for f in futures if f]
         try:
             committed = self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
         finally:
-            concurrent.futures.wait([f for f in futures if f])  # nothing runs on in the background past here
+            concurrent.futures.wait(started)  # nothing runs on in the background past here
         if committed is None:
             listed, touched = futures[0].result()
         else:

@@ -265,7 +265,8 @@ class Engine:
             self.lifecycle.set_pid(agent_id, handle.pid)
 
         log_path = self.log_path(task_id)
-        on_line = (lambda _line: self.on_log(task_id)) if self.on_log else None
+        on_log = self.on_log
+        on_line = (lambda _line: on_log(task_id)) if on_log else None
         channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
                                     lambda line: self._log_line(task_id, line))
         env = svc.settings.agent_environment()
