@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any
@@ -214,11 +214,13 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
 CONNECTION_OPTIONS: ContextVar[dict[str, Any] | None] = ContextVar("agentqueue_connection_options", default=None)
 
 
-def build_server(services: Services, connection_options: dict[str, Any] | None = None) -> MCPServer:
+def build_server(services: Services, connection_options: dict[str, Any] | None = None,
+                 on_tool_call: Callable[[str, str, float], None] | None = None) -> MCPServer:
     """One MCPServer per process; every connection gets its own `ClientState` from the lifespan.
 
     `connection_options` (read_only, toolsets) limit every connection that brings none of its own: the
-    standalone server's stdio and, in the daemon, every HTTP session.
+    standalone server's stdio and, in the daemon, every HTTP session. `on_tool_call` is told (tool, outcome,
+    seconds) after every tool call (the daemon's GET /metrics histogram).
     """
     bus = resources.ConnectionBus()
     notifier = resources.Notifier(bus)
@@ -229,7 +231,7 @@ def build_server(services: Services, connection_options: dict[str, Any] | None =
     async def lifespan(_: MCPServer) -> AsyncIterator[tools.ClientState]:
         # Runs once per stdio/socket connection (and once for all HTTP sessions).
         own = CONNECTION_OPTIONS.get()
-        yield tools.ClientState(services=services, after_call=notifier.flush,
+        yield tools.ClientState(services=services, after_call=notifier.flush, on_tool_call=on_tool_call,
                                 tools_changed=lambda state: bus.publish_to(state, ToolsListChanged()),
                                 options=dict(own if own is not None else connection_options or {}))
 

@@ -53,15 +53,16 @@ def pause_or_resume(home: Path, action: str, project: str | None, as_json: bool)
 
 
 def running_agents(home: Path) -> list[dict[str, Any]]:
-    """The tasks an agent is working on (what stopping the daemon interrupts), read from the store."""
+    """The claimed tasks (what stopping the daemon interrupts: a run waiting for input too), read from the store."""
     if not paths.db_path(home).exists():
         return []
     from .cli_reads import open_store_for_reading
+    from .services.task_states import CLAIMED
     from .status_view import running_tasks
 
     store = open_store_for_reading(home)
     try:
-        return running_tasks(store)
+        return running_tasks(store, CLAIMED)
     finally:
         store.close()
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from . import paths
 from .services.errors import NotFoundError
-from .services.failures import HELD_STATUSES, error_report
+from .services.failures import error_report
 from .services.system import System
-from .services.task_states import STATUS_EVENTS, list_filter, parse_statuses
+from .services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
 from .store.base import Store
 
 # A task's fields as get_task gives them (store.models.Task), in that order: the row's other columns stay out.
@@ -127,7 +127,7 @@ def agent_error(store: Store, task_id: str) -> dict[str, Any]:
     row = _task_row(store, task_id)
     _, result = last_result(store, task_id)
     code = None
-    if row["status"] in HELD_STATUSES and row["reason"]:
+    if row["status"] in EXPLAINED and row["reason"]:
         payload = store.scalar("SELECT payload FROM events WHERE task_id = ? AND event_type = ? ORDER BY id DESC "
                                "LIMIT 1", (task_id, STATUS_EVENTS[row["status"]]))
         code = json.loads(payload).get("reason") if payload else None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import cli_reads, paths
+from .services.task_states import FOLLOWABLE, NEEDS_PERSON
 from .cli_output import duration, open_services, print_json
 from .visible import visible
 
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
     from .store.base import Store
 
 # rich costs a read tens of milliseconds to import: `--json` never does, the text views import it when they print.
-# `logs -f` keeps following while the task may still produce output: waiting to start or retry, or running.
-FOLLOW_STATES = ("READY", "ASSIGNED", "IN_PROGRESS", "VERIFYING")
 
 
 def log_path(home: Path, task_id: str) -> Path:
@@ -125,7 +124,7 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         attempts, result = cli_reads.last_result(store, task_id)
         reason, next_step = task["reason"], task["next_step"]
         error = None
-        if task["status"] in ("BLOCKED", "FAILED") and result is not None and result["status"] != "completed":
+        if task["status"] in NEEDS_PERSON and result is not None and result["status"] != "completed":
             error = cli_reads.agent_error(store, task_id)
     finally:
         store.close()
@@ -240,7 +239,7 @@ def _follow(store: Store, task_id: str, path: Path, as_json: bool) -> int:
                         text, held = (text[:-1], "\r") if text.endswith("\r") else (text, "")
                         out.write(visible(text, multiline=True))
                     out.flush()
-            if status not in FOLLOW_STATES:
+            if status not in FOLLOWABLE:
                 if not as_json and (rest := held + decoder.decode(b"", final=True)):
                     out.write(visible(rest, multiline=True))
                     out.flush()

@@ -227,8 +227,8 @@ async def _write(ctx: Any, state: Any, record: CallRecord, outcome: str, message
     """The call's audit row, in its own transaction after the call (never inside the call's)."""
     audit = state.services.audit
     seconds = time.monotonic() - started
-    if state.services.on_tool_call is not None:  # the daemon's GET /metrics histogram
-        state.services.on_tool_call(record.name, outcome, seconds)
+    if state.on_tool_call is not None:  # the daemon's GET /metrics histogram
+        state.on_tool_call(record.name, outcome, seconds)
     task_id = record.task_id or (record.arguments.get("task_id") if isinstance(record.arguments.get("task_id"), str)
                                  else None) or state.options.get("task_id")
     project_id = record.project_id or (record.arguments.get("project_id") if isinstance(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__, cli_reads, paths
 from .cli_output import duration, print_json, seconds_since
 from .daemon_client import daemon_info, running_daemon
-from .services.task_states import STATUS_NAMES
+from .services.task_states import CLAIMED, STATUS_NAMES, WORKING, in_clause
 from .visible import visible
 
 if TYPE_CHECKING:
@@ -24,21 +24,21 @@ if TYPE_CHECKING:
     from .store.base import Store
 
 STATES = list(STATUS_NAMES)
-ACTIVE = ("ASSIGNED", "IN_PROGRESS", "VERIFYING")  # an agent process is working on the task
 # States that wait on the user, and how each is highlighted.
 STYLES = {"AWAITING_APPROVAL": "bold yellow", "WAITING_INPUT": "bold yellow", "PAUSED": "yellow",
           "DEFINED": "cyan", "BLOCKED": "bold red", "FAILED": "bold red", "IN_PROGRESS": "green",
           "ASSIGNED": "green", "VERIFYING": "green", "COMPLETED": "dim"}
 
 
-def running_tasks(store: Store) -> list[dict[str, Any]]:
+def running_tasks(store: Store, statuses: frozenset[str] = WORKING) -> list[dict[str, Any]]:
     # A view-only read: the task, its agent, and when it was claimed (its last task.assigned event).
+    where, params = in_clause(statuses, "t.status")
     rows = store.all(
         "SELECT t.id AS task_id, t.title, t.project_id, t.status, t.assigned_agent AS agent_id, "
         "a.agent_type, (SELECT max(e.timestamp) FROM events e WHERE e.task_id = t.id "
         "AND e.event_type = 'task.assigned') AS started_at FROM tasks t "
         "LEFT JOIN agents a ON a.id = t.assigned_agent "
-        f"WHERE t.status IN ({','.join('?' * len(ACTIVE))}) ORDER BY started_at", ACTIVE)
+        f"WHERE {where} ORDER BY started_at", params)
     for row in rows:
         row["elapsed_s"] = round(seconds_since(row["started_at"]) or 0.0, 1)
     return rows
@@ -64,8 +64,10 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
     daemon = _daemon(home)
     running = running_tasks(store)
     warnings = list(status["warnings"])
-    if not daemon["running"] and running:
-        warnings.append(f"{len(running)} task(s) were running when the daemon stopped; they are recovered "
+    # Recovery requeues every claimed task, one that waited for input too (it is not in the working list).
+    left = running_tasks(store, CLAIMED) if not daemon["running"] else []
+    if left:
+        warnings.append(f"{len(left)} task(s) were running when the daemon stopped; they are recovered "
                         "(work kept) when it starts again: `agentqueue serve`.")
     try:
         warnings.extend(home_mismatches(home))

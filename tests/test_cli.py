@@ -297,7 +297,8 @@ def test_status_at_80_columns_shows_every_state_and_no_running_orchestrator_with
     assert "daemon not running (the orchestrator setting is 'running': tasks start when the daemon starts; " \
            "`agentqueue serve`)" in flat and "without cleaning up" in flat
     assert "orchestrator running" not in flat
-    assert "3 task(s) were running when the daemon stopped" in flat  # ASSIGNED, IN_PROGRESS, VERIFYING
+    # ASSIGNED, IN_PROGRESS, WAITING_INPUT, VERIFYING: recovery requeues every claimed task, a waiting one too.
+    assert "4 task(s) were running when the daemon stopped" in flat
     data = json.loads(run_cli(env, "status", "--json").stdout)
     assert data["daemon"] == {"running": False, "crashed": True}
     assert data["tasks"]["by_status"] == {s: 1 for s in all_states()}

@@ -135,6 +135,29 @@ def test_stop_lists_the_agents_it_interrupts_and_asks(live: LiveDaemon, tmp_path
     assert "orchestrator running" not in status.stdout
 
 
+def test_stop_counts_a_run_waiting_for_input_among_those_it_interrupts(live: LiveDaemon) -> None:
+    """Its agent process is alive (waiting for a person's answer): stopping the daemon interrupts it too."""
+    from agentqueue.services import Services
+    from agentqueue.services.lifecycle import Lifecycle
+
+    live.call("orchestrator_control", action="pause")  # the daemon claims nothing itself meanwhile
+    services = Services(live.home)
+    try:
+        owner = services.store.scalar("SELECT id FROM daemons")  # the daemon's own run, as its engine claims one
+        task = services.tasks.create("demo", "Asks", "do it")
+        lifecycle = Lifecycle(services.store, services.tasks, services.usage, owner=owner)
+        assert lifecycle.claim(task.id, "worker")
+        lifecycle.started(task.id, None)
+        services.requests.open(task.id, "worker", "Bash", {}, "Bash(npm install)", None, None, 600)
+        assert services.tasks.get(task.id).status == "WAITING_INPUT"
+    finally:
+        services.close()
+    refused = run_cli(live.env, "stop")  # no terminal to ask
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert task.id in refused.stdout and "WAITING_INPUT" in refused.stdout and "--force" in refused.stderr
+    assert alive(live.pid)
+
+
 def test_logs_follow_prints_each_line_as_the_agent_writes_it(live: LiveDaemon, tmp_path: Path) -> None:
     go = signals(tmp_path) / "go"
     task = live.call("create_task", project_id="demo", title="Talks",

@@ -539,7 +539,7 @@ async def test_one_run_per_hook_at_a_time(client, services: Services) -> None:
     add_hook(services, "Slow", {"type": "event", "event_type": "note.written"}, cooldown_seconds=0,
              context_steps=[{"type": "shell", "command": "sleep 1"}])
     runner = HookRunner(services, services.home, listen=False)
-    services.hooks.runner = runner  # as the engine does: fire_hook goes through the running runner
+    services.engine_hooks.connect(hook_runner=runner)  # as the engine does: fire_hook goes through the running runner
     async with anyio.create_task_group() as tg:
         tg.start_soon(runner.run_forever)
         await wait_for(lambda: runner._tg is not None, 5, "the hook runner to start")

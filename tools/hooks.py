@@ -97,6 +97,7 @@ def list_hook_runs(ctx: Context, hook_id: str, limit: Annotated[int, Field(ge=1,
 async def fire_hook(ctx: Context, hook_id: str) -> HookFired:
     """Run a hook now (ignores cooldown); waits up to 10 s, else answers status=running."""
     svc = services(ctx)
-    runner = svc.hooks.runner or HookRunner(svc, svc.home, listen=False)  # no engine here: run it in this process
+    # Through the engine's running hook runner, so runs never overlap; with no engine here, in this process.
+    runner = svc.engine_hooks.hook_runner or HookRunner(svc, svc.home, listen=False)
     run_id, status = await runner.fire(hook_id)
     return HookFired(hook_id=hook_id, run_id=run_id, status=status)

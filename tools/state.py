@@ -57,6 +57,8 @@ class ClientState:
     after_call: Callable[[], Any] | None = None
     # Set by app.py: tells this connection's 2026 listen streams that its tool list changed (enable_toolsets).
     tools_changed: Callable[["ClientState"], Any] | None = None
+    # Given to build_server by the daemon: told (tool, outcome, seconds) after every tool call, for GET /metrics.
+    on_tool_call: Callable[[str, str, float], None] | None = None
     # The connection's options: read_only, toolsets (from flags or a plugin's preamble), who it is when the
     # daemon found it to be one of its runs (actor agent:<id>/hook:<id>, a task agent's task_id), and the
     # toolsets its model enabled since it opened (`enabled`, written only by enable_toolsets).
@@ -82,7 +84,8 @@ class ClientState:
 
     def child(self, persistent: bool = True) -> "ClientState":
         return ClientState(services=self.services, persistent=persistent, after_call=self.after_call,
-                           tools_changed=self.tools_changed, options=dict(self.options))
+                           tools_changed=self.tools_changed, on_tool_call=self.on_tool_call,
+                           options=dict(self.options))
 
 
 def state_for(request_context: ServerRequestContext[Any, Any]) -> ClientState:

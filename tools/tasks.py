@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 from ..apps import BOARD_URI, TASK_URI, tool_meta
 from ..services import limits, result_size
 from ..services.feedback import MAX_COMMENT
+from ..services.task_states import NEEDS_PERSON
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import (
@@ -244,7 +245,7 @@ def get_chain_health(ctx: Context, task_id: str | None = None, project_id: Proje
     tasks = services(ctx).tasks
     if task_id:
         task = tasks.get(task_id)
-        if task.status not in ("BLOCKED", "FAILED"):
+        if task.status not in NEEDS_PERSON:
             return ChainHealth(task_id=task_id, status=task.status, stuck_downstream=[], stuck_count=0,
                                message=f"Task is {task.status}, not blocked: no stuck chain.")
         stuck = tasks.stuck_downstream(task_id)

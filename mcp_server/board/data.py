@@ -14,16 +14,17 @@ from pygments.lexers import DiffLexer
 from .. import paths
 from ..services import Services
 from ..services.errors import InvalidInputError, ServiceError
+from ..services.task_states import HELD, NEEDS_PERSON, WORKING, ordered
 from ..store.models import TaskSummary
 
 # The kanban's columns, left to right, and the statuses each one holds.
 COLUMNS: list[tuple[str, tuple[str, ...]]] = [
     ("Defined", ("DEFINED",)),
     ("Ready", ("READY",)),
-    ("Running", ("ASSIGNED", "IN_PROGRESS", "VERIFYING")),
+    ("Running", ordered(WORKING)),
     ("Waiting", ("WAITING_INPUT", "PAUSED")),
     ("Review", ("AWAITING_APPROVAL",)),
-    ("Stuck", ("BLOCKED", "FAILED")),
+    ("Stuck", ordered(NEEDS_PERSON)),
     ("Done", ("COMPLETED",)),
 ]
 COLUMN_OF = {status: name for name, statuses in COLUMNS for status in statuses}
@@ -147,7 +148,7 @@ def task_page(svc: Services, task_id: str) -> dict[str, Any]:
             diff_note = f"The diff is {len(text):,} characters; the first {DIFF_LIMIT:,} are shown (get_task_diff has all)."
             text = text[:DIFF_LIMIT]
         html_diff = highlight(text, DiffLexer(), HtmlFormatter(nowrap=True))
-    error = svc.tasks.agent_error(task_id) if task.status in ("BLOCKED", "FAILED", "PAUSED") else None
+    error = svc.tasks.agent_error(task_id) if task.status in HELD else None
     log, offset = log_tail(svc, task_id)
     return {"task": task, "attempts": attempts, "comments": svc.feedback.comments(task_id), "diff": diff, "diff_html": html_diff, "diff_note": diff_note,
             "error": error, "log": log, "log_offset": offset,

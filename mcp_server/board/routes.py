@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..services import Services
+from ..services import Services, task_states
 from ..services.errors import NotFoundError, ServiceError
 from . import data
 from .auth import SESSION_TTL_S, BoardAuth
@@ -49,6 +49,7 @@ def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                       auto_reload=False)
     env.globals["columns"] = [name for name, _ in data.COLUMNS]
+    env.globals["states"] = task_states  # the status groups: which actions a task's panel offers
     env.filters["tokens"] = lambda n: f"{int(n or 0):,}"
     env.filters["usd"] = lambda x: f"${float(x or 0):.2f}"
     return env

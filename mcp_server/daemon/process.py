@@ -92,10 +92,11 @@ class Daemon:
         self.http = http
         self.stopping = anyio.Event()
         self.restart_requested = False
+        self._tasks: anyio.abc.TaskGroup | None = None  # the daemon's task group, while it serves
 
     async def run(self) -> None:
         with home_lock(self.home):
-            services = Services(self.home)
+            services = Services(self.home, restart=self._restart)
             try:
                 await self._run(services)
             finally:
@@ -107,7 +108,8 @@ class Daemon:
         message = services.agents.bootstrap_default()
         if message:
             log.info(message)
-        mcp = build_server(services, self.options)
+        metrics = Metrics(services.store) if self.http else None  # GET /metrics, with every tool call timed
+        mcp = build_server(services, self.options, on_tool_call=metrics.observe_tool_call if metrics else None)
         notifier = mcp.notifier  # type: ignore[attr-defined]
         live = Broadcaster()  # the board's pages hear the same changes as subscribed clients
         services.store.on_commit(live.on_commit)
@@ -117,9 +119,9 @@ class Daemon:
             live.on_log(task_id)
         engine = Engine(services, self.home, flush=notifier.flush, on_log=on_log)
         listener = await self._open_socket()
-        http = self._http_side(services, mcp, live)
+        http = self._http_side(services, mcp, live, metrics)
         async with anyio.create_task_group() as tg:
-            services.system.restart_hook = lambda: self._restart(tg)
+            self._tasks = tg
             if paths.restart_marker(self.home).exists():  # a restart that got here is done
                 paths.restart_record(self.home).write_text(repr(time.time()))
                 paths.restart_marker(self.home).unlink()
@@ -143,15 +145,14 @@ class Daemon:
         os.chmod(sock_path, 0o600)
         return listener
 
-    def _http_side(self, services: Services, mcp: MCPServer, live: Broadcaster) -> HttpServer | None:
+    def _http_side(self, services: Services, mcp: MCPServer, live: Broadcaster,
+                   metrics: Metrics | None) -> HttpServer | None:
         """The HTTP server with the board, or None without HTTP (--no-http, or the port cannot be had)."""
         sock = _bind_tcp(self.host, self.port) if self.http else None
         if sock is None:
             return None
         token = load_or_create_token(self.home)
         bearer = BearerToken(token)
-        metrics = Metrics(services.store)
-        services.on_tool_call = metrics.observe_tool_call
         hosts = [*services.settings.allowed_hosts, *self.allow_hosts]
         if self.host not in LOOPBACK:
             log.warning("HTTP listens on %s, beyond this machine: only Host names %s are accepted, with the "
@@ -183,15 +184,17 @@ class Daemon:
             except anyio.ClosedResourceError:
                 await anyio.sleep_forever()  # stopping: no new connections; open ones end with the daemon
 
-    def _restart(self, tg: anyio.abc.TaskGroup) -> None:
-        """restart_daemon: stop soon, then `serve` re-executes itself."""
+    def _restart(self) -> None:
+        """restart_daemon (given to the services): stop soon, then `serve` re-executes itself."""
+        if self._tasks is None:  # tools are served only inside the task group; nothing to restart before it
+            raise RuntimeError("the daemon is not serving yet")
         self.restart_requested = True
         paths.restart_marker(self.home).write_text(str(os.getpid()))
 
         async def soon() -> None:
             await anyio.sleep(0.3)  # let the tool's answer reach the client first
             self.stopping.set()
-        tg.start_soon(soon)
+        self._tasks.start_soon(soon)
 
     async def _stop(self, listener: SocketListener, engine: Engine, http: HttpServer | None) -> None:
         log.info("daemon stopping")

@@ -95,13 +95,11 @@ class Engine:
         self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line)
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         self.hooks = HookRunner(services, home)
-        services.hooks.runner = self.hooks
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
         self._last_pass = 0.0
-        services.tasks.stop_hook = self.stop_task
-        services.tasks.approve_hook = self.land_approved
+        services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks)
         services.store.on_commit(self._on_commit)
 
     # -- hooks used by the services ----------------------------------------------------------------

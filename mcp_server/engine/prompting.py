@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..services import Services
 from ..services.feedback import Comment, prompt_section
+from ..services.task_states import CLAIMED, in_clause
 from ..store.models import Task
 from .workspaces import Workspace
 
@@ -35,10 +36,11 @@ def context_for(services: Services, task: Task, workspace: Workspace, agent_tool
         for guide in ("AGENTS.md", "CLAUDE.md"):
             if (workspace.path / guide).exists():
                 lines.append(f"Read {guide} in the repository first: it has the project's conventions.")
+        claimed, params = in_clause(CLAIMED)
         others = services.store.all(
-            "SELECT id, title, branch FROM tasks WHERE repo_id = ? AND id != ? AND status IN "
-            "('ASSIGNED', 'IN_PROGRESS', 'WAITING_INPUT', 'VERIFYING') ORDER BY updated_at LIMIT 10",
-            (workspace.repo.id, task.id))
+            f"SELECT id, title, branch FROM tasks WHERE repo_id = ? AND id != ? AND {claimed} "
+            "ORDER BY updated_at LIMIT 10",
+            (workspace.repo.id, task.id, *params))
         if others:  # so agents on one repo stay out of each other's way
             lines += ["", "Other agents are working on this repository now (keep clear of what they change):",
                       *(f"- {o['id']} '{o['title']}'" + (f" on {o['branch']}" if o["branch"] else "") for o in others)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from ..services import Services
+from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
 from ..services.team import Team
 from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask
 from .workspaces import Workspaces
@@ -35,9 +36,9 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
     rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
     skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
     # Counted once the projects' rows are held: another daemon's claims in them have committed by now.
+    counted, params = in_clause(COUNTS_TOWARD_CONCURRENCY)
     running = {r["project_id"]: int(r["n"]) for r in store.all(  # trigger-kept counts: no pass over tasks
-        "SELECT project_id, sum(n) AS n FROM task_counts WHERE status IN "
-        "('ASSIGNED', 'IN_PROGRESS', 'VERIFYING') GROUP BY project_id")}
+        f"SELECT project_id, sum(n) AS n FROM task_counts WHERE {counted} GROUP BY project_id", params)}
     projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
                                   p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
                      for p in rows)

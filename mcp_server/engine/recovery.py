@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..services import Services
+from ..services.agents import release_agents
 from ..services.errors import ServiceError
 from ..services.lifecycle import Lifecycle
-from ..store.db import now_iso
 from .runner import signal_group
 from .workspaces import Workspace, Workspaces
 
@@ -62,9 +62,8 @@ class Recovery:
                 log.info("permission request %s expired: its run ended with the daemon", request_id)
         recovered = self.take_over(at_start=True)
         if not self.team.shared:
-            with self.services.store.transaction() as db:
-                db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL WHERE state != 'IDLE' "
-                           "OR pid IS NOT NULL")
+            with self.services.store.transaction():
+                release_agents(self.services.store)
         return recovered
 
     def take_over(self, at_start: bool = False) -> list[str]:
@@ -90,9 +89,8 @@ class Recovery:
             self._stop_leftover(row, home)
         for request in self.services.requests.list("pending", task_id=task_id):
             self.services.requests.expire(request.id, "run ended with its daemon")
-        with self.services.store.transaction() as db:
-            db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
-                       "WHERE current_task = ?", (now_iso(), task_id))
+        with self.services.store.transaction():
+            release_agents(self.services.store, task_id=task_id)
             status = self.lifecycle.requeue(task_id, "recovered", count_retry=True)
         log.info("recovered task %s -> %s", task_id, status)
         return True

@@ -9,9 +9,12 @@ from .. import paths, settings
 
 
 class Services:
-    """Everything one AGENTQUEUE_HOME holds, wired once per process and shared by all sessions."""
+    """Everything one AGENTQUEUE_HOME holds, wired once per process and shared by all sessions.
 
-    def __init__(self, home: Path) -> None:
+    `restart`: how the daemon re-executes itself (restart_daemon); absent in standalone and in-memory servers.
+    The engine, which is built on these services, plugs into `engine_hooks` (services/engine_hooks.py)."""
+
+    def __init__(self, home: Path, *, restart: Callable[[], None] | None = None) -> None:
         # Imported here, not at the top: a module of this package (system.py for `agentqueue status`) can then
         # be imported without pydantic, sqlite-utils and GitPython, which these pull in.
         from ..sandbox.runs import Sandbox
@@ -20,6 +23,7 @@ class Services:
         from .audit import Audit
         from .call_policy import CallPolicy
         from .channels import Channels
+        from .engine_hooks import EngineHooks
         from .events import Events
         from .feedback import Feedback
         from .files import Files
@@ -44,13 +48,14 @@ class Services:
         self.store = open_store(paths.db_path(home), self.settings.database_url)
         self.policies = Policies(home)
         self.projects = Projects(self.store, paths.workspaces_dir(home))
-        self.tasks = Tasks(self.store, self.projects)
+        self.engine_hooks = EngineHooks()
+        self.tasks = Tasks(self.store, self.projects, self.engine_hooks)
         self.feedback = Feedback(self.store, self.tasks)
         self.agents = Agents(self.store, self.settings)
         self.channels = Channels(self.store, self.projects)
         self.events = Events(self.store)
         self.usage = Usage(self.store)
-        self.system = System(self.store, self.agents)
+        self.system = System(self.store, self.agents, restart)
         self.repos = Repos(self.store, self.projects, home / "locks")
         self.vcs = Vcs(self.store, self.repos, self.settings)
         self.audit = Audit(self.store)
@@ -64,8 +69,6 @@ class Services:
         self.requests = Requests(self.store, self.tasks, self.policies)
         self.team = Team(self.store, home, self.settings)  # this daemon among those sharing the queue
         self.call_policy = CallPolicy(self)
-        # Set by the daemon: told (tool, outcome, seconds) after every tool call, for GET /metrics.
-        self.on_tool_call: Callable[[str, str, float], None] | None = None
 
     def close(self) -> None:
         self.store.close()

@@ -15,6 +15,7 @@ from ..store.models import Agent
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .ids import slugify
 from .limits import MAX_COMMAND, quoted
+from .task_states import CLAIMED, in_clause
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
 INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
@@ -147,9 +148,9 @@ class Agents:
         with self.store.transaction() as db:
             # Checked inside the transaction: a claim takes the same lock, so no run can start in between.
             row = self.store.one("SELECT state, current_task FROM agents WHERE id = ?", (agent_id,)) or {}
-            running = self.store.scalar(
-                "SELECT id FROM tasks WHERE assigned_agent = ? AND status IN "
-                "('ASSIGNED', 'IN_PROGRESS', 'WAITING_INPUT', 'VERIFYING') LIMIT 1", (agent_id,))
+            claimed, params = in_clause(CLAIMED)
+            running = self.store.scalar(f"SELECT id FROM tasks WHERE assigned_agent = ? AND {claimed} LIMIT 1",
+                                        (agent_id, *params))
             task = row.get("current_task") or running
             if task or row.get("state") != "IDLE":
                 raise ConflictError(f"Agent '{agent_id}' is running task {task or '(starting)'}. stop_task it first "
@@ -205,6 +206,34 @@ class Agents:
         if task_agent_type and agent.agent_type != task_agent_type:
             return False
         return not (agent.repo_id and task_repo_id and agent.repo_id != task_repo_id)
+
+
+# -- the one writer of an agent's run state (state, current_task, pid) --------------------------------------------
+def occupy_agent(store: Store, agent_id: str, task_id: str) -> None:
+    """The agent is BUSY on `task_id`: written by a claim, in the claim's transaction."""
+    store.db.execute("UPDATE agents SET state = 'BUSY', current_task = ?, updated_at = ? WHERE id = ?",
+                     (task_id, now_iso(), agent_id))
+
+
+def record_pid(store: Store, agent_id: str, pid: int | None) -> None:
+    """The process the agent's run started (recovery kills a leftover one by it)."""
+    store.db.execute("UPDATE agents SET pid = ? WHERE id = ?", (pid, agent_id))
+
+
+def release_agents(store: Store, *, agent_id: str | None = None, task_id: str | None = None,
+                   project_id: str | None = None) -> None:
+    """Agents back to IDLE with no task and no pid: one agent, the agent on a task, those on a project's tasks, or
+    (no argument, at start, when nothing of this home runs any more) every agent still marked busy."""
+    if agent_id is not None:
+        where, params = "id = ?", (agent_id,)
+    elif task_id is not None:
+        where, params = "current_task = ?", (task_id,)
+    elif project_id is not None:
+        where, params = "current_task IN (SELECT id FROM tasks WHERE project_id = ?)", (project_id,)
+    else:
+        where, params = "state != 'IDLE' OR pid IS NOT NULL", ()
+    store.db.execute(f"UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? WHERE {where}",
+                     (now_iso(), *params))
 
 
 def _label(label: str | None) -> str | None:

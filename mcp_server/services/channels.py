@@ -22,7 +22,7 @@ class Channels:
     def link(self, project_id: str, channel_id: str, channel_name: str | None = None,
              *, control: bool = False) -> str | None:
         """Link a channel to a project; returns the project it was linked to before, if another."""
-        self.projects._row(project_id)
+        self.projects.require(project_id)
         channel_id = _clean(channel_id, "channel_id")
         previous = self.store.scalar("SELECT project_id FROM project_channels WHERE channel_id = ?", (channel_id,))
         with self.store.transaction() as db:
@@ -44,7 +44,7 @@ class Channels:
 
         A channel already known by that name keeps its id; otherwise the name itself becomes the id.
         """
-        self.projects._row(project_id)
+        self.projects.require(project_id)
         name = _clean(channel_name, "channel_name").lstrip("#")
         if not name:
             raise InvalidInputError("channel_name has no name after '#'. Give a name such as '#ops'.")
@@ -56,7 +56,7 @@ class Channels:
         return Channel(channel_id=channel_id, channel_name=f"#{name}")
 
     def for_project(self, project_id: str) -> list[Channel]:
-        self.projects._row(project_id)
+        self.projects.require(project_id)
         rows = self.store.all("SELECT channel_id, channel_name FROM project_channels WHERE project_id = ? "
                               "ORDER BY is_control DESC, created_at", (project_id,))
         return [Channel(**r) for r in rows]

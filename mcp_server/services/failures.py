@@ -8,9 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# Statuses in which a task carries a reason and a next step (cleared when it leaves them).
-# Statuses whose task carries a reason and a next step: held, or waiting for a person.
-HELD_STATUSES = ("BLOCKED", "FAILED", "PAUSED", "WAITING_INPUT")
+from .task_states import EXPLAINED
+
 # Failures a retry cannot fix: the task is BLOCKED after the first such run.
 NOT_RETRIED = ("auth", "prompt_too_long")
 # Reasons that are not a failed run (get_agent_error reports these rather than the last run's error).
@@ -90,7 +89,7 @@ def error_report(row: Mapping[str, Any], result: Mapping[str, Any] | None, held_
         "task_id": task_id, "status": row["status"],
         "retries": f"{row['retry_count']} / {row['max_retries']}",
     }
-    if row["status"] in HELD_STATUSES and row["reason"]:
+    if row["status"] in EXPLAINED and row["reason"]:
         # The task's own reason wins: a run can succeed and its task still be held (a merge refused).
         summary = ((result["summary"] or "")[:1000] or None) if result else None
         if result is not None and result["status"] == "failed" and held_code not in MOVE_CODES:

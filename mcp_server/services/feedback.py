@@ -13,14 +13,12 @@ from typing import Any, Literal
 from ..store.db import Store, now_iso
 from .errors import ConflictError, InvalidInputError
 from .limits import MAX_COUNT, check_path, check_range
-from .projects import RUNNING_STATUSES
+from .task_states import CLAIMED, QUEUED, REVIEWABLE, ordered
 from .tasks import Tasks
 
 Author = Literal["board", "mcp"]
 MAX_COMMENT = 10_000  # characters: many comments still fit one prompt passed as one argument (128 KiB)
 PROMPT_COMMENTS = 20  # the newest comments a prompt carries; older ones are counted, not repeated
-# A task that ran and ended (or waits for review) can be sent back; queued and running ones cannot.
-REVIEWABLE = ("AWAITING_APPROVAL", "COMPLETED", "FAILED", "BLOCKED")
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ class Feedback:
 
     def comments(self, task_id: str) -> list[Comment]:
         """A task's comments, oldest first."""
-        self.tasks._row(task_id)
+        self.tasks.require(task_id)
         return [Comment(r["comment"], r["author"], r["created_at"], r["file"], r["line"]) for r in self.store.all(
             "SELECT comment, author, created_at, file, line FROM task_feedback WHERE task_id = ? ORDER BY id",
             (task_id,))]
@@ -64,12 +62,12 @@ class Feedback:
                         author: Author = "mcp") -> ChangesRequested:
         """Record `comment` (on `file`, at `line` when given) and requeue the task on its branch."""
         text = _check(comment, file, line, author)
-        row = self.tasks._row(task_id)
+        row = self.tasks.require(task_id)
         status = row["status"]
         if status not in REVIEWABLE:
             raise ConflictError(_refusal(task_id, status))
         merged = status == "COMPLETED" and bool(row["landed_sha"] or row["pr_url"])
-        new = self.tasks._entry_status(task_id)
+        new = self.tasks.entry_status(task_id)
         fields: dict[str, Any] = {"retry_count": 0, "assigned_agent": None, "resume_after": None}
         if merged:  # the old work is in the default branch: the rerun starts its branch again from there
             fields |= {"base_sha": None, "landed_sha": None, "branch": None}
@@ -81,7 +79,7 @@ class Feedback:
                 "task_id": task_id, "project_id": row["project_id"], "comment": text,
                 "file": file.strip() if file else None, "line": line, "author": author, "from_status": status,
                 "created_at": stamp})
-            self.tasks._move(row, new, "changes_requested", fields)
+            self.tasks.move(row, new, "changes_requested", fields)
             self.store.add_event("task.changes_requested", project_id=row["project_id"], task_id=task_id,
                                  payload={"from": status, "to": new, "author": author, "comment": text[:200],
                                           "file": file, "line": line, "branch_restarted": merged})
@@ -113,10 +111,10 @@ def _check(comment: str, file: str | None, line: int | None, author: str) -> str
 
 
 def _refusal(task_id: str, status: str) -> str:
-    allowed = ", ".join(REVIEWABLE)
-    if status in (*RUNNING_STATUSES, "VERIFYING"):
+    allowed = ", ".join(ordered(REVIEWABLE))
+    if status in CLAIMED:
         step = f"stop_task {task_id} first (its branch keeps the work), then request_changes."
-    elif status in ("READY", "DEFINED"):
+    elif status in QUEUED:
         step = f"it has not run since; edit_task {task_id} to change its description instead."
     else:  # PAUSED: it resumes by itself
         step = f"stop_task {task_id} first, then request_changes."

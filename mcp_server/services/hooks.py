@@ -99,8 +99,6 @@ class Hooks:
     def __init__(self, store: Store, projects: Projects) -> None:
         self.store = store
         self.projects = projects
-        # Set by the engine: its HookRunner (fire_hook runs through it so runs never overlap).
-        self.runner: Any = None
 
     def _model(self, row: dict[str, Any]) -> Hook:
         data = dict(row)
@@ -117,7 +115,7 @@ class Hooks:
 
     def list(self, project_id: str | None = None) -> list[Hook]:
         if project_id:
-            self.projects._row(project_id)
+            self.projects.require(project_id)
             rows = self.store.all("SELECT * FROM hooks WHERE project_id = ? ORDER BY created_at", (project_id,))
         else:
             rows = self.store.all("SELECT * FROM hooks ORDER BY project_id, created_at")
@@ -126,7 +124,7 @@ class Hooks:
     def create(self, project_id: str, name: str, trigger: Any, action: str = "llm", prompt_template: str | None = None,
                task_template: Any = None, context_steps: Any = None, cooldown_seconds: int = 3600,
                llm_config: Any = None, enabled: bool = True) -> Hook:
-        self.projects._row(project_id)
+        self.projects.require(project_id)
         if not name or not name.strip():
             raise InvalidInputError("Hook name is empty. Give a name such as 'Nightly tests'.")
         hook_id = slugify(name, what="hook name")

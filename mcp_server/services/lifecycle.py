@@ -12,7 +12,9 @@ import json
 from typing import Any
 
 from ..store.db import Store, iso_in, now_iso
+from .agents import occupy_agent, record_pid, release_agents
 from .failures import NOT_RETRIED
+from .task_states import CLAIMED, STARTED, can_transition
 from .tasks import Tasks
 from .usage import Usage
 
@@ -37,23 +39,22 @@ class Lifecycle:
 
     def claim(self, task_id: str, agent_id: str) -> bool:
         """READY -> ASSIGNED and the agent IDLE -> BUSY, or nothing if either moved (or was paused) meanwhile."""
-        with self.store.transaction() as db:
+        with self.store.transaction():
             row = self.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
             agent = self.store.one("SELECT state, paused FROM agents WHERE id = ?", (agent_id,))
             if not row or row["status"] != "READY" or not agent or agent["state"] != "IDLE" or agent["paused"]:
                 return False
-            self.tasks._move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id, "owner": self.owner},
+            self.tasks.move(row, "ASSIGNED", "claimed", {"assigned_agent": agent_id, "owner": self.owner},
                              details={"agent_id": agent_id})
-            db.execute("UPDATE agents SET state = 'BUSY', current_task = ?, updated_at = ? WHERE id = ?",
-                       (task_id, now_iso(), agent_id))
+            occupy_agent(self.store, agent_id, task_id)
         return True
 
     def started(self, task_id: str, branch: str | None) -> None:
         with self.store.transaction():
-            row = self.tasks._row(task_id)
+            row = self.tasks.require(task_id)
             if not self._mine(row):
                 return
-            self.tasks._move(row, "IN_PROGRESS", "agent_started", {"branch": branch}, details={"branch": branch})
+            self.tasks.move(row, "IN_PROGRESS", "agent_started", {"branch": branch}, details={"branch": branch})
 
     def set_repo(self, task_id: str, repo_id: str) -> None:
         """Record the repo a task without one was resolved to at claim time (before its worktree exists)."""
@@ -61,13 +62,13 @@ class Lifecycle:
             db["tasks"].update(task_id, {"repo_id": repo_id, "updated_at": now_iso()})
 
     def set_pid(self, agent_id: str, pid: int | None) -> None:
-        with self.store.transaction() as db:
-            db.execute("UPDATE agents SET pid = ? WHERE id = ?", (pid, agent_id))
+        with self.store.transaction():
+            record_pid(self.store, agent_id, pid)
 
     def record_attempt(self, task_id: str, agent_id: str | None, result: Any, duration_s: float,
                        files_changed: list[str], warning: str | None = None) -> None:
         """One row in task_results and one in the token ledger per run."""
-        row = self.tasks._row(task_id)
+        row = self.tasks.require(task_id)
         stamp = now_iso()
         with self.store.transaction() as db:
             if not self.owns(task_id):
@@ -86,22 +87,21 @@ class Lifecycle:
     def free_agent(self, agent_id: str, task_id: str | None = None) -> None:
         """The agent is IDLE again after the run of `task_id`, unless that run was taken over meanwhile (then the
         agent may be busy again on the other daemon's run, and is not this daemon's to free)."""
-        with self.store.transaction() as db:
+        with self.store.transaction():
             if task_id is not None and not self.owns(task_id):
                 return
-            db.execute("UPDATE agents SET state = 'IDLE', current_task = NULL, pid = NULL, updated_at = ? "
-                       "WHERE id = ?", (now_iso(), agent_id))
+            release_agents(self.store, agent_id=agent_id)
 
     def running(self, task_id: str) -> bool:
         """The task's run is going on, and it is this daemon's."""
         row = self.store.one("SELECT status, owner FROM tasks WHERE id = ?", (task_id,))
-        return self._mine(row) and row["status"] in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
+        return self._mine(row) and row["status"] in STARTED
 
     def verifying(self, task_id: str) -> None:
         with self.store.transaction():
-            row = self.tasks._row(task_id)
+            row = self.tasks.require(task_id)
             if row["status"] == "IN_PROGRESS" and self._mine(row):
-                self.tasks._move(row, "VERIFYING", "agent_completed")
+                self.tasks.move(row, "VERIFYING", "agent_completed")
 
     def succeeded(self, task_id: str, *, awaiting_approval: bool, pr_url: str | None = None,
                   landed: tuple[str | None, str | None] = (None, None), details: dict[str, Any] | None = None,
@@ -110,52 +110,51 @@ class Lifecycle:
         details: repo_id, default_branch and files (a count), for the log line.
         held: (reason, next_step) of a task that waits for approval for a reason of its own (protected paths)."""
         with self.store.transaction():
-            row = self.tasks._row(task_id)
+            row = self.tasks.require(task_id)
             if not self._mine(row):
                 return
             if row["status"] == "IN_PROGRESS":
-                self.tasks._move(row, "VERIFYING", "agent_completed")
-                row = self.tasks._row(task_id)
+                self.tasks.move(row, "VERIFYING", "agent_completed")
+                row = self.tasks.require(task_id)
             if awaiting_approval:
-                self.tasks._move(row, "AWAITING_APPROVAL", "needs_approval", {"pr_url": pr_url},
+                self.tasks.move(row, "AWAITING_APPROVAL", "needs_approval", {"pr_url": pr_url},
                                  details={"pr_url": pr_url})
                 if held:  # the move clears reason and next_step outside held statuses; this wait has one
                     self.store.db["tasks"].update(task_id, {"reason": held[0], "next_step": held[1]})
             else:
-                self.tasks._move(row, "COMPLETED", "merged", {"assigned_agent": None, "base_sha": landed[0],
+                self.tasks.move(row, "COMPLETED", "merged", {"assigned_agent": None, "base_sha": landed[0],
                                                               "landed_sha": landed[1]}, details=details)
 
     def pr_settled(self, task_id: str, merged: bool) -> None:
         """A task's PR was merged (COMPLETED) or closed unmerged (BLOCKED) on the forge."""
         with self.store.transaction():
-            row = self.tasks._row(task_id)
+            row = self.tasks.require(task_id)
             if row["status"] == "AWAITING_APPROVAL":
-                self.tasks._move(row, "COMPLETED" if merged else "BLOCKED", "pr_merged" if merged else "pr_closed")
+                self.tasks.move(row, "COMPLETED" if merged else "BLOCKED", "pr_merged" if merged else "pr_closed")
 
     def failed(self, task_id: str, error_type: str | None, message: str | None,
                pause_seconds: float | None = None, agent_type: str | None = None) -> str:
         """Move a failed run's task on; returns the new status. A task stop_task already moved is left alone."""
         with self.store.transaction():
-            row = self.tasks._row(task_id)
-            if row["status"] not in ("IN_PROGRESS", "WAITING_INPUT", "VERIFYING") or not self._mine(row):
+            row = self.tasks.require(task_id)
+            if row["status"] not in STARTED or not self._mine(row):
                 return row["status"]
             error = {"error_type": error_type, "error_message": message, "agent_type": agent_type}
-            if error_type in PAUSING_ERRORS and pause_seconds is not None and row["status"] in ("IN_PROGRESS",
-                                                                                                "WAITING_INPUT"):
+            if error_type in PAUSING_ERRORS and pause_seconds is not None and can_transition(row["status"], "PAUSED"):
                 resume = iso_in(pause_seconds)
-                self.tasks._move(row, "PAUSED", error_type, {"resume_after": resume},
+                self.tasks.move(row, "PAUSED", error_type, {"resume_after": resume},
                                  details={**error, "resume_after": resume})
                 return "PAUSED"
-            self.tasks._move(row, "FAILED", error_type or "failed", {"assigned_agent": None}, details=error)
-            row = self.tasks._row(task_id)
+            self.tasks.move(row, "FAILED", error_type or "failed", {"assigned_agent": None}, details=error)
+            row = self.tasks.require(task_id)
             if error_type in NOT_RETRIED:  # a retry would fail the same way and spend tokens doing it
-                self.tasks._move(row, "BLOCKED", error_type, details=error)
+                self.tasks.move(row, "BLOCKED", error_type, details=error)
                 return "BLOCKED"
             if row["retry_count"] < row["max_retries"]:
-                self.tasks._move(row, "READY", "retry", {"retry_count": row["retry_count"] + 1},
+                self.tasks.move(row, "READY", "retry", {"retry_count": row["retry_count"] + 1},
                                  details={"retry": row["retry_count"] + 1, "max_retries": row["max_retries"]})
                 return "READY"
-            self.tasks._move(row, "BLOCKED", "max_retries",
+            self.tasks.move(row, "BLOCKED", "max_retries",
                              details={**error, "runs": row["retry_count"] + 1, "max_retries": row["max_retries"]})
             return "BLOCKED"
 
@@ -164,14 +163,14 @@ class Lifecycle:
         """Hold a task for `reason`. `payload`, when given, is also recorded as a `<reason>` event (merge.conflict);
         the reason's texts are written from `details`, else from `payload`."""
         with self.store.transaction():
-            row = self.tasks._row(task_id)
+            row = self.tasks.require(task_id)
             if not self._mine(row):
                 return
             if row["status"] == "IN_PROGRESS":
-                self.tasks._move(row, "VERIFYING", "agent_completed")
-                row = self.tasks._row(task_id)
+                self.tasks.move(row, "VERIFYING", "agent_completed")
+                row = self.tasks.require(task_id)
             if row["status"] != "BLOCKED":
-                self.tasks._move(row, "BLOCKED", reason, {"assigned_agent": None}, details=details or payload)
+                self.tasks.move(row, "BLOCKED", reason, {"assigned_agent": None}, details=details or payload)
             if payload:
                 self.store.add_event(reason.replace("_", "."), project_id=row["project_id"], task_id=task_id,
                                      payload=payload)
@@ -179,19 +178,19 @@ class Lifecycle:
     def requeue(self, task_id: str, reason: str, count_retry: bool) -> str:
         """Back to READY after a crash or shutdown (BLOCKED once retries are spent, when they count)."""
         with self.store.transaction():
-            row = self.tasks._row(task_id)
-            if row["status"] not in ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING") or not self._mine(row):
+            row = self.tasks.require(task_id)
+            if row["status"] not in CLAIMED or not self._mine(row):
                 return row["status"]
             if row["status"] == "VERIFYING":
-                self.tasks._move(row, "FAILED", reason, {"assigned_agent": None})
-                row = self.tasks._row(task_id)
+                self.tasks.move(row, "FAILED", reason, {"assigned_agent": None})
+                row = self.tasks.require(task_id)
             retries = row["retry_count"] + (1 if count_retry else 0)
             if count_retry and retries > row["max_retries"]:
-                self.tasks._move(row, "BLOCKED", "max_retries", {"assigned_agent": None}, details={
+                self.tasks.move(row, "BLOCKED", "max_retries", {"assigned_agent": None}, details={
                     "error_type": "recovered", "runs": retries, "max_retries": row["max_retries"],
                     "error_message": "AgentQueue stopped while the agent was running"})
                 return "BLOCKED"
-            self.tasks._move(row, "READY", reason, {"assigned_agent": None, "retry_count": retries})
+            self.tasks.move(row, "READY", reason, {"assigned_agent": None, "retry_count": retries})
             return "READY"
 
     def resume_due(self) -> list[str]:
@@ -200,10 +199,10 @@ class Lifecycle:
                              "AND resume_after <= ?", (now_iso(),))
         for row in due:
             with self.store.transaction():
-                current = self.tasks._row(row["id"])
+                current = self.tasks.require(row["id"])
                 if current["status"] == "PAUSED":
-                    new = "READY" if self.tasks._deps_met(row["id"]) else "DEFINED"
-                    self.tasks._move(current, new, "resume", {"resume_after": None, "assigned_agent": None})
+                    new = "READY" if self.tasks.deps_met(row["id"]) else "DEFINED"
+                    self.tasks.move(current, new, "resume", {"resume_after": None, "assigned_agent": None})
         return [r["id"] for r in due]
 
     def consecutive_pauses(self, task_id: str) -> int:

@@ -8,10 +8,11 @@ from typing import Any
 
 from ..store.db import Store, now_iso
 from ..store.models import Project
+from .agents import release_agents
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .limits import MAX_AGENTS, MAX_TOKENS, MAX_WEIGHT, check_path, check_range
 from .ids import slugify
-from .task_states import RUNNING_STATUSES  # noqa: F401  (re-exported: where the services look for it)
+from .task_states import CLAIMED, in_clause
 
 
 def _check_limits(
@@ -38,7 +39,8 @@ class Projects:
         self.workspaces_root = workspaces_root
 
     # -- reads --------------------------------------------------------------------------------
-    def _row(self, project_id: str) -> dict[str, Any]:
+    def require(self, project_id: str) -> dict[str, Any]:
+        """A project's stored row; a NotFoundError that says where project ids are when there is none."""
         row = self.store.one("SELECT * FROM projects WHERE id = ?", (project_id,))
         if row is None:
             raise NotFoundError(f"Project '{project_id}' not found. list_projects shows project ids.")
@@ -50,7 +52,7 @@ class Projects:
         return Project(**row, task_counts=counts)
 
     def get(self, project_id: str) -> Project:
-        return self._model(self._row(project_id))
+        return self._model(self.require(project_id))
 
     def exists(self, project_id: str) -> bool:
         return self.store.scalar("SELECT 1 FROM projects WHERE id = ?", (project_id,)) is not None
@@ -137,7 +139,7 @@ class Projects:
         verify_command: str | None = None,
         default_repo_id: str | None = None,
     ) -> Project:
-        self._row(project_id)
+        self.require(project_id)
         _check_limits(credit_weight, max_concurrent_agents, budget_limit)
         changes: dict[str, Any] = {}
         if name is not None:
@@ -179,7 +181,7 @@ class Projects:
         return repo_id
 
     def set_status(self, project_id: str, status: str) -> Project:
-        row = self._row(project_id)
+        row = self.require(project_id)
         if row["status"] != status:
             with self.store.transaction() as db:
                 db["projects"].update(project_id, {"status": status, "updated_at": now_iso()})
@@ -189,10 +191,9 @@ class Projects:
 
     def delete(self, project_id: str) -> tuple[str, list[str]]:
         """Remove a project and everything recorded for it; files on disk are left alone."""
-        row = self._row(project_id)
-        running = self.store.all(
-            f"SELECT id FROM tasks WHERE project_id = ? AND status IN {RUNNING_STATUSES}", (project_id,)
-        )
+        row = self.require(project_id)
+        claimed, params = in_clause(CLAIMED)
+        running = self.store.all(f"SELECT id FROM tasks WHERE project_id = ? AND {claimed}", (project_id, *params))
         if running:
             ids = ", ".join(r["id"] for r in running)
             raise ConflictError(
@@ -205,8 +206,7 @@ class Projects:
             db.execute(f"DELETE FROM task_dependencies WHERE task_id IN ({task_ids}) OR depends_on IN ({task_ids})",
                        {"p": project_id})
             db.execute(f"DELETE FROM task_results WHERE task_id IN ({task_ids})", {"p": project_id})
-            db.execute("UPDATE agents SET current_task = NULL WHERE current_task IN "
-                       f"({task_ids})", {"p": project_id})
+            release_agents(self.store, project_id=project_id)
             db.execute("DELETE FROM tasks WHERE project_id = :p", {"p": project_id})
             db.execute("DELETE FROM hook_runs WHERE hook_id IN (SELECT id FROM hooks WHERE project_id = :p)",
                        {"p": project_id})

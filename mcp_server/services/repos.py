@@ -13,7 +13,8 @@ from .errors import ConflictError, InvalidInputError, NotFoundError
 from .ids import slugify
 from .limits import check_argument, check_path
 from .locks import file_lock
-from .projects import RUNNING_STATUSES, Projects
+from .projects import Projects
+from .task_states import CLAIMED, in_clause
 
 SOURCES = ("clone", "link", "init")
 
@@ -41,7 +42,7 @@ class Repos:
 
     def list(self, project_id: str | None = None) -> list[Repo]:
         if project_id is not None:
-            self.projects._row(project_id)
+            self.projects.require(project_id)
             rows = self.store.all("SELECT * FROM repos WHERE project_id = ? ORDER BY created_at, id", (project_id,))
         else:
             rows = self.store.all("SELECT * FROM repos ORDER BY project_id, created_at, id")
@@ -49,7 +50,7 @@ class Repos:
 
     def for_project(self, project_id: str, repo_id: str | None = None) -> Repo:
         """The repo a project-scoped git tool acts on: the one named, else the project's first."""
-        self.projects._row(project_id)
+        self.projects.require(project_id)
         if repo_id:
             repo = self.get(repo_id)
             if repo.project_id != project_id:
@@ -67,8 +68,10 @@ class Repos:
         return gitops.Checkout(repo.checkout_path)
 
     def running_tasks(self, repo_id: str) -> list[str]:
-        return [r["id"] for r in self.store.all(
-            f"SELECT id FROM tasks WHERE repo_id = ? AND status IN {RUNNING_STATUSES}", (repo_id,))]
+        """The repo's claimed tasks: an agent works (or waits, or lands) in a worktree of it."""
+        claimed, params = in_clause(CLAIMED)
+        return [r["id"] for r in self.store.all(f"SELECT id FROM tasks WHERE repo_id = ? AND {claimed}",
+                                                (repo_id, *params))]
 
     # -- add ----------------------------------------------------------------------------------
     def add(self, project_id: str, source: str, url: str | None = None, path: str | None = None,

@@ -58,7 +58,7 @@ class Requests:
         request_id = f"req-{secrets.token_hex(4)}"
         created, expires = now_iso(), iso_in(timeout_seconds)
         with self.store.transaction() as db:
-            row = self.tasks._row(task_id)
+            row = self.tasks.require(task_id)
             db["permission_requests"].insert({
                 "id": request_id, "task_id": task_id, "project_id": row["project_id"], "agent_id": agent_id,
                 "tool": tool, "input": json.dumps(tool_input)[:100_000], "action": action[:10_000],
@@ -66,7 +66,7 @@ class Requests:
                 "status": "pending", "created_at": created, "expires_at": expires,
             })
             if row["status"] == "IN_PROGRESS":
-                self.tasks._move(row, "WAITING_INPUT", "permission_request",
+                self.tasks.move(row, "WAITING_INPUT", "permission_request",
                                  details={"request_id": request_id, "action": action[:300],
                                           "description": (description or "")[:200], "expires_at": expires})
             self.store.add_event("request.created", project_id=row["project_id"], task_id=task_id, agent_id=agent_id,
@@ -119,12 +119,12 @@ class Requests:
                 "WHERE id = ? AND status = 'pending'", (status, decided_by, message, now_iso(), request.id))
             if not updated.rowcount:
                 raise ConflictError(f"Request '{request.id}' was answered meanwhile; nothing was changed.")
-            row = self.tasks._row(request.task_id)
+            row = self.tasks.require(request.task_id)
             still_open = self.store.scalar("SELECT 1 FROM permission_requests WHERE task_id = ? AND status = 'pending' "
                                            "LIMIT 1", (request.task_id,))
             # The agent goes on, with the answer or with a deny on timeout (unless its run is gone).
             if row["status"] == "WAITING_INPUT" and not still_open and resumes:
-                self.tasks._move(row, "IN_PROGRESS", "answered" if status != "expired" else "timed_out")
+                self.tasks.move(row, "IN_PROGRESS", "answered" if status != "expired" else "timed_out")
             self.store.add_event("request.answered", project_id=request.project_id, task_id=request.task_id,
                                  agent_id=request.agent_id,
                                  payload={"request_id": request.id, "status": status, "decided_by": decided_by,

@@ -12,8 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from .errors import ServiceError
-from .failures import HELD_STATUSES
-from .task_states import RUNNING_STATUSES, STATUS_NAMES
+from .task_states import CLAIMED, EXPLAINED, STATUS_NAMES, in_clause, ordered
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -31,27 +30,27 @@ def held_line(task: dict[str, Any]) -> str:
 
 
 class System:
-    def __init__(self, store: Store, agents: Agents) -> None:
+    def __init__(self, store: Store, agents: Agents, restart: Callable[[], None] | None = None) -> None:
         self.store = store
         self.agents = agents
-        # Set by the daemon: asks it to re-execute itself (absent in standalone and in-memory servers).
-        self.restart_hook: Callable[[], None] | None = None
+        self.restart = restart  # the daemon's: re-execute itself (absent in standalone and in-memory servers)
 
     def request_restart(self) -> None:
-        if self.restart_hook is None:
+        if self.restart is None:
             raise ServiceError(
                 "restart_daemon needs the AgentQueue daemon (`agentqueue serve`, which `agentqueue mcp` starts); "
                 "this server runs standalone. Restart the client's server instead."
             )
         with self.store.transaction():
             self.store.add_event("daemon.restarting")
-        self.restart_hook()
+        self.restart()
 
     def orchestrator_state(self) -> str:
         return self.store.get_setting(ORCHESTRATOR_KEY, "running") or "running"
 
     def running_tasks(self) -> int:
-        return int(self.store.scalar(f"SELECT coalesce(sum(n), 0) FROM task_counts WHERE status IN {RUNNING_STATUSES}"))
+        claimed, params = in_clause(CLAIMED)
+        return int(self.store.scalar(f"SELECT coalesce(sum(n), 0) FROM task_counts WHERE {claimed}", params))
 
     def set_orchestrator(self, state: str) -> str:
         """'paused' stops new task runs and llm hook actions; running agents finish."""
@@ -85,22 +84,26 @@ class System:
         return warnings + self._held_warnings() + self._no_change_warnings()
 
     def _held_warnings(self) -> list[str]:
-        """Every BLOCKED, FAILED or PAUSED task with its reason and next step (the newest first, capped)."""
+        """Every task that carries a reason and next step (EXPLAINED: held, or waiting for input), the newest first,
+        capped."""
         # The newest few of each held status, each a short range of the (status, updated_at) index: one status
         # IN (...) would read every held task and sort them when the store has no statistics.
+        # Each status is a literal (our own names, never input): one fixed query text per range, as planned.
+        statuses = ordered(EXPLAINED)
         newest = " UNION ALL ".join(
             f"SELECT * FROM (SELECT id, title, status, reason, next_step, updated_at FROM tasks WHERE status = '{s}' "
-            f"ORDER BY updated_at DESC, id DESC LIMIT {HELD_LINES}) AS {s.lower()}" for s in HELD_STATUSES)
+            f"ORDER BY updated_at DESC, id DESC LIMIT {HELD_LINES}) AS {s.lower()}" for s in statuses)
         held = self.store.all(f"SELECT id, title, status, reason, next_step FROM ({newest}) AS held "
                               f"ORDER BY updated_at DESC, id DESC LIMIT {HELD_LINES}")
         lines = [held_line(t) for t in held]
+        explained, params = in_clause(EXPLAINED)
         counts = {r["status"]: int(r["n"]) for r in self.store.all(
-            f"SELECT status, sum(n) AS n FROM task_counts WHERE status IN {HELD_STATUSES} GROUP BY status")}
+            f"SELECT status, sum(n) AS n FROM task_counts WHERE {explained} GROUP BY status", params)}
         shown = {s: sum(1 for t in held if t["status"] == s) for s in counts}
         rest = {s: n - shown[s] for s, n in counts.items() if n > shown[s]}
         if rest:
-            statuses = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED") if s in rest)
-            lines.append(f"and {sum(rest.values())} more: list_tasks status={statuses}")
+            more = ",".join(s for s in ("BLOCKED", "FAILED", "PAUSED", "WAITING_INPUT") if s in rest)
+            lines.append(f"and {sum(rest.values())} more: list_tasks status={more}")
         return lines
 
     def _no_change_warnings(self) -> list[str]:
@@ -122,9 +125,10 @@ class System:
     def status(self) -> dict[str, Any]:
         by_status = {r["status"]: int(r["n"]) for r in self.store.all(  # trigger-kept counts: no table scan
             "SELECT status, sum(n) AS n FROM task_counts GROUP BY status HAVING sum(n) > 0")}
+        claimed, params = in_clause(CLAIMED)
         in_progress = self.store.all(
-            "SELECT id, title, project_id, assigned_agent FROM tasks WHERE status IN "
-            f"{RUNNING_STATUSES} ORDER BY updated_at LIMIT 50")
+            f"SELECT id, title, project_id, assigned_agent FROM tasks WHERE {claimed} ORDER BY updated_at LIMIT 50",
+            params)
         ready = self.store.all("SELECT id, title, project_id FROM tasks WHERE status = 'READY' "
                                "ORDER BY priority, created_at LIMIT 50")
         agents, _ = self.agents.list(limit=500)
@@ -142,8 +146,9 @@ class System:
 
     def daemons(self) -> list[dict[str, Any]]:
         """The daemons sharing a team's queue: where each runs, its labels, its runs now, when it last beat."""
+        claimed, params = in_clause(CLAIMED)
         running = {r["owner"]: r["n"] for r in self.store.all(
-            f"SELECT owner, count(*) AS n FROM tasks WHERE status IN {RUNNING_STATUSES} GROUP BY owner")}
+            f"SELECT owner, count(*) AS n FROM tasks WHERE {claimed} GROUP BY owner", params)}
         return [{"id": d["id"], "hostname": d["hostname"], "home": d["home"],
                  "labels": json.loads(d["labels"] or "[]"), "running": running.get(d["id"], 0),
                  "heartbeat_at": d["heartbeat_at"]}

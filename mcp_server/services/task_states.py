@@ -1,16 +1,19 @@
-"""The task state machine (CONTRACT §3): which status may follow which, and why."""
+"""The task state machine: which status may follow which, and the named groups of statuses every module uses.
+
+A group answers one question about a task ("is an agent attached?", "may a reviewer send it back?"); each
+is defined once here, from the table below, and `tests/test_task_states.py` checks them against it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .errors import ConflictError, InvalidInputError
 
-S = str  # status names, as stored
 # Every status, in the order the models list them (store.models.TaskStatus; a test keeps the two equal).
 STATUS_NAMES = ["DEFINED", "READY", "ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "PAUSED", "VERIFYING",
                 "AWAITING_APPROVAL", "COMPLETED", "FAILED", "BLOCKED"]
-# Tasks in these states have (or are about to have) a live agent process.
-RUNNING_STATUSES = ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT")
-# The event recorded when a task enters a status (CONTRACT §4 event types).
+# The event recorded when a task enters a status (the `task.<status>` events of docs/design.md).
 STATUS_EVENTS = {
     "DEFINED": "task.waiting", "READY": "task.ready", "ASSIGNED": "task.assigned",
     "IN_PROGRESS": "task.started", "WAITING_INPUT": "task.waiting_input", "PAUSED": "task.paused",
@@ -18,8 +21,51 @@ STATUS_EVENTS = {
     "COMPLETED": "task.completed", "FAILED": "task.failed", "BLOCKED": "task.blocked",
 }
 
+# -- the groups (docs/design.md, "Task model decisions") ----------------------------------------------------
+CLAIMED = frozenset({"ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING"})
+"""An agent is attached and the engine owns the run: entered only by a claim, left only when the run ends or is
+stopped or recovered. delete_task, restart_task, delete_project, delete_agent and request_changes refuse such
+a task ("stop_task it first"); recovery and take-over requeue it. WAITING_INPUT is claimed: its
+agent process is alive, waiting for a person's answer to a permission request."""
+STARTED = CLAIMED - {"ASSIGNED"}
+"""Claimed, and the agent's process was started: the run can end (succeed, fail, pause)."""
+WORKING = CLAIMED - {"WAITING_INPUT"}
+"""Claimed and not waiting for a person: the terminal's running agents and the board's Running column."""
+COUNTS_TOWARD_CONCURRENCY = CLAIMED
+"""Counted against a project's max_concurrent_agents: every claimed task holds an agent and a live process,
+WAITING_INPUT too (it spends tokens again the moment a person answers), so a project never runs more agents at
+once than its cap."""
+FOLLOWABLE = CLAIMED | {"READY"}
+"""`agentqueue logs -f` keeps following: the run is about to start, or goes on (WAITING_INPUT too: it continues)."""
+REPO_FIXED = CLAIMED | {"AWAITING_APPROVAL"}
+"""The task's work lives in its repo (a worktree, a branch, a PR) until it ends: edit_task cannot move it elsewhere."""
+QUEUED = frozenset({"DEFINED", "READY"})
+"""Waiting to be claimed (DEFINED until its dependencies complete): a dependency edit moves it between the two, and
+nothing has run since it was queued."""
+HELD = frozenset({"BLOCKED", "FAILED", "PAUSED"})
+"""Stopped for a reason (a failure, a stop, a rate limit) with no run going on: get_agent_error explains it."""
+EXPLAINED = HELD | {"WAITING_INPUT"}
+"""The task carries `reason` and `next_step` (written when it enters one of these, cleared when it leaves them)."""
+NEEDS_PERSON = frozenset({"BLOCKED", "FAILED"})
+"""Nothing moves the task on by itself: skip_task completes it, chain health counts what waits behind it."""
+REVIEWABLE = frozenset({"AWAITING_APPROVAL", "COMPLETED", "FAILED", "BLOCKED"})
+"""A run happened (or was stopped) and nobody else waits on the task: request_changes may send it back."""
+
+
+def ordered(group: Iterable[str]) -> tuple[str, ...]:
+    """A group's statuses in the table's order (stable texts and SQL)."""
+    members = set(group)
+    return tuple(s for s in STATUS_NAMES if s in members)
+
+
+def in_clause(group: Iterable[str], column: str = "status") -> tuple[str, tuple[str, ...]]:
+    """`status IN (?, ?, …)` and its parameters, for any group: placeholders, never values pasted into SQL."""
+    names = ordered(group)
+    return f"{column} IN ({', '.join('?' for _ in names)})", names
+
+
 # from-status -> {to-status: the event that moves it}; everything else is refused.
-TRANSITIONS: dict[S, dict[S, str]] = {
+TRANSITIONS: dict[str, dict[str, str]] = {
     "DEFINED": {"READY": "deps_met", "BLOCKED": "stop"},
     "READY": {"ASSIGNED": "assigned", "DEFINED": "deps_added", "BLOCKED": "stop"},
     "ASSIGNED": {"IN_PROGRESS": "agent_started", "READY": "recovered", "BLOCKED": "stop"},
@@ -41,8 +87,8 @@ TRANSITIONS: dict[S, dict[S, str]] = {
     "COMPLETED": {},
 }
 for _status in TRANSITIONS:
-    # restart_task: anything not running goes back to the queue (READY, or DEFINED if deps are unmet).
-    if _status not in ("IN_PROGRESS", "ASSIGNED"):
+    # restart_task: anything not claimed goes back to the queue (READY, or DEFINED if deps are unmet).
+    if _status not in CLAIMED:
         TRANSITIONS[_status].setdefault("READY", "restart")
         TRANSITIONS[_status].setdefault("DEFINED", "restart")
     TRANSITIONS[_status].pop(_status, None)
@@ -52,11 +98,11 @@ TERMINAL = frozenset({"COMPLETED", "BLOCKED"})
 STOPPABLE = frozenset(s for s, targets in TRANSITIONS.items() if targets.get("BLOCKED") in ("stop", "max_retries"))
 
 
-def can_transition(current: S, new: S) -> bool:
+def can_transition(current: str, new: str) -> bool:
     return new in TRANSITIONS.get(current, {})
 
 
-def check_transition(task_id: str, current: S, new: S) -> None:
+def check_transition(task_id: str, current: str, new: str) -> None:
     """Raise a ConflictError that names the allowed moves when `current -> new` is not one."""
     if can_transition(current, new):
         return

@@ -5,21 +5,22 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from ..store.db import Store, now_iso
 from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
+from .agents import release_agents
+from .engine_hooks import EngineHooks
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
-from .failures import HELD_STATUSES, error_report, explain, move_note
+from .failures import error_report, explain, move_note
 from .ids import TaskIds
-from .projects import RUNNING_STATUSES, Projects
-from .task_states import STATUS_EVENTS, STATUS_NAMES, STOPPABLE, check_transition, list_filter, parse_statuses
+from .projects import Projects
+from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, QUEUED, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES,
+                          STOPPABLE, check_transition, in_clause, list_filter, parse_statuses)
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
-# A task's work lives in its repo from the first run until it lands: its repo cannot change then.
-REPO_FIXED_STATUSES = ("ASSIGNED", "IN_PROGRESS", "VERIFYING", "AWAITING_APPROVAL")
 
 log = logging.getLogger("agentqueue.tasks")
 
@@ -39,18 +40,20 @@ class AmbiguousRepoError(InvalidInputError):
 
 
 class Tasks:
-    def __init__(self, store: Store, projects: Projects) -> None:
+    """The task state machine behind a public API: `require` reads a task's row, `move` is the one place a status
+    changes, `deps_met` and `entry_status` say where a task (re)enters the queue. The engine's moves of a run are
+    services/lifecycle.py, written with these."""
+
+    def __init__(self, store: Store, projects: Projects, engine: EngineHooks | None = None) -> None:
         self.store = store
         self.projects = projects
         self.ids = TaskIds(self.was_used)
-        # Set by the engine: kills a task's agent process; returns whether one was running.
-        self.stop_hook: Callable[[str], bool] | None = None
-        # Set by the engine: merges an approved task's kept branch (raises ServiceError on conflict).
-        self.approve_hook: Callable[[Task], None] | None = None
+        self.engine = engine or EngineHooks()  # stop_task kills the run, approve_task lands the branch, through it
         store.on_commit(self._log_moves)
 
     # -- reads --------------------------------------------------------------------------------
-    def _row(self, task_id: str) -> dict[str, Any]:
+    def require(self, task_id: str) -> dict[str, Any]:
+        """A task's stored row; a NotFoundError that says where task ids are when there is none."""
         row = self.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
         if row is None:
             raise NotFoundError(f"Task '{task_id}' not found. list_tasks shows task ids.")
@@ -76,7 +79,7 @@ class Tasks:
     def resolve_repo(self, project_id: str) -> str | None:
         """Where a task that names no repo runs: the project's default repo, else its only repo, else (no
         repos) None, the project workspace. Several repos and no default: an error naming them."""
-        project = self.projects._row(project_id)
+        project = self.projects.require(project_id)
         if project.get("default_repo_id"):
             return str(project["default_repo_id"])
         repos = [r["id"] for r in self.store.all(
@@ -86,7 +89,7 @@ class Tasks:
         raise AmbiguousRepoError(project_id, repos)
 
     def get(self, task_id: str) -> Task:
-        row = self._row(task_id)
+        row = self.require(task_id)
         pending = [PermissionRequest(**{**r, "input": json.loads(r["input"] or "{}")}) for r in self.store.all(
             "SELECT * FROM permission_requests WHERE task_id = ? AND status = 'pending' ORDER BY created_at",
             (task_id,))]
@@ -123,7 +126,7 @@ class Tasks:
         """(page, total matching, completed tasks hidden by the default filter)."""
         statuses = parse_statuses(status)
         if project_id is not None:
-            self.projects._row(project_id)
+            self.projects.require(project_id)
         where, params, total, hidden = list_filter(project_id, statuses, include_completed,
                                                    self.status_counts(project_id))
         rows = self.store.all(
@@ -180,25 +183,26 @@ class Tasks:
                     queue.append(nxt)
         return None
 
-    def _deps_met(self, task_id: str) -> bool:
+    def deps_met(self, task_id: str) -> bool:
+        """Every dependency of the task is COMPLETED (or it has none)."""
         return not self.store.scalar(
             "SELECT 1 FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on "
             "WHERE d.task_id = ? AND t.status != 'COMPLETED' LIMIT 1", (task_id,))
 
     # -- the one place statuses change ----------------------------------------------------------
-    def _move(self, row: dict[str, Any], new: str, reason: str, fields: dict[str, Any] | None = None,
-              *, override: bool = False, details: dict[str, Any] | None = None) -> list[TaskRef]:
+    def move(self, row: dict[str, Any], new: str, reason: str, fields: dict[str, Any] | None = None,
+             *, override: bool = False, details: dict[str, Any] | None = None) -> list[TaskRef]:
         """Set a task's status inside a transaction; returns dependents promoted to READY.
 
         `reason` is the move's code (stopped, max_retries, merge_failed…); `details` what the
-        texts need (the run's error, the branch and files…). Entering BLOCKED, FAILED or PAUSED
-        records the reason and next step on the task; leaving them clears both."""
+        texts need (the run's error, the branch and files…). Entering an EXPLAINED status (BLOCKED,
+        FAILED, PAUSED, WAITING_INPUT) records the reason and next step on the task; leaving them clears both."""
         old = row["status"]
         if not override:
             check_transition(row["id"], old, new)
         facts = {"task_id": row["id"], "from": old, "pr_url": row.get("pr_url"), **(details or {})}
         payload: dict[str, Any] = {"from": old, "to": new, "reason": reason, "title": row["title"]}
-        if new in HELD_STATUSES:
+        if new in EXPLAINED:
             why = explain(reason, new, facts)
             held = {"reason": why.reason, "next_step": why.next_step}
             payload["message"] = why.reason
@@ -209,7 +213,7 @@ class Tasks:
         self.store.add_event(STATUS_EVENTS[new], project_id=row["project_id"], task_id=row["id"],
                              agent_id=row.get("assigned_agent") or (fields or {}).get("assigned_agent"),
                              payload=payload)
-        return self._promote_dependents(row["id"]) if new == "COMPLETED" else []
+        return self._promote(self._dependents(row["id"])) if new == "COMPLETED" else []
 
     @staticmethod
     def _log_moves(events: list[dict[str, Any]]) -> None:
@@ -221,17 +225,19 @@ class Tasks:
                           else payload.get("note") or payload["reason"])
                 log.info("task %s %s → %s (%s)", event["task_id"], payload["from"], payload["to"], detail)
 
-    def _promote_dependents(self, task_id: str) -> list[TaskRef]:
+    def _promote(self, dependents: list[str]) -> list[TaskRef]:
+        """DEFINED dependents whose last unmet dependency just completed (or went away) become READY."""
         promoted = []
-        for dep_id in self._dependents(task_id):
-            dep = self._row(dep_id)
-            if dep["status"] == "DEFINED" and self._deps_met(dep_id):
-                self._move(dep, "READY", "deps_met")
+        for dep_id in dependents:
+            dep = self.require(dep_id)
+            if dep["status"] == "DEFINED" and self.deps_met(dep_id):
+                self.move(dep, "READY", "deps_met")
                 promoted.append(TaskRef(id=dep_id, title=dep["title"], status="READY"))
         return promoted
 
-    def _entry_status(self, task_id: str) -> str:
-        return "READY" if self._deps_met(task_id) else "DEFINED"
+    def entry_status(self, task_id: str) -> str:
+        """Where the task enters the queue: READY, or DEFINED while a dependency is not COMPLETED."""
+        return "READY" if self.deps_met(task_id) else "DEFINED"
 
     # -- writes -------------------------------------------------------------------------------
     def create(
@@ -251,10 +257,10 @@ class Tasks:
     ) -> Task:
         """`parent_task_id`: the running task whose agent queues this one; the new task depends on it and
         sits one level deeper, refused beyond `max_depth` (agents must not spawn tasks without end)."""
-        self.projects._row(project_id)
+        self.projects.require(project_id)
         depth = 0
         if parent_task_id is not None:
-            parent = self._row(parent_task_id)
+            parent = self.require(parent_task_id)
             depth = int(parent.get("depth") or 0) + 1
             if max_depth is not None and depth > max_depth:
                 raise ConflictError(
@@ -284,17 +290,18 @@ class Tasks:
         stamp = now_iso()
         with self.store.transaction() as db:
             task_id = self.ids.new()
-            db["tasks"].insert({
-                "id": task_id, "project_id": project_id, "title": title.strip(),
-                "description": description.strip(), "status": "DEFINED", "priority": priority,
-                "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
-                "requires_approval": int(requires_approval), "agent_type": agent_type,
-                "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp,
-            })
+            row = {"id": task_id, "project_id": project_id, "title": title.strip(),
+                   "description": description.strip(), "status": "DEFINED" if deps else "READY", "priority": priority,
+                   "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
+                   "requires_approval": int(requires_approval), "agent_type": agent_type,
+                   "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp}
+            # Plain SQL: sqlite-utils' insert and update read the table's columns and keys first, on every call.
+            db.execute(f"INSERT INTO tasks ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})", row)
             for dep in deps:
-                db["task_dependencies"].insert({"task_id": task_id, "depends_on": dep})
-            status = self._entry_status(task_id)
-            db["tasks"].update(task_id, {"status": status})
+                db.execute("INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", (task_id, dep))
+            status = self.entry_status(task_id) if deps else "READY"
+            if status != row["status"]:
+                db.execute("UPDATE tasks SET status = ? WHERE id = ?", (status, task_id))
             origin = {"created_by_hook": created_by_hook} if created_by_hook else {}
             if parent_task_id:
                 origin["created_by_task"] = parent_task_id
@@ -312,11 +319,11 @@ class Tasks:
         requires_approval: bool | None = None,
         repo_id: str | None = None,
     ) -> Task:
-        row = self._row(task_id)
+        row = self.require(task_id)
         changes: dict[str, Any] = {}
         if repo_id is not None and repo_id != row["repo_id"]:
             self._check_repo(row["project_id"], repo_id)
-            if row["status"] in REPO_FIXED_STATUSES:
+            if row["status"] in REPO_FIXED:
                 raise ConflictError(
                     f"Task '{task_id}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
                     "its repo cannot change now. stop_task it first if it should run elsewhere."
@@ -354,93 +361,85 @@ class Tasks:
                 fields = list(changes)
             self.store.add_event("task.updated", project_id=row["project_id"], task_id=task_id,
                                  payload={"fields": sorted(fields)})
-            if deps is not None and row["status"] in ("DEFINED", "READY"):
-                wanted = self._entry_status(task_id)
+            if deps is not None and row["status"] in QUEUED:
+                wanted = self.entry_status(task_id)
                 if wanted != row["status"]:
-                    self._move(self._row(task_id), wanted, "deps_met" if wanted == "READY" else "deps_added")
+                    self.move(self.require(task_id), wanted, "deps_met" if wanted == "READY" else "deps_added")
         return self.get(task_id)
 
     def stop(self, task_id: str) -> tuple[str, bool]:
         """Block a task and kill its agent if one runs; returns (previous status, killed)."""
-        row = self._row(task_id)
+        row = self.require(task_id)
         if row["status"] not in STOPPABLE:
             raise ConflictError(
                 f"Task '{task_id}' is {row['status']}; only {', '.join(sorted(STOPPABLE))} tasks can be stopped."
             )
-        killed = self.stop_hook(task_id) if self.stop_hook else False
+        killed = self.engine.stop_run(task_id)
         with self.store.transaction():
-            self._move(self._row(task_id), "BLOCKED", "stopped", {"assigned_agent": None})
+            self.move(self.require(task_id), "BLOCKED", "stopped", {"assigned_agent": None})
             if row["assigned_agent"]:
-                self.store.db.execute("UPDATE agents SET current_task = NULL, state = 'IDLE' WHERE id = ?",
-                                      (row["assigned_agent"],))
+                release_agents(self.store, agent_id=row["assigned_agent"])
         return row["status"], killed
 
     def restart(self, task_id: str) -> tuple[str, str]:
-        row = self._row(task_id)
-        if row["status"] in RUNNING_STATUSES:
+        row = self.require(task_id)
+        if row["status"] in CLAIMED:
             raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then restart_task.")
-        new = self._entry_status(task_id)
+        new = self.entry_status(task_id)
         with self.store.transaction():
             if row["status"] == new:
                 self.store.db["tasks"].update(task_id, {"retry_count": 0, "resume_after": None,
                                                         "updated_at": now_iso()})
             else:
-                self._move(row, new, "restart", {"retry_count": 0, "assigned_agent": None, "resume_after": None})
+                self.move(row, new, "restart", {"retry_count": 0, "assigned_agent": None, "resume_after": None})
             self.store.add_event("task.restarted", project_id=row["project_id"], task_id=task_id,
                                  payload={"from": row["status"], "to": new})
         return row["status"], new
 
     def delete(self, task_id: str) -> list[TaskRef]:
         """Delete a task; dependents lose the edge and are promoted if that was their last blocker."""
-        row = self._row(task_id)
-        if row["status"] in RUNNING_STATUSES:
+        row = self.require(task_id)
+        if row["status"] in CLAIMED:
             raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then delete_task.")
         dependents = self._dependents(task_id)
-        promoted = []
         with self.store.transaction() as db:
             db.execute("DELETE FROM task_dependencies WHERE task_id = ? OR depends_on = ?", (task_id, task_id))
             db.execute("DELETE FROM task_results WHERE task_id = ?", (task_id,))
-            db.execute("UPDATE agents SET current_task = NULL WHERE current_task = ?", (task_id,))
+            release_agents(self.store, task_id=task_id)
             db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
             self.store.add_event("task.deleted", project_id=row["project_id"], task_id=task_id,
                                  payload={"title": row["title"]})
-            for dep_id in dependents:
-                dep = self._row(dep_id)
-                if dep["status"] == "DEFINED" and self._deps_met(dep_id):
-                    self._move(dep, "READY", "deps_met")
-                    promoted.append(TaskRef(id=dep_id, title=dep["title"], status="READY"))
-        return promoted
+            return self._promote(dependents)
 
     def approve(self, task_id: str) -> Task:
-        row = self._row(task_id)
+        row = self.require(task_id)
         if row["status"] != "AWAITING_APPROVAL":
             raise ConflictError(
                 f"Task '{task_id}' is {row['status']}, not AWAITING_APPROVAL; there is nothing to approve."
             )
-        if self.approve_hook is not None:
-            self.approve_hook(self.get(task_id))
+        self.engine.land_approved(self.get(task_id))
         with self.store.transaction():
-            self._move(row, "COMPLETED", "approved")
+            self.move(row, "COMPLETED", "approved")
         return self.get(task_id)
 
     def skip(self, task_id: str) -> list[TaskRef]:
-        row = self._row(task_id)
-        if row["status"] not in ("BLOCKED", "FAILED"):
+        row = self.require(task_id)
+        if row["status"] not in NEEDS_PERSON:
             raise ConflictError(
                 f"Task '{task_id}' is {row['status']}; only BLOCKED or FAILED tasks can be skipped."
             )
         with self.store.transaction():
-            return self._move(row, "COMPLETED", "skipped")
+            return self.move(row, "COMPLETED", "skipped")
 
     def set_status(self, task_id: str, status: str) -> tuple[str, str]:
         """The override: any status, recorded as `task.status_overridden`."""
         new = (parse_statuses(status) or [""])[0]
         if not new or "," in status:
             raise InvalidInputError(f"Give exactly one status. Valid statuses: {', '.join(STATUS_NAMES)}.")
-        row = self._row(task_id)
+        row = self.require(task_id)
         with self.store.transaction():
             if row["status"] != new:
-                self._move(row, new, "set_task_status", override=True)
+                self.move(row, new, "set_task_status", override=True)
             self.store.add_event("task.status_overridden", project_id=row["project_id"], task_id=task_id,
                                  payload={"from": row["status"], "to": new})
         return row["status"], new
@@ -456,21 +455,23 @@ class Tasks:
                 if dep_id in seen:
                     continue
                 seen.add(dep_id)
-                dep = self._row(dep_id)
+                dep = self.require(dep_id)
                 if dep["status"] == "DEFINED":
                     stuck.append(TaskRef(id=dep_id, title=dep["title"], status="DEFINED"))
                     queue.append(dep_id)
         return stuck
 
     def stuck_chains(self, project_id: str | None) -> list[dict[str, Any]]:
-        """Every held (BLOCKED, FAILED) task with the DEFINED tasks waiting on it, directly or through other
-        DEFINED ones (as `stuck_downstream`), nearest first: one recursive query for all of them, so the cost is
+        """Every task that needs a person (BLOCKED, FAILED) with the DEFINED tasks waiting on it, directly or through
+        other DEFINED ones (as `stuck_downstream`), nearest first: one recursive query for all of them, so the cost is
         what is returned, not a round trip per task (which a database server would charge for)."""
-        where, params = ("AND r.project_id = ?", (project_id,)) if project_id else ("", ())
+        held, held_params = in_clause(NEEDS_PERSON, "r.status")
+        where, params = (f"{held} AND r.project_id = ?", (*held_params, project_id)) if project_id \
+            else (held, held_params)
         rows = self.store.all(
             "WITH RECURSIVE down(root, id, depth) AS ("
             "  SELECT d.depends_on, d.task_id, 1 FROM task_dependencies d JOIN tasks r ON r.id = d.depends_on "
-            f"  WHERE r.status IN ('BLOCKED', 'FAILED') {where}"
+            f"  WHERE {where}"
             "  UNION"
             "  SELECT down.root, d.task_id, down.depth + 1 FROM down JOIN tasks t ON t.id = down.id "
             "  JOIN task_dependencies d ON d.depends_on = down.id WHERE t.status = 'DEFINED' AND down.depth < 10000"
@@ -481,8 +482,8 @@ class Tasks:
             stuck.setdefault(row["root"], []).append(TaskRef(id=row["id"], title=row["title"], status="DEFINED"))
         chains = []
         for row in self.store.all(
-            f"SELECT id, title, status, reason, next_step FROM tasks r WHERE status IN ('BLOCKED', 'FAILED') {where} "
-            "ORDER BY priority, created_at", params):
+            f"SELECT id, title, status, reason, next_step FROM tasks r WHERE {where} ORDER BY priority, created_at",
+            params):
             if row["id"] in stuck:
                 chains.append({"blocked_task": TaskRef(id=row["id"], title=row["title"], status=row["status"]),
                                "reason": row["reason"], "next_step": row["next_step"],
@@ -491,7 +492,7 @@ class Tasks:
 
     # -- results ------------------------------------------------------------------------------
     def results(self, task_id: str) -> tuple[int, TaskResult | None]:
-        self._row(task_id)
+        self.require(task_id)
         attempts = int(self.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task_id,)))
         row = self.store.one("SELECT * FROM task_results WHERE task_id = ? ORDER BY attempt DESC, id DESC LIMIT 1",
                              (task_id,))
@@ -513,7 +514,7 @@ class Tasks:
         return json.loads(payload).get("reason") if payload else None
 
     def agent_error(self, task_id: str) -> dict[str, Any]:
-        row = self._row(task_id)
+        row = self.require(task_id)
         _, result = self.results(task_id)
-        code = self._held_code(row) if row["status"] in HELD_STATUSES and row["reason"] else None
+        code = self._held_code(row) if row["status"] in EXPLAINED and row["reason"] else None
         return error_report(row, result.model_dump() if result is not None else None, code)

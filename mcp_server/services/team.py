@@ -18,8 +18,7 @@ from pathlib import Path
 
 from ..settings import Settings
 from ..store.db import Store
-
-RUNNING = ("ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "VERIFYING")
+from .task_states import CLAIMED, in_clause
 
 
 @dataclass(frozen=True)
@@ -99,19 +98,21 @@ class Team:
             rows = self.store.all(
                 "SELECT id, hostname, home FROM daemons WHERE id != ? AND (lease_until < ? OR (? = 1 AND hostname = ? "
                 "AND home = ?))" + self.store.claim_lock, (self.id, now, int(at_start), self.hostname, self.home))
+            claimed, claimed_params = in_clause(CLAIMED)  # a run goes on: its agent's process may be alive
             for row in rows:
                 tasks = tuple(r["id"] for r in self.store.all(
-                    f"SELECT id FROM tasks WHERE owner = ? AND status IN {RUNNING}", (row["id"],)))
-                db.execute(f"UPDATE tasks SET owner = ? WHERE owner = ? AND status IN {RUNNING}", (self.id, row["id"]))
+                    f"SELECT id FROM tasks WHERE owner = ? AND {claimed}", (row["id"], *claimed_params)))
+                db.execute(f"UPDATE tasks SET owner = ? WHERE owner = ? AND {claimed}",
+                           (self.id, row["id"], *claimed_params))
                 db.execute("DELETE FROM daemons WHERE id = ?", (row["id"],))
                 taken.append(DeadDaemon(row["id"], row["hostname"], row["home"], tasks))
             # Runs owned by no daemon in the table (a daemon that claimed after its row was taken, or an engine
             # that never joined). Those whose owner was on this machine may have left a process or work here: they
             # are stopped and kept as the home's own are (the pid is checked against the worktree first).
             # At start nothing runs here yet, so a run carrying this engine's own id is a leftover too.
-            strays = self.store.all(f"SELECT id, owner FROM tasks WHERE status IN {RUNNING} AND (owner IS NULL OR "
+            strays = self.store.all(f"SELECT id, owner FROM tasks WHERE {claimed} AND (owner IS NULL OR "
                                     "owner NOT IN (SELECT id FROM daemons) OR (? = 1 AND owner = ?))",
-                                    (int(at_start), self.id))
+                                    (*claimed_params, int(at_start), self.id))
             if strays:
                 db.execute(f"UPDATE tasks SET owner = ? WHERE id IN ({', '.join('?' for _ in strays)})",
                            (self.id, *(r["id"] for r in strays)))
