@@ -8,8 +8,11 @@ initialize, notifications/initialized, tools/call, then hang up.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,32 @@ def running_daemon(home: Path) -> dict[str, Any] | None:
     if not lock_is_held(home):
         return None
     return daemon_info(home) or {}
+
+
+def stop(home: Path, timeout: float = 20.0) -> tuple[bool, str]:
+    """SIGTERM the home's daemon and wait for its lock to be released (here, not in daemon.py: `agentqueue stop`
+    would otherwise import the whole server, seconds, to send one signal)."""
+    info = daemon_info(home)
+    if not lock_is_held(home):
+        return False, f"No AgentQueue daemon is running for {home}."
+    starting = time.monotonic() + min(timeout, 30.0)
+    while not info and time.monotonic() < starting and lock_is_held(home):
+        time.sleep(0.1)  # a daemon that is still starting writes daemon.json once its signals are handled
+        info = daemon_info(home)
+    if not lock_is_held(home):
+        return True, "The daemon stopped."
+    if not info:
+        return False, f"A daemon holds {paths.lock_path(home)} but wrote no daemon.json; stop it by its pid."
+    try:
+        os.kill(info["pid"], signal.SIGTERM)
+    except ProcessLookupError:
+        return False, f"The daemon (pid {info['pid']}) is gone."
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not lock_is_held(home):
+            return True, f"Stopped the AgentQueue daemon (pid {info['pid']})."
+        time.sleep(0.1)
+    return False, f"The daemon (pid {info['pid']}) did not stop within {timeout:.0f} s."
 
 
 # -- calling a tool -------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Running the `agentqueue` CLI as a person does (a subprocess, a scratch HOME) against a real daemon."""
+"""Running the `agentqueue` CLI: in this process at a fixed width (`cli_in_process`), or as a person does (a
+subprocess: `run_cli`, `installed_cli`), with a scratch HOME, against a real daemon."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ HEAVY_FOR_A_LAUNCH = {"mcp", "pydantic", "git", "rich", "sqlite_utils", "anyio",
                       "argparse", "pathlib", "typing", "subprocess", "hashlib", "tempfile"}
 
 
+# What pip wrote for pyproject's `agentqueue = "agentqueue.cli:main"`: the command a person types.
+INSTALLED_SCRIPT = Path(sys.executable).parent / "agentqueue"
+
+
 def cli_env(home: Path, user_home: Path, **extra: str) -> dict[str, str]:
     user_home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in _MACHINE}
@@ -45,6 +50,43 @@ def run_cli(env: dict[str, str], *args: str, timeout: float = 60, stdin: Any = s
 
 def cli_json(env: dict[str, str], *args: str) -> Any:
     done = run_cli(env, *args, "--json")
+    assert done.returncode == 0, f"agentqueue {' '.join(args)} --json failed: {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def installed_cli(env: dict[str, str], *args: str, timeout: float = 60,
+                  cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The `agentqueue` script pip installed beside this interpreter, run as a person types it."""
+    return subprocess.run([str(INSTALLED_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, cwd=cwd)
+
+
+@dataclass
+class Ran:
+    """What an in-process run of the CLI printed, and its exit status (as subprocess.CompletedProcess has them)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_in_process(env: dict[str, str], *args: str, width: int = 80) -> Ran:
+    """`agentqueue ARGS` in this process, laid out in `width` columns, with `env` as its whole environment and
+    no terminal on stdin (as run_cli gives it): the same output as the subprocess, without starting Python."""
+    import io
+    from unittest import mock
+
+    from agentqueue import cli as agentqueue_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, env, clear=True), mock.patch("sys.stdin", io.StringIO()):
+        code = agentqueue_cli.run(list(args), stdout=out, stderr=err, width=width)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def cli_json_in_process(env: dict[str, str], *args: str) -> Any:
+    """`agentqueue ARGS --json` in this process: the JSON it printed (it must succeed)."""
+    done = cli_in_process(env, *args, "--json")
     assert done.returncode == 0, f"agentqueue {' '.join(args)} --json failed: {done.stderr}"
     return json.loads(done.stdout)
 
@@ -104,13 +146,15 @@ def let_agents_see_signals(home: Path) -> None:
         config.write_text(text + f'\n[sandbox]\nwritable = ["{signals(home.parent)}"]\n')
 
 
-def start_daemon(env: dict[str, str], *args: str) -> LiveDaemon:
-    """`agentqueue serve` in the background; returns once it accepts connections."""
+def start_daemon(env: dict[str, str], *args: str, installed: bool = False) -> LiveDaemon:
+    """`agentqueue serve` in the background (`installed`: by the installed script); returns once it accepts
+    connections."""
     home = Path(env["AGENTQUEUE_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     let_agents_see_signals(home)
     out = open(home / "serve.out", "ab")
-    process = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", *(args or ("--no-http",))], env=env,
+    program = [str(INSTALLED_SCRIPT)] if installed else [sys.executable, "-m", "agentqueue"]
+    process = subprocess.Popen([*program, "serve", *(args or ("--no-http",))], env=env,
                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     out.close()
     wait_until(lambda: process.poll() is not None or (running_daemon(home) and paths.socket_path(home).exists()),

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from agentqueue import paths, settings
-from agentqueue.cli import _parser
-from agentqueue.install import CLIENTS, config_path, install, read_config, server_entry
+from agentqueue.cli.parser import build_parser
+from agentqueue.cli.client_configs import CLIENTS, config_path, install, read_config, server_entry
 from agentqueue.services import Services
 
-from .cli_helpers import HEAVY_FOR_A_LAUNCH, cli_env, run_cli
+from .cli_helpers import HEAVY_FOR_A_LAUNCH, cli_env, cli_in_process
 from .processes import Terminal
 from .third_party import npm_bin
 
@@ -104,7 +104,7 @@ def test_the_entry_runs_this_installs_script_even_when_sys_executable_is_a_venv_
 
     # No script beside the interpreter: the venv's python itself (unresolved), isolated from the cwd.
     script.unlink()
-    done = subprocess.run([str(python), "-c", "import json, pathlib; from agentqueue.install import server_entry; "
+    done = subprocess.run([str(python), "-c", "import json, pathlib; from agentqueue.cli.client_configs import server_entry; "
                            "print(json.dumps(server_entry('cursor', pathlib.Path('/x'))))"],
                           env=minimal, capture_output=True, text=True, timeout=60)
     fallback = json.loads(done.stdout)
@@ -179,14 +179,14 @@ def test_claude_code_is_configured_with_claude_mcp_add_json(tmp_path: Path) -> N
     env = cli_env(tmp_path / "aq", user, PATH=f"{bin_dir}:/usr/bin:/bin", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
     (user / ".claude.json").write_text("{}")
     (user / ".claude.json").chmod(0o600)
-    done = run_cli(env, "install", "claude-code", timeout=120)
+    done = cli_in_process(env, "install", "claude-code")
     assert done.returncode == 0, done.stderr
     assert "claude mcp add-json -s user" in done.stdout
     config = json.loads((user / ".claude.json").read_text())
     assert config["mcpServers"]["agentqueue"]["env"] == {"AGENTQUEUE_HOME": str(tmp_path / "aq")}
     assert mode(user / ".claude.json") == 0o600
     assert f'claude = "{bin_dir / "claude"}"' in (tmp_path / "aq" / "config.toml").read_text()
-    removed = run_cli(env, "install", "claude-code", "--remove", timeout=120)
+    removed = cli_in_process(env, "install", "claude-code", "--remove")
     assert removed.returncode == 0 and "claude mcp remove -s user" in removed.stdout, removed.stderr
     assert "agentqueue" not in json.loads((user / ".claude.json").read_text()).get("mcpServers", {})
 
@@ -203,10 +203,10 @@ def test_install_records_the_cli_paths_the_terminal_finds(tmp_path: Path) -> Non
     config.write_text('# mine\n[engine]\ntask_timeout = "2h"\n\n[cli]  # pinned by hand\n'
                       f'gh = "{bin_dir / "my-gh"}"\n\n[agent_env]\nFOO = "bar"\n')
     env = cli_env(home, tmp_path / "user", PATH=f"{bin_dir}:/usr/bin:/bin")
-    preview = run_cli(env, "install", "cursor", "--dry-run")
+    preview = cli_in_process(env, "install", "cursor", "--dry-run")
     assert "Would record" in preview.stdout and "task_timeout" in config.read_text()
     assert "claude = " not in config.read_text()
-    done = run_cli(env, "install", "cursor")
+    done = cli_in_process(env, "install", "cursor")
     assert done.returncode == 0, done.stderr
     assert f"claude = {bin_dir / 'claude'}" in done.stdout and "gh = " not in done.stdout.split("Recorded")[1]
     data = tomllib.loads(config.read_text())
@@ -215,18 +215,17 @@ def test_install_records_the_cli_paths_the_terminal_finds(tmp_path: Path) -> Non
     assert config.read_text().startswith("# mine\n")
     loaded = settings.load(home, environ={"PATH": "/usr/bin:/bin"})  # what a GUI-started daemon sees
     assert loaded.find("claude", environ={"PATH": "/usr/bin:/bin"}) == str(bin_dir / "claude")
-    again = run_cli(env, "install", "cursor", "--remove")
+    again = cli_in_process(env, "install", "cursor", "--remove")
     assert again.returncode == 0 and "Recorded" not in again.stdout
 
 
 # -- help and the plugin path -------------------------------------------------------------------------
 def test_bare_agentqueue_prints_help_and_every_command_is_described() -> None:
-    done = subprocess.run([sys.executable, "-m", "agentqueue"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "COLUMNS": "80"})
+    done = cli_in_process({**os.environ, "COLUMNS": "80"})
     assert done.returncode == 0 and done.stderr == ""
     assert "commands:" in done.stdout and "agentqueue install claude-code" in done.stdout
     assert all(len(line) <= 80 for line in done.stdout.splitlines())
-    subcommands = next(a for a in _parser()._actions if a.nargs == "A...")
+    subcommands = next(a for a in build_parser()._actions if a.nargs == "A...")
     for name, command in subcommands.choices.items():
         assert name in done.stdout and command.description and len(command.description) > 20, name
     for read in ("status", "tasks", "show", "logs", "diff", "usage", "doctor"):
@@ -242,6 +241,17 @@ def test_the_plugin_path_imports_nothing_heavy() -> None:
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+def test_stop_imports_nothing_of_the_server(tmp_path: Path) -> None:
+    """`agentqueue stop` sends one signal: it must not load the daemon's server (seconds of imports) to do it."""
+    probe = ("import io, sys; started = set(sys.modules); from agentqueue import cli; "
+             "code = cli.run(['stop'], io.StringIO(), io.StringIO()); "
+             "print(code, sorted({m.split('.')[0] for m in set(sys.modules) - started} & "
+             "{'mcp', 'anyio', 'uvicorn', 'starlette', 'pydantic', 'sqlite_utils', 'git'}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "aq")})
+    assert done.stdout.strip() == "1 []", done.stdout + done.stderr  # 1: no daemon runs for this home
+
+
 def test_mcp_reads_its_own_flags_and_leaves_anything_else_to_argparse() -> None:
     from agentqueue.cli import mcp_flags
 
@@ -252,8 +262,7 @@ def test_mcp_reads_its_own_flags_and_leaves_anything_else_to_argparse() -> None:
     for unusual in (["--help"], ["--toolsets"], ["--toolsets", "nope"], ["--read"], ["extra"]):
         assert mcp_flags(unusual) is None, unusual
     # ... which words the error as before: a bad toolset is refused before anything starts.
-    done = subprocess.run([sys.executable, "-m", "agentqueue", "mcp", "--toolsets", "nope"], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = cli_in_process(dict(os.environ), "mcp", "--toolsets", "nope")
     assert done.returncode == 2 and "unknown toolset(s) nope" in done.stderr and done.stdout == ""
 
 
@@ -285,7 +294,7 @@ def test_status_at_80_columns_shows_every_state_and_no_running_orchestrator_with
     seed_every_state(home)
     paths.daemon_info_path(home).write_text(json.dumps({"pid": 999999, "socket": "/nowhere"}))  # left by a crash
     env = cli_env(home, tmp_path / "user")
-    done = run_cli(env, "status")
+    done = cli_in_process(env, "status")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
@@ -299,7 +308,7 @@ def test_status_at_80_columns_shows_every_state_and_no_running_orchestrator_with
     assert "orchestrator running" not in flat
     # ASSIGNED, IN_PROGRESS, WAITING_INPUT, VERIFYING: recovery requeues every claimed task, a waiting one too.
     assert "4 task(s) were running when the daemon stopped" in flat
-    data = json.loads(run_cli(env, "status", "--json").stdout)
+    data = json.loads(cli_in_process(env, "status", "--json").stdout)
     assert data["daemon"] == {"running": False, "crashed": True}
     assert data["tasks"]["by_status"] == {s: 1 for s in all_states()}
     assert {r["status"] for r in data["running"]} == {"ASSIGNED", "IN_PROGRESS", "VERIFYING"}
@@ -313,20 +322,20 @@ def test_status_says_when_a_client_uses_another_home(tmp_path: Path) -> None:
     desktop.parent.mkdir(parents=True)
     desktop.write_text(json.dumps({"mcpServers": {"agentqueue": {"command": "/x", "args": ["mcp"],
                                                                    "env": {"AGENTQUEUE_HOME": str(tmp_path / "b")}}}}))
-    done = run_cli(cli_env(home, user), "status")
+    done = cli_in_process(cli_env(home, user), "status")
     said = f"claude-desktop ({desktop}) uses AGENTQUEUE_HOME={tmp_path / 'b'}, not {home}"
     assert "".join(said.split()) in "".join(done.stdout.split())  # long paths may be folded at 80 columns
 
 
 def test_reads_refuse_in_one_sentence(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "aq", tmp_path / "user")
-    empty = run_cli(env, "tasks")
+    empty = cli_in_process(env, "tasks")
     assert empty.returncode == 1 and "No AgentQueue data" in empty.stderr
     assert not paths.db_path(tmp_path / "aq").exists()  # a read never creates a store
     Services(tmp_path / "aq").close()
     for args in (["show", "nope"], ["logs", "nope"], ["diff", "nope"], ["tasks", "--status", "DONE"],
                  ["usage", "--since", "0"]):
-        done = run_cli(env, *args)
+        done = cli_in_process(env, *args)
         assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
         assert "Traceback" not in done.stderr
 
@@ -360,11 +369,11 @@ def test_show_gives_a_held_tasks_reason_and_next_step(tmp_path: Path) -> None:
     home = tmp_path / "aq"
     ids = seed_every_state(home)
     env = cli_env(home, tmp_path / "user")
-    shown = run_cli(env, "show", ids["BLOCKED"])
+    shown = cli_in_process(env, "show", ids["BLOCKED"])
     assert shown.returncode == 0, shown.stderr
     flat = " ".join(shown.stdout.split())
     assert "reason Set to BLOCKED with set_task_status" in flat
     assert f"next step restart_task {ids['BLOCKED']}" in flat
-    data = json.loads(run_cli(env, "show", ids["BLOCKED"], "--json").stdout)
+    data = json.loads(cli_in_process(env, "show", ids["BLOCKED"], "--json").stdout)
     assert data["task"]["status"] == "BLOCKED" and data["reason"] == data["task"]["reason"]
     assert data["next_step"].startswith("restart_task") and data["attempts"] == 0 and data["result"] is None

@@ -1,7 +1,8 @@
 """The terminal against a real daemon: reads as JSON, actions through the daemon's tools, stop, logs -f.
 
-Everything is a real process: `agentqueue serve`, the CLI as a subprocess, a `command` agent that
-writes into a real linked git repo.
+Everything is real: `agentqueue serve` as a process, a `command` agent that writes into a real linked git
+repo; the CLI runs in this process at 80 columns, except on a terminal (`stop`'s question) and `logs -f`,
+which run as a person runs them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pytest
 
 from agentqueue import daemon
 
-from .cli_helpers import AGENT_COMMAND, LiveDaemon, Output, signals, cli_env, cli_json, run_cli, start_daemon, stop_daemon
+from .cli_helpers import (AGENT_COMMAND, LiveDaemon, Output, cli_env, cli_in_process, cli_json_in_process, run_cli,
+                          signals, start_daemon, stop_daemon)
 from .git_fixtures import git, make_repo
 from .processes import Terminal, alive
 
@@ -42,63 +44,63 @@ def test_reads_as_json_and_approve_through_the_daemon(live: LiveDaemon) -> None:
     live.wait_status(task["id"], "AWAITING_APPROVAL")
     env = live.env
 
-    listed = cli_json(env, "tasks")
+    listed = cli_json_in_process(env, "tasks")
     assert [(t["id"], t["status"]) for t in listed["tasks"]] == [(task["id"], "AWAITING_APPROVAL")]
-    assert cli_json(env, "tasks", "--status", "awaiting_approval", "--project", "demo")["total"] == 1
-    assert cli_json(env, "tasks", "--status", "READY")["tasks"] == []
+    assert cli_json_in_process(env, "tasks", "--status", "awaiting_approval", "--project", "demo")["total"] == 1
+    assert cli_json_in_process(env, "tasks", "--status", "READY")["tasks"] == []
 
-    shown = cli_json(env, "show", task["id"])
+    shown = cli_json_in_process(env, "show", task["id"])
     assert shown["task"]["branch"].startswith(f"{task['id']}/") and shown["attempts"] == 1
     assert shown["result"]["status"] == "completed" and shown["result"]["files_changed"] == ["out.txt"]
     assert shown["log"].endswith(f"{task['id']}.log")
 
-    diff = cli_json(env, "diff", task["id"])
+    diff = cli_json_in_process(env, "diff", task["id"])
     assert diff["files_changed"] == ["out.txt"] and "+changed" in diff["diff"]
-    plain = run_cli(env, "diff", task["id"])
+    plain = cli_in_process(env, "diff", task["id"])
     assert plain.returncode == 0 and "+changed" in plain.stdout
 
-    usage = cli_json(env, "usage")
+    usage = cli_json_in_process(env, "usage")
     assert [(r["project_id"], r["runs"]) for r in usage["breakdown"]] == [("demo", 1)]
-    assert cli_json(env, "usage", "--project", "demo", "--since", "1")["breakdown"][0]["task_id"] == task["id"]
+    assert cli_json_in_process(env, "usage", "--project", "demo", "--since", "1")["breakdown"][0]["task_id"] == task["id"]
 
-    status = cli_json(env, "status")
+    status = cli_json_in_process(env, "status")
     assert status["daemon"]["running"] and status["daemon"]["pid"] == live.pid
     assert status["tasks"]["by_status"]["AWAITING_APPROVAL"] == 1 and len(status["tasks"]["by_status"]) == 11
     assert status["orchestrator"]["state"] == "running"
 
-    logs = cli_json(env, "logs", task["id"])
+    logs = cli_json_in_process(env, "logs", task["id"])
     assert "wrote out.txt" in logs["text"]
 
     # Approving lands the branch on main: from a script (no terminal to ask) that is refused with how to allow it.
-    refused = run_cli(env, "approve", task["id"])
+    refused = cli_in_process(env, "approve", task["id"])
     assert refused.returncode == 1 and "tool:merge_into_default:app" in refused.stderr, refused.stderr
-    assert "Traceback" not in refused.stderr and cli_json(env, "show", task["id"])["task"]["status"] == "AWAITING_APPROVAL"
+    assert "Traceback" not in refused.stderr and cli_json_in_process(env, "show", task["id"])["task"]["status"] == "AWAITING_APPROVAL"
     (live.home / "policy.toml").write_text('allow = ["tool:merge_into_default"]\n')  # a person allows it
-    approved = run_cli(env, "approve", task["id"])
+    approved = cli_in_process(env, "approve", task["id"])
     assert approved.returncode == 0 and "COMPLETED" in approved.stdout, approved.stderr
     assert git(live.repo, "show", "main:out.txt") == "changed"  # type: ignore[attr-defined]
     # The daemon's own checks apply: a second approve is refused with the tool's message.
-    again = run_cli(env, "approve", task["id"])
+    again = cli_in_process(env, "approve", task["id"])
     assert again.returncode == 1 and "AWAITING_APPROVAL" in again.stderr and "Traceback" not in again.stderr
-    assert cli_json(env, "tasks", "--all")["tasks"][0]["status"] == "COMPLETED"
-    assert cli_json(env, "tasks")["hidden_completed"] == 1
+    assert cli_json_in_process(env, "tasks", "--all")["tasks"][0]["status"] == "COMPLETED"
+    assert cli_json_in_process(env, "tasks")["hidden_completed"] == 1
 
 
 def test_pause_and_resume_go_through_the_daemon(live: LiveDaemon) -> None:
     env = live.env
-    assert cli_json(env, "pause")["state"] == "paused"
-    assert cli_json(env, "status")["orchestrator"]["state"] == "paused"
+    assert cli_json_in_process(env, "pause")["state"] == "paused"
+    assert cli_json_in_process(env, "status")["orchestrator"]["state"] == "paused"
     held = live.call("create_task", project_id="demo", title="Held", description="SAY hi")
-    assert cli_json(env, "pause", "demo")["status"] == "PAUSED"
-    assert cli_json(env, "resume")["state"] == "running"
-    assert cli_json(env, "status")["projects"][0]["status"] == "PAUSED"
+    assert cli_json_in_process(env, "pause", "demo")["status"] == "PAUSED"
+    assert cli_json_in_process(env, "resume")["state"] == "running"
+    assert cli_json_in_process(env, "status")["projects"][0]["status"] == "PAUSED"
     assert live.task_status(held["id"]) == "READY"  # its project is still paused
-    resumed = run_cli(env, "resume", "demo")
+    resumed = cli_in_process(env, "resume", "demo")
     assert resumed.returncode == 0 and "ACTIVE" in resumed.stdout
     live.wait_status(held["id"], "COMPLETED")
     events = live.call("get_recent_events", limit=50)["events"]
     assert {"orchestrator.paused", "orchestrator.resumed"} <= {e["event_type"] for e in events}
-    unknown = run_cli(env, "pause", "nope")
+    unknown = cli_in_process(env, "pause", "nope")
     assert unknown.returncode == 1 and "'nope' not found" in unknown.stderr
 
 
@@ -116,7 +118,7 @@ def test_stop_lists_the_agents_it_interrupts_and_asks(live: LiveDaemon, tmp_path
     task = live.call("create_task", project_id="demo", title="Long one",
                      description=f"SAY working\nWAITFOR {signals(tmp_path) / 'never'}")
     live.wait_status(task["id"], "IN_PROGRESS")
-    refused = run_cli(live.env, "stop")  # no terminal to ask
+    refused = cli_in_process(live.env, "stop")  # no terminal to ask
     assert refused.returncode == 1
     assert "worker" in refused.stdout and task["id"] in refused.stdout and "--force" in refused.stderr
     assert alive(live.pid) and daemon.lock_is_held(live.home)
@@ -125,12 +127,12 @@ def test_stop_lists_the_agents_it_interrupts_and_asks(live: LiveDaemon, tmp_path
     assert code == 1 and task["id"] in shown and "Not stopped" in shown
     assert alive(live.pid)
 
-    forced = run_cli(live.env, "stop", "--force")
+    forced = cli_in_process(live.env, "stop", "--force")
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert task["id"] in forced.stdout and "Stopped the AgentQueue daemon" in forced.stdout
     assert live.process.wait(timeout=20) == 0
     # After the daemon is gone, status says so and never claims the orchestrator is running.
-    status = run_cli(live.env, "status")
+    status = cli_in_process(live.env, "status")
     assert "daemon not running (the orchestrator setting is 'running'" in " ".join(status.stdout.split())
     assert "orchestrator running" not in status.stdout
 

@@ -1,6 +1,6 @@
 """The terminal's reads (`agentqueue tasks`, `show`, `status`) read the store without the heavy modules.
 
-They say what the tools say: cli_reads.py side by side with the services on one store (SQLite through
+They say what the tools say: cli/reads.py side by side with the services on one store (SQLite through
 the plain reader, and PostgreSQL), a read while the daemon's writer holds the lock, an old store file,
 and the modules a read command imports.
 """
@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentqueue import cli_reads, paths, settings
+from agentqueue import paths, settings
+from agentqueue.cli import reads as cli_reads
 from agentqueue.services import Services
 from agentqueue.services.errors import InvalidInputError, NotFoundError
 from agentqueue.services.lifecycle import Lifecycle
@@ -27,7 +28,7 @@ from agentqueue.store.models import TaskStatus
 from agentqueue.store.reader import SqliteReader, open_read_store
 from agentqueue.store.sqlite import SCHEMA_VERSION, SqliteStore
 
-from .cli_helpers import cli_env, cli_json, run_cli
+from .cli_helpers import cli_env, cli_in_process, cli_json_in_process
 from .conftest import on_both_backends
 
 store_backend = on_both_backends()
@@ -152,11 +153,11 @@ def test_a_read_never_writes_and_never_waits_for_the_writer(tmp_path: Path) -> N
     try:
         env = cli_env(home, tmp_path / "user")
         # WAL: a reader sees the last commit and never queues behind the writer (the busy timeout is 30 s).
-        listed = json.loads(run_cli(env, "tasks", "--json", timeout=20).stdout)
+        listed = json.loads(cli_in_process(env, "tasks", "--json").stdout)
         assert [t["title"] for t in listed["tasks"]] == ["Committed"]
-        assert cli_json(env, "show", kept)["task"]["title"] == "Committed"
-        assert cli_json(env, "status")["tasks"]["total"] == 1
-        plain = run_cli(env, "status", timeout=20)
+        assert cli_json_in_process(env, "show", kept)["task"]["title"] == "Committed"
+        assert cli_json_in_process(env, "status")["tasks"]["total"] == 1
+        plain = cli_in_process(env, "status")
         assert plain.returncode == 0 and "tasks 1:" in plain.stdout
     finally:
         writer.execute("ROLLBACK")
@@ -170,14 +171,14 @@ def test_a_read_never_writes_and_never_waits_for_the_writer(tmp_path: Path) -> N
             read_only.db.execute("DELETE FROM tasks")
     finally:
         read_only.close()
-    assert cli_json(env, "tasks")["total"] == 1
+    assert cli_json_in_process(env, "tasks")["total"] == 1
 
 
 def test_an_older_store_is_migrated_then_read(tmp_path: Path) -> None:
     home = tmp_path / "aq"
     SqliteStore(paths.db_path(home), migrate_to=SCHEMA_VERSION - 1).close()
     env = cli_env(home, tmp_path / "user")
-    assert cli_json(env, "tasks") == {"tasks": [], "total": 0, "hidden_completed": 0}
+    assert cli_json_in_process(env, "tasks") == {"tasks": [], "total": 0, "hidden_completed": 0}
     with sqlite3.connect(paths.db_path(home)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
@@ -187,7 +188,7 @@ def test_a_newer_store_is_refused_in_one_sentence(tmp_path: Path) -> None:
     SqliteStore(paths.db_path(home)).close()
     with sqlite3.connect(paths.db_path(home)) as conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    done = run_cli(cli_env(home, tmp_path / "user"), "tasks")
+    done = cli_in_process(cli_env(home, tmp_path / "user"), "tasks")
     assert done.returncode == 1 and "newer than this AgentQueue" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -233,7 +234,7 @@ def test_the_task_list_wraps_only_titles_and_shows_them_inert(tmp_path: Path) ->
     second = svc.tasks.create(project, title, "d", depends_on=[first]).id
     svc.tasks.set_status(first, "BLOCKED")
     svc.close()
-    done = run_cli(cli_env(home, tmp_path / "user", COLUMNS="60"), "tasks")
+    done = cli_in_process(cli_env(home, tmp_path / "user"), "tasks", width=60)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["task", "project", "status", "pri", "title"] and set(lines[1]) == {"─"}

@@ -1,26 +1,26 @@
 """`agentqueue doctor` finds each seeded fault and says how to fix it; `agentqueue uninstall` cleans up
-exactly what is ours. Real processes: the CLI, a daemon, git repos, client configs in a scratch HOME.
+exactly what is ours. Real parts: the CLI (in this process at 80 columns), a daemon, git repos, client configs
+in a scratch HOME.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
 
 from agentqueue import paths
 
-from .cli_helpers import AGENT_COMMAND, cli_env, run_cli, start_daemon, stop_daemon
+from .cli_helpers import AGENT_COMMAND, cli_env, cli_in_process, start_daemon, stop_daemon
 from .git_fixtures import git, make_repo, porcelain
 
 pytestmark = [pytest.mark.integration]
 
 
 def doctor(env: dict[str, str]) -> tuple[int, dict[str, dict]]:
-    done = run_cli(env, "doctor", "--json", timeout=120)
+    done = cli_in_process(env, "doctor", "--json")
     report = json.loads(done.stdout)
     assert report["ok"] == (done.returncode == 0) and report["problems"] == sum(
         c["level"] == "fail" for c in report["checks"])
@@ -71,7 +71,7 @@ def test_doctor_finds_each_seeded_fault_with_its_fix(tmp_path: Path) -> None:
     assert client["fix"] == "`agentqueue install claude-desktop` writes a command that runs."
     assert checks["claude-desktop home"]["level"] == "warn"  # no env: the platform default, not this home
 
-    text = run_cli(env, "doctor", timeout=120)
+    text = cli_in_process(env, "doctor")
     assert text.returncode == 1 and "✘ git identity" in text.stdout and "fix: chmod 600" in text.stdout
     assert "5 problem(s)" in text.stdout
 
@@ -82,7 +82,7 @@ def test_doctor_on_a_healthy_setup_passes_and_reads_the_daemons_own_environment(
     git("/", "config", "--file", str(user / ".gitconfig"), "user.name", "Ada")
     git("/", "config", "--file", str(user / ".gitconfig"), "user.email", "ada@example.test")
     claude = fake_cli(tmp_path / "bin", "claude", "9.9.9 (Claude Code)")
-    installed = run_cli(env, "install", "claude-desktop")  # records claude in config.toml [cli]
+    installed = cli_in_process(env, "install", "claude-desktop")  # records claude in config.toml [cli]
     assert installed.returncode == 0, installed.stderr
     live = start_daemon({**env, "PATH": "/usr/bin:/bin"}, "--port", "0")  # a GUI client's minimal PATH
     try:
@@ -122,7 +122,7 @@ def test_uninstall_removes_our_entries_worktrees_and_task_branches_and_nothing_e
     git(repo, "branch", "feature/mine")
     (repo / "notes.txt").write_text("the user's uncommitted work\n")
     for client in ("claude-desktop", "cursor"):
-        assert run_cli(env, "install", client).returncode == 0
+        assert cli_in_process(env, "install", client).returncode == 0
     cursor = user / ".cursor" / "mcp.json"
     config = json.loads(cursor.read_text())
     config["mcpServers"]["other"] = {"command": "x"}
@@ -142,11 +142,11 @@ def test_uninstall_removes_our_entries_worktrees_and_task_branches_and_nothing_e
         git(repo, "branch", landed_branch, "main")  # a leftover branch whose work is in main
         before = porcelain(repo)
 
-        refused = run_cli(env, "uninstall")  # no terminal, no --yes: nothing changes
+        refused = cli_in_process(env, "uninstall")  # no terminal, no --yes: nothing changes
         assert refused.returncode == 1 and "--yes" in refused.stderr
         assert "agentqueue" in json.loads(cursor.read_text())["mcpServers"] and live.process.poll() is None
 
-        done = run_cli(env, "uninstall", "--yes", timeout=120)
+        done = cli_in_process(env, "uninstall", "--yes")
         assert done.returncode == 0, done.stdout + done.stderr
         assert live.process.wait(timeout=20) == 0
     finally:
@@ -161,7 +161,7 @@ def test_uninstall_removes_our_entries_worktrees_and_task_branches_and_nothing_e
     assert porcelain(repo) == before and (repo / "notes.txt").read_text() == "the user's uncommitted work\n"
     assert home.exists() and f"Your data is kept in {home}" in done.stdout
 
-    purged = run_cli(env, "uninstall", "--yes", "--purge", timeout=120)
+    purged = cli_in_process(env, "uninstall", "--yes", "--purge")
     assert purged.returncode == 0, purged.stdout + purged.stderr
     assert not home.exists()
     branches = git(repo, "branch", "--format=%(refname:short)").splitlines()
@@ -170,6 +170,5 @@ def test_uninstall_removes_our_entries_worktrees_and_task_branches_and_nothing_e
 
 def test_doctor_and_uninstall_help_say_what_they_do() -> None:
     for command in ("doctor", "uninstall"):
-        done = subprocess.run([sys.executable, "-m", "agentqueue", command, "--help"], capture_output=True,
-                              text=True, timeout=60)
+        done = cli_in_process(dict(os.environ), command, "--help")
         assert done.returncode == 0 and len(done.stdout.split("\n\n")[1]) > 60, done.stdout

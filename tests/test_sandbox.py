@@ -328,7 +328,7 @@ def test_the_gate_lets_through_only_the_allowlist(tmp_path: Path) -> None:
 
 
 def test_doctor_and_the_board_show_what_lowers_the_walls(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentqueue import doctor
+    from agentqueue.cli import doctor_checks as doctor
     from agentqueue.board.data import overview
 
     services.projects.create("Demo")

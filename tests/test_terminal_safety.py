@@ -1,7 +1,7 @@
 """Hostile text on the person's terminal (issue 18): a task, an agent or a repo says something with escape
 sequences, C1 controls, bidi overrides, a lone \\r or rich markup in it, and every CLI command and the chat
-show it as visible text. The CLI runs as a subprocess against a real daemon and a real `command` agent
-(piped and on a pseudo-terminal); the chat's renderer and its /allow flow run against the same daemon.
+show it as visible text. The CLI runs against a real daemon and a real `command` agent, in this process (what
+a pipe gets) and on a pseudo-terminal; the chat's renderer and its /allow flow run against the same daemon.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from agentqueue.chat.watcher import QueueWatcher
 from agentqueue.services import Services
 from agentqueue.visible import visible
 
-from .cli_helpers import LiveDaemon, Output, signals, cli_env, cli_json, run_cli, start_daemon, stop_daemon, wait_until
+from .cli_helpers import (LiveDaemon, Output, cli_env, cli_in_process, cli_json_in_process, signals, start_daemon,
+                          stop_daemon, wait_until)
 from .git_fixtures import make_repo
 from .processes import Terminal
 
@@ -140,12 +141,12 @@ def test_every_cli_command_shows_hostile_text_as_text(live: LiveDaemon, tmp_path
     try:
         # While it runs: the running-agents table, the list `stop` gives before it refuses, the task list.
         for args in (["status"], ["stop"], ["tasks"]):
-            done = run_cli(env, *args)
+            done = cli_in_process(env, *args)
             assert "Traceback" not in done.stderr, done.stderr
             assert_safe(done.stdout + done.stderr)
-        assert_shown(run_cli(env, "tasks").stdout)
-        assert "\\x1b]52;c;" in "".join(run_cli(env, "status").stdout.split())
-        assert_shown(run_cli(env, "stop").stdout, ["update deps [/x]", "\\x1b]52;c;QkF"])  # its title[:40]
+        assert_shown(cli_in_process(env, "tasks").stdout)
+        assert "\\x1b]52;c;" in "".join(cli_in_process(env, "status").stdout.split())
+        assert_shown(cli_in_process(env, "stop").stdout, ["update deps [/x]", "\\x1b]52;c;QkF"])  # its title[:40]
         go.write_text("")
         out, err = follow.communicate(timeout=60)
     finally:
@@ -156,43 +157,43 @@ def test_every_cli_command_shows_hostile_text_as_text(live: LiveDaemon, tmp_path
     assert_shown(followed, LOGGED)
     live.wait_status(task["id"], "AWAITING_APPROVAL")
 
-    # Piped (what a script or `less` gets) and on a terminal (rich's tables and colours).
+    # Piped (what a script or `less` gets: in this process) and on a terminal (rich's tables and colours).
     for args in (["show", task["id"]], ["logs", task["id"]], ["diff", task["id"]], ["tasks"]):
         parts = LOGGED if args[0] == "logs" else SHOWN
-        piped = run_cli(env, *args)
+        piped = cli_in_process(env, *args)
         assert piped.returncode == 0, piped.stderr
         assert_safe(piped.stdout + piped.stderr)
         assert_shown(piped.stdout, parts)
         shown = on_a_tty(env, *args)
         assert_safe(shown, styled=True)
         assert_shown(shown, parts, styled=True)
-    shown = run_cli(env, "show", task["id"]).stdout
+    shown = cli_in_process(env, "show", task["id"]).stdout
     # A file name of the diff, spelled out (by us, or already C-quoted by git's core.quotepath).
     assert re.search(r"notes(\\u202e|\\342\\200\\256)txt\.md", shown), shown
-    assert "+" + visible(HOSTILE) in run_cli(env, "diff", task["id"]).stdout  # the diff line, made visible
-    narrow = run_cli({**env, "COLUMNS": "40"}, "show", task["id"])
+    assert "+" + visible(HOSTILE) in cli_in_process(env, "diff", task["id"]).stdout  # the diff line, made visible
+    narrow = cli_in_process(env, "show", task["id"], width=40)
     assert narrow.returncode == 0 and "Traceback" not in narrow.stderr
     assert_safe(narrow.stdout)
     assert_shown(narrow.stdout)
 
     # --json keeps the text exact, every control escaped.
     for args in (["show", task["id"]], ["logs", task["id"]], ["diff", task["id"]], ["tasks"], ["status"]):
-        done = run_cli(env, *args, "--json")
+        done = cli_in_process(env, *args, "--json")
         assert done.returncode == 0, done.stderr
         no_raw_controls(done.stdout)
-    assert cli_json(env, "show", task["id"])["task"]["title"] == HOSTILE
-    assert HOSTILE in cli_json(env, "diff", task["id"])["diff"]
-    lines = run_cli(env, "logs", task["id"], "-f", "--json")
+    assert cli_json_in_process(env, "show", task["id"])["task"]["title"] == HOSTILE
+    assert HOSTILE in cli_json_in_process(env, "diff", task["id"])["diff"]
+    lines = cli_in_process(env, "logs", task["id"], "-f", "--json")
     no_raw_controls(lines.stdout)
     assert any(HOSTILE.split("\r")[0] in json.loads(line)["line"] for line in lines.stdout.splitlines())
 
     # A run that fails: its summary and the refusal that quotes a hostile id.
     failed = live.call("create_task", project_id="demo", title="Fails", description="EXIT-3", max_retries=0)
     live.wait_status(failed["id"], "FAILED", "BLOCKED")
-    for shown in (run_cli(env, "show", failed["id"]).stdout, on_a_tty(env, "show", failed["id"])):
+    for shown in (cli_in_process(env, "show", failed["id"]).stdout, on_a_tty(env, "show", failed["id"])):
         assert_safe(shown, styled=True)
         assert_shown(shown, ["\\x1b]52;c;QkFTRTY0\\x07", "[red]x[/red]"], styled=True)
-    refused = run_cli(env, "show", "\x1b]0;pwned\x07[/x]")
+    refused = cli_in_process(env, "show", "\x1b]0;pwned\x07[/x]")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert_safe(refused.stderr)
     assert "\\x1b]0;pwned\\x07[/x]" in refused.stderr

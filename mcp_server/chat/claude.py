@@ -53,7 +53,7 @@ CHAT_TOOLSETS = "default,tasks,system"
 def mcp_config(home: Path) -> dict[str, Any]:
     """This install's `agentqueue mcp` by absolute path with the home pinned, as `agentqueue install` writes it,
     listing what the dispatcher prompt names."""
-    from ..install import server_entry
+    from ..cli.client_configs import server_entry
 
     entry = server_entry("claude-code", home)
     entry["args"] = [*entry["args"], "--toolsets", CHAT_TOOLSETS]

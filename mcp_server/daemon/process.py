@@ -29,6 +29,7 @@ from .. import home_lock as home_lock_module
 from ..app import build_server
 from ..board import board_app
 from ..board.live import Broadcaster
+from ..daemon_client import stop  # noqa: F401  (daemon.stop: it lives with the client, stdlib only)
 from ..engine.orchestrator import Engine
 from ..home_lock import AlreadyRunningError
 from ..metrics import Metrics
@@ -266,28 +267,3 @@ def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] 
         argv = paths.self_command(*sys.argv[1:])
         os.execv(argv[0], argv)
     return 0
-
-
-def stop(home: Path, timeout: float = 20.0) -> tuple[bool, str]:
-    """SIGTERM the home's daemon and wait for its lock to be released."""
-    info = read_daemon_info(home)
-    if not lock_is_held(home):
-        return False, f"No AgentQueue daemon is running for {home}."
-    starting = time.monotonic() + min(timeout, 30.0)
-    while not info and time.monotonic() < starting and lock_is_held(home):
-        time.sleep(0.1)  # a daemon that is still starting writes daemon.json once its signals are handled
-        info = read_daemon_info(home)
-    if not lock_is_held(home):
-        return True, "The daemon stopped."
-    if not info:
-        return False, f"A daemon holds {paths.lock_path(home)} but wrote no daemon.json; stop it by its pid."
-    try:
-        os.kill(info["pid"], signal.SIGTERM)
-    except ProcessLookupError:
-        return False, f"The daemon (pid {info['pid']}) is gone."
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not lock_is_held(home):
-            return True, f"Stopped the AgentQueue daemon (pid {info['pid']})."
-        time.sleep(0.1)
-    return False, f"The daemon (pid {info['pid']}) did not stop within {timeout:.0f} s."

@@ -1,7 +1,7 @@
 """The orchestrator switch (persisted) and the one-glance status of the whole queue.
 
 Imports nothing heavy (no pydantic, sqlite-utils or git): the terminal's `agentqueue status` builds it
-over a plain read-only store (cli_reads.py) and prints what get_status says, word for word.
+over a plain read-only store (cli/reads.py) and prints what get_status says, word for word.
 """
 
 from __future__ import annotations

@@ -7,27 +7,50 @@ the home (0600) that redirects to the login link; only that page's path is given
 
 from __future__ import annotations
 
-import html
+import argparse
 import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
-import webbrowser
 from pathlib import Path
 
-from . import paths
-from .cli_output import CliError
-from .visible import visible
+from ... import paths
+from ...visible import visible
+from ..output import CliError
+from ..parser import add_command, json_flag
 
 WAIT_FOR_INFO_S = 15.0
 LOGIN_PAGE = "board-login.html"
 
 
+def register(sub: argparse._SubParsersAction) -> None:
+    command = add_command(
+        sub, "board", "open the board in a browser (starts the daemon if needed)", run,
+        "Open the board: the queue, a kanban per project, agents, task pages with live logs and diffs, "
+        "usage. Logs in with a one-time link (2 minutes); the session lasts 12 hours.")
+    command.add_argument("--no-open", action="store_true", help="print the login link instead of opening a browser")
+    json_flag(command)
+
+
+def run(args: argparse.Namespace, home: Path) -> int:
+    import webbrowser
+
+    base = board_address(home)
+    link = login_link(home, base)
+    if args.json:
+        print(json.dumps({"board": base + "/", "login_url": link}))
+    else:
+        print(f"The board: {visible(base)}/\nLogin link (works once, for 2 minutes): {visible(link)}")
+    if not args.no_open and not args.json:
+        opened = webbrowser.open(login_page(home, link).as_uri())
+        if not opened:
+            print("No browser could be opened here: open the login link above in yours.", file=sys.stderr)
+    return 0
+
+
 def board_address(home: Path) -> str:
     """The running (or just started) daemon's board address, e.g. http://127.0.0.1:8765."""
-    from .daemon.relay import DaemonStartError, connect_or_start
+    from ...daemon.relay import DaemonStartError, connect_or_start
 
     try:
         connect_or_start(home, progress=lambda message: print(message, file=sys.stderr)).close()
@@ -53,6 +76,9 @@ def board_address(home: Path) -> str:
 
 
 def login_link(home: Path, base: str) -> str:
+    import urllib.error
+    import urllib.request
+
     token = os.environ.get("AGENTQUEUE_TOKEN", "").strip()
     if not token:
         try:
@@ -72,22 +98,10 @@ def login_link(home: Path, base: str) -> str:
     return f"{base}/login?code={code}"
 
 
-def open_board(home: Path, no_open: bool, as_json: bool) -> int:
-    base = board_address(home)
-    link = login_link(home, base)
-    if as_json:
-        print(json.dumps({"board": base + "/", "login_url": link}))
-    else:
-        print(f"The board: {visible(base)}/\nLogin link (works once, for 2 minutes): {visible(link)}")
-    if not no_open and not as_json:
-        opened = webbrowser.open(login_page(home, link).as_uri())
-        if not opened:
-            print("No browser could be opened here: open the login link above in yours.", file=sys.stderr)
-    return 0
-
-
 def login_page(home: Path, link: str) -> Path:
     """A page only this user can read that sends the browser on to `link` (the code stays off argv)."""
+    import html
+
     page = home / LOGIN_PAGE
     partial = home / f".{LOGIN_PAGE}.{os.getpid()}"
     quoted = html.escape(link, quote=True)

@@ -7,27 +7,35 @@ elapsed time, and the warnings `get_status` gives. Laid out to fit 80 columns.
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, cli_reads, paths
-from .cli_output import duration, print_json, seconds_since
-from .daemon_client import daemon_info, running_daemon
-from .services.task_states import CLAIMED, STATUS_NAMES, WORKING, in_clause
-from .visible import visible
+from ... import __version__, paths
+from ...services.task_states import CLAIMED, STATUS_NAMES, WORKING, in_clause
+from ...visible import visible
+from .. import reads as cli_reads
+from ..output import STYLES, console, duration, print_json, seconds_since
+from ..parser import add_command, json_flag
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
 
-    from .store.base import Store
+    from ...store.base import Store
 
 STATES = list(STATUS_NAMES)
-# States that wait on the user, and how each is highlighted.
-STYLES = {"AWAITING_APPROVAL": "bold yellow", "WAITING_INPUT": "bold yellow", "PAUSED": "yellow",
-          "DEFINED": "cyan", "BLOCKED": "bold red", "FAILED": "bold red", "IN_PROGRESS": "green",
-          "ASSIGNED": "green", "VERIFYING": "green", "COMPLETED": "dim"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    command = add_command(sub, "status", "the queue at a glance: daemon, task states, running agents, warnings", run)
+    command.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
+    json_flag(command)
+
+
+def run(args: argparse.Namespace, home: Path) -> int:
+    return print_status(home, as_json=args.json, watch=args.watch)
 
 
 def running_tasks(store: Store, statuses: frozenset[str] = WORKING) -> list[dict[str, Any]]:
@@ -45,6 +53,8 @@ def running_tasks(store: Store, statuses: frozenset[str] = WORKING) -> list[dict
 
 
 def _daemon(home: Path) -> dict[str, Any]:
+    from ...daemon_client import daemon_info, running_daemon
+
     info = running_daemon(home)
     if info is None:
         # daemon.json outlives a daemon only when it died without cleaning up.
@@ -56,7 +66,7 @@ def _daemon(home: Path) -> dict[str, Any]:
 
 def collect(home: Path, store: Store) -> dict[str, Any]:
     """Everything `status` shows, as the JSON `status --json` prints (get_status's own code over `store`)."""
-    from .install import home_mismatches
+    from ..client_configs import home_mismatches
 
     status = cli_reads.system(store).status()
     by_status = {s: 0 for s in STATES} | status["tasks"]["by_status"]
@@ -182,10 +192,9 @@ def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
         if as_json:
             print_json(_no_data(home))
         else:
-            from rich.console import Console
             from rich.text import Text
 
-            Console().print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
+            console().print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
                                          "claude-code`) or start the daemon (`agentqueue serve`).")))
         return 0
     store = cli_reads.open_store_for_reading(home)
@@ -193,20 +202,18 @@ def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
         if as_json:
             print_json(collect(home, store))
             return 0
-        from rich.console import Console
-
-        console = Console()
+        out = console()
         if not watch:
-            console.print(render(collect(home, store), console.width))
+            out.print(render(collect(home, store), out.width))
             return 0
         from rich.live import Live
 
         try:
-            with Live(render(collect(home, store), console.width), console=console, refresh_per_second=4,
+            with Live(render(collect(home, store), out.width), console=out, refresh_per_second=4,
                       screen=False) as live:
                 while True:
                     time.sleep(1)
-                    live.update(render(collect(home, store), console.width))
+                    live.update(render(collect(home, store), out.width))
         except KeyboardInterrupt:
             return 0
     finally:

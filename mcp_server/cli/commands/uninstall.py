@@ -9,19 +9,35 @@ else) unless --purge, which also deletes the data directory.
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sqlite3
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import paths
-from .cli_actions import running_agents
-from .cli_output import CliError, duration
-from .daemon_client import running_daemon
-from .install import configs_with_entry, install
-from .visible import visible
+from ... import paths
+from ...visible import visible
+from ..output import CliError, duration
+from ..parser import add_command
+
+if TYPE_CHECKING:
+    import subprocess
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    command = add_command(
+        sub, "uninstall", "remove AgentQueue from every client, stop it, prune its worktrees and branches", run,
+        "Remove our entry from every client config, stop the daemon, remove our worktrees and the "
+        "task branches (<task_id>/<slug>) of known tasks from your repos. Branches with work not in "
+        "the default branch, and the data directory, are kept unless --purge.")
+    command.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    command.add_argument("--purge", action="store_true",
+                         help="also delete unmerged task branches and the data directory")
+
+
+def run(args: argparse.Namespace, home: Path) -> int:
+    return uninstall(home, yes=args.yes, purge=args.purge)
 
 
 @dataclass
@@ -35,11 +51,15 @@ class RepoPlan:
 
 
 def _git(checkout: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    import subprocess
+
     return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=60)
 
 
 def _known_branches(home: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """(repos, task branches) from the store, read-only; empty when there is no store."""
+    import sqlite3
+
     db = paths.db_path(home)
     if not db.exists():
         return [], []
@@ -85,6 +105,10 @@ def plan_repos(home: Path) -> list[RepoPlan]:
 
 
 def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
+    from ...daemon_client import running_daemon
+    from ..client_configs import configs_with_entry, install
+    from .stop import running_agents
+
     configs = configs_with_entry()
     daemon = running_daemon(home)
     running = running_agents(home) if daemon is not None else []
@@ -129,7 +153,7 @@ def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
             message, problems = f"{config.client}: {error}", problems + 1
         print(message)
     if daemon is not None:
-        from .daemon import stop
+        from ...daemon_client import stop
 
         stopped, message = stop(home)
         print(message)

@@ -14,12 +14,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from . import paths
-from .services.errors import NotFoundError
-from .services.failures import error_report
-from .services.system import System
-from .services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
-from .store.base import Store
+from .. import paths
+from ..services.errors import NotFoundError
+from ..services.failures import error_report
+from ..services.system import System
+from ..services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
+from ..store.base import Store
 
 # A task's fields as get_task gives them (store.models.Task), in that order: the row's other columns stay out.
 TASK_FIELDS = ("id", "project_id", "title", "description", "status", "priority", "repo_id", "branch",
@@ -33,9 +33,9 @@ TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write", "total")
 
 def open_store_for_reading(home: Path) -> Store:
     """The home's store for a read: refuses (rather than creating an empty one) when there is none."""
-    from . import settings
-    from .cli_output import CliError
-    from .store.reader import open_read_store
+    from .. import settings
+    from .output import CliError
+    from ..store.reader import open_read_store
 
     if not paths.db_path(home).exists():
         raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "

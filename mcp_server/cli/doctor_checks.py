@@ -1,4 +1,4 @@
-"""`agentqueue doctor`: check what AgentQueue needs, and say how to fix each problem.
+"""The checks `agentqueue doctor` runs: what AgentQueue needs, and how to fix each problem.
 
 Each check is ✔ (fine), ✘ (a problem: exit status 1), ! (works, but worth fixing) or · (for
 information). The agent CLIs are looked up the way the daemon looks them up (config.toml [cli],
@@ -16,15 +16,14 @@ import subprocess
 import tempfile
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__, paths, settings
-from .daemon_client import daemon_info, running_daemon
-from .install import CLIENTS, read_config
+from .. import __version__, paths, settings
+from ..daemon_client import daemon_info, running_daemon
+from .client_configs import CLIENTS, read_config
 
-MARKS = {"ok": ("✔", "green"), "fail": ("✘", "bold red"), "warn": ("!", "yellow"), "info": ("·", "dim")}
 AGENT_CLIS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
 INSTALL_HINTS = {"claude": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
                  "gemini": "npm install -g @google/gemini-cli", "gh": "https://cli.github.com or your package manager"}
@@ -176,7 +175,7 @@ def check_team(home: Path, loaded: settings.Settings) -> list[Check]:
     """Team mode: the shared PostgreSQL database answers, at which schema, and which daemons share it."""
     if not loaded.database_url:
         return []
-    from .store.db import StoreOpenError, open_store
+    from ..store.db import StoreOpenError, open_store
 
     where = settings.redact_url(loaded.database_url)
     try:
@@ -321,8 +320,8 @@ def check_clients(home: Path) -> list[Check]:
 
 def check_sandbox(home: Path, loaded: settings.Settings) -> list[Check]:
     """A real probe of bubblewrap, and the settings that weaken the walls (a warning each)."""
-    from .sandbox.bwrap import probe
-    from .sandbox.rules import SandboxConfigError, project_settings
+    from ..sandbox.bwrap import probe
+    from ..sandbox.rules import SandboxConfigError, project_settings
 
     why = probe()
     required = loaded.sandbox.required is not False
@@ -369,31 +368,3 @@ def run_checks(home: Path) -> list[Check]:
     checks += check_clients(home)
     return checks
 
-
-def doctor(home: Path, as_json: bool = False) -> int:
-    checks = run_checks(home)
-    problems = sum(c.level == "fail" for c in checks)
-    if as_json:
-        from .cli_output import print_json
-
-        print_json({"home": str(home), "version": __version__, "ok": problems == 0, "problems": problems,
-                    "checks": [asdict(c) for c in checks]})
-        return 1 if problems else 0
-    from rich.console import Console
-    from rich.text import Text
-
-    from .visible import visible
-
-    # A detail quotes what a CLI, a config file or git printed: shown, never obeyed.
-    console = Console()
-    console.print(Text.assemble(("AgentQueue doctor", "bold"), visible(f" {__version__}  home {home}")))
-    for check in checks:
-        mark, style = MARKS[check.level]
-        console.print(Text.assemble((f"{mark} ", style), (visible(check.name), "bold"),
-                                    f"  {visible(check.detail, multiline=True)}"))
-        if check.fix:
-            console.print(Text.assemble(("    fix: ", "dim"), visible(check.fix, multiline=True)))
-    warnings = sum(c.level == "warn" for c in checks)
-    summary = (f"{problems} problem(s)" if problems else "No problems") + (f", {warnings} warning(s)" if warnings else "")
-    console.print(Text(summary + ".", style="bold red" if problems else "green"))
-    return 1 if problems else 0

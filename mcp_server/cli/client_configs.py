@@ -1,4 +1,4 @@
-"""`agentqueue install <client> [--remove]`: add AgentQueue to an MCP client's config, or take it out.
+"""MCP clients' config files: where each keeps it, reading it, and merging our entry in (or taking it out).
 
 The entry names this install's own `agentqueue` script by absolute path (never the base
 interpreter a venv's python symlink resolves to), so it runs from any cwd and under a GUI
@@ -13,14 +13,17 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import jsonc, paths
+from .. import paths
+from . import jsonc
+
+if TYPE_CHECKING:
+    import subprocess
 
 CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode")
 JSONC_CLIENTS = ("cursor", "vscode")  # these clients accept comments and trailing commas in their config
@@ -201,6 +204,8 @@ def _claude_cli() -> str | None:
 
 
 def _run_claude(claude: str, *args: str) -> subprocess.CompletedProcess[str] | None:
+    import subprocess
+
     try:
         return subprocess.run([claude, "mcp", *args], capture_output=True, text=True, timeout=60,
                               stdin=subprocess.DEVNULL)
@@ -286,20 +291,3 @@ def _edit_file(client: str, config: ClientConfig, entry: dict[str, Any] | None, 
         return f"Removed AgentQueue from {path}{note}. Restart {NAMES[client]} to unload it." + lossy
     return f"Added AgentQueue to {path}{note}. Restart {NAMES[client]} to load it." + lossy
 
-
-def run(client: str, home: Path, dry_run: bool = False, remove: bool = False) -> str:
-    """What `agentqueue install` prints: the change, the command and home it pins, the CLI paths recorded."""
-    from . import cli_paths
-
-    _, message = install(client, home, dry_run=dry_run, remove=remove)
-    lines = [message]
-    if not remove:
-        entry = server_entry(client, home)
-        lines.append(f"  command: {shlex.join([entry['command'], *entry['args']])}")
-        lines.append(f"  home:    {home}")
-        recorded = cli_paths.record(home, dry_run=dry_run)
-        if recorded:
-            lines.append(recorded)
-        if not dry_run:
-            lines.append("Check the setup with `agentqueue doctor`.")
-    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""`agentqueue show TASK`: one task: status, reason and next step, attempts, branch/PR, files, last result."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ... import paths
+from ...services.task_states import NEEDS_PERSON
+from .. import reads as cli_reads
+from ..output import console, duration, print_json, shown, status_text
+from ..parser import add_command, json_flag
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    command = add_command(sub, "show", "one task: status, reason and next step, attempts, branch/PR, files, last result",
+                          run)
+    command.add_argument("task", help="task id, e.g. swift-falcon")
+    json_flag(command)
+
+
+def run(args: argparse.Namespace, home: Path) -> int:
+    return show(home, args.task, args.json)
+
+
+def show(home: Path, task_id: str, as_json: bool) -> int:
+    store = cli_reads.open_store_for_reading(home)
+    try:
+        task = cli_reads.task(store, task_id)
+        attempts, result = cli_reads.last_result(store, task_id)
+        reason, next_step = task["reason"], task["next_step"]
+        error = None
+        if task["status"] in NEEDS_PERSON and result is not None and result["status"] != "completed":
+            error = cli_reads.agent_error(store, task_id)
+    finally:
+        store.close()
+    log = paths.task_log(home, task_id)
+    data = {"task": task, "attempts": attempts, "result": result, "reason": reason, "next_step": next_step,
+            "error": error, "log": str(log) if log.exists() else None}
+    if as_json:
+        print_json(data)
+        return 0
+    from rich.table import Table
+    from rich.text import Text
+
+    out = console()
+    out.print(Text.assemble(shown(task["id"], "bold"), "  ", status_text(task["status"]), "  ", shown(task["title"])))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    grid.add_row("project", shown(task["project_id"] + (f"  repo {task['repo_id']}" if task["repo_id"] else "  (no repo)")))
+    grid.add_row("priority", str(task["priority"]) + ("  requires approval" if task["requires_approval"] else ""))
+    if task["assigned_agent"]:
+        grid.add_row("agent", shown(task["assigned_agent"]))
+    if reason:
+        grid.add_row("reason", shown(reason, "yellow", multiline=True))
+    if next_step:
+        grid.add_row("next step", shown(next_step, "bold", multiline=True))
+    if error and not reason:
+        said = f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": ")
+        grid.add_row("error", shown(said, "red", multiline=True))
+        if error.get("suggested_fix"):
+            grid.add_row("fix", shown(error["suggested_fix"], multiline=True))
+    grid.add_row("attempts", f"{attempts} run(s); retries {task['retry_count']} of {task['max_retries']}")
+    if task["branch"]:
+        grid.add_row("branch", shown(task["branch"]))
+    if task["pr_url"]:
+        grid.add_row("PR", shown(task["pr_url"]))
+    if task["depends_on"]:
+        grid.add_row("depends on", shown(", ".join(task["depends_on"])))
+    if task["dependents"]:
+        grid.add_row("dependents", shown(", ".join(task["dependents"])))
+    if result is not None:
+        cost = f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
+        took = f" · {duration(result['duration_s'])}" if result["duration_s"] is not None else ""
+        label = result["status"] + (f" ({result['error_type']})" if result["error_type"] else "")
+        grid.add_row("last result", shown(f"{label} · attempt {result['attempt']}{took} · "
+                                           f"{result['tokens']['total']:,} tokens{cost}"))
+        if result["warning"]:
+            grid.add_row("warning", shown(result["warning"], "yellow", multiline=True))
+        if result["summary"]:
+            grid.add_row("summary", shown(result["summary"].strip()[-1200:], multiline=True))
+        files = result["files_changed"]
+        grid.add_row("files changed", shown(", ".join(files)) if files else "none")
+    grid.add_row("log", shown(f"{log}  (agentqueue logs {task['id']})") if log.exists() else "none yet")
+    out.print(grid)
+    out.print(Text("description", style="dim"))
+    out.print(shown(task["description"].strip()[:2000], multiline=True))
+    return 0
