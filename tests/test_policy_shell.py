@@ -416,9 +416,9 @@ def test_fuzz_a_deny_rule_holds_in_every_composition(with_deny_rules: Policies, 
 @pytest.mark.parametrize("command", ["ls " + "a && b; " * 125_000, "echo " + "x" * 1_000_000,
                                      "$(" * 50_000 + "rm" + ")" * 50_000, "ls;" * 20_000])
 def test_a_huge_command_is_decided_fast_and_not_echoed(presets: dict[str, Policies], command: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU, not wall: other tests beside it on the cores do not count
     verdict = presets["standard"].decide(bash(command))
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert verdict.decision == "ask" and elapsed < 1.0, (verdict.decision, elapsed)
     assert len(verdict.refusal(str(bash(command)))) < 1_000
     assert presets["readonly"].decide(bash(command)).decision == "deny"
