@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 # Offline machine: no background fetches (they are refused, many at a time, and slow the start).
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -20,8 +23,11 @@ def chromium_path() -> str | None:
     return os.environ.get("AGENTQUEUE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def needs_chromium() -> pytest.MarkDecorator:
-    return pytest.mark.skipif(chromium_path() is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def needs_chromium() -> Callable[[T], T]:
+    """Marks a test `browser` (left out of the fast loop), and skips it where Chromium is not installed."""
+    skip = pytest.mark.skipif(chromium_path() is None,
+                              reason="Debian's chromium is not installed (.ci/run installs it)")
+    return lambda test: pytest.mark.browser(skip(test))
 
 
 @asynccontextmanager

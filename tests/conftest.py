@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh AGENTQUEUE_HOME per test, the server built on it, clients in both eras."""
+"""Shared fixtures: a fresh AGENTQUEUE_HOME per test, the server built on it, clients in the current protocol era
+(in both eras for the tests marked `both_eras`), and the cost markers that follow from fixtures."""
 
 from __future__ import annotations
 
@@ -18,12 +19,32 @@ from agentqueue import daemon
 from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
+from . import cost_markers
 from .pg import PgServer, pg_binary
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# The loopback model mocks exist to feed the real agent CLIs: a test that uses one runs claude, codex or gemini.
+MODEL_MOCKS = {"mock_api", "codex_api", "claude_env", "api"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Markers that follow from fixtures (pyproject lists them all; the rest are set in the test modules):
+    `pg` on a test that runs on PostgreSQL (a `postgres` parameter, the `pg_server` fixture, or
+    AGENTQUEUE_TEST_BACKEND=postgres for every test that uses `home`), `real_cli` on one fed by a model mock."""
+    everywhere = os.environ.get("AGENTQUEUE_TEST_BACKEND") == "postgres"
+    for item in items:
+        params = getattr(item, "callspec", None)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if ((params is not None and "postgres" in params.params.values()) or "pg_server" in fixtures
+                or (everywhere and "home" in fixtures)):
+            item.add_marker(pytest.mark.pg)
+        if fixtures & MODEL_MOCKS:
+            item.add_marker(pytest.mark.real_cli)
 
 
 def _daemons_under(root: Path) -> list[int]:
@@ -53,6 +74,12 @@ def no_daemon_left_behind(tmp_path: Path):
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
     assert not orphans, f"daemon(s) {orphans} outlived the test"
+
+
+@pytest.fixture(autouse=True)
+def markers_tell_the_truth(request: pytest.FixtureRequest, tmp_path: Path):
+    """With AGENTQUEUE_CHECK_MARKERS set, a test that starts a daemon, an agent CLI or Chromium must say so."""
+    yield from cost_markers.check(request.node, tmp_path)
 
 
 @pytest.fixture
@@ -140,10 +167,28 @@ def server(services: Services):
     return build_server(services, EVERY_TOOL)
 
 
-@pytest.fixture(params=["legacy", "modern"])
+ERAS = ("legacy", "modern")  # 2025-11-25 handshake, and 2026-07-28 sessionless (the current era)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked `both_eras` (it is about the protocol) runs in both eras; any other test that connects
+    runs once, in the current era. A test that parametrizes `era` itself keeps its own list."""
+    if "era" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("both_eras") is None:
+        return
+    if any("era" in _argnames(mark) for mark in metafunc.definition.iter_markers("parametrize")):
+        return
+    metafunc.parametrize("era", ERAS, indirect=True)
+
+
+def _argnames(mark: pytest.Mark) -> list[str]:
+    names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+
+
+@pytest.fixture
 def era(request: pytest.FixtureRequest) -> str:
-    """Both protocol eras: 2025-11-25 handshake ("legacy") and 2026-07-28 sessionless ("modern")."""
-    return request.param
+    """The protocol era a test's clients speak: "modern" unless the test is marked `both_eras`."""
+    return getattr(request, "param", "modern")
 
 
 async def person_says_yes(context: Any, params: ElicitRequestParams) -> ElicitResult:

@@ -1,7 +1,8 @@
 """A real PostgreSQL server for the tests: Debian's binaries, `initdb` into a temp dir, `pg_ctl` on a loopback port.
 
 As root (CI), the server runs as the unprivileged `postgres` user the package creates (initdb refuses root).
-One server per test session; each test gets its own fresh database from `PgServer.database()`.
+One server per test session (under pytest-xdist: one per worker, each in its own temp dir on its own port); each
+test gets its own fresh database from `PgServer.database()`.
 """
 
 from __future__ import annotations
@@ -45,9 +46,16 @@ class PgServer:
             shutil.chown(self.root, "postgres", "postgres")
         self.run(pg_binary("initdb"), "-D", str(self.data), "-U", "aq", "--auth=trust", "-E", "UTF8",
                  "--locale=C", "--no-sync")
-        self.run(pg_binary("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"), "-w", "-t", "60",
-                 "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                       "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300", "start")
+        for attempt in range(3):  # xdist: another worker's server may take the free port before ours binds it
+            try:
+                self.run(pg_binary("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"), "-w",
+                         "-t", "60", "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                         "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300", "start")
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                self.port = _free_port()
 
     def run(self, *argv: str | None) -> None:
         done = subprocess.run([*self.as_user, *[a for a in argv if a]], capture_output=True, text=True,

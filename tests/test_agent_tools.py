@@ -26,7 +26,7 @@ from .mock_anthropic import FOLLOWUP, MockAnthropic
 from .processes import claude_env, wait_for
 from .test_engine_claude import CLAUDE
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration,
+pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
 
 

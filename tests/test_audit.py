@@ -66,6 +66,7 @@ def test_the_retention_setting_is_checked(tmp_path: Path):
         load(tmp_path, {})
 
 
+@pytest.mark.both_eras
 async def test_the_audit_resource_lists_the_latest_rows(client, services):
     await ok(client, "create_project", name="Demo")
     contents = (await client.read_resource("agentqueue://audit")).contents
@@ -73,6 +74,7 @@ async def test_the_audit_resource_lists_the_latest_rows(client, services):
     assert entries[0]["action"] == "tool:create_project"
 
 
+@pytest.mark.both_eras
 async def test_edit_policy_asks_a_person_and_get_policy_shows_the_result(server, services, era):
     services.projects.create("Demo")
     mode = "legacy" if era == "legacy" else "auto"
@@ -106,6 +108,7 @@ async def test_the_readonly_preset_keeps_reads_and_refuses_the_rest(client, serv
     assert services.store.scalar("SELECT count(*) FROM tasks") == 0
 
 
+@pytest.mark.both_eras
 async def test_tools_the_policy_denies_outright_are_left_out_of_the_list(client, services):
     everything = {t.name for t in (await client.list_tools()).tools}
     services.policies.edit(add_rule="tool:delete_project", rule_list="deny")

@@ -72,6 +72,7 @@ async def live_page(browser: object, live: LiveDaemon, path: str, width: int = 1
 
 
 # -- access ------------------------------------------------------------------------------------------
+@pytest.mark.daemon
 def test_pages_and_actions_need_the_session_and_the_board_refuses_foreign_origins(board: LiveDaemon) -> None:
     base = board.base  # type: ignore[attr-defined]
     with httpx.Client(base_url=base, follow_redirects=False) as anonymous:
@@ -119,6 +120,7 @@ def test_pages_and_actions_need_the_session_and_the_board_refuses_foreign_origin
 # -- live, in a real browser ------------------------------------------------------------------------------
 @needs_chromium()
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_with_no_reload(
         board: LiveDaemon, tmp_path: Path) -> None:
     gate = signals(tmp_path) / "gate"
@@ -170,6 +172,7 @@ async def test_a_task_from_the_form_moves_across_the_board_and_its_log_streams_w
 
 @needs_chromium()
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_dependency_links_filters_and_the_other_views(board: LiveDaemon) -> None:
     board.call("orchestrator_control", action="pause")
     first = board.call("create_task", project_id="demo", title="Schema", description="SAY a")
@@ -211,6 +214,7 @@ async def test_dependency_links_filters_and_the_other_views(board: LiveDaemon) -
 
 @needs_chromium()
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_an_open_page_reconnects_after_a_daemon_restart(board: LiveDaemon) -> None:
     board.call("orchestrator_control", action="pause")
     async with chromium() as browser:
@@ -230,6 +234,7 @@ async def test_an_open_page_reconnects_after_a_daemon_restart(board: LiveDaemon)
 @needs_chromium()
 @pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_a_permission_request_is_answered_on_the_task_page_and_the_same_run_goes_on(
         tmp_path: Path, mock_api: MockAnthropic) -> None:  # noqa: F811
     """The real `claude` CLI asks (the standard preset asks before Bash), the person clicks Allow on the board."""
@@ -267,6 +272,7 @@ async def test_a_permission_request_is_answered_on_the_task_page_and_the_same_ru
 
 @needs_chromium()
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_request_changes_reruns_with_the_comment_then_approve_lands_it(board: LiveDaemon) -> None:
     task = board.call("create_task", project_id="demo", title="Needs review", requires_approval=True,
                       description="ECHO\nWRITE review.txt first draft")
@@ -299,6 +305,7 @@ async def test_request_changes_reruns_with_the_comment_then_approve_lands_it(boa
     assert len(board.call("get_recent_events", event_type="task.changes_requested")["events"]) == 1
 
 
+@pytest.mark.daemon
 def test_agentqueue_board_says_what_to_do_when_the_daemon_has_no_http(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "aq", tmp_path / "user")
     live = start_daemon(env)  # --no-http
@@ -336,6 +343,7 @@ def titles(live: LiveDaemon) -> list[str]:
     return [t["title"] for t in cli_json(live.env, "tasks", "--all")["tasks"]]
 
 
+@pytest.mark.daemon
 def test_bearer_token_actions_get_the_tools_policy_verdict_and_the_audit_names_the_credential(
         board: LiveDaemon) -> None:
     base = board.base  # type: ignore[attr-defined]
@@ -392,6 +400,7 @@ def test_bearer_token_actions_get_the_tools_policy_verdict_and_the_audit_names_t
     assert sorted(e["actor"] for e in orchestrator) == ["board", "http:bearer"]
 
 
+@pytest.mark.daemon
 def test_a_read_only_daemon_takes_no_board_action_with_any_credential(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "aq", tmp_path / "user")
     first = start_daemon(env, "--no-http")
@@ -418,6 +427,7 @@ def test_a_read_only_daemon_takes_no_board_action_with_any_credential(tmp_path: 
         stop_daemon(live)
 
 
+@pytest.mark.daemon
 def test_the_live_feed_takes_a_task_id_never_a_path(board: LiveDaemon) -> None:
     logs = board.home / "logs"
     (logs / "tasks").mkdir(parents=True, exist_ok=True)
@@ -452,6 +462,7 @@ def test_the_live_feed_takes_a_task_id_never_a_path(board: LiveDaemon) -> None:
         assert "the task's own line" in seen and "SECRET" not in seen
 
 
+@pytest.mark.daemon
 def test_the_session_cookie_works_only_on_the_daemon_that_minted_it(tmp_path: Path) -> None:
     """Browsers send a host's cookies to every port: another local daemon, even one with the same token, refuses
     them."""
@@ -484,6 +495,7 @@ def test_the_session_cookie_works_only_on_the_daemon_that_minted_it(tmp_path: Pa
             stop_daemon(live)
 
 
+@pytest.mark.daemon
 def test_no_board_answer_may_be_framed(board: LiveDaemon) -> None:
     base = board.base  # type: ignore[attr-defined]
     person, csrf = logged_in(board)
@@ -502,6 +514,7 @@ def test_no_board_answer_may_be_framed(board: LiveDaemon) -> None:
 
 @needs_chromium()
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_a_foreign_page_cannot_frame_the_board(board: LiveDaemon) -> None:
     """Even its public login page: a frame the browser refuses renders nothing of the board's."""
     async with chromium() as browser:
@@ -518,6 +531,7 @@ async def test_a_foreign_page_cannot_frame_the_board(board: LiveDaemon) -> None:
             assert "Log in" not in content and "AgentQueue" not in content, (path, framed.url, content[:300])
 
 
+@pytest.mark.daemon
 def test_agentqueue_board_keeps_the_login_code_off_every_command_line(board: LiveDaemon, tmp_path: Path) -> None:
     """Opening a browser runs a program with the URL as an argument, which `ps` shows every local user."""
     seen = tmp_path / "browser-argv.json"
@@ -542,6 +556,7 @@ def test_agentqueue_board_keeps_the_login_code_off_every_command_line(board: Liv
 
 @needs_chromium()
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_the_login_page_from_agentqueue_board_logs_a_real_browser_in(board: LiveDaemon, tmp_path: Path) -> None:
     seen = tmp_path / "browser-argv.json"
     fake = tmp_path / "fake-browser"
@@ -560,6 +575,7 @@ HOSTILE_TITLES = ["x" * 256, "Fix \x1b]52;c;ZXZpbAo=\x07 now", "two\nlines", "be
                   "c1\x9b2J", "sep\u2028arator", "nul\x00byte"]
 
 
+@pytest.mark.daemon
 def test_the_board_refuses_exactly_the_titles_the_tool_refuses(board: LiveDaemon) -> None:
     person, csrf = logged_in(board)
     with closing(person):
@@ -585,6 +601,7 @@ def test_the_board_refuses_exactly_the_titles_the_tool_refuses(board: LiveDaemon
         assert "queued" in flash_text(ok)
 
 
+@pytest.mark.daemon
 def test_numbers_in_board_forms_are_ascii_whole_numbers_or_a_clear_4xx(board: LiveDaemon) -> None:
     task = board.call("create_task", project_id="demo", title="Review me", requires_approval=True,
                       description="WRITE a.txt one")
@@ -641,6 +658,7 @@ def cards_in(page: str, column: str) -> list[str]:
     return re.findall(r'<article class="card[^"]*" id="card-([\w-]+)"', section)
 
 
+@pytest.mark.daemon
 def test_a_long_column_shows_its_first_cards_and_its_own_page_shows_the_rest_escaped(board: LiveDaemon) -> None:
     ids = long_ready_column(board, 56)
     person, _ = logged_in(board)
@@ -677,6 +695,7 @@ def test_a_long_column_shows_its_first_cards_and_its_own_page_shows_the_rest_esc
 
 @needs_chromium()
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_a_card_from_the_hidden_part_of_a_column_moves_and_both_counts_follow(board: LiveDaemon) -> None:
     ids = long_ready_column(board, 53)
     async with chromium() as browser:

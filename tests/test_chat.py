@@ -21,7 +21,7 @@ from .mock_anthropic import USAGE, MockAnthropic
 from .processes import Terminal
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
 
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -236,4 +236,5 @@ def test_claude_asks_before_its_own_tools_and_the_person_answers_yes_or_no(live:
         screen = chat.wait("Tool said:")
         assert not (workdir / "NO_MARKER").exists()
         assert "Tool said: (Bash completed" not in screen  # the model was told it was refused
+        chat.wait("you › ", 2)  # as above: Ctrl-D once the prompt is back, not mid-turn
         assert chat.leave() == 0

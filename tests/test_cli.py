@@ -172,6 +172,7 @@ def test_a_private_claude_json_stays_private_and_so_do_its_backups(user_home: Pa
 
 
 @pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")
+@pytest.mark.real_cli
 def test_claude_code_is_configured_with_claude_mcp_add_json(tmp_path: Path) -> None:
     user = tmp_path / "user"
     bin_dir = tmp_path / "bin"
@@ -329,6 +330,7 @@ def test_status_says_when_a_client_uses_another_home(tmp_path: Path) -> None:
     assert "".join(said.split()) in "".join(done.stdout.split())  # long paths may be folded at 80 columns
 
 
+@pytest.mark.slow
 def test_reads_refuse_in_one_sentence(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "aq", tmp_path / "user")
     empty = cli_in_process(env, "tasks")

@@ -21,7 +21,7 @@ from .cli_helpers import (AGENT_COMMAND, LiveDaemon, Output, cli_env, cli_in_pro
 from .git_fixtures import git, make_repo
 from .processes import Terminal, alive
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.daemon, pytest.mark.integration]
 
 
 @pytest.fixture

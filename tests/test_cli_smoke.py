@@ -47,6 +47,7 @@ def test_doctor(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.daemon
 def test_the_queue_commands_against_a_daemon(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "aq", tmp_path / "user")
     live = start_daemon(env, "--port", "0", installed=True)  # agentqueue serve

@@ -59,6 +59,7 @@ def test_argv_is_headless_json_workspace_write():
     assert "--dangerously-bypass-approvals-and-sandbox" in inside and "-s" not in inside  # our walls, not its own
 
 
+@pytest.mark.real_cli
 def test_write_file_runs_the_shell_tool_and_reports_usage(tmp_path: Path, api: mock.MockOpenAI):
     proc, events, _ = run_codex(tmp_path, api.base_url, "SCENARIO:write_file create the hello file")
     assert proc.returncode == 0, proc.stderr
@@ -98,6 +99,7 @@ def test_write_file_runs_the_shell_tool_and_reports_usage(tmp_path: Path, api: m
     assert result.summary == mock.FINAL_TEXT
 
 
+@pytest.mark.real_cli
 def test_plain_prompt_gets_a_text_answer(tmp_path: Path, api: mock.MockOpenAI):
     proc, events, _ = run_codex(tmp_path, api.base_url, "say hello")
     assert proc.returncode == 0, proc.stderr
@@ -112,6 +114,7 @@ def test_plain_prompt_gets_a_text_answer(tmp_path: Path, api: mock.MockOpenAI):
 
 
 @pytest.mark.parametrize("max_retries", [0, None], ids=["no-retries", "codex-default-retries"])
+@pytest.mark.real_cli
 def test_rate_limit_fails_fast_as_rate_limit(tmp_path: Path, api: mock.MockOpenAI, max_retries: int | None):
     proc, events, elapsed = run_codex(tmp_path, api.base_url, "SCENARIO:rate_limit anything",
                                       max_retries=max_retries)

@@ -76,7 +76,8 @@ def _node22() -> str | None:
 
 
 NODE = _node22()
-pytestmark = [pytest.mark.integration,
+# One worker runs the module, so its scenarios share one daemon (module-scoped `daemon_url`).
+pytestmark = [pytest.mark.daemon, pytest.mark.integration, pytest.mark.xdist_group("conformance"),
               pytest.mark.skipif(not (CONFORMANCE.exists() and os.access(CONFORMANCE, os.X_OK)),
                                  reason="conformance suite not installed in .cache/conformance (.ci/run installs it)"),
               pytest.mark.skipif(NODE is None, reason="the conformance suite needs Node >= 22")]

@@ -77,6 +77,8 @@ def test_doctor_finds_each_seeded_fault_with_its_fix(tmp_path: Path) -> None:
     assert "5 problem(s)" in text.stdout
 
 
+@pytest.mark.daemon
+@pytest.mark.real_cli
 def test_doctor_on_a_healthy_setup_passes_and_reads_the_daemons_own_environment(tmp_path: Path) -> None:
     home, user = tmp_path / "aq", tmp_path / "user"
     env = cli_env(home, user, PATH=f"{tmp_path / 'bin'}:/usr/bin:/bin", AGENTQUEUE_PORT="0")
@@ -116,6 +118,7 @@ def test_doctor_on_a_healthy_setup_passes_and_reads_the_daemons_own_environment(
     assert checks["daemon"]["level"] == "fail"
 
 
+@pytest.mark.daemon
 def test_uninstall_removes_our_entries_worktrees_and_task_branches_and_nothing_else(tmp_path: Path) -> None:
     home, user = tmp_path / "aq", tmp_path / "user"
     env = cli_env(home, user, PATH="/usr/bin:/bin")

@@ -16,7 +16,7 @@ from . import mock_openai as mock
 from .third_party import npm_bin
 
 CODEX = npm_bin("codex")
-pytestmark = [pytest.mark.anyio, pytest.mark.integration,
+pytestmark = [pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
               pytest.mark.skipif(CODEX is None, reason="codex CLI not installed (.ci/run installs it)")]
 
 

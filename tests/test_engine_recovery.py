@@ -21,7 +21,7 @@ from .processes import alive, claude_env
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
-pytestmark = [pytest.mark.anyio, pytest.mark.integration,
+pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
 
 

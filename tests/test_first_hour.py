@@ -21,7 +21,7 @@ from agentqueue import daemon, paths
 from .processes import Terminal, alive
 from .third_party import npm_bin
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.daemon, pytest.mark.integration]
 
 SCRIPT = Path(sys.executable).parent / "agentqueue"  # the console script pip put beside this venv's python
 CLAUDE = npm_bin("claude")
@@ -94,6 +94,7 @@ def test_serve_on_a_corrupt_database_says_one_sentence_and_exits(live_home: Path
 
 
 @pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")
+@pytest.mark.real_cli
 def test_claude_mcp_list_health_checks_leave_no_error_in_the_daemon_log(live_home: Path, tmp_path: Path) -> None:
     user_home = tmp_path / "user"
     user_home.mkdir()

@@ -62,6 +62,7 @@ def test_argv_is_headless_stream_json_yolo():
     assert argv[-1] == "--prompt=do it"  # one argument, so a prompt starting with "-" is still the prompt
 
 
+@pytest.mark.real_cli
 def test_write_file_runs_the_shell_tool_and_reports_usage(tmp_path: Path, api: mock.MockGemini):
     proc, events, _ = run_gemini(tmp_path, api.base_url, "SCENARIO:write_file create the hello file")
     assert proc.returncode == 0, proc.stderr
@@ -98,6 +99,7 @@ def test_write_file_runs_the_shell_tool_and_reports_usage(tmp_path: Path, api: m
     assert run.summary == mock.FINAL_TEXT
 
 
+@pytest.mark.real_cli
 def test_plain_prompt_gets_a_text_answer_from_deltas(tmp_path: Path, api: mock.MockGemini):
     proc, events, _ = run_gemini(tmp_path, api.base_url, "say hello")
     assert proc.returncode == 0, proc.stderr
@@ -112,6 +114,7 @@ def test_plain_prompt_gets_a_text_answer_from_deltas(tmp_path: Path, api: mock.M
     assert run.tokens["total"] == expected["total_tokens"] and run.tokens["input"] == expected["input"]
 
 
+@pytest.mark.real_cli
 def test_prompt_that_looks_like_a_flag_is_still_the_prompt(tmp_path: Path, api: mock.MockGemini):
     proc, events, _ = run_gemini(tmp_path, api.base_url, "-rf")
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +122,7 @@ def test_prompt_that_looks_like_a_flag_is_still_the_prompt(tmp_path: Path, api: 
 
 
 @pytest.mark.parametrize("max_attempts", [1, 2], ids=["no-retry", "one-retry"])
+@pytest.mark.real_cli
 def test_rate_limit_fails_fast_as_rate_limit(tmp_path: Path, api: mock.MockGemini, max_attempts: int):
     proc, events, elapsed = run_gemini(tmp_path, api.base_url, "SCENARIO:rate_limit anything",
                                        max_attempts=max_attempts)
@@ -140,6 +144,7 @@ def test_rate_limit_fails_fast_as_rate_limit(tmp_path: Path, api: mock.MockGemin
     assert run.tokens["total"] == mock.expected_stats("router")["total_tokens"]
 
 
+@pytest.mark.real_cli
 def test_the_readonly_preset_offers_gemini_no_shell(tmp_path: Path, api: mock.MockGemini):
     """Gemini asks no host about single calls: `readonly` runs it in plan mode, where it has no shell tool."""
     argv = build(AgentConfig("gemini", binary="gemini", preset="readonly"), "x", "", None).argv

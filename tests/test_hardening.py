@@ -331,6 +331,7 @@ async def test_rendered_values_reach_a_shell_step_quoted(services, tmp_path):
 
 # -- a bind beyond loopback needs a Host allow-list --------------------------------------------------------
 
+@pytest.mark.daemon
 async def test_serving_beyond_loopback_needs_an_allow_list_and_keeps_the_host_check(tmp_path):
     import os
     import subprocess
@@ -373,6 +374,7 @@ async def test_serving_beyond_loopback_needs_an_allow_list_and_keeps_the_host_ch
 
 # -- lines that are not one JSON-RPC message get a JSON-RPC error, from the plugin ---------------------------
 
+@pytest.mark.daemon
 def test_the_plugin_answers_what_the_sdk_would_leave_unanswered(tmp_path):
     import os
     import subprocess
@@ -426,6 +428,7 @@ async def _run_hooks_until(runner, condition, timeout: float) -> None:
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_events_during_a_run_wait_for_it_and_none_is_dropped(services, tmp_path):
     from agentqueue.engine.hook_runner import HookRunner
 
@@ -479,6 +482,7 @@ def test_an_unknown_step_flag_is_refused(services):
 
 # -- the jail holds against the caller: workspaces and linked repos outside the allowed roots ask ------------
 
+@pytest.mark.both_eras
 async def test_a_workspace_outside_the_roots_asks_and_the_home_is_never_one(server, services, home, tmp_path, era):
     from mcp import Client
 

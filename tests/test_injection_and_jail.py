@@ -95,6 +95,7 @@ def everything(world: World, services) -> tuple[str, ...]:
             str(sorted(p.name for p in (world.workspace / "repos").iterdir())))
 
 
+@pytest.mark.slow
 async def test_bad_refs_are_refused_and_change_nothing(client, services, armed):
     """Every ref argument of every git tool, with option-like and invalid names."""
     world, marker, gh_record = armed

@@ -14,7 +14,7 @@ from agentqueue import daemon
 
 from .third_party import npm_bin
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.daemon, pytest.mark.integration]
 INSPECTOR = npm_bin("mcp-inspector")
 needs_inspector = pytest.mark.skipif(INSPECTOR is None, reason="mcp-inspector not installed (.ci/run installs it)")
 

@@ -25,7 +25,7 @@ from .cli_helpers import HEAVY_FOR_A_LAUNCH
 from .conftest import person_says_yes
 from .processes import alive, own_children, wait_for
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = [pytest.mark.daemon, pytest.mark.anyio, pytest.mark.integration]
 
 
 def plugin_env(home: Path) -> dict[str, str]:

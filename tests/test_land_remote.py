@@ -70,6 +70,7 @@ def subjects(origin: Path) -> list[str]:
     return bare(origin, "log", "--format=%s", "main").splitlines()
 
 
+@pytest.mark.slow
 def test_two_daemons_land_concurrently_through_origin(origin: Path, tmp_path: Path) -> None:
     repo = clone_repo(origin, tmp_path)
     daemons = {"a": daemon(tmp_path, "a"), "b": daemon(tmp_path, "b")}
@@ -165,6 +166,7 @@ def test_push_rejected_because_origin_moved_is_retried(origin: Path, tmp_path: P
     assert_never_forced(origin)
 
 
+@pytest.mark.slow
 def test_origin_moving_on_every_attempt_gives_up_cleanly(origin: Path, tmp_path: Path, hooks_run: None) -> None:
     repo = clone_repo(origin, tmp_path)
     ws = daemon(tmp_path, "a")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = [pytest.mark.daemon, pytest.mark.anyio, pytest.mark.integration]
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "load.py"
 

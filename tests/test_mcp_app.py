@@ -29,7 +29,7 @@ from .processes import wait_for
 from .test_engine_claude import CLAUDE, engine_for, mock_api  # noqa: F401  (mock_api: fixture)
 from .test_engine_lifecycle import AGENT_COMMAND, make_engine, run_until_final
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 
 APP_MIME = "text/html;profile=mcp-app"
 HOST = Path(__file__).parent / "mcp_app_host"

@@ -1,4 +1,4 @@
-"""Project and channel tools over MCP, in both protocol eras."""
+"""Project and channel tools over MCP (the active project, per connection, in both protocol eras)."""
 
 from __future__ import annotations
 
@@ -124,6 +124,7 @@ async def test_delete_project_refused_while_a_task_runs(client):
     assert (await ok(client, "delete_project", project_id="busy"))["deleted"] == "busy"
 
 
+@pytest.mark.both_eras
 async def test_active_project_is_used_when_project_id_is_omitted(client):
     await ok(client, "create_project", name="Alpha")
     await ok(client, "create_project", name="Beta")
@@ -143,6 +144,7 @@ async def test_active_project_is_used_when_project_id_is_omitted(client):
     assert "No project_id given" in await fail(client, "create_task", title="t", description="d")
 
 
+@pytest.mark.both_eras
 async def test_active_project_is_per_connection(client, server, era):
     await ok(client, "create_project", name="Alpha")
     await ok(client, "set_active_project", project_id="alpha")
@@ -151,6 +153,7 @@ async def test_active_project_is_per_connection(client, server, era):
     assert (await ok(client, "create_task", title="t", description="d"))["project_id"] == "alpha"
 
 
+@pytest.mark.both_eras
 async def test_deleting_the_active_project_clears_it(client):
     await ok(client, "create_project", name="Alpha")
     await ok(client, "set_active_project", project_id="alpha")

@@ -1,4 +1,4 @@
-"""Why a task is BLOCKED, FAILED or PAUSED (issue 8 item 5), over MCP in both eras: the reason and
+"""Why a task is BLOCKED, FAILED or PAUSED (issue 8 item 5), over MCP: the reason and
 next step on the task, in get_agent_error, in get_status warnings and in get_chain_health."""
 
 from __future__ import annotations

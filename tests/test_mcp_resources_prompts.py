@@ -14,7 +14,7 @@ from mcp.types import ResourceUpdatedNotification
 
 from .conftest import ok
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 
 STATIC = {"agentqueue://status", "agentqueue://projects", "agentqueue://events/recent", "agentqueue://approvals"}
 TEMPLATES = {"agentqueue://projects/{project_id}", "agentqueue://projects/{project_id}/tasks",

@@ -222,6 +222,7 @@ async def test_orchestrator_counts_running_tasks(client):
 
 # -- what tools/list advertises -------------------------------------------------------------------
 
+@pytest.mark.both_eras
 async def test_every_tool_is_listed_and_described(client):
     tools = {t.name: t for t in (await client.list_tools()).tools}
     assert EXPECTED_TOOLS <= tools.keys()
@@ -232,6 +233,7 @@ async def test_every_tool_is_listed_and_described(client):
         assert tool.output_schema and tool.output_schema.get("type") == "object", name  # structured results
 
 
+@pytest.mark.both_eras
 async def test_tool_annotations(client):
     tools = {t.name: t for t in (await client.list_tools()).tools}
     for name in EXPECTED_TOOLS:
@@ -245,6 +247,7 @@ async def test_tool_annotations(client):
         assert tools[name].annotations.destructive_hint is True, name
 
 
+@pytest.mark.both_eras
 async def test_required_parameters_are_advertised(client):
     tools = {t.name: t for t in (await client.list_tools()).tools}
     assert set(tools["create_task"].input_schema["required"]) == {"title", "description"}
@@ -253,6 +256,7 @@ async def test_required_parameters_are_advertised(client):
     assert tools["list_tasks"].input_schema["properties"]["limit"]["maximum"] == 500
 
 
+@pytest.mark.both_eras
 async def test_every_required_parameter_is_described(client):
     """A parameter named like a schema keyword (`title`) must survive the schema trimming."""
     for tool in (await client.list_tools()).tools:
@@ -263,6 +267,7 @@ async def test_every_required_parameter_is_described(client):
         assert tools[name].input_schema["properties"]["title"]["type"] == "string", name
 
 
+@pytest.mark.both_eras
 async def test_tool_definitions_fit_the_token_budget(client):
     """What a client puts in its model's context for the tools: ≤ 120 tokens per tool on average."""
     tools = (await client.list_tools()).tools
@@ -285,6 +290,7 @@ async def listed_twice(client: Client) -> list[str]:
     return first
 
 
+@pytest.mark.both_eras
 async def test_each_selection_gets_its_own_correct_tool_list_from_the_cache(services, era):
     mode = "legacy" if era == "legacy" else "auto"
     selections = {
@@ -305,6 +311,7 @@ async def test_each_selection_gets_its_own_correct_tool_list_from_the_cache(serv
                 assert set(names) == expected and len(names) == len(expected), what
 
 
+@pytest.mark.both_eras
 async def test_a_connection_whose_selection_changes_gets_the_new_list(services, era):
     """The policy denying a tool outright takes it off this very connection's list; lifting the rule puts it back."""
     options = connection_options(toolsets=["projects", "policy"])

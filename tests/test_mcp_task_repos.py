@@ -1,4 +1,4 @@
-"""Which repo a task runs in (issue 8 item 3), over MCP in both eras: create_task without repo_id,
+"""Which repo a task runs in (issue 8 item 3), over MCP: create_task without repo_id,
 the project's default repo (edit_project default_repo_id), edit_task repo_id, and the refusals."""
 
 from __future__ import annotations

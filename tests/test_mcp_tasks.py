@@ -1,4 +1,4 @@
-"""Task tools over MCP, in both protocol eras: creation, dependencies, the state machine, results."""
+"""Task tools over MCP: creation, dependencies, the state machine, results."""
 
 from __future__ import annotations
 

@@ -85,6 +85,7 @@ def value(found: dict, name: str, **labels: str) -> float | None:
     return found.get((name, tuple(sorted(labels.items()))))
 
 
+@pytest.mark.daemon
 async def test_metrics_need_the_token_and_count_what_the_store_holds(live_home: Path) -> None:
     seed(live_home)
     base = await start_daemon(live_home)
@@ -136,6 +137,7 @@ async def test_metrics_need_the_token_and_count_what_the_store_holds(live_home: 
     assert (value(found, "agentqueue_tool_call_duration_seconds_sum", tool="list_projects", outcome="ok") or 0) > 0
 
 
+@pytest.mark.daemon
 async def test_metrics_are_public_when_the_config_says_so(live_home: Path) -> None:
     live_home.mkdir(parents=True)
     settings.config_path(live_home).write_text("[server]\nmetrics_public = true\n")

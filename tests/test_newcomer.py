@@ -29,7 +29,7 @@ from .third_party import npm_bin
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = npm_bin("claude")
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
 
 

@@ -108,6 +108,7 @@ async def test_empty_title_and_unknown_project_are_refused(notes_client, service
     assert db_snapshot(services) == before
 
 
+@pytest.mark.both_eras
 async def test_note_resource_and_compare_specs(notes_client, services: Services, tmp_path: Path) -> None:
     c = notes_client
     await call(c, "write_note", {"title": "Plan", "content": "# Plan\n\nship it"})

@@ -195,6 +195,8 @@ async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: S
 
 # -- a daemon that restarts or dies while a person has not answered yet -------------------------------------
 @pytest.mark.parametrize("how", ["restart_daemon", "kill -9"])
+@pytest.mark.daemon
+@pytest.mark.real_cli
 async def test_a_pending_request_never_leaves_a_run_waiting_forever(tmp_path: Path, how: str) -> None:
     mock = MockAnthropic().start()
     home = tmp_path / "aq"

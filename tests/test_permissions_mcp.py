@@ -18,7 +18,7 @@ from agentqueue.services import Services
 
 from .conftest import db_snapshot, fail, ok
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 
 
 class Person:

@@ -373,6 +373,7 @@ ASKED_STANDARD = ["curl https://x", "git push origin main", "cat ~/.ssh/id_rsa",
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(ALLOWED_STANDARD, ASKED_STANDARD))
+@pytest.mark.slow
 def test_fuzz_standard_never_allows_what_it_asks_about(presets: dict[str, Policies], generated: tuple[str, bool]) -> None:
     command, placed_asked = generated
     verdict = presets["standard"].decide(bash(command))
@@ -391,6 +392,7 @@ def with_deny_rules(tmp_path_factory: pytest.TempPathFactory) -> Policies:
 
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(ALLOWED_READONLY, FORBIDDEN_READONLY))
+@pytest.mark.slow
 def test_fuzz_readonly_never_allows_a_command_it_denies(presets: dict[str, Policies], generated: tuple[str, bool]) -> None:
     command, placed_bad = generated
     verdict = presets["readonly"].decide(bash(command))
@@ -400,6 +402,7 @@ def test_fuzz_readonly_never_allows_a_command_it_denies(presets: dict[str, Polic
 
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(["ls", "cat a.txt", "npm test", "echo hi", "git status", "pytest -q"], DENIED_BY_RULE))
+@pytest.mark.slow
 def test_fuzz_a_deny_rule_holds_in_every_composition(with_deny_rules: Policies, generated: tuple[str, bool]) -> None:
     command, placed_bad = generated
     verdict = with_deny_rules.decide(bash(command))
@@ -413,9 +416,9 @@ def test_fuzz_a_deny_rule_holds_in_every_composition(with_deny_rules: Policies, 
 @pytest.mark.parametrize("command", ["ls " + "a && b; " * 125_000, "echo " + "x" * 1_000_000,
                                      "$(" * 50_000 + "rm" + ")" * 50_000, "ls;" * 20_000])
 def test_a_huge_command_is_decided_fast_and_not_echoed(presets: dict[str, Policies], command: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU, not wall: other tests beside it on the cores do not count
     verdict = presets["standard"].decide(bash(command))
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert verdict.decision == "ask" and elapsed < 1.0, (verdict.decision, elapsed)
     assert len(verdict.refusal(str(bash(command)))) < 1_000
     assert presets["readonly"].decide(bash(command)).decision == "deny"

@@ -248,6 +248,7 @@ def sqlite_stats(services: Services) -> int:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("store_backend", ["sqlite"])  # PostgreSQL: see the next test
+@pytest.mark.slow
 async def test_a_store_never_analysed_reads_big_tables_only_through_indexes(grown: tuple[Services, list[str]]) -> None:
     """The connection the store grew on, never analysed: SQLite plans the hot queries from the schema alone."""
     services, ids = grown
@@ -256,6 +257,7 @@ async def test_a_store_never_analysed_reads_big_tables_only_through_indexes(grow
 
 
 @pytest.mark.anyio
+@pytest.mark.slow
 async def test_once_analysed_the_hot_queries_use_their_indexes(grown: tuple[Services, list[str]], home: Path) -> None:
     """Opened again, the store analyses what never was (SQLite: `PRAGMA optimize=0x10002`; PostgreSQL: ANALYZE of
     the tables autovacuum has not analysed yet, which on a queue that grows it does after every 10 % of a table

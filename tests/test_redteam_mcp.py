@@ -36,7 +36,7 @@ from .git_fixtures import make_repo
 from .processes import claude_env, wait_for
 from .test_permissions_mcp import Person, mode
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 
 
 def pending_request(services: Services, action: str = "Bash(touch PWNED)") -> Any:
@@ -235,6 +235,7 @@ BAD_LINES = [b"not json\n", b"[{\"jsonrpc\": \"2.0\", \"id\": 5, \"method\": \"p
              b"\"arguments\": {\"task_id\": \"\\ud800\"}}}\n", b"\xff\xfe\n"]
 
 
+@pytest.mark.daemon
 def test_the_standalone_server_answers_bad_lines_like_the_plugin(tmp_path: Path) -> None:
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "redteam", "version": "1"}}}
@@ -316,6 +317,7 @@ def audit_rows(home: Path, action: str) -> list[dict]:
         store.close()
 
 
+@pytest.mark.daemon
 async def test_a_client_cannot_claim_an_agents_name_or_task(live_home: Path) -> None:
     server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--port", "0"],
                               env={**os.environ, "AGENTQUEUE_HOME": str(live_home)},
@@ -388,6 +390,8 @@ def attack_report(mock: Any) -> dict:
 
 
 @pytest.mark.integration
+@pytest.mark.daemon
+@pytest.mark.real_cli
 async def test_an_agent_that_runs_its_own_plugin_is_still_the_agent(tmp_path: Path) -> None:
     from .mock_anthropic import MockAnthropic
     from .test_engine_claude import CLAUDE
@@ -439,6 +443,7 @@ async def test_an_agent_that_runs_its_own_plugin_is_still_the_agent(tmp_path: Pa
         mock.stop()
 
 
+@pytest.mark.daemon
 async def test_a_process_the_daemon_started_outside_a_run_is_no_person_either(tmp_path: Path) -> None:
     """A hook's shell step (or a verify command: code a task wrote) that opens its own plugin connection."""
     home = tmp_path / "aq"

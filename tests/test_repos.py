@@ -43,6 +43,7 @@ async def test_clone_from_a_local_bare_repo(client, project, tmp_path):
     assert events and events[0]["payload"]["repo_id"] == "app"
 
 
+@pytest.mark.both_eras
 async def test_a_clone_reports_progress_to_a_client_that_asks_for_it(client, project, tmp_path):
     seed = make_repo(tmp_path / "seed")
     for n in range(40):  # enough objects for git to report counting/receiving

@@ -1,5 +1,5 @@
 """No tool result over the budget (issue 13): big files, diffs, logs, outputs and lists come paged or cut, with a
-note that says how to get the rest, and following the note returns the next part. Both protocol eras."""
+note that says how to get the rest, and following the note returns the next part."""
 
 from __future__ import annotations
 
@@ -134,6 +134,7 @@ async def test_git_diff_of_2_mb_uncommitted_pages_per_repo(client, world: World)
     assert second["repos"][0]["diff"].startswith(git(world.app, "diff", "HEAD")[nxt: nxt + 500].strip("\n")[:400])
 
 
+@pytest.mark.slow
 async def test_git_log_of_many_long_commits_is_cut_and_goes_on_by_offset(client, world: World):
     for n in range(300):
         git(world.app, "commit", "-q", "--allow-empty", "-m", f"commit {n:03d} " + "m" * 400)
@@ -146,6 +147,7 @@ async def test_git_log_of_many_long_commits_is_cut_and_goes_on_by_offset(client,
     assert second["repos"][0]["commits"][0]["message"].startswith(f"commit {299 - nxt:03d} ")
 
 
+@pytest.mark.both_eras
 async def test_the_task_log_resource_is_paged(client, services, world: World):
     task = await call(client, "create_task", project_id="proj", title="talk", description="d", repo_id="app")
     log = services.home / "logs" / "tasks" / f"{task['id']}.log"

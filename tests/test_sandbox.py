@@ -171,6 +171,7 @@ def claude_attack(victim: Path, port: int, aq_home: Path) -> list[str]:
             f"curl -sS -m 10 http://127.0.0.1:{port}/", f"ls {aq_home}", "mount -o remount,rw / && echo remounted"]
 
 
+@pytest.mark.real_cli
 async def test_the_real_claude_under_autonomous_is_held_by_the_walls(services: Services, target: dict,
                                                                      claude_env: MockAnthropic) -> None:
     services.projects.create("Demo")
@@ -197,6 +198,7 @@ async def test_the_real_claude_under_autonomous_is_held_by_the_walls(services: S
     assert any(f"127.0.0.1:{target['listener'].port}" in (row.message or "") for row in refused), refused
 
 
+@pytest.mark.real_cli
 async def test_under_standard_the_policy_asks_before_the_sandbox_is_reached(services: Services, target: dict,
                                                                            claude_env: MockAnthropic) -> None:
     services.projects.create("Demo")

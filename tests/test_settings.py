@@ -145,6 +145,7 @@ def test_describe_redacts_secrets(tmp_path: Path, clean_env: None) -> None:
     ("[engine]\nstall_seconds = \"forever\"\n", {}, "[engine] stall_seconds = 'forever'"),
     ("", {"AGENTQUEUE_PORT": "auto"}, "AGENTQUEUE_PORT = 'auto' is not a port"),
 ])
+@pytest.mark.daemon
 def test_serve_with_a_bad_setting_exits_at_once_with_the_sentence(tmp_path: Path, config: str, environ: dict,
                                                                    needle: str) -> None:
     home = tmp_path / "home"
@@ -256,6 +257,7 @@ async def test_a_hook_llm_run_gets_the_same_environment(home: Path, git_env: Pat
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_standalone_server_with_a_bad_setting_says_so_on_stderr(tmp_path: Path) -> None:
     env = {**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "home"), "AGENTQUEUE_STALL_SECONDS": "never"}
     done = subprocess.run([str(SCRIPT), "mcp", "--standalone"], env=env, input="", capture_output=True, text=True,

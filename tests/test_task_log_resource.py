@@ -12,7 +12,7 @@ from agentqueue.services import Services
 
 from .test_mcp_resources_prompts import watch  # noqa: F401  (fixture: a client plus subscribe(uri))
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 
 AGENT = f"{sys.executable} -c \"import time; print('step one', flush=True); time.sleep(0.5); print('step two')\""
 

@@ -99,6 +99,7 @@ def labelled_agents(a: LiveDaemon, b: LiveDaemon, script: str, log: Path) -> Non
             daemon.call("create_agent", name=f"{who}-{n}", agent_type="command", command=command, label=who)
 
 
+@pytest.mark.daemon
 def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, team_db: str) -> None:
     runs = signals(tmp_path) / "runs.log"
     with team_of_two(tmp_path, team_db) as (a, b, store):
@@ -145,6 +146,7 @@ def test_two_daemons_drain_200_tasks_and_each_runs_exactly_once(tmp_path: Path, 
         assert team["level"] == "ok" and str(a.home) in team["detail"] and str(b.home) in team["detail"]
 
 
+@pytest.mark.daemon
 def test_a_projects_concurrency_cap_holds_across_daemons(tmp_path: Path, team_db: str) -> None:
     """Two daemons with three agents each, one project capped at two runs: never more than two at once."""
     runs = signals(tmp_path) / "runs.log"
@@ -240,6 +242,7 @@ def task_end(store: PostgresStore, task: str) -> dict:
                       r["status"] in ("COMPLETED", "BLOCKED") and r, 60, "the task to end")
 
 
+@pytest.mark.daemon
 def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_path: Path, team_db: str) -> None:
     with a_run_on_a_then_b_joins(tmp_path, team_db) as h:
         h.a.process.send_signal(signal.SIGKILL)
@@ -258,6 +261,7 @@ def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_p
         assert [json.loads(e["payload"])["reason"] for e in requeued][-1] == "recovered"
 
 
+@pytest.mark.daemon
 def test_a_daemon_frozen_past_its_lease_drops_its_run_and_the_taker_lands_it_once(tmp_path: Path,
                                                                                   team_db: str) -> None:
     """Split brain: daemon a is frozen (SIGSTOP) while it runs a task, b takes the run over, then a wakes up.
@@ -283,6 +287,7 @@ def test_a_daemon_frozen_past_its_lease_drops_its_run_and_the_taker_lands_it_onc
         assert "lease ran out" in said and "its result is dropped" in said, "a dropped its stale run"
 
 
+@pytest.mark.daemon
 def test_a_daemon_pointed_at_an_unreachable_database_says_so_and_doctor_too(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "home", tmp_path / "user", AGENTQUEUE_DATABASE_URL="postgresql://aq:pw@127.0.0.1:9/q")
     served = run_cli(env, "serve", "--no-http", timeout=60)
@@ -293,6 +298,7 @@ def test_a_daemon_pointed_at_an_unreachable_database_says_so_and_doctor_too(tmp_
     assert team["level"] == "fail" and "AGENTQUEUE_DATABASE_URL" in team["detail"]
 
 
+@pytest.mark.daemon
 def test_hooks_fire_once_across_the_team(tmp_path: Path, team_db: str) -> None:
     """A periodic hook's slot is taken by one daemon; an event hook fires on the daemon that made the change."""
     with team_of_two(tmp_path, team_db) as (a, b, store):
@@ -327,6 +333,7 @@ def _seconds(stamp: str) -> float:
 
 
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_path: Path, team_db: str) -> None:
     with team_of_two(tmp_path, team_db) as (a, b, _store):
         a.call("create_project", name="Notes")
@@ -352,6 +359,7 @@ async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_pa
 
 
 @pytest.mark.anyio
+@pytest.mark.daemon
 async def test_a_standalone_server_is_a_member_of_the_team_while_it_runs(tmp_path: Path, team_db: str) -> None:
     """`agentqueue mcp --standalone` runs an engine too: it holds a lease like a daemon, so no daemon takes its
     runs for a dead one's, and it leaves when its client goes."""

@@ -124,6 +124,7 @@ def no_raw_controls(text: str) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.daemon
 def test_every_cli_command_shows_hostile_text_as_text(live: LiveDaemon, tmp_path: Path) -> None:
     env = live.env
     live.call("create_agent", name="worker", agent_type="command", command=shlex.join([sys.executable, "-c", AGENT]))
@@ -273,6 +274,7 @@ def test_the_chat_renderer_shows_hostile_text_from_the_model_and_its_tools(monke
 
 
 @pytest.mark.integration
+@pytest.mark.daemon
 def test_allow_in_the_chat_shows_and_answers_the_exact_action(live: LiveDaemon,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """An agent's permission request with a hostile action: the queue line shows the action whole and made

@@ -60,6 +60,7 @@ def last_audit_row(home: Path, action: str) -> dict:
     return row
 
 
+@pytest.mark.daemon
 async def test_a_limited_plugin_and_a_full_one_share_a_daemon(live_home: Path) -> None:
     async with Client(plugin(live_home, "--read-only", "--toolsets", "tasks,notes"), mode="legacy") as limited:
         assert await names(limited) == read_only_in("tasks", "notes")
@@ -76,6 +77,7 @@ async def test_a_limited_plugin_and_a_full_one_share_a_daemon(live_home: Path) -
     assert (row["decision"], row["outcome"]) == ("deny", "refused") and "read-only" in row["decided_by"]
 
 
+@pytest.mark.daemon
 async def test_the_agent_toolset_narrows_but_the_environment_names_nobody(live_home: Path) -> None:
     async with Client(plugin(live_home)) as person:
         await ok(person, "create_project", name="Demo")
@@ -92,6 +94,7 @@ async def test_the_agent_toolset_narrows_but_the_environment_names_nobody(live_h
     assert row["actor"].startswith("client:") and (row["task_id"], row["outcome"]) == (None, "ok")
 
 
+@pytest.mark.daemon
 async def test_the_standalone_server_takes_the_same_flags(tmp_path: Path) -> None:
     params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp", "--standalone",
                                                                  "--toolsets", "policy,system", "--read-only"],
@@ -108,6 +111,7 @@ def test_an_unknown_toolset_is_refused_before_anything_starts(tmp_path: Path) ->
     assert not (tmp_path / "home" / "daemon.json").exists()
 
 
+@pytest.mark.daemon
 async def test_the_daemons_flags_limit_its_http_clients_only(live_home: Path) -> None:
     server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--port", "0", "--read-only",
                                "--toolsets", "all"],
@@ -163,6 +167,7 @@ def tokens(tools: list) -> list[int]:
         return [len(text) // 4 for text in texts]
 
 
+@pytest.mark.daemon
 async def test_a_client_that_names_no_toolsets_gets_a_lean_first_session(live_home: Path) -> None:
     async with Client(plugin(live_home)) as client:
         listed = (await client.list_tools()).tools
@@ -173,6 +178,7 @@ async def test_a_client_that_names_no_toolsets_gets_a_lean_first_session(live_ho
         assert (await ok(client, "list_agents"))["agents"] == []
 
 
+@pytest.mark.daemon
 async def test_enable_toolsets_reaches_every_contract_tool_and_tells_the_client(live_home: Path) -> None:
     changed: list[str] = []
 
@@ -196,6 +202,7 @@ async def test_enable_toolsets_reaches_every_contract_tool_and_tells_the_client(
         assert await names(fresh) == DEFAULT
 
 
+@pytest.mark.slow
 async def test_a_2026_client_hears_of_its_own_list_change_only(tmp_path: Path) -> None:
     services = Services(tmp_path / "home")
     server = build_server(services)
@@ -264,6 +271,7 @@ async def test_enabling_does_not_pass_the_policy_gate(tmp_path: Path) -> None:
         services.close()
 
 
+@pytest.mark.daemon
 async def test_one_config_line_lists_more_by_default(live_home: Path) -> None:
     live_home.mkdir(parents=True)
     (live_home / "config.toml").write_text('[mcp]\ntoolsets = ["default", "notes"]\n')

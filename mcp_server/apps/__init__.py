@@ -1,4 +1,4 @@
-"""MCP Apps (SEP-1865): the board rendered inside the chat client (issue 11).
+"""MCP Apps (SEP-1865): the board rendered inside the chat client (design.md "The board inside the chat").
 
 Tools point at a `ui://` page with `tool_meta(uri)`; `page.extension()` serves the pages and makes the
 server declare `io.modelcontextprotocol/ui`. Kept import-light: tools/ imports it at registration.

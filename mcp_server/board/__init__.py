@@ -1,4 +1,4 @@
-"""The board: the queue in a browser, served by the daemon's own HTTP server (issue 11)."""
+"""The board: the queue in a browser, served by the daemon's own HTTP server (design.md "The board")."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ import sys
 import time
 
 from .. import paths
+from ..line_splitter import LineSplitter
 from ..wire import dumps, loads, refusal
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read this name)
@@ -303,7 +304,7 @@ class Pipe:
 
     def pump_daemon(self) -> None:
         swallow: bytes | None = None
-        pending = b""
+        lines = LineSplitter()  # the daemon's lines, split only while an answer is to be swallowed
         while True:
             with self.lock:
                 sock = self.sock
@@ -319,22 +320,17 @@ class Pipe:
                     return  # the client left, or the daemon stopped for good: end the session
                 time.sleep(0.2)  # a restarting daemon needs a moment to let go of its lock
                 swallow = self.reconnect()
-                pending = b""
+                lines = LineSplitter()
                 continue
             if swallow is not None:
                 # Drop the daemon's answer to the replayed initialize; pass everything else through.
-                pending += chunk
-                lines = pending.split(b"\n")
-                pending = lines.pop()
                 kept = []
-                for line in lines:
+                for line in lines.feed(chunk):
                     if swallow is not None and b'"result"' in line and _answer_id(line) == swallow:
                         swallow = None
                         continue
                     kept.append(line + b"\n")
-                chunk = b"".join(kept) + (pending if swallow is None else b"")
-                if swallow is None:
-                    pending = b""
+                chunk = b"".join(kept) + (lines.rest() if swallow is None else b"")
             if chunk:
                 self.write_out(chunk)
 

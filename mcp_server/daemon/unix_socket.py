@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,9 +18,10 @@ from anyio.abc import SocketStream
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
+from ..line_splitter import LineSplitter
 from ..server.app import CONNECTION_OPTIONS
-from .peer import lineage, peer_pid
 from ..server.toolsets import decode_preamble, socket_options
+from .peer import lineage, peer_pid
 
 log = logging.getLogger("agentqueue.daemon")
 
@@ -32,40 +34,41 @@ class _SocketLines:
 
     def __init__(self, stream: SocketStream) -> None:
         self.stream = stream
-        self._buffer = bytearray()
+        self._splitter = LineSplitter(keepends=True)
+        self._read: deque[bytes] = deque()  # lines read but not served yet (the preamble reads ahead)
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
 
+    async def _receive(self) -> bool:
+        """The next chunk's lines queued; False at the end of the stream."""
+        try:
+            chunk = await self.stream.receive(65536)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        self._read.extend(self._splitter.feed(chunk))
+        return True
+
     async def _lines(self) -> AsyncIterator[str]:
         while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[: newline + 1])
-                del self._buffer[: newline + 1]
+            while self._read:
+                line = self._read.popleft()
                 if line.strip():
                     yield line.decode("utf-8", errors="replace")
-                continue
-            try:
-                chunk = await self.stream.receive(65536)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                if self._buffer.strip():
-                    yield self._buffer.decode("utf-8", errors="replace")
+            if not await self._receive():
+                rest = self._splitter.rest()
+                if rest.strip():
+                    yield rest.decode("utf-8", errors="replace")
                 return
-            self._buffer += chunk
 
     async def preamble(self) -> dict[str, Any] | None:
         """The plugin's options line (`{"agentqueue": {...}}`), consumed if the connection opens with one."""
-        while b"\n" not in self._buffer:
-            try:
-                chunk = await self.stream.receive(65536)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        while not self._read:
+            if not await self._receive():
                 return None
-            self._buffer += chunk
-        newline = self._buffer.find(b"\n")
-        options = decode_preamble(bytes(self._buffer[:newline]))
+        options = decode_preamble(self._read[0][:-1])
         if options is not None:
-            del self._buffer[: newline + 1]
+            self._read.popleft()
         return options
 
     async def write(self, text: str) -> None:

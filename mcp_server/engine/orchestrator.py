@@ -3,18 +3,16 @@
 One engine per AGENTQUEUE_HOME (the daemon's lock decides). Runs are tasks in the engine's task
 group; each ends in exactly one state change, and a run that dies with the daemon is recovered on
 the next start (WIP committed on its branch, the orphan process group killed, the task requeued).
+This module is the run loop, one task from claim to landing; the jobs it calls on have their own
+modules: queue_state.py (what the scheduler reads), landing.py (merge, PRs), recovery.py (dead runs).
 """
+
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
-import json
 import logging
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,27 +22,28 @@ from typing import Any
 import anyio
 
 from .. import paths
-from ..services import Services, gitops
+from ..services import Services
 from ..services.errors import ServiceError
-from ..services.agents import find_cli, release_agents
+from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
-from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
 from ..services.tasks import AmbiguousRepoError
-from ..services.vcs import find_gh
 from ..store.models import Agent, Task
 from . import protected
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult, RunSpec
 from .hook_runner import HookRunner
 from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
+from .landing import BranchReads, Landing
 from .permissions import PermissionChannel
 from .prompting import context_for, task_prompt
-from .runner import RunHandle, run_agent, signal_group
-from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask, schedule
+from .queue_state import read_queue_state
+from .recovery import Recovery, save_wip
+from .runner import RunHandle, run_agent
+from .scheduler import QueueState, schedule
 from .watchdog import WatchdogLimits
-from .workspaces import Tips, Workspace, Workspaces
+from .workspaces import Workspace, Workspaces
 
 log = logging.getLogger("agentqueue.engine")
 
@@ -76,20 +75,6 @@ class EngineConfig:
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
-# Reads of a finished run's branch that run at once (Engine._read_branch): a few git processes per landing.
-_READS = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentqueue-git")
-
-
-@dataclass
-class _Reads:
-    """What `_read_branch` read of a finished run's branch; rules and tips are None when they must be read again."""
-
-    listed: list[dict[str, str]] = field(default_factory=list)
-    touched: list[str] | None = None
-    rules: list[protected.Rule] | None = None
-    tips: Tips | None = None
-
-
 # Agent CLIs that read project settings from the worktree and have no switch to skip them.
 MASKED_AGENTS = ("codex", "gemini")
 
@@ -107,6 +92,8 @@ class Engine:
         # A team's daemons each keep their own checkouts, and land through the repos' remotes.
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
+        self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line)
+        self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         self.hooks = HookRunner(services, home)
         self.shutting_down = False
         self._poked = True
@@ -136,56 +123,8 @@ class Engine:
         return None
 
     def land_approved(self, task: Task) -> None:
-        """approve_task: merge the kept branch now (raises on conflict); with a PR, GitHub merges it."""
-        if not task.repo_id or not task.branch:
-            return
-        if task.pr_url:
-            self._drop_worktree(task)
-            return
-        repo = self.services.repos.get(task.repo_id)
-        workspace = Workspace(self.workspaces.path_for(repo.id, task.id), task.branch, repo)
-        if not workspace.path.exists():
-            workspace = self.workspaces.prepare(repo, task.id, task.title, task.branch)
-        landing = self.workspaces.land(workspace, via_remote=self.team.shared)
-        if not landing.merged:
-            raise ServiceError(f"Approving '{task.id}' failed: {landing.message} The task stays AWAITING_APPROVAL.")
-        self.workspaces.remove(workspace)
-        with self.services.store.transaction() as db:
-            db["tasks"].update(task.id, {"base_sha": landing.base_sha, "landed_sha": landing.sha})
-
-    def _drop_worktree(self, task: Task) -> None:
-        """The worktree of work that now lives in a PR (the branch stays, it is the PR's head)."""
-        if task.repo_id:
-            repo = self.services.repos.get(task.repo_id)
-            workspace = Workspace(self.workspaces.path_for(repo.id, task.id), task.branch, repo)
-            if workspace.path.exists():
-                self.workspaces.remove(workspace, delete_branch=False)
-
-    def poll_pull_requests(self) -> list[tuple[str, str]]:
-        """AWAITING_APPROVAL tasks with a PR: merged on GitHub -> COMPLETED, closed -> BLOCKED."""
-        gh = find_gh(self.services.settings)
-        changed: list[tuple[str, str]] = []
-        if gh is None:
-            return changed
-        for row in self.services.store.all(
-                "SELECT id, repo_id FROM tasks WHERE status = 'AWAITING_APPROVAL' AND pr_url IS NOT NULL"):
-            task = self.services.tasks.get(row["id"])
-            try:
-                cwd = self.workspaces.checkout_of(self.services.repos.get(task.repo_id)) if task.repo_id else None
-                done = subprocess.run([gh, "pr", "view", task.pr_url, "--json", "state,mergedAt"], cwd=cwd,
-                                      capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-                state = json.loads(done.stdout or "{}")
-            except (OSError, ValueError, subprocess.TimeoutExpired, ServiceError) as error:
-                log.info("could not check the PR of %s: %s", task.id, error)
-                continue
-            if state.get("state") == "MERGED" or state.get("mergedAt"):
-                self.lifecycle.pr_settled(task.id, merged=True)
-                self._drop_worktree(task)
-                changed.append((task.id, "COMPLETED"))
-            elif state.get("state") == "CLOSED":
-                self.lifecycle.pr_settled(task.id, merged=False)
-                changed.append((task.id, "BLOCKED"))
-        return changed
+        """approve_task: merge the kept branch now (landing.py)."""
+        self.landing.land_approved(task)
 
     def _on_commit(self, events: list[dict[str, Any]]) -> None:
         if any(e["event_type"] in WAKING_EVENTS for e in events):
@@ -257,7 +196,7 @@ class Engine:
         self.lifecycle.resume_due()
         if time.monotonic() - self._last_pr_poll >= self.config.pr_poll_seconds:
             self._last_pr_poll = time.monotonic()
-            self.poll_pull_requests()
+            self.landing.poll_pull_requests()
         if not full:
             return []
         self._last_pass = time.monotonic()
@@ -274,55 +213,8 @@ class Engine:
         return claims
 
     def queue_state(self) -> QueueState:
-        """What the scheduler needs, and no more: per project only the few best READY tasks that an idle
-        agent could take (never the whole READY set), so a pass costs the same at 100 or 100,000 tasks."""
-        store = self.services.store
-        lock = store.claim_lock
-        paused = self.services.system.orchestrator_state() == "paused"
-        if paused:
-            return QueueState((), (), (), paused)
-        # Agents this daemon may run: unlabelled ones, and those whose label it has.
-        labels = self.team.labels
-        agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"], tuple(json.loads(a["capabilities"] or "[]")))
-                       for a in store.all(
-                           "SELECT id, agent_type, repo_id, capabilities FROM agents WHERE state = 'IDLE' AND paused = 0 "
-                           f"AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
-                           "ORDER BY id LIMIT 500" + lock, tuple(labels)))
-        if not agents:
-            return QueueState((), (), agents, paused)
-        usage = self.services.usage.window_totals(24)
-        rows = store.all("SELECT * FROM projects ORDER BY id" + lock)
-        skipped = bool(lock) and len(rows) < (store.scalar("SELECT count(*) FROM projects") or 0)
-        # Counted once the projects' rows are held: another daemon's claims in them have committed by now.
-        counted, params = in_clause(COUNTS_TOWARD_CONCURRENCY)
-        running = {r["project_id"]: int(r["n"]) for r in store.all(  # trigger-kept counts: no pass over tasks
-            f"SELECT project_id, sum(n) AS n FROM task_counts WHERE {counted} GROUP BY project_id", params)}
-        projects = tuple(ProjectState(p["id"], p["credit_weight"], p["max_concurrent_agents"], p["budget_limit"],
-                                      p["status"] == "PAUSED", usage.get(p["id"], 0), running.get(p["id"], 0))
-                         for p in rows)
-        # Repos this daemon cannot work on (a linked folder on another machine): their tasks are left to the other
-        # daemons. A daemon alone claims them anyway, and blocks them saying the repo is missing.
-        absent = [r.id for r in self.services.repos.list() if not self.workspaces.has_repo(r)] \
-            if self.team.shared and self.team.others_alive() else []
-        not_here = f" AND (repo_id IS NULL OR repo_id NOT IN ({', '.join('?' for _ in absent)}))" if absent else ""
-        tasks: dict[str, ReadyTask] = {}
-        kinds = {(a.agent_type, a.repo_id) for a in agents}
-        for project in projects:
-            room = min(len(agents), project.max_concurrent_agents - project.running)
-            if project.paused or room <= 0 or (project.budget_limit and project.tokens_24h >= project.budget_limit):
-                continue
-            for agent_type, repo_id in kinds:  # each kind of idle agent sees its own best candidates
-                for t in store.all(
-                        "SELECT id, project_id, priority, created_at, agent_type, repo_id FROM tasks "
-                        "WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
-                        f"AND (? IS NULL OR repo_id = ?){not_here} ORDER BY priority, created_at, id LIMIT ?" + lock,
-                        (project.id, agent_type, repo_id, repo_id, *absent, room)):
-                    tasks[t["id"]] = ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"],
-                                               t["agent_type"], t["repo_id"])
-        runs = store.one("SELECT avg(total) AS avg FROM (SELECT total FROM token_ledger WHERE task_id IS NOT NULL "
-                         "ORDER BY id DESC LIMIT 200) AS recent") or {}  # the recent runs' size, without reading every row
-        return QueueState(projects, tuple(tasks.values()), agents, paused, int(runs.get("avg") or 10_000) or 10_000,
-                          skipped)
+        """The scheduler's read model (queue_state.py)."""
+        return read_queue_state(self.services, self.team, self.workspaces)
 
     # -- one run ---------------------------------------------------------------------------------
     async def execute(self, task_id: str, agent_id: str) -> None:
@@ -371,7 +263,8 @@ class Engine:
             self.lifecycle.set_pid(agent_id, handle.pid)
 
         log_path = self.log_path(task_id)
-        on_line = (lambda _line: self.on_log(task_id)) if self.on_log else None
+        on_log = self.on_log
+        on_line = (lambda _line: on_log(task_id)) if on_log else None
         channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
                                     lambda line: self._log_line(task_id, line))
         env = svc.settings.agent_environment()
@@ -500,20 +393,16 @@ class Engine:
         return paths.private_file(path)
 
     def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
+        """A run's end, in one worker thread: its branch read, the verify command, the attempt recorded, then the
+        task failed, done, or its branch landed (landing.py)."""
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
             return
-        files: list[str] = []
-        touched: list[str] | None = None  # every path the branch changes (both sides of a rename), read once
-        counted = False  # whether `files` is known (a git error leaves it unknown: no no-change warning then)
-        read = _Reads()
+        read = BranchReads()
         if workspace.repo is not None:
             try:
-                read = self._read_branch(task, workspace)
-                files = [f["path"] for f in read.listed]
-                touched = read.touched
-                counted = True
+                read = self.landing.read_branch(task, workspace)
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
         verified = False  # a verify command ran in the worktree after its leftovers were committed
@@ -523,84 +412,31 @@ class Engine:
             if failure:
                 result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
         if verified:
-            read = _Reads()  # the verify command ran in the worktree: its rules and tips are read again
+            read.rules = read.tips = None  # the verify command ran in the worktree: they are read again
         warning = None
-        if result.status == "completed" and counted and not files and workspace.repo is not None:
+        if result.status == "completed" and read.listed == [] and workspace.repo is not None:
             warning = f"The agent finished without changing any file in repo '{workspace.repo.id}'."
             log.warning("task %s: %s", task.id, warning)
-        self.lifecycle.record_attempt(task.id, agent.id, result, duration, files, warning)
+        self.lifecycle.record_attempt(task.id, agent.id, result, duration, read.files, warning)
         if result.status != "completed":
-            pause = None
-            if result.error_type in ("rate_limit", "quota"):
-                streak = self.lifecycle.consecutive_pauses(task.id)
-                base = self.config.rate_limit_backoff * (5 if result.error_type == "quota" else 1)
-                pause = min(base * 2 ** max(streak - 1, 0), self.config.rate_limit_max_backoff)
-            self.lifecycle.failed(task.id, result.error_type, result.error_message, pause, agent.agent_type)
-            return
-        if not self.lifecycle.running(task.id):
+            self._failed(task, agent, result)
+        elif not self.lifecycle.running(task.id):
             return  # stopped meanwhile: stop_task already decided
-        if workspace.repo is None:
+        elif workspace.repo is None:
             self.lifecycle.succeeded(task.id, awaiting_approval=task.requires_approval)
             if not task.requires_approval:
                 self._remember(task, result)
-            return
-        # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
-        hold = protected.landing_hold(workspace.path, workspace.repo.default_branch, workspace.branch or "HEAD",
-                                      touched, read.rules)
-        if task.requires_approval or hold:
-            pr_url = self._open_pr(task, workspace)
-            if hold:
-                self._log_line(task.id, f"[protected] {hold.reason()}")
-                log.warning("task %s waits for approval: %s", task.id, hold.reason())
-            self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url,
-                                     held=(hold.reason(), hold.next_step(task.id, pr_url)) if hold else None)
-            return
-        repo = workspace.repo
-        where = {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
-                 "checkout": str(self.workspaces.checkout_of(repo))}
-        if not self.lifecycle.running(task.id):
-            return  # stopped, or taken over by another daemon, while it verified
-        try:
-            landing = self.workspaces.land(workspace, via_remote=self.team.shared, files=files if counted else None,
-                                           check_clean=verified or not counted, tips=read.tips)
-        except ServiceError as error:
-            self.lifecycle.blocked(task.id, "merge_failed", {**where, "error": str(error)})
-            return
-        if landing.merged:
-            self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha),
-                                     details={**where, "files": len(landing.files_changed)})
-            # Cleanup once the task is done (its dependents may start): the run ends, and frees its agent, after it.
-            self.workspaces.remove(workspace, landed_tip=landing.tip)
+        elif self.landing.land(task, workspace, read, verified):
             self._remember(task, result)
-        elif landing.conflicts:
-            self.lifecycle.blocked(task.id, "merge_conflict", {**where, "conflicts": landing.conflicts,
-                                                               "message": landing.message})
-        else:  # git refused to move the default branch, e.g. over the user's uncommitted edits
-            self.lifecycle.blocked(task.id, "merge_failed", {**where, "dirty": landing.dirty,
-                                                             "error": landing.message})
 
-    def _read_branch(self, task: Task, workspace: Workspace) -> _Reads:
-        """The finished run's leftovers committed, and what its landing reads of the branch: the changes, the
-        protected-path rules and both tips, all read at once beside the leftovers' `status` (they only read
-        commits, the index and config); read again, one after another, when that status found leftovers."""
-        lands_here = not task.requires_approval and not self.team.shared  # else no tips are needed (a PR, origin)
-        futures = (_READS.submit(self.workspaces.changes, workspace),
-                   _READS.submit(protected.landing_rules, workspace.path),
-                   _READS.submit(self.workspaces.tips, workspace) if lands_here else None)
-        try:
-            committed = self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
-        finally:
-            concurrent.futures.wait([f for f in futures if f])  # nothing runs on in the background past here
-        if committed is None:
-            listed, touched = futures[0].result()
-        else:
-            listed, touched = self.workspaces.changes(workspace)
-        reads = _Reads(listed, touched)
-        if committed is None and not futures[1].exception():
-            reads.rules = futures[1].result()
-        if committed is None and futures[2] and not futures[2].exception():
-            reads.tips = futures[2].result()
-        return reads  # rules or tips unread (leftovers, a git error): the landing reads them itself, as before
+    def _failed(self, task: Task, agent: Agent, result: RunResult) -> None:
+        """A run that did not complete: FAILED or retried, or PAUSED with a growing backoff on a rate limit."""
+        pause = None
+        if result.error_type in ("rate_limit", "quota"):
+            streak = self.lifecycle.consecutive_pauses(task.id)
+            base = self.config.rate_limit_backoff * (5 if result.error_type == "quota" else 1)
+            pause = min(base * 2 ** max(streak - 1, 0), self.config.rate_limit_max_backoff)
+        self.lifecycle.failed(task.id, result.error_type, result.error_message, pause, agent.agent_type)
 
     def _remember(self, task: Task, result: RunResult) -> None:
         """A line in today's project memory for each completed task."""
@@ -624,43 +460,16 @@ class Engine:
         except ServiceError as error:
             return f"verify command could not run: {error}"
         with self.log_path(task.id).open("a", encoding="utf-8") as log_file:
-            log_file.write(f"[verify] $ {command} -> {outcome.returncode}\n{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}\n")
+            log_file.write(f"[verify] $ {command} -> {outcome.returncode}\n"
+                           f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}\n")
         if outcome.returncode == 0:
             return None
         return (f"verify command `{command}` " + ("timed out" if outcome.timed_out else f"exited {outcome.returncode}")
                 + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
 
-    def _open_pr(self, task: Task, workspace: Workspace) -> str | None:
-        """A PR when the repo has a remote and gh works; otherwise approve_task will merge."""
-        repo = workspace.repo
-        assert repo is not None and workspace.branch is not None
-        if task.pr_url:  # a rerun after request_changes: pushing its branch updates the PR under review
-            try:
-                gitops.Checkout(self.workspaces.checkout_of(repo)).push(workspace.branch)
-                return task.pr_url
-            except ServiceError as error:
-                log.info("could not update the PR of %s (%s); approve_task will merge it", task.id, error)
-                return None
-        try:
-            return self.services.vcs.create_pr(repo, task.title, f"AgentQueue task `{task.id}`.\n\n"
-                                               f"{task.description[:2000]}", workspace.branch, repo.default_branch,
-                                               task_id=task.id, checkout_path=self.workspaces.checkout_of(repo))
-        except ServiceError as error:
-            log.info("no PR for %s (%s); approve_task will merge it", task.id, error)
-            return None
-
     def _requeue_after_shutdown(self, task: Task, workspace: Workspace) -> None:
-        self._save_wip(workspace, task.id)
+        save_wip(self.workspaces, workspace, task.id, self.team.shared)
         self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
-
-    def _save_wip(self, workspace: Workspace, task_id: str) -> None:
-        if workspace.repo is not None and workspace.path.exists():
-            try:
-                self.workspaces.commit_leftovers(workspace, f"WIP: interrupted run of AgentQueue task {task_id}")
-                if self.team.shared:  # the next run may be another daemon's: it continues from the remote's copy
-                    self.workspaces.publish_branch(workspace)
-            except ServiceError as error:
-                log.warning("could not save WIP of %s: %s", task_id, error)
 
     def _close_requests(self, task_id: str) -> None:
         for request in self.services.requests.list("pending", task_id=task_id):
@@ -668,57 +477,12 @@ class Engine:
 
     # -- start and stop ----------------------------------------------------------------------------
     def recover(self) -> list[str]:
-        """At start: the runs this home's previous daemon left (kill orphans, keep their work, requeue them)."""
-        if not self.team.shared:  # their runs died with the last daemon, and no other daemon asks anything
-            for request_id in self.services.requests.expire_orphans():
-                log.info("permission request %s expired: its run ended with the daemon", request_id)
-        recovered = self.take_over(at_start=True)
-        if not self.team.shared:
-            with self.services.store.transaction():
-                release_agents(self.services.store)
-        return recovered
+        """At start: the runs this home's previous daemon left (recovery.py)."""
+        return self.recovery.recover()
 
     def take_over(self, at_start: bool = False) -> list[str]:
-        """The runs of daemons found dead (services/team.py): stop what is left of them on this machine, save their
-        work on the task branch (published to the remote for a team), free their agents, and requeue each task."""
-        recovered = []
-        for dead in self.team.take_over(at_start):
-            if dead.id:
-                log.warning("daemon %s (%s, %s) stopped renewing its lease: taking over its runs %s", dead.id,
-                            dead.hostname, dead.home, ", ".join(dead.tasks) or "(none)")
-            for task_id in dead.tasks:
-                row = self.services.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
-                if row is None:
-                    continue
-                if dead.here:
-                    self._stop_leftover(row, Path(dead.home))
-                for request in self.services.requests.list("pending", task_id=task_id):
-                    self.services.requests.expire(request.id, "run ended with its daemon")
-                with self.services.store.transaction():
-                    release_agents(self.services.store, task_id=task_id)
-                    status = self.lifecycle.requeue(task_id, "recovered", count_retry=True)
-                log.info("recovered task %s -> %s", task_id, status)
-                recovered.append(task_id)
-        return recovered
-
-    def _stop_leftover(self, row: dict[str, Any], home: Path) -> None:
-        """A dead daemon's agent process on this machine is killed, and the work in its worktree kept."""
-        agent = self.services.store.one("SELECT pid FROM agents WHERE current_task = ?", (row["id"],))
-        workspace = self._workspace_of(row, home)
-        if agent and agent["pid"]:
-            kill_orphan(agent["pid"], workspace.path)
-        self._save_wip(workspace, row["id"])
-
-    def _workspace_of(self, row: dict[str, Any], home: Path | None = None) -> Workspace:
-        if row["repo_id"]:
-            try:
-                repo = self.services.repos.get(row["repo_id"])
-                where = Workspaces(home / "worktrees") if home else self.workspaces  # another home's worktrees
-                return Workspace(where.path_for(repo.id, row["id"]), row["branch"], repo)
-            except ServiceError:
-                pass
-        project = self.services.projects.get(row["project_id"])
-        return Workspace(Path(project.workspace))
+        """The runs of daemons found dead (recovery.py)."""
+        return self.recovery.take_over(at_start)
 
     def lease_lost(self) -> None:
         """Other daemons found this one dead (its lease ran out unrenewed) and took its runs: stop them here;
@@ -737,16 +501,3 @@ class Engine:
             while self.running:
                 await anyio.sleep(0.05)
 
-
-def kill_orphan(pid: int, cwd: Path) -> bool:
-    """Kill a dead daemon's agent process group, if that pid still runs in the task's directory."""
-    try:
-        actual = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
-    except OSError:
-        return False  # gone (or no /proc): nothing to kill safely
-    if actual != cwd.resolve() and not actual.is_relative_to(cwd.resolve()):
-        return False  # the pid was reused by something else
-    signal_group(pid, signal.SIGTERM)
-    time.sleep(0.5)
-    signal_group(pid, signal.SIGKILL)
-    return True

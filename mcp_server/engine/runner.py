@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 from anyio.abc import Process
 
+from ..line_splitter import LineSplitter
 from .adapters.base import AgentEvent, Parser, RunResult, RunSpec
 from .watchdog import LoopDetector, WatchdogLimits
 
@@ -92,168 +93,194 @@ async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle,
                     env: dict[str, str] | None = None, channel: AgentChannel | None = None) -> RunResult:
     """Run one agent to its end. `env`: what it starts from (Settings.agent_environment), default the
     daemon's own. `channel`: for an interactive spec, who answers its questions."""
-    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _DROP_ENV}
-    env.update(spec.env)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    loops = LoopDetector(limits)
-    last_output = time.monotonic()
-    stderr_tail = bytearray()
-    loop_message = ""
-    interactive = spec.interactive and channel is not None
-    with log_path.open("a", encoding="utf-8") as task_log:
-        def write(line: str) -> None:
-            task_log.write(line + "\n")
-            task_log.flush()
-            if on_event:
-                on_event(line)
+    return await AgentRun(spec, cwd, parser, handle, log_path, limits, on_event, channel).run(env)
 
-        write(f"$ {' '.join(spec.shown or spec.argv[:3])} … (cwd {cwd})")
-        try:
-            process: Process = await anyio.open_process(
-                spec.argv, stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(cwd), env=env,
-                start_new_session=True)
-        except OSError as error:
-            write(f"[error] could not start: {error}")
-            return RunResult("failed", error_type="crashed", error_message=f"Could not start {spec.argv[0]}: {error}")
-        handle.pid = process.pid
-        if handle.stop_reason:  # stopped while starting
-            signal_group(process.pid, signal.SIGTERM)
-        stdin_lock = anyio.Lock()
 
-        async def send(data: bytes) -> bool:
-            async with stdin_lock:
-                if process.stdin is None:
-                    return False
-                try:
-                    await process.stdin.send(data)
-                    return True
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
-                    return False  # the agent exited (or closed stdin)
+class AgentRun:
+    """One agent process from spawn to result: its output read line by line into the task log and the parser,
+    its questions answered, and a watchdog that kills it (SIGTERM, then SIGKILL 1.5 s later) on a timeout, a
+    stall, a loop or a stop."""
 
-        async def close_stdin() -> None:
-            async with stdin_lock:
-                if process.stdin is not None:
-                    with anyio.CancelScope(shield=True):
-                        await process.stdin.aclose()
+    def __init__(self, spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle, log_path: Path,
+                 limits: WatchdogLimits, on_event: Callable[[str], None] | None = None,
+                 channel: AgentChannel | None = None) -> None:
+        self.spec, self.cwd, self.parser, self.handle = spec, cwd, parser, handle
+        self.log_path, self.limits, self.on_event, self.channel = log_path, limits, on_event, channel
+        self.interactive = spec.interactive and channel is not None
+        self.loops = LoopDetector(limits)
+        self.last_output = time.monotonic()  # the watchdog's stall clock
+        self.stderr_tail = bytearray()
+        self.loop_message = ""  # why the loop detector killed the run
+        self.process: Process | None = None
+        self._stdin_lock = anyio.Lock()
+        self._log: TextIO | None = None
 
-        async def feed_stdin() -> None:
-            if process.stdin is None:
-                return
-            await send(spec.stdin or b"")
-            if not interactive:
-                await close_stdin()
-
-        async def answer(tg: anyio.abc.TaskGroup, event: AgentEvent) -> None:
-            """A question from the CLI: the channel decides (maybe after a person answers); the run waits."""
-            assert channel is not None and event.data is not None
-            request_id = str(event.data.get("request_id"))
-            handle.waiting += 1
+    async def run(self, env: dict[str, str] | None = None) -> RunResult:
+        env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _DROP_ENV}
+        env.update(self.spec.env)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as self._log:
+            self.write(f"$ {' '.join(self.spec.shown or self.spec.argv[:3])} … (cwd {self.cwd})")
             try:
-                response = await channel.answer(event.data.get("request") or {})
-            finally:
-                handle.waiting -= 1
-                handle.waited_until = time.monotonic()
-            await send(channel.encode_answer(request_id, response))
+                process = await self._spawn(env)
+            except OSError as error:
+                self.write(f"[error] could not start: {error}")
+                return RunResult("failed", error_type="crashed",
+                                 error_message=f"Could not start {self.spec.argv[0]}: {error}")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._feed_stdin)
+                tg.start_soon(self._read_stderr)
+                tg.start_soon(self._watch)
+                await self._read_stdout(tg)
+                await process.wait()
+                tg.cancel_scope.cancel()
+            return self._finish(process)
 
-        async def read_stdout(tg: anyio.abc.TaskGroup) -> None:
-            nonlocal last_output
-            buffer = bytearray()
-            cut = -1  # >= 0 while dropping the rest of an over-long line: how many bytes it had so far
-            async for chunk in process.stdout:  # type: ignore[union-attr]
-                last_output = time.monotonic()
-                buffer += chunk
-                while True:
-                    newline = buffer.find(b"\n")
-                    if cut >= 0:  # a line over MAX_LINE_BYTES: dropped as it arrives, never held whole
-                        cut += len(buffer) if newline < 0 else newline
-                        if newline < 0:
-                            buffer.clear()
-                            break
-                        del buffer[: newline + 1]
-                        write(f"[runner] an output line of {cut:,} bytes was dropped (over {MAX_LINE_BYTES:,})")
-                        cut = -1
-                        continue
-                    if newline < 0:
-                        if len(buffer) > MAX_LINE_BYTES:
-                            cut, _ = len(buffer), buffer.clear()
-                        break
-                    line = buffer[:newline].decode("utf-8", errors="replace")
-                    del buffer[: newline + 1]
-                    await handle_line(tg, line)
-            if buffer and cut < 0:
-                await handle_line(tg, buffer.decode("utf-8", errors="replace"))
+    def write(self, line: str) -> None:
+        """A line in the task log (flushed: the log is read while the run goes on), told to `on_event`."""
+        assert self._log is not None
+        self._log.write(line + "\n")
+        self._log.flush()
+        if self.on_event:
+            self.on_event(line)
 
-        async def handle_line(tg: anyio.abc.TaskGroup, line: str) -> None:
-            nonlocal loop_message
-            for event in parser.feed(line):
-                if event.kind == "control":
-                    if interactive:
-                        tg.start_soon(answer, tg, event)
-                    continue
-                if event.kind == "done":
-                    if interactive:
-                        await close_stdin()  # the result is in: let the CLI exit
-                    continue
-                write(_format(event))
-                if event.kind == "tool_result":
-                    loops.observe_result(event.text)
-                elif event.kind == "tool_call":
-                    finding = loops.observe(event.tool, event.args)
-                    if finding.verdict == "warn":
-                        told = interactive and await send(channel.encode_message(finding.message))  # type: ignore[union-attr]
-                        write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
-                              + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
-                    elif finding.verdict == "kill" and handle.stop_reason is None:
-                        loop_message = finding.message
-                        write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; killing the run")
-                        handle.kill("loop")
+    # -- the process ---------------------------------------------------------------------------------
+    async def _spawn(self, env: dict[str, str]) -> Process:
+        """The agent in its own process group (a stop that came while it started is sent at once); raises OSError
+        when it cannot start."""
+        spec = self.spec
+        self.process = await anyio.open_process(
+            spec.argv, stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(self.cwd), env=env, start_new_session=True)
+        self.handle.pid = self.process.pid
+        if self.handle.stop_reason:  # stopped while starting
+            signal_group(self.process.pid, signal.SIGTERM)
+        return self.process
 
-        async def read_stderr() -> None:
-            async for chunk in process.stderr:  # type: ignore[union-attr]
-                stderr_tail.extend(chunk)
-                del stderr_tail[:-20_000]
+    async def _watch(self) -> None:
+        """Kill the run on its wall-clock timeout or a stall; then SIGKILL whatever of it outlives SIGTERM."""
+        assert self.process is not None
+        handle, limits = self.handle, self.limits
+        started = time.monotonic()
+        paused = 0.0  # time spent waiting for a person: neither a stall nor part of the wall clock
+        while self.process.returncode is None:
+            now = time.monotonic()
+            if handle.waiting:
+                paused += 0.2
+            elif handle.stop_reason is None:
+                quiet_since = max(self.last_output, handle.waited_until)
+                if now - started - paused > limits.timeout_seconds:
+                    self.write(f"[watchdog] wall-clock timeout after {limits.timeout_seconds:.0f} s; killing")
+                    handle.kill("timeout")
+                elif now - quiet_since > limits.stall_seconds:
+                    self.write(f"[watchdog] no output for {limits.stall_seconds:.0f} s: stalled; killing")
+                    handle.kill("stalled")
+            if handle.stop_reason is not None:
+                # Escalate: whatever of the group ignores SIGTERM for 1.5 s gets SIGKILL.
+                await anyio.sleep(1.5)
+                signal_group(self.process.pid, signal.SIGKILL)
+                return
+            await anyio.sleep(0.2)
 
-        async def watch() -> None:
-            started = time.monotonic()
-            paused = 0.0  # time spent waiting for a person: neither a stall nor part of the wall clock
-            while process.returncode is None:
-                now = time.monotonic()
-                if handle.waiting:
-                    paused += 0.2
-                elif handle.stop_reason is None:
-                    quiet_since = max(last_output, handle.waited_until)
-                    if now - started - paused > limits.timeout_seconds:
-                        write(f"[watchdog] wall-clock timeout after {limits.timeout_seconds:.0f} s; killing")
-                        handle.kill("timeout")
-                    elif now - quiet_since > limits.stall_seconds:
-                        write(f"[watchdog] no output for {limits.stall_seconds:.0f} s: stalled; killing")
-                        handle.kill("stalled")
-                if handle.stop_reason is not None:
-                    # Escalate: whatever of the group ignores SIGTERM for 1.5 s gets SIGKILL.
-                    await anyio.sleep(1.5)
-                    signal_group(process.pid, signal.SIGKILL)
-                    return
-                await anyio.sleep(0.2)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(feed_stdin)
-            tg.start_soon(read_stderr)
-            tg.start_soon(watch)
-            await read_stdout(tg)
-            await process.wait()
-            tg.cancel_scope.cancel()
+    def _finish(self, process: Process) -> RunResult:
+        """The parser's result, overridden by why the run was killed; the stderr tail logged."""
+        handle, limits, tail = self.handle, self.limits, self.stderr_tail
         if handle.stop_reason:
             signal_group(process.pid, signal.SIGKILL)  # no stragglers of a killed run
-        result = parser.finish(process.returncode)
-        if stderr_tail.strip():
-            write("[stderr] " + stderr_tail.decode("utf-8", errors="replace")[-2000:])
+        result = self.parser.finish(process.returncode)
+        if tail.strip():
+            self.write("[stderr] " + tail.decode("utf-8", errors="replace")[-2000:])
         if handle.stop_reason:
             result.status = "failed"
             result.error_type = handle.stop_reason
             result.error_message = KILL_MESSAGES[handle.stop_reason].format(
-                timeout=limits.timeout_seconds, stall=limits.stall_seconds, loop=loop_message)
-        elif result.status == "failed" and result.error_type == "crashed" and stderr_tail.strip():
-            result.error_message = f"{result.error_message} stderr: {stderr_tail.decode(errors='replace')[-500:]}"
-        write(f"[done] {result.status}" + (f" ({result.error_type}: {result.error_message})" if result.error_type else ""))
+                timeout=limits.timeout_seconds, stall=limits.stall_seconds, loop=self.loop_message)
+        elif result.status == "failed" and result.error_type == "crashed" and tail.strip():
+            result.error_message = f"{result.error_message} stderr: {tail.decode(errors='replace')[-500:]}"
+        self.write(f"[done] {result.status}"
+                   + (f" ({result.error_type}: {result.error_message})" if result.error_type else ""))
         return result
+
+    # -- stdin ---------------------------------------------------------------------------------------
+    async def _send(self, data: bytes) -> bool:
+        async with self._stdin_lock:
+            if self.process is None or self.process.stdin is None:
+                return False
+            try:
+                await self.process.stdin.send(data)
+                return True
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
+                return False  # the agent exited (or closed stdin)
+
+    async def _close_stdin(self) -> None:
+        async with self._stdin_lock:
+            if self.process is not None and self.process.stdin is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.process.stdin.aclose()
+
+    async def _feed_stdin(self) -> None:
+        if self.process is None or self.process.stdin is None:
+            return
+        await self._send(self.spec.stdin or b"")
+        if not self.interactive:
+            await self._close_stdin()
+
+    async def _answer(self, event: AgentEvent) -> None:
+        """A question from the CLI: the channel decides (maybe after a person answers); the run waits."""
+        assert self.channel is not None and event.data is not None
+        request_id = str(event.data.get("request_id"))
+        self.handle.waiting += 1
+        try:
+            response = await self.channel.answer(event.data.get("request") or {})
+        finally:
+            self.handle.waiting -= 1
+            self.handle.waited_until = time.monotonic()
+        await self._send(self.channel.encode_answer(request_id, response))
+
+    # -- stdout and stderr ---------------------------------------------------------------------------
+    async def _read_stdout(self, tg: anyio.abc.TaskGroup) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        lines = LineSplitter(MAX_LINE_BYTES, on_drop=lambda size: self.write(
+            f"[runner] an output line of {size:,} bytes was dropped (over {MAX_LINE_BYTES:,})"))
+        async for chunk in self.process.stdout:
+            self.last_output = time.monotonic()
+            for line in lines.feed(chunk):
+                await self._handle_line(tg, line.decode("utf-8", errors="replace"))
+        rest = lines.rest()
+        if rest:
+            await self._handle_line(tg, rest.decode("utf-8", errors="replace"))
+
+    async def _handle_line(self, tg: anyio.abc.TaskGroup, line: str) -> None:
+        for event in self.parser.feed(line):
+            if event.kind == "control":
+                if self.interactive:
+                    tg.start_soon(self._answer, event)
+                continue
+            if event.kind == "done":
+                if self.interactive:
+                    await self._close_stdin()  # the result is in: let the CLI exit
+                continue
+            self.write(_format(event))
+            if event.kind == "tool_result":
+                self.loops.observe_result(event.text)
+            elif event.kind == "tool_call":
+                await self._observe_call(event)
+
+    async def _observe_call(self, event: AgentEvent) -> None:
+        """The loop detector's verdict on a tool call: a warning (to the agent when it can be told) or a kill."""
+        finding = self.loops.observe(event.tool, event.args)
+        if finding.verdict == "warn":
+            told = self.interactive and self.channel is not None and \
+                await self._send(self.channel.encode_message(finding.message))
+            self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
+                       + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
+        elif finding.verdict == "kill" and self.handle.stop_reason is None:
+            self.loop_message = finding.message
+            self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; killing the run")
+            self.handle.kill("loop")
+
+    async def _read_stderr(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        async for chunk in self.process.stderr:
+            self.stderr_tail.extend(chunk)
+            del self.stderr_tail[:-20_000]

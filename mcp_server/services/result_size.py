@@ -1,4 +1,4 @@
-"""How big one tool or resource result may get, and how a big one is paged or cut (issue 13).
+"""How big one tool or resource result may get, and how a big one is paged or cut (design.md "Result size").
 
 Claude Code refuses MCP results over 25,000 tokens. A token is about 4 characters of English, fewer for
 JSON-escaped code and non-ASCII, so sizes here count a non-ASCII character as 6 (its `\\uXXXX` escape).

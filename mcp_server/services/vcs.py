@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..settings import Settings
 from ..store.db import Store
@@ -13,6 +14,9 @@ from . import gitops
 from .errors import ConflictError, InvalidInputError, ServiceError
 from .limits import check_path
 from .repos import Repos
+
+
+PrState = Literal["open", "merged", "closed"]
 
 
 def find_gh(settings: Settings) -> str | None:
@@ -106,6 +110,23 @@ class Vcs:
             raise ServiceError(f"gh pr create printed no PR URL: {done.stdout.strip()[:500]}")
         self._event("pr.created", repo, task_id=task_id, branch=branch, base=base, pr_url=urls[-1])
         return urls[-1]
+
+    def pr_state(self, pr_url: str, cwd: Path | None = None) -> PrState:
+        """What GitHub says of a PR (`gh pr view`, run in `cwd`, a checkout of its repo): open, merged or closed.
+
+        Raises ServiceError when `gh` could not be asked; an answer it did not understand reads as open."""
+        gh = find_gh(self.settings)
+        if gh is None:
+            raise ServiceError("The GitHub CLI `gh` is not installed (or not on PATH for the AgentQueue daemon).")
+        try:
+            done = subprocess.run([gh, "pr", "view", pr_url, "--json", "state,mergedAt"], cwd=cwd,
+                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            state = json.loads(done.stdout or "{}")
+        except (OSError, ValueError, subprocess.TimeoutExpired) as error:
+            raise ServiceError(f"gh pr view {pr_url} failed: {error}") from error
+        if state.get("state") == "MERGED" or state.get("mergedAt"):
+            return "merged"
+        return "closed" if state.get("state") == "CLOSED" else "open"
 
     # -- reads ---------------------------------------------------------------------------------
     def changed_files(self, repo: Repo, base: str | None = None) -> list[dict[str, str]]:

@@ -204,7 +204,7 @@ def _m9_task_feedback(db: sqlite_utils.Database) -> None:
 
 
 def _m10_flat_costs(db: sqlite_utils.Database) -> None:
-    """Version 10: costs flat in the task count (issue 13).
+    """Version 10: costs flat in the task count (design.md "Flat costs at 100,000 tasks").
 
     `task_counts` keeps the number of tasks per project and status, maintained by triggers on every
     path that writes `tasks`, so counts never scan the table. Partial indexes hold only the rows the
@@ -236,8 +236,8 @@ def _m10_flat_costs(db: sqlite_utils.Database) -> None:
 
 
 def _m11_team(db: sqlite_utils.Database) -> None:
-    """Version 11: team mode (issue 13). The daemons sharing the queue with their leases, the daemon that owns
-    each run, and an agent's label (it runs only on a daemon that has the label)."""
+    """Version 11: team mode (design.md "Team mode"). The daemons sharing the queue with their leases, the daemon
+    that owns each run, and an agent's label (it runs only on a daemon that has the label)."""
     db.table("daemons").create(
         {"id": str, "hostname": str, "pid": int, "home": str, "labels": str, "started_at": str,
          "heartbeat_at": str, "lease_until": str},
@@ -249,7 +249,8 @@ def _m11_team(db: sqlite_utils.Database) -> None:
 
 
 def _m12_planned_queries(db: sqlite_utils.Database) -> None:
-    """Version 12: indexes whose plans are the same with statistics or without, and flat window sums (issue 19).
+    """Version 12: indexes whose plans are the same with statistics or without, and flat window sums
+    (design.md "The store plans its queries").
 
     Each hot query gets one index that serves it best under any statistics (its equality columns first, then
     its order), so a store that was never analysed plans it as an analysed one does. `token_hours` keeps the

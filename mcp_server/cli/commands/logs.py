@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import paths
+from ...line_splitter import LineSplitter
 from ...services.task_states import FOLLOWABLE
 from ...visible import visible
 from .. import reads as cli_reads
@@ -63,7 +64,8 @@ def _json_line(task_id: str, line: bytes) -> str:
 
 def _follow(store: Store, task_id: str, path: Path, as_json: bool) -> int:
     """Print the log as the agent writes it; stop once the task can produce no more (or on Ctrl-C)."""
-    offset, pending = 0, b""
+    offset = 0
+    json_lines = LineSplitter()  # --json: one object per whole line
     announced = False
     out = sys.stdout
     # Chunks end anywhere: a character cut in two is decoded once whole, and a trailing \r waits for the
@@ -80,9 +82,7 @@ def _follow(store: Store, task_id: str, path: Path, as_json: bool) -> int:
                 offset += len(chunk)
                 if chunk:
                     if as_json:
-                        pending += chunk
-                        *lines, pending = pending.split(b"\n")
-                        for line in lines:
+                        for line in json_lines.feed(chunk):
                             out.write(_json_line(task_id, line))
                     else:
                         text = held + decoder.decode(chunk)
@@ -93,8 +93,8 @@ def _follow(store: Store, task_id: str, path: Path, as_json: bool) -> int:
                 if not as_json and (rest := held + decoder.decode(b"", final=True)):
                     out.write(visible(rest, multiline=True))
                     out.flush()
-                if as_json and pending:
-                    out.write(_json_line(task_id, pending))
+                if as_json and (last := json_lines.rest()):
+                    out.write(_json_line(task_id, last))
                 print(f"[{task_id} is {status}]", file=sys.stderr, flush=True)
                 return 0
             if status == "READY" and not announced:
