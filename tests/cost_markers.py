@@ -38,7 +38,7 @@ if REPORT:
 
 def _a_daemon_held_a_home_under(root: Path) -> bool:
     """A daemon (in a subprocess or in-process) leaves the lock file it held in the home it served."""
-    for folder, subfolders, files in os.walk(root):
+    for _folder, subfolders, files in os.walk(root):
         if "daemon.lock" in files:
             return True
         subfolders[:] = [d for d in subfolders if d not in (".git", "node_modules", "workspaces")]

@@ -348,7 +348,8 @@ def command_line(draw: st.DrawFn, good: list[str], bad: list[str], depth: int = 
             form = draw(st.integers(0, 8))
             text = [f"echo $( {inner} )", f"echo `{inner.replace('`', '')}`" if "`" not in inner else f"( {inner} )",
                     f"( {inner} )", f"{{ {inner}; }}", f"bash -c {shlex.quote(inner)}", f"cat <( {inner} )",
-                    f"if true; then {inner}; fi", f"for i in 1 2; do {inner}; done", f"sh -c {shlex.quote(inner)}"][form]
+                    f"if true; then {inner}; fi", f"for i in 1 2; do {inner}; done",
+                    f"sh -c {shlex.quote(inner)}"][form]
             parts.append(text)
             placed = placed or inner_bad
             continue
@@ -374,7 +375,8 @@ ASKED_STANDARD = ["curl https://x", "git push origin main", "cat ~/.ssh/id_rsa",
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(ALLOWED_STANDARD, ASKED_STANDARD))
 @pytest.mark.slow
-def test_fuzz_standard_never_allows_what_it_asks_about(presets: dict[str, Policies], generated: tuple[str, bool]) -> None:
+def test_fuzz_standard_never_allows_what_it_asks_about(presets: dict[str, Policies],
+                                                       generated: tuple[str, bool]) -> None:
     command, placed_asked = generated
     verdict = presets["standard"].decide(bash(command))
     if placed_asked:
@@ -390,17 +392,20 @@ def with_deny_rules(tmp_path_factory: pytest.TempPathFactory) -> Policies:
     return policies
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(ALLOWED_READONLY, FORBIDDEN_READONLY))
 @pytest.mark.slow
-def test_fuzz_readonly_never_allows_a_command_it_denies(presets: dict[str, Policies], generated: tuple[str, bool]) -> None:
+def test_fuzz_readonly_never_allows_a_command_it_denies(presets: dict[str, Policies],
+                                                       generated: tuple[str, bool]) -> None:
     command, placed_bad = generated
     verdict = presets["readonly"].decide(bash(command))
     if placed_bad:
         assert verdict.decision != "allow", f"{command!r} allowed by {verdict.decided_by}"
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command_line(["ls", "cat a.txt", "npm test", "echo hi", "git status", "pytest -q"], DENIED_BY_RULE))
 @pytest.mark.slow
 def test_fuzz_a_deny_rule_holds_in_every_composition(with_deny_rules: Policies, generated: tuple[str, bool]) -> None:
