@@ -31,7 +31,7 @@ HEAVY_FOR_A_LAUNCH = {"mcp", "pydantic", "git", "rich", "sqlite_utils", "anyio",
                       "argparse", "pathlib", "typing", "subprocess", "hashlib", "tempfile"}
 
 
-# What pip wrote for pyproject's `agentqueue = "agentqueue.cli:main"`: the command a person types.
+# What pip installed from bin/agentqueue (pyproject's script-files): the command a person types.
 INSTALLED_SCRIPT = Path(sys.executable).parent / "agentqueue"
 
 

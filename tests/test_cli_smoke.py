@@ -1,8 +1,8 @@
 """Every `agentqueue` command once as a person runs it: the script pip installed, a new process, a pipe.
 
 The output itself is checked in this process at a fixed width (test_cli.py, test_cli_reads.py,
-test_cli_daemon.py call `cli.run`); these check that the real entry point (pyproject's
-`agentqueue = "agentqueue.cli:main"`) reaches each command and ends with its exit status.
+test_cli_daemon.py call `cli.run`); these check that the real entry point (bin/agentqueue, installed by
+pip from pyproject's script-files) reaches each command and ends with its exit status.
 """
 
 from __future__ import annotations

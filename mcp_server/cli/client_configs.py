@@ -56,7 +56,8 @@ def servers_key(client: str) -> str:
 
 # -- the command a client runs ----------------------------------------------------------------------
 def _is_our_script(path: str) -> bool:
-    """A console script pip wrote for `agentqueue.cli:main` (not, say, `python -m agentqueue`'s __main__.py)."""
+    """Our `agentqueue` script as pip installed it (bin/agentqueue, or an older install's console script for
+    `agentqueue.cli:main`), not, say, `python -m agentqueue`'s __main__.py."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(4096)
