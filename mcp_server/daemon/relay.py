@@ -18,6 +18,7 @@ Tests check which modules a launch loads.
 
 from __future__ import annotations
 
+import _signal
 import _socket
 import _thread
 import os
@@ -179,8 +180,15 @@ class Flag:
 
 
 def _thread_of(target: Callable[[], None]) -> None:
-    """Run `target` in a daemon thread (every exit is `os._exit`, so nothing waits for it)."""
-    _thread.start_new_thread(target, ())
+    """Run `target` in a daemon thread (every exit is `os._exit`, so nothing waits for it), with Ctrl-C and the
+    stop signals blocked: the kernel may hand a signal to any thread that takes it, and one taken by this thread
+    leaves the main thread asleep in `recv`, where Python never raises KeyboardInterrupt."""
+    signals = {_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP}
+    before = _signal.pthread_sigmask(_signal.SIG_BLOCK, signals)  # inherited by the new thread
+    try:
+        _thread.start_new_thread(target, ())
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, before)  # a signal that came meanwhile is the main thread's
 
 
 class Pipe:
