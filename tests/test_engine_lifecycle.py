@@ -383,6 +383,7 @@ async def test_a_paused_orchestrator_starts_nothing_until_resumed(svc: Services)
 
 
 # -- 7. project pause and max_concurrent_agents ---------------------------------------------------------------
+@pytest.mark.slow  # seconds of real waits (timeouts, caps, periods): left out of the fast loop
 async def test_project_pause_and_concurrency_cap_hold(svc: Services) -> None:
     svc.agents.create("helper", "command", command=AGENT_COMMAND)
     svc.projects.create("Capped", max_concurrent_agents=1)

@@ -564,6 +564,7 @@ async def test_one_run_per_hook_at_a_time(client, services: Services) -> None:
     assert [r.status for r in runs(services, "slow")] == ["completed", "completed"]
 
 
+@pytest.mark.slow  # seconds of real waits (timeouts, caps, periods): left out of the fast loop
 async def test_global_cap_on_concurrent_hook_runs(svc: Services) -> None:
     for name in ("One", "Two", "Three"):
         add_hook(svc, name, {"type": "periodic", "interval_seconds": 1}, cooldown_seconds=0,
@@ -651,6 +652,7 @@ async def test_schedule_due_while_the_previous_run_goes_is_recorded_as_skipped_o
     assert [h.id for h, _, _ in runner.pending(slot + timedelta(days=2))] == ["daily"]
 
 
+@pytest.mark.slow  # seconds of real waits (timeouts, caps, periods): left out of the fast loop
 async def test_periodic_overlap_in_the_running_loop(svc: Services) -> None:
     add_hook(svc, "Busy", {"type": "periodic", "interval_seconds": 1}, cooldown_seconds=0,
              context_steps=[{"type": "shell", "command": "sleep 1.6"}])

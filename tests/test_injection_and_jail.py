@@ -364,6 +364,7 @@ async def test_run_command_caps_output(client, world):
     assert len(done["stdout"]) < 24_300
 
 
+@pytest.mark.slow  # seconds of real waits (timeouts, caps, periods): left out of the fast loop
 @pytest.mark.parametrize("era", ["modern"])  # slow (4 s) and nothing era-specific: run once
 async def test_run_command_timeout_kills_the_process_group(client, world, tmp_path, era):
     marker = world.workspace / "late-child"  # where the command may write: only the kill stops it

@@ -168,6 +168,7 @@ async def test_the_task_log_resource_is_paged(client, services, world: World):
     assert after == data[start + len(body): start + len(body) + len(after)].decode()
 
 
+@pytest.mark.slow  # seconds of real waits (timeouts, caps, periods): left out of the fast loop
 async def test_a_huge_task_result_is_cut_and_points_to_the_log(client, services, world: World):
     task = await call(client, "create_task", project_id="proj", title="loud", description="d", repo_id="app")
     run = SimpleNamespace(status="failed", summary="s" * 1_000_000, error_type="crash", error_message="e" * 300_000,
