@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     command = add_command(
         sub, "logs", "print a task's agent log; -f follows it while the agent runs", run,
         "Print $AGENTQUEUE_HOME/logs/tasks/<task>.log. With -f, keep printing what the agent writes "
-        "until the task is no longer READY, ASSIGNED, IN_PROGRESS or VERIFYING (Ctrl-C stops).")
+        "until the task is no longer READY, ASSIGNED, IN_PROGRESS, WAITING_INPUT or VERIFYING (Ctrl-C stops).")
     command.add_argument("task", help="task id")
     command.add_argument("-f", "--follow", action="store_true", help="follow the log as the agent writes it")
     json_flag(command)
