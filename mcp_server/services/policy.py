@@ -151,11 +151,12 @@ class EffectivePolicy:
         strictest verdict wins. Any other action goes through the rule order once."""
         if action.tool in COMMAND_TOOLS and action.argument and action.argument.strip():
             return self._decide_command(action)
-        if not action.tool.startswith("tool:"):
+        # Kept: a tool's own action and short details; a caller's long, varied details would only fill memory.
+        if not action.tool.startswith("tool:") or len(action.argument or "") > 200:
             return self._ordered(action, str(action))
         if (verdict := self._tool_verdicts.get(action)) is None:
             verdict = self._ordered(action, str(action))
-            if len(self._tool_verdicts) < 1024:  # `tool:run_command:<command>` actions are many; the rest a few
+            if len(self._tool_verdicts) < 1024:
                 self._tool_verdicts[action] = verdict
         return verdict
 
