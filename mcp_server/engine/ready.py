@@ -11,11 +11,12 @@ teardown runs before it is removed (`teardown`, called by Workspaces.remove), ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,17 @@ class WorktreeSetup:
         """The run is over: its port is free again."""
         self.active.pop(task_id, None)
         self.ports.release(task_id)
+
+    @contextlib.contextmanager
+    def task_env(self, task: Task, port_env: str | None = None) -> Iterator[dict[str, str]]:
+        """The variables that carry a task's port, for a command run for it (a check of the merge queue): the port
+        its run holds, else the one its worktree was set up with when that is free, else another, held while the
+        `with` lasts. `port_env`: the repo's name for it (RepoConfig.port_env), when the caller read the file."""
+        ready = self.active.get(task.id)
+        state = self._load(task.repo_id, task.id) if ready is None and task.repo_id else None
+        name = port_env or (ready.config.port_env if ready and ready.config else (state or {}).get("port_env"))
+        with self.ports.holding(task.id, prefer=(state or {}).get("port")) as port:
+            yield env_for(port, name)
 
     def _declaration(self, task: Task, workspace: Workspace) -> tuple[RepoConfig | None, dict[str, Any] | None]:
         """The default branch's declaration, and this worktree's setup record when it was set up before. A fresh

@@ -240,13 +240,17 @@ def read_commit(checkout: Path, ref: str) -> RepoConfig | None:
 
 
 # -- for the merge queue ---------------------------------------------------------------------------------
+def declaration(repo: Repo, checkout: Path | None = None) -> RepoConfig | None:
+    """The repo's declaration as its default branch has it now (None: neither file). `checkout`: where to read the
+    repo (Workspaces.checkout_of in team mode; default its checkout_path). RepoConfigError when it cannot be used."""
+    return read_commit(checkout or Path(repo.checkout_path), f"refs/heads/{repo.default_branch}")
+
+
 def checks_for(repo: Repo, project: Project, checkout: Path | None = None) -> list[Check]:
     """The checks a task's work in `repo` must pass before it lands: the repo's declared `[[checks]]` on its
     default branch, else the project's verify_command (as one check named "verify"), else none.
-    `checkout`: where to read the repo (Workspaces.checkout_of in team mode; default its checkout_path).
     Raises RepoConfigError when the default branch's .agentqueue.toml cannot be used."""
-    config = read_commit(checkout or Path(repo.checkout_path), f"refs/heads/{repo.default_branch}")
-    return declared_checks(config, project)
+    return declared_checks(declaration(repo, checkout), project)
 
 
 def declared_checks(config: RepoConfig | None, project: Project) -> list[Check]:
