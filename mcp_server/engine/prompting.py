@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..services import Services
 from ..services.feedback import Comment, prompt_section
+from ..services.repo_config import Check, declared_checks
 from ..services.task_states import CLAIMED, in_clause
 from ..store.models import Task
 from .ready import Readiness
@@ -27,7 +28,7 @@ def task_prompt(task: Task, comments: list[Comment] | None = None) -> str:
     return f"{prompt}\n{review}" if review else prompt
 
 
-def ready_lines(ready: Readiness) -> list[str]:
+def ready_lines(ready: Readiness, checks: list[Check]) -> list[str]:
     """What the worktree was made ready with (the repo's .agentqueue.toml), the run's port, and the checks that
     judge the work before it lands."""
     lines = []
@@ -44,8 +45,8 @@ def ready_lines(ready: Readiness) -> list[str]:
     names = " and $".join(ready.env)
     lines += ["", f"Your port: ${names} = {ready.port}. Start any server you need on it: no other running task "
                   "uses it, and the checks get the same variable."]
-    if ready.checks:
-        listed = "; ".join(f"`{c.command}`" + ("" if c.name == "verify" else f" ({c.name})") for c in ready.checks)
+    if checks:
+        listed = "; ".join(f"`{c.command}`" + ("" if c.name == "verify" else f" ({c.name})") for c in checks)
         lines.append(f"Before your work lands these checks run in your worktree, and it lands only if they pass: "
                      f"{listed}. Run them yourself before you finish.")
     return lines
@@ -83,7 +84,7 @@ def context_for(services: Services, task: Task, workspace: Workspace, agent_tool
     if notes:
         lines += ["", f"Project notes (read any that matter) in {notes_dir}: {', '.join(notes[:30])}"]
     if ready is not None:
-        lines += ready_lines(ready)
+        lines += ready_lines(ready, declared_checks(ready.config, project))
     memory = services.memory.context(project.id)
     if memory:
         lines += ["", "# Project memory", memory]

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..services import Services
 from ..services.errors import ServiceError
-from ..services.repo_config import Check, RepoConfig, RepoConfigError, declared_checks, read_commit, read_worktree
+from ..services.repo_config import RepoConfig, RepoConfigError, read_commit, read_worktree
 from ..store.models import Task
 from .ignored_files import copy_ignored
 from .ports import Ports, env_for
@@ -51,7 +51,6 @@ class Readiness:
     port: int
     env: dict[str, str]
     config: RepoConfig | None = None
-    checks: list[Check] = field(default_factory=list)
     setup: str | None = None  # the setup command this worktree was set up with (now or on an earlier run)
     setup_now: bool = False  # it ran for this run
     copied: list[str] = field(default_factory=list)
@@ -75,9 +74,7 @@ class WorktreeSetup:
         """Make the worktree ready (once per worktree) and hold the run's port; NotReady when it cannot be."""
         config, state = self._declaration(task, workspace)
         port = self.ports.acquire(task.id, prefer=state.get("port") if state else None)
-        project = self.services.projects.get(task.project_id)
         ready = Readiness(port, env_for(port, config.port_env if config else None), config,
-                          declared_checks(config, project),
                           default_branch=workspace.repo.default_branch if workspace.repo else None)
         self.active[task.id] = ready
         if config is None or workspace.repo is None:
