@@ -343,3 +343,24 @@ def test_the_merge_queue_gets_a_tasks_port_for_its_checks(svc: Services) -> None
     with engine.ready.task_env(task) as env:
         assert env == {"AGENTQUEUE_TASK_PORT": str(running)}
     assert engine.ports.of(task.id) == running
+
+
+async def test_a_restarted_daemon_neither_sets_a_worktree_up_again_nor_forgets_its_teardown(
+        svc: Services, tmp_path: Path) -> None:
+    seen = signals(tmp_path)
+    let_agents_write(svc, seen)
+    repo = checkout(svc)
+    declare(repo, toml=f'setup = "echo \\"$AGENTQUEUE_TASK_PORT\\" >> {seen}/setup.log"\n'
+                       f'teardown = "echo \\"$AGENTQUEUE_TASK_PORT\\" >> {seen}/teardown.log"\n')
+    svc.agents.create("worker", "command", command=sh(
+        "cat > prompt.txt; if [ ! -e tried.txt ]; then echo 1 > tried.txt; exit 1; fi"))
+    task = svc.tasks.create("demo", "Twice", "Anything.", repo_id="app", max_retries=0)
+    await run_until_final(svc, make_engine(svc), task.id, timeout=60)  # fails, BLOCKED, worktree kept
+    assert status(svc, task.id) == "BLOCKED"
+    svc.tasks.restart(task.id)
+    await run_until_final(svc, make_engine(svc), task.id, timeout=60)  # a new engine, as after a restart
+    assert status(svc, task.id) == "COMPLETED", svc.tasks.get(task.id).reason
+    setup_port = (seen / "setup.log").read_text().split()
+    assert len(setup_port) == 1  # set up once, by the first daemon
+    assert (seen / "teardown.log").read_text().split() == setup_port  # the record's port, preferred again
+    assert "ran once when the worktree was made" in (show(repo, "main", "prompt.txt") or "")

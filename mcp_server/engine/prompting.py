@@ -32,9 +32,10 @@ def ready_lines(ready: Readiness, checks: list[Check]) -> list[str]:
     """What the worktree was made ready with (the repo's .agentqueue.toml), the run's port, and the checks that
     judge the work before it lands."""
     lines = []
-    if ready.config is not None and (ready.setup or ready.copied):
-        lines += ["", f"This worktree was made ready as the repository's {', '.join(ready.config.sources)} on "
-                      f"'{ready.default_branch}' asks:"]
+    if ready.setup or ready.copied:
+        sources = ", ".join(ready.config.sources) if ready.config else ".agentqueue.toml"
+        lines += ["", f"This worktree was made ready as the repository's {sources} on '{ready.default_branch}' "
+                      "asks:"]
         if ready.setup:
             lines.append(f"- The setup command `{ready.setup}` ran once when the worktree was made (it succeeded); "
                          "run it again only if you change what it installs.")

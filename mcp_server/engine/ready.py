@@ -56,6 +56,7 @@ class Readiness:
     copied: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     default_branch: str | None = None
+    recorded: bool = False  # the worktree has a setup record (its teardown runs before it is removed)
 
 
 class WorktreeSetup:
@@ -77,10 +78,10 @@ class WorktreeSetup:
         ready = Readiness(port, env_for(port, config.port_env if config else None), config,
                           default_branch=workspace.repo.default_branch if workspace.repo else None)
         self.active[task.id] = ready
-        if config is None or workspace.repo is None:
-            return ready
         if state is not None:  # set up on an earlier run of this worktree
-            ready.setup, ready.copied = state.get("setup"), list(state.get("copied") or ())
+            ready.setup, ready.copied, ready.recorded = state.get("setup"), list(state.get("copied") or ()), True
+            return ready
+        if config is None or workspace.repo is None:
             return ready
         if not (config.patterns or config.setup or config.teardown):
             return ready
@@ -91,6 +92,7 @@ class WorktreeSetup:
         self._save(workspace, task.id, {"setup": config.setup, "teardown": config.teardown,
                                         "teardown_timeout": config.teardown_timeout, "port_env": config.port_env,
                                         "copied": ready.copied, "port": port})
+        ready.recorded = True
         return ready
 
     def end(self, task_id: str) -> None:
@@ -180,9 +182,8 @@ class WorktreeSetup:
             return
         task_id = workspace.path.name
         ready = self.active.get(task_id)
-        if ready is not None and (ready.config is None or not (ready.config.setup or ready.config.patterns
-                                                                or ready.config.teardown)):
-            return  # this daemon started the run and knows there is nothing to tear down: no file is read
+        if ready is not None and not ready.recorded:
+            return  # this daemon started the run and knows the worktree has no setup record: no file is read
         state = self._load(repo.id, task_id)
         if state is None:
             return
