@@ -335,12 +335,12 @@ def test_ports_are_never_handed_twice_and_skip_busy_ones() -> None:
 def test_the_merge_queue_gets_a_tasks_port_for_its_checks(svc: Services) -> None:
     engine = make_engine(svc)
     task = svc.tasks.create("demo", "Queued", "Anything.", repo_id="app")
-    with engine.ready.task_env(task, port_env="PORT") as env:  # the run is over: a port held for the checks
+    with engine.worktree_setup.task_env(task, port_env="PORT") as env:  # the run is over: a port held for the checks
         port = env["AGENTQUEUE_TASK_PORT"]
         assert env == {"AGENTQUEUE_TASK_PORT": port, "PORT": port} and engine.ports.of(task.id) == int(port)
     assert engine.ports.of(task.id) is None
     running = engine.ports.acquire(task.id)  # while its run holds one, the checks get the same
-    with engine.ready.task_env(task) as env:
+    with engine.worktree_setup.task_env(task) as env:
         assert env == {"AGENTQUEUE_TASK_PORT": str(running)}
     assert engine.ports.of(task.id) == running
 
