@@ -233,6 +233,19 @@ def test_copying_refuses_symlinks_paths_outside_the_repo_and_files_already_there
                    if p.is_file() and not p.is_symlink() and ".git" not in p.parts)
 
 
+def test_a_file_the_task_branch_would_commit_is_not_left_copied(tmp_path: Path, git_env: Path) -> None:
+    repo = make_repo(tmp_path / "repo", files={".gitignore": "*.env\n"})
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "task", str(worktree))
+    (repo / ".gitignore").write_text("*.env\nlocal.cfg\n")  # the person's uncommitted edit ignores it; main does not
+    (repo / "local.cfg").write_text("token=1\n")
+    (repo / "a.env").write_text("A=1\n")
+    copied = copy_ignored(repo, worktree, ["local.cfg", "a.env"])
+    assert copied.files == ["a.env"] and not (worktree / "local.cfg").exists()
+    assert copied.refused == [("local.cfg", "the task branch does not ignore it, so it would be committed")]
+    assert git(worktree, "status", "--porcelain") == ""
+
+
 async def test_a_hostile_worktreeinclude_copies_nothing_from_outside(svc: Services, tmp_path: Path) -> None:
     secrets = tmp_path / "ssh"
     secrets.mkdir()
