@@ -243,8 +243,10 @@ class Files:
             raise InvalidInputError(f"timeout must be between 1 and 600 seconds (got {timeout}).")
         if not working_dir.is_dir():
             raise NotFoundError(f"working_dir {working_dir} is not a directory.")
-        # A deny rule always wins, whoever runs the command (a tool call, a hook step, a verify command).
-        project_id = self.project_of(working_dir)
+        # A deny rule always wins, whoever runs the command (a tool call, a hook step, a verify command). A task's
+        # command is its project's, wherever its worktree is (worktrees live under the home, in no project's folder).
+        task_project = self.store.scalar("SELECT project_id FROM tasks WHERE id = ?", (task_id,)) if task_id else None
+        project_id = task_project or self.project_of(working_dir)
         self.policies.require(tool_action("run_command", command), project_id, f"Running `{command[:200]}`")
         argv = ["/bin/sh", "-c", command]
         full_env = {**os.environ, **env} if env else None
