@@ -1,0 +1,188 @@
+"""The merge queue (design.md "Merge queue"): real git, real subprocesses, `command` agents, no model.
+
+Six tasks edit the same lines of one file at once and all land: the ones that conflict are sent back to their
+agent with the conflict, which resolves it (keeping both sides) and commits, and then land; every first-parent
+commit on main passes the repo's check. A task whose change fails the check never reaches main: it is sent
+back the capped number of times, then BLOCKED with the check's output.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentqueue.engine.prompting import task_prompt
+from agentqueue.services import Services
+
+from .git_fixtures import commit_file, git, git_env, porcelain  # noqa: F401  (git_env: fixture)
+from .test_engine_lifecycle import events, make_engine, run_until_final, status
+
+pytestmark = pytest.mark.anyio
+
+# Adds its line (the task's `LINE <text>`) inside the file's region; sent back with a conflict, it keeps both
+# sides (drops only the marker lines) and commits the merge itself.
+AGENT = r"""
+import pathlib, re, subprocess, sys, time
+prompt = sys.stdin.read()
+pause = re.search(r"^SLEEP ([0-9.]+)$", prompt, re.M)
+time.sleep(float(pause[1]) if pause else 0)
+path = pathlib.Path("shared.txt")
+text = path.read_text()
+if "<<<<<<<" in text:
+    kept = [l for l in text.splitlines() if not l.startswith(("<<<<<<<", "=======", ">>>>>>>"))]
+    path.write_text("\n".join(kept) + "\n")
+    subprocess.run(["git", "add", "shared.txt"], check=True)
+    subprocess.run(["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.com", "commit", "-q",
+                    "--no-edit"], check=True)
+    print("resolved the conflict, keeping both sides")
+else:
+    line = re.search(r"^LINE (.*)$", prompt, re.M)[1]
+    if line not in text.splitlines():
+        lines = text.splitlines()
+        lines.insert(lines.index("END"), line)
+        path.write_text("\n".join(lines) + "\n")
+    print("added", line)
+"""
+AGENT_COMMAND = shlex.join([sys.executable, "-c", AGENT])
+# The repo's check: the region is intact, has no conflict marker and no line saying BAD.
+CHECK = r"""
+import pathlib, sys
+lines = pathlib.Path("shared.txt").read_text().splitlines()
+if lines[0] != "BEGIN" or lines[-1] != "END":
+    sys.exit("the region's BEGIN or END is gone")
+for line in lines:
+    if line.startswith(("<<<<<<<", "=======", ">>>>>>>")):
+        sys.exit("conflict marker left: " + line)
+    if "BAD" in line:
+        sys.exit("BAD line found: " + line)
+print("check passed:", len(lines) - 2, "lines")
+"""
+
+
+@pytest.fixture
+def svc(services: Services, git_env: Path) -> Services:
+    """Project 'demo' whose check is the repo's check.py (CHECK), with an `init` repo 'app' holding the region in
+    shared.txt."""
+    services.projects.create("Demo", max_concurrent_agents=6, verify_command=shlex.join([sys.executable, "check.py"]))
+    services.repos.add("demo", "init", name="app")
+    repo = Path(services.repos.get("app").checkout_path)
+    commit_file(repo, "check.py", CHECK, "the check")
+    commit_file(repo, "shared.txt", "BEGIN\nEND\n", "the region")
+    return services
+
+
+def checkout(svc: Services) -> Path:
+    return Path(svc.repos.get("app").checkout_path)
+
+
+def first_parents(repo: Path) -> list[str]:
+    """main's first-parent commits from the one that added the region (the queue's landings follow it)."""
+    region = git(repo, "log", "--format=%H", "--diff-filter=A", "main", "--", "shared.txt")
+    return git(repo, "rev-list", "--first-parent", f"{region}^..main").split()
+
+
+def check_passes(repo: Path, commit: str, command: str, tmp_path: Path) -> bool:
+    """Run the repo's check on one commit, in a worktree of its own."""
+    tree = tmp_path / f"at-{commit[:12]}"
+    git(repo, "worktree", "add", "--quiet", "--detach", str(tree), commit)
+    try:
+        return subprocess.run(shlex.split(command), cwd=tree, capture_output=True).returncode == 0
+    finally:
+        git(repo, "worktree", "remove", "--force", str(tree))
+
+
+def runs(svc: Services, task_id: str) -> list[dict]:
+    return svc.store.all("SELECT attempt, agent_id, status, error_type FROM task_results WHERE task_id = ? "
+                         "ORDER BY attempt", (task_id,))
+
+
+def ledger_rows(svc: Services, task_id: str) -> int:
+    return int(svc.store.scalar("SELECT count(*) FROM token_ledger WHERE task_id = ?", (task_id,)))
+
+
+async def test_six_tasks_on_the_same_lines_all_land_and_main_stays_green(svc: Services, tmp_path: Path) -> None:
+    # Each send-back lets the others land meanwhile, and those may conflict with the fix again: room for that.
+    svc.projects.edit("demo", merge_retries=6)
+    for n in range(6):
+        svc.agents.create(f"worker-{n}", "command", command=AGENT_COMMAND)
+    tasks = [svc.tasks.create("demo", f"Line {n}", f"LINE task {n} was here\nSLEEP 1", repo_id="app") for n in range(6)]
+    await run_until_final(svc, make_engine(svc), *(t.id for t in tasks), timeout=180)
+
+    assert [status(svc, t.id) for t in tasks] == ["COMPLETED"] * 6, [svc.tasks.get(t.id).reason for t in tasks]
+    repo = checkout(svc)
+    final = git(repo, "show", "main:shared.txt").splitlines()
+    assert sorted(final[1:-1]) == [f"task {n} was here" for n in range(6)]  # no line of any task lost
+    assert final[0] == "BEGIN" and final[-1] == "END"
+    command = svc.projects.get("demo").verify_command
+    assert command
+    assert all(check_passes(repo, commit, command, tmp_path) for commit in first_parents(repo))
+    assert porcelain(repo) == ""
+
+    sent_back = [t for t in tasks if events(svc, t.id, "task.sent_back")]
+    assert sent_back, "six tasks on the same lines: some conflicted"
+    for task in sent_back:
+        history = runs(svc, task.id)
+        sends = events(svc, task.id, "task.sent_back")
+        assert len(history) == len(sends) + 1 == ledger_rows(svc, task.id)  # every attempt is a run in the ledger
+        assert {r["agent_id"] for r in history} == {history[0]["agent_id"]}  # back to the agent that did the work
+        assert all(e.payload["kind"] == "conflict" and e.payload["conflicts"] == ["shared.txt"] for e in sends)
+        assert [e.payload["agent_id"] for e in sends] == [history[0]["agent_id"]] * len(sends)
+        # What its agent was told: the conflict hunks, and the commits that had landed meanwhile.
+        told = svc.feedback.comments(task.id)[-1].comment
+        assert "<<<<<<<" in told and ">>>>>>>" in told and "Commits that landed on 'main'" in told
+        assert "Sent back by the merge queue" in task_prompt(svc.tasks.get(task.id), svc.feedback.comments(task.id))
+    for task in tasks:
+        kinds = [e.event_type for e in events(svc, task.id)]
+        assert "merge_queue.entered" in kinds and "merge_queue.testing" in kinds
+    # Landed one at a time, in order: each first-parent commit after the region's moves main by one task.
+    assert len(first_parents(repo)) >= 7
+
+
+async def test_a_task_that_fails_the_check_never_lands_and_is_blocked_after_the_cap(svc: Services) -> None:
+    svc.agents.create("worker", "command", command=AGENT_COMMAND)
+    bad = svc.tasks.create("demo", "Bad line", "LINE BAD line from the task", repo_id="app")
+    before = git(checkout(svc), "rev-parse", "main")
+    engine = make_engine(svc)
+    await run_until_final(svc, engine, bad.id, timeout=90)
+
+    task = svc.tasks.get(bad.id)
+    assert task.status == "BLOCKED"
+    repo = checkout(svc)
+    assert git(repo, "rev-parse", "main") == before  # never reached main
+    assert "BAD" not in git(repo, "show", "main:shared.txt")
+    sends = events(svc, bad.id, "task.sent_back")
+    assert [(e.payload["kind"], e.payload["attempt"], e.payload["cap"]) for e in sends] == [("check", 1, 2),
+                                                                                          ("check", 2, 2)]
+    history = runs(svc, bad.id)
+    assert len(history) == 3 == ledger_rows(svc, bad.id)  # the run and its two reruns, each in the ledger
+    assert all(r["error_type"] == "verify_failed" for r in history)
+    assert len({r["agent_id"] for r in history}) == 1
+    # BLOCKED with the check's output, and a next step.
+    assert task.reason and "BAD line found" in task.reason
+    assert task.next_step
+    # The reruns were told the output.
+    told = svc.feedback.comments(bad.id)[-1].comment
+    assert "BAD line found: BAD line from the task" in told and "Sent back 2 of 2" in told
+    assert "[verify] $" in engine.log_path(bad.id).read_text()
+
+
+async def test_without_checks_a_conflict_is_sent_back_and_both_land(services: Services, git_env: Path) -> None:
+    """The fast path (no checks): a conflict goes back to its agent too, left mid-merge for it."""
+    services.projects.create("Fast", max_concurrent_agents=2)
+    services.repos.add("fast", "init", name="fast-repo")
+    repo = Path(services.repos.get("fast-repo").checkout_path)
+    commit_file(repo, "shared.txt", "BEGIN\nEND\n", "the region")
+    for n in range(2):
+        services.agents.create(f"fast-{n}", "command", command=AGENT_COMMAND)
+    tasks = [services.tasks.create("fast", f"Fast {n}", f"LINE fast {n}\nSLEEP {0.5 + n}",
+                                    repo_id="fast-repo") for n in range(2)]
+    await run_until_final(services, make_engine(services), *(t.id for t in tasks), timeout=90)
+    assert [status(services, t.id) for t in tasks] == ["COMPLETED"] * 2
+    final = git(repo, "show", "main:shared.txt").splitlines()
+    assert sorted(final[1:-1]) == ["fast 0", "fast 1"]
+    sent = [e for t in tasks for e in events(services, t.id, "task.sent_back")]
+    assert [e.payload["kind"] for e in sent] == ["conflict"]  # both left main at once: the second conflicted
