@@ -186,3 +186,68 @@ async def test_without_checks_a_conflict_is_sent_back_and_both_land(services: Se
     assert sorted(final[1:-1]) == ["fast 0", "fast 1"]
     sent = [e for t in tasks for e in events(services, t.id, "task.sent_back")]
     assert [e.payload["kind"] for e in sent] == ["conflict"]  # both left main at once: the second conflicted
+
+
+# -- the queue shown: get_status, `agentqueue status`, the board --------------------------------------------------
+HOSTILE = "evil \x1b]0;owned\x07 <script>alert(1)</script> \u202etxt"
+
+
+def queue_of_three(svc: Services) -> tuple[str, str, str]:
+    """Three tasks of repo 'app' put where the engine puts them: one landing, one waiting, one sent back."""
+    from agentqueue.services.lifecycle import Lifecycle
+
+    lifecycle = Lifecycle(svc.store, svc.tasks, svc.usage)
+    ids = []
+    for n, title in enumerate(["Hostile", "Waits its turn", "Went back"]):
+        agent = svc.agents.create(f"shown-{n}", "command", command=AGENT_COMMAND).id
+        task = svc.tasks.create("demo", title, "LINE x", repo_id="app").id
+        if n == 0:  # create_task refuses controls in a title now; a store from before may still hold one
+            with svc.store.transaction() as db:
+                db["tasks"].update(task, {"title": HOSTILE})
+        assert lifecycle.claim(task, agent)
+        lifecycle.started(task, f"{task}/branch")
+        lifecycle.verifying(task)
+        with svc.store.transaction():
+            svc.store.add_event("merge_queue.entered", project_id="demo", task_id=task, payload={"repo_id": "app"})
+        ids.append((task, agent))
+    (landing, _), (waiting, _), (back, back_agent) = ids
+    with svc.store.transaction():
+        svc.store.add_event("merge_queue.testing", project_id="demo", task_id=landing, payload={"repo_id": "app"})
+    assert lifecycle.send_back(back, back_agent, "told", {"kind": "conflict", "conflicts": ["shared.txt"],
+                                                         "attempt": 1, "cap": 2, "agent_id": back_agent})
+    return landing, waiting, back
+
+
+async def test_get_status_the_terminal_and_the_board_show_each_repos_queue(svc: Services, tmp_path: Path) -> None:
+    from mcp import Client
+
+    from agentqueue.board import data as board_data
+    from agentqueue.board.routes import _environment
+    from agentqueue.server.app import build_server
+
+    from .cli_helpers import cli_env, cli_in_process
+    from .conftest import EVERY_TOOL, ok
+    from .test_terminal_safety import assert_safe
+
+    landing, waiting, back = queue_of_three(svc)
+    async with Client(build_server(svc, EVERY_TOOL)) as client:
+        status = await ok(client, "get_status")
+    assert status["merge_queue"] == [{
+        "repo_id": "app", "landing": {"id": landing, "title": HOSTILE},
+        "waiting": [{"id": waiting, "title": "Waits its turn"}],
+        "sent_back": [{"id": back, "title": "Went back", "status": "READY", "agent_id": "shown-2",
+                       "why": "conflict in shared.txt (1 of 2)", "at": status["merge_queue"][0]["sent_back"][0]["at"]}],
+    }]
+
+    shown = cli_in_process(cli_env(svc.home, tmp_path / "user"), "status", width=120)
+    assert shown.returncode == 0, shown.stderr
+    assert_safe(shown.stdout)
+    flat = " ".join(shown.stdout.split())
+    assert f"merge queue app: landing {landing} 'evil \\x1b]0;owned\\x07" in flat
+    assert f"waiting {waiting}" in flat
+    assert f"sent back {back} 'Went back' to shown-2: conflict in shared.txt (1 of 2)" in flat
+
+    page = _environment().get_template("overview.html").render(request=None, csrf="", feed="",
+                                                               **board_data.overview(svc))
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'id="merge-queue"' in page and f'href="/tasks/{back}"' in page and "conflict in shared.txt" in page

@@ -149,6 +149,7 @@ CREATE TRIGGER token_hours_insert AFTER INSERT ON token_ledger FOR EACH ROW EXEC
 MERGE_QUEUE = """
 ALTER TABLE projects ADD COLUMN merge_retries BIGINT;
 ALTER TABLE repos ADD COLUMN update_method TEXT;
+CREATE INDEX tasks_sent_back ON tasks (id) WHERE status = 'READY' AND assigned_agent IS NOT NULL;
 """
 
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).

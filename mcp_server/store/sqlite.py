@@ -283,6 +283,9 @@ def _m13_merge_queue(db: sqlite_utils.Database) -> None:
     their agent on a conflict or a failing check, and how a repo's task branches are brought up to date."""
     db.table("projects").add_column("merge_retries", int)
     db.table("repos").add_column("update_method", str)
+    # get_status' sent-back tasks waiting for their agent: a few rows, never a pass over the READY ones.
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_sent_back ON tasks (id) WHERE status = 'READY' "
+               "AND assigned_agent IS NOT NULL")
 
 
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
