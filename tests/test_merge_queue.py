@@ -251,3 +251,65 @@ async def test_get_status_the_terminal_and_the_board_show_each_repos_queue(svc: 
                                                                **board_data.overview(svc))
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert 'id="merge-queue"' in page and f'href="/tasks/{back}"' in page and "conflict in shared.txt" in page
+
+
+# -- team mode: two daemons, one queue per repo, landing through origin ----------------------------------------------
+@pytest.mark.pg
+async def test_two_daemons_keep_one_queue_per_repo_and_land_through_origin(
+        tmp_path: Path, git_env: Path, pg_server: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from .git_fixtures import make_repo
+    from .processes import wait_for
+    from .test_engine_lifecycle import engine_running
+
+    url = pg_server.database()  # type: ignore[attr-defined]
+    monkeypatch.setenv("AGENTQUEUE_DATABASE_URL", url)
+    seed = make_repo(tmp_path / "seed")
+    commit_file(seed, "check.py", CHECK, "the check")
+    commit_file(seed, "shared.txt", "BEGIN\nEND\n", "the region")
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    git(origin, "config", "core.logAllRefUpdates", "always")  # a reflog of main: every update origin accepted
+    monkeypatch.setenv("AGENTQUEUE_LABELS", "a")
+    first = Services(tmp_path / "daemon-a")
+    monkeypatch.setenv("AGENTQUEUE_LABELS", "b")
+    second = Services(tmp_path / "daemon-b")
+    try:
+        first.projects.create("Demo", max_concurrent_agents=4, verify_command=shlex.join([sys.executable, "check.py"]))
+        first.projects.edit("demo", merge_retries=8)
+        first.repos.add("demo", "clone", url=str(origin), name="app")
+        for n in range(4):  # two agents per daemon: each runs only on the daemon with its label
+            first.agents.create(f"worker-{n}", "command", command=AGENT_COMMAND, label="ab"[n % 2])
+        tasks = [first.tasks.create("demo", f"Line {n}", f"LINE team {n}\nSLEEP 1", repo_id="app").id
+                 for n in range(4)]
+        async with engine_running(make_engine(first)), engine_running(make_engine(second)):
+            await wait_for(lambda: all(first.tasks.get(t).status in ("COMPLETED", "BLOCKED") for t in tasks), 240,
+                           "the four tasks to land")
+        assert [first.tasks.get(t).status for t in tasks] == ["COMPLETED"] * 4, \
+            [first.tasks.get(t).reason for t in tasks]
+        final = git(origin, "show", "main:shared.txt").splitlines()
+        assert sorted(final[1:-1]) == [f"team {n}" for n in range(4)]
+        # Never forced: every value origin's main had is an ancestor of the next.
+        history = git(origin, "reflog", "show", "--format=%H", "refs/heads/main").split()[::-1]
+        for old, new in zip(history, history[1:], strict=False):
+            assert subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=origin).returncode == 0
+        # Every first-parent commit the queue landed passes the check.
+        command = shlex.join([sys.executable, "check.py"])
+        region = git(origin, "log", "--format=%H", "--diff-filter=A", "main", "--", "shared.txt")
+        assert all(check_passes(origin, c, command, tmp_path)
+                   for c in git(origin, "rev-list", "--first-parent", f"{region}^..main").split())
+        # One candidate under test per repo across both daemons: the spans from `merge_queue.testing` to the end of
+        # that landing (completed, sent back, held) never overlap.
+        spans = []
+        for task in tasks:
+            kinds = [(e.id, e.event_type) for e in events(first, task)]
+            for n, (start, kind) in enumerate(kinds):
+                if kind == "merge_queue.testing":
+                    end = next(i for i, k in kinds[n + 1:] if k in ("task.completed", "task.sent_back", "task.blocked"))
+                    spans.append((start, end))
+        spans.sort()
+        assert len(spans) >= 4 and all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+        ran_on = {r["agent_id"][-1] for t in tasks for r in runs(first, t)}
+        assert {int(n) % 2 for n in ran_on} == {0, 1}, "both daemons ran tasks"
+    finally:
+        first.close()
+        second.close()

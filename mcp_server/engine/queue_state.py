@@ -54,6 +54,12 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
     idle = tuple(a.id for a in agents)
     pinned = (f" AND (assigned_agent IS NULL OR assigned_agent IN ({', '.join('?' for _ in idle)}) OR assigned_agent "
               "NOT IN (SELECT id FROM agents WHERE paused = 0))")
+    # Team mode: it also waits for the daemon that holds its worktree, while that one lives.
+    owned: tuple[str, ...] = ()
+    if team.shared:
+        pinned += (" AND (assigned_agent IS NULL OR owner IS NULL OR owner = ? OR owner NOT IN "
+                   "(SELECT id FROM daemons WHERE lease_until >= ?))")
+        owned = (team.id, store.clock())
     for project in projects:
         room = min(len(agents), project.max_concurrent_agents - project.running)
         if project.paused or room <= 0 or (project.budget_limit and project.tokens_24h >= project.budget_limit):
@@ -63,7 +69,7 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
                     "SELECT id, project_id, priority, created_at, agent_type, repo_id, assigned_agent FROM tasks "
                     "WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
                     f"AND (? IS NULL OR repo_id = ?){not_here}{pinned} ORDER BY priority, created_at, id LIMIT ?"
-                    + lock, (project.id, agent_type, repo_id, repo_id, *absent, *idle, room)):
+                    + lock, (project.id, agent_type, repo_id, repo_id, *absent, *idle, *owned, room)):
                 tasks[t["id"]] = ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"],
                                            t["agent_type"], t["repo_id"],
                                            t["assigned_agent"] if t["assigned_agent"] in idle else None)

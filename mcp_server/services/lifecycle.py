@@ -187,8 +187,9 @@ class Lifecycle:
             if row["status"] == "IN_PROGRESS":  # the fast path found the conflict before any check
                 self.tasks.move(row, "VERIFYING", "agent_completed")
                 row = self.tasks.require(task_id)
-            self.tasks.move(row, "READY", "sent_back", {"assigned_agent": agent_id, "owner": None},
-                             details={"agent_id": agent_id})
+            # The owner stays: in team mode the worktree (and the merge left in progress in it) is this daemon's, so
+            # the rerun is too while it lives (engine/queue_state.py).
+            self.tasks.move(row, "READY", "sent_back", {"assigned_agent": agent_id}, details={"agent_id": agent_id})
             db["task_feedback"].insert({
                 "task_id": task_id, "project_id": row["project_id"], "comment": comment, "file": None, "line": None,
                 "author": QUEUE_AUTHOR, "from_status": "VERIFYING", "created_at": now_iso()})
