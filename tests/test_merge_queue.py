@@ -313,3 +313,74 @@ async def test_two_daemons_keep_one_queue_per_repo_and_land_through_origin(
     finally:
         first.close()
         second.close()
+
+
+# -- the details: the person commits meanwhile, unresolved markers, rebase ------------------------------------------
+async def test_main_moved_during_the_check_is_merged_and_checked_again(svc: Services,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The person commits on main while a task's check runs: the task is updated and checked again, and main moves
+    only to a commit that was checked, with the person's commit under it."""
+    repo = checkout(svc)
+    real_run = type(svc.files).run
+    checked: list[str] = []
+
+    def run(self, command, working_dir, *args, **kwargs):  # noqa: ANN001, ANN202
+        if kwargs.get("actor") == "verify":
+            checked.append(git(working_dir, "rev-parse", "HEAD"))
+            if len(checked) == 1:
+                commit_file(repo, "person.txt", "the person's own work\n", "the person commits meanwhile")
+        return real_run(self, command, working_dir, *args, **kwargs)
+
+    monkeypatch.setattr(type(svc.files), "run", run)
+    svc.agents.create("worker", "command", command=AGENT_COMMAND)
+    task = svc.tasks.create("demo", "One line", "LINE one line", repo_id="app")
+    await run_until_final(svc, make_engine(svc), task.id, timeout=60)
+    assert status(svc, task.id) == "COMPLETED"
+    assert len(checked) == 2 and git(repo, "rev-parse", "main") == checked[1]  # main is exactly the checked commit
+    assert git(repo, "show", "main:person.txt") == "the person's own work"
+    assert "one line" in git(repo, "show", "main:shared.txt").splitlines()
+    assert not events(svc, task.id, "task.sent_back")
+
+
+# Adds its line; sent back with a conflict, it changes nothing (the markers stay).
+LAZY = AGENT.replace('if "<<<<<<<" in text:', 'if "<<<<<<<" in text:\n    print("left it")\nelif False:')
+
+
+async def test_markers_left_in_the_work_never_land_and_the_task_is_sent_back_then_held(svc: Services) -> None:
+    from .processes import wait_for
+    from .test_engine_lifecycle import engine_running
+
+    svc.agents.create("lazy", "command", command=shlex.join([sys.executable, "-c", LAZY]))
+    lazy = svc.tasks.create("demo", "Leaves markers", "LINE lazy line\nSLEEP 1", repo_id="app")
+    repo = checkout(svc)
+    async with engine_running(make_engine(svc)):
+        await wait_for(lambda: status(svc, lazy.id) == "IN_PROGRESS", 30, "the lazy run")
+        commit_file(repo, "shared.txt", "BEGIN\nthe person's line\nEND\n", "the person edits the region")
+        await wait_for(lambda: status(svc, lazy.id) in ("COMPLETED", "BLOCKED"), 60, "the lazy task to settle")
+    task = svc.tasks.get(lazy.id)
+    assert task.status == "BLOCKED" and task.reason and "shared.txt" in task.reason
+    kinds = [e.payload["kind"] for e in events(svc, lazy.id, "task.sent_back")]
+    assert kinds == ["conflict", "unresolved"]
+    assert len(runs(svc, lazy.id)) == 3 and {r["agent_id"] for r in runs(svc, lazy.id)} == {"lazy"}
+    for commit in first_parents(repo):
+        assert "<<<<<<<" not in git(repo, "show", f"{commit}:shared.txt")
+    assert git(repo, "show", "main:shared.txt") == "BEGIN\nthe person's line\nEND"
+    assert "ended with conflicts still unresolved in shared.txt" in svc.feedback.comments(lazy.id)[-1].comment
+
+
+async def test_a_repo_that_rebases_lands_a_straight_line(services: Services, git_env: Path) -> None:
+    services.projects.create("Straight", max_concurrent_agents=2,
+                             verify_command=shlex.join([sys.executable, "check.py"]))
+    services.repos.add("straight", "init", name="line", update_method="rebase")
+    repo = Path(services.repos.get("line").checkout_path)
+    commit_file(repo, "check.py", CHECK, "the check")
+    commit_file(repo, "shared.txt", "BEGIN\nEND\n", "the region")
+    writer = shlex.join([sys.executable, "-c", "import re, subprocess, sys; n = re.search(r'^FILE (\\S+)', "
+                         "sys.stdin.read(), re.M)[1]; open(n, 'w').write(n + '\\n'); import time; time.sleep(0.5)"])
+    for n in range(2):
+        services.agents.create(f"writer-{n}", "command", command=writer)
+    tasks = [services.tasks.create("straight", f"File {n}", f"FILE f{n}.txt", repo_id="line") for n in range(2)]
+    await run_until_final(services, make_engine(services), *(t.id for t in tasks), timeout=60)
+    assert [status(services, t.id) for t in tasks] == ["COMPLETED"] * 2
+    assert git(repo, "rev-list", "--merges", "main") == ""  # rebased, never merged
+    assert {git(repo, "show", f"main:f{n}.txt") for n in range(2)} == {"f0.txt", "f1.txt"}

@@ -191,14 +191,14 @@ class MergeQueue:
             pass
         if repo.update_method == "rebase":
             try:
-                tree.run_as_author("rebase", "--quiet", target)
+                # The identity asked first: a rebase that fails on a missing one stops midway, it cannot be re-run.
+                tree.run("rebase", "--quiet", "--end-of-options", target, env=tree.identity_env())
                 return []
             except ServiceError:
-                if (tree.path / ".git").exists():
-                    try:
-                        tree.run("rebase", "--abort")
-                    except ServiceError:
-                        pass
+                try:
+                    tree.run("rebase", "--abort")
+                except ServiceError:
+                    pass
                 # A conflict mid-rebase is left to the agent as a merge: one state to resolve, not a commit series.
         return leave_merge(tree, target, repo.default_branch, branch)
 
