@@ -76,6 +76,18 @@ class EngineConfig:
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
+@dataclass
+class ReadyRun:
+    """A started task and what its agent is given (Engine._ready)."""
+
+    task: Task
+    workspace: Workspace
+    agent: Agent
+    spec: RunSpec
+    planted: dict[str, bytes | None] | None  # run-configuring files an earlier run changed (Engine._planted)
+    env: dict[str, str]
+
+
 # Agent CLIs that read project settings from the worktree and have no switch to skip them.
 MASKED_AGENTS = ("codex", "gemini")
 
@@ -236,8 +248,7 @@ class Engine:
             # Free the agent before leaving `running`: shutdown waits on `running`, and must not
             # return while an agent is still marked BUSY. A question the run left open is moot now.
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._close_requests, task_id)
-                await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id, task_id)
+                await anyio.to_thread.run_sync(self._release, task_id, agent_id)
             self.running.pop(task_id, None)
             self._poked = True
             if self.flush:
@@ -245,22 +256,14 @@ class Engine:
 
     async def _execute(self, task_id: str, agent_id: str, handle: RunHandle) -> None:
         svc = self.services
-        agent = svc.agents.get(agent_id)
-        started_in = await anyio.to_thread.run_sync(self._start, task_id, agent)
-        if started_in is None:
+        ready = await anyio.to_thread.run_sync(self._ready, task_id, agent_id)
+        if ready is None:
             return  # held (BLOCKED) before it could start
-        task, workspace = started_in
+        task, workspace, agent, spec = ready.task, ready.workspace, ready.agent, ready.spec
         log.info("run of %s started: agent %s (%s) in %s%s", task_id, agent.id, agent.agent_type, workspace.path,
                  f" on branch {workspace.branch}" if workspace.branch else "")
         if self.flush:
             await self.flush()
-        tools = agent.agent_type in TAKES_MCP_CONFIG
-        mcp = agentqueue_server(self.home, ("agent",)) if tools else None
-        planted = {} if workspace.repo is None or workspace.fresh else \
-            await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
-                                          task_prompt(task, svc.feedback.comments(task.id)),
-                                          context_for(svc, task, workspace, agent_tools=tools), mcp)
         started = time.monotonic()
 
         def remember_pid() -> None:
@@ -271,11 +274,17 @@ class Engine:
         on_line = (lambda _line: on_log(task_id)) if on_log else None
         channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
                                     lambda line: self._log_line(task_id, line))
-        env = svc.settings.agent_environment()
+        env = ready.env
         # Claude Code skips planted settings itself (--setting-sources user) and may still edit them; a CLI with no
         # such switch sees the default branch's files over the planted ones, read-only, for this run.
-        masks = planted or {} if agent.agent_type in MASKED_AGENTS else {}
-        with self._contained(task, agent, workspace, spec, env, masks) as (spec, env):
+        masks = ready.planted or {} if agent.agent_type in MASKED_AGENTS else {}
+        with contextlib.ExitStack() as stack:
+            # The sandbox is set up in a worker thread (its paths, the policy, the gate's sockets): several ms that
+            # would hold up every other run on the event loop. The thread is waited for even when cancelled, and
+            # no await comes before its exit is pushed, so the gate is always closed.
+            contained = self._contained(task, agent, workspace, spec, env, masks)
+            spec, env = await anyio.to_thread.run_sync(contained.__enter__)
+            stack.push(contained)
             runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
                                on_line, env=env, channel=channel)
             async with anyio.create_task_group() as tg:
@@ -296,6 +305,23 @@ class Engine:
         queued = await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
         if queued is not None and await self.queue.land_in_turn(queued):  # its repo's merge queue, in order
             await anyio.to_thread.run_sync(self._remember, task, result)
+
+    def _ready(self, task_id: str, agent_id: str) -> ReadyRun | None:
+        """Everything before a run, in one worker thread (the store is never read on the event loop): the task
+        started (`_start`), then what the agent is given; None when the task was BLOCKED instead."""
+        svc = self.services
+        agent = svc.agents.get(agent_id)
+        started_in = self._start(task_id, agent)
+        if started_in is None:
+            return None
+        task, workspace = started_in
+        tools = agent.agent_type in TAKES_MCP_CONFIG
+        mcp = agentqueue_server(self.home, ("agent",)) if tools else None
+        planted = self._planted(task.id, agent.agent_type, workspace)
+        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
+                                          task_prompt(task, svc.feedback.comments(task.id)),
+                                          context_for(svc, task, workspace, agent_tools=tools), mcp)
+        return ReadyRun(task, workspace, agent, spec, planted, svc.settings.agent_environment())
 
     def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace] | None:
         """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, and the task
@@ -514,9 +540,13 @@ class Engine:
         save_wip(self.workspaces, workspace, task.id, self.team.shared)
         self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
 
-    def _close_requests(self, task_id: str) -> None:
-        for request in self.services.requests.list("pending", task_id=task_id):
-            self.services.requests.expire(request.id, "run ended")
+    def _release(self, task_id: str, agent_id: str) -> None:
+        """After a run, whatever its end: the questions it left open expire, and its agent is free again."""
+        try:
+            for request in self.services.requests.list("pending", task_id=task_id):
+                self.services.requests.expire(request.id, "run ended")
+        finally:
+            self.lifecycle.free_agent(agent_id, task_id)
 
     # -- start and stop ----------------------------------------------------------------------------
     def recover(self) -> list[str]:
