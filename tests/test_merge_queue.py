@@ -135,9 +135,14 @@ async def test_six_tasks_on_the_same_lines_all_land_and_main_stays_green(svc: Se
         told = svc.feedback.comments(task.id)[-1].comment
         assert "<<<<<<<" in told and ">>>>>>>" in told and "Commits that landed on 'main'" in told
         assert "Sent back by the merge queue" in task_prompt(svc.tasks.get(task.id), svc.feedback.comments(task.id))
-    for task in tasks:
-        kinds = [e.event_type for e in events(svc, task.id)]
-        assert "merge_queue.entered" in kinds and "merge_queue.testing" in kinds
+    # Tested one at a time, in the order they entered the queue (a task sent back enters again at the end).
+    waiting: list[str] = []
+    for event in sorted((e for t in tasks for e in events(svc, t.id)), key=lambda e: e.id):
+        if event.event_type == "merge_queue.entered":
+            waiting.append(event.task_id)
+        elif event.event_type == "merge_queue.testing":
+            assert waiting and waiting.pop(0) == event.task_id, (event.task_id, waiting)
+    assert waiting == []
     # Landed one at a time, in order: each first-parent commit after the region's moves main by one task.
     assert len(first_parents(repo)) >= 7
 

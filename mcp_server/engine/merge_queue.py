@@ -13,6 +13,7 @@ conflicts back through the same `send_back`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ log = logging.getLogger("agentqueue.engine")
 CUT = 4000  # characters of conflict hunks, or of a check's output, an agent is told (the rest is counted)
 LANDED_SHOWN = 30  # commits that landed on the default branch since the task's branch left it, listed for the agent
 ROUNDS = 3  # the default branch moved while the checks ran: update and check again, this many times in all
+TURN_POLL = 0.02  # seconds between looks at whose turn it is in a repo's queue
 LOCK_WAIT = 3600.0  # seconds a daemon waits for another daemon's landing in the same repo (team mode)
 
 
@@ -86,7 +88,9 @@ class MergeQueue:
         self.team = services.team
         self.log_line = log_line
         self.check_timeout = int(max(1, min(600, check_timeout)))
-        self._lanes: dict[str, anyio.Lock] = {}  # per repo, in this process; anyio's Lock serves waiters in order
+        # Per repo, in this process: the tasks in the order they entered; the first one is landing.
+        self._order: dict[str, list[str]] = {}
+        self._guard = threading.Lock()
 
     def checks(self, task: Task, repo: Repo) -> list[Check]:
         return checks_for(repo, self.services.projects.get(task.project_id))
@@ -96,18 +100,23 @@ class MergeQueue:
         repo = queued.workspace.repo
         assert repo is not None
         self.lifecycle.verifying(queued.task.id)
-        with self.store.transaction():
+        with self._guard, self.store.transaction():  # the queue's order is the order of these events
             self.store.add_event("merge_queue.entered", project_id=queued.task.project_id, task_id=queued.task.id,
                                  payload={"repo_id": repo.id, "branch": queued.workspace.branch})
+            self._order.setdefault(repo.id, []).append(queued.task.id)
 
     async def land_in_turn(self, queued: Queued) -> bool:
-        """Wait for the repo's turn (in order of entering), then land; True when the work reached the default
-        branch."""
+        """Wait until every task of the repo that entered before this one has landed or gone back, then land;
+        True when the work reached the default branch. The wait holds no thread."""
         repo = queued.workspace.repo
         assert repo is not None
-        lane = self._lanes.setdefault(repo.id, anyio.Lock())
-        async with lane:
+        order = self._order[repo.id]
+        try:
+            while order[0] != queued.task.id:
+                await anyio.sleep(TURN_POLL)
             return await anyio.to_thread.run_sync(self.land, queued)
+        finally:
+            order.remove(queued.task.id)  # one list operation (atomic): never blocks the event loop on the guard
 
     # -- one landing, in a worker thread, the repo's lane held -----------------------------------------
     def land(self, queued: Queued) -> bool:
