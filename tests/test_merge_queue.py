@@ -390,3 +390,16 @@ async def test_a_repo_that_rebases_lands_a_straight_line(services: Services, git
     assert [status(services, t.id) for t in tasks] == ["COMPLETED"] * 2
     assert git(repo, "rev-list", "--merges", "main") == ""  # rebased, never merged
     assert {git(repo, "show", f"main:f{n}.txt") for n in range(2)} == {"f0.txt", "f1.txt"}
+
+
+def test_bad_settings_are_refused_with_what_to_do_and_change_nothing(svc: Services) -> None:
+    from agentqueue.services.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"merge_retries must be 0 to 10 \(got 11\)"):
+        svc.projects.edit("demo", merge_retries=11)
+    assert svc.projects.get("demo").merge_retries is None
+    assert svc.projects.edit("demo", merge_retries=0).merge_retries == 0
+    with pytest.raises(InvalidInputError, match="Unknown update_method 'squash'. Use merge"):
+        svc.repos.add("demo", "init", name="other", update_method="squash")
+    assert [r.id for r in svc.repos.list("demo")] == ["app"]
+    assert svc.repos.get("app").update_method is None  # merge, the default
