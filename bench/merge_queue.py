@@ -92,7 +92,7 @@ def main() -> None:
     ]
     for row in rows:
         print(f"{row['metric']}: {row['value']} {row['unit']}  (anchor {row['anchor_value']} {row['unit']}, "
-              f"ratio {row['ratio']}")
+              f"ratio {row['ratio']})")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
