@@ -75,6 +75,7 @@ class Queued:
     workspace: Workspace
     read: BranchReads
     agent_id: str
+    landed_tip: str | None = None  # the branch's tip that landed (its worktree and branch are removed after)
 
 
 class MergeQueue:
@@ -114,9 +115,12 @@ class MergeQueue:
         try:
             while order[0] != queued.task.id:
                 await anyio.sleep(TURN_POLL)
-            return await anyio.to_thread.run_sync(self.land, queued)
+            landed = await anyio.to_thread.run_sync(self.land, queued)
         finally:
             order.remove(queued.task.id)  # one list operation (atomic): never blocks the event loop on the guard
+        if landed:  # the cleanup, after the turn: the next task's landing need not wait for it
+            await anyio.to_thread.run_sync(self.workspaces.remove, queued.workspace, True, queued.landed_tip)
+        return landed
 
     # -- one landing, in a worker thread, the repo's lane held -----------------------------------------
     def land(self, queued: Queued) -> bool:
@@ -163,7 +167,7 @@ class MergeQueue:
                 files = queued.read.files
                 self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, new),
                                          details={**self._where(workspace), "files": len(files)})
-                self.workspaces.remove(workspace, landed_tip=new)
+                queued.landed_tip = new
                 return True
             log.info("%s of %s moved while %s was checked (round %d): updating and checking again",
                      repo.default_branch, repo.id, task.id, attempt)
