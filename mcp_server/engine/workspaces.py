@@ -18,6 +18,7 @@ because another daemon pushed first, fetch and try again. Origin is the only sha
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import re
@@ -34,6 +35,8 @@ log = logging.getLogger("agentqueue.workspaces")
 
 # Landing locally: how many times to build the landed commit again when the default branch moved meanwhile.
 LAND_ATTEMPTS = 20
+MAINTAIN_EVERY = 50  # landings in a repo between two runs of git's automatic maintenance there
+_MAINTENANCE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-git-maintenance")
 # Landing through origin: how many times to fetch, merge and push before giving up on a busy remote.
 PUSH_ATTEMPTS = 5
 # Push refusals that mean "someone else moved the ref first": fetch, merge and retry. The lock ones are a
@@ -412,6 +415,8 @@ class Workspaces:
                     if error is None:
                         if built != old:
                             self._moves[repo.id] = (moves + 1, built)
+                            if (moves + 1) % MAINTAIN_EVERY == 0:
+                                _MAINTENANCE.submit(self.maintain, main)
                         break
                     now = main.rev_parse(ref)[0]
                     if now == old:  # not moved: git refused, e.g. over the user's uncommitted edits
@@ -490,6 +495,15 @@ class Workspaces:
         return Landing(merged=False, conflicts=outcome.conflicts,
                        message=f"The task branch conflicts with '{name}' in {', '.join(outcome.conflicts)}; "
                                "the merge was aborted and the branch kept for you to resolve.")
+
+    @staticmethod
+    def maintain(main: gitops.Checkout) -> None:
+        """git's automatic maintenance (`gc --auto` and the tasks it is configured for), which AgentQueue's own git
+        commands never start (SAFE_GIT): run every MAINTAIN_EVERY landings, off the landing's path."""
+        try:
+            main.run("maintenance", "run", "--auto", "--quiet")
+        except ServiceError as error:
+            log.warning("git maintenance in %s failed: %s", main.path, error)
 
     def remove(self, workspace: Workspace, delete_branch: bool = True, landed_tip: str | None = None) -> bool:
         """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't.
