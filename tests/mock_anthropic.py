@@ -21,6 +21,8 @@ Scenarios:
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
   chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
+  edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line; sent back by
+               the merge queue (its prompt says so), written back without the conflict markers (both sides kept)
   (none)       a plain text answer
 """
 
@@ -81,6 +83,8 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
     elif scenario == "followup":
         blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
+    elif scenario == "edit_region" and len(_tool_results(messages)) < 2:
+        blocks = _edit_region(text, _tool_results(messages))
     elif scenario in ("write_file", "slow_write") and not answered_tool:
         blocks = [("tool_use", {"name": "Bash", "input": {
             "command": "echo hello from claude > claude_hello.txt", "description": "write the file"}})]
@@ -88,6 +92,22 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("text", "Done: the task is finished.")]
     return blocks
 
+
+
+def _edit_region(text: str, results: list[str]) -> list[tuple[str, Any]]:
+    """Read shared.txt, then write it back changed (scenario edit_region)."""
+    if not results:
+        return [("tool_use", {"name": "Read", "input": {"file_path": "shared.txt"}})]
+    shown = results[-1]  # the file as Read showed it (`  1→text` lines)
+    if shown.startswith("["):  # content blocks rather than a string
+        shown = "\n".join(b.get("text", "") for b in json.loads(shown) if isinstance(b, dict))
+    lines = [m[1] for m in re.finditer(r"^\s*\d+(?:→|\t)(.*)$", shown, re.M)]
+    if "Sent back by the merge queue" in text:
+        lines = [x for x in lines if not x.startswith(("<<<<<<<", "=======", ">>>>>>>"))]
+    else:
+        line = re.search(r"LINE\[(.*?)\]", text)
+        lines.insert(lines.index("END") if "END" in lines else len(lines), line[1] if line else "a line")
+    return [("tool_use", {"name": "Write", "input": {"file_path": "shared.txt", "content": "\n".join(lines) + "\n"}})]
 
 
 def _tool_results(messages: list[dict[str, Any]]) -> list[str]:

@@ -177,3 +177,30 @@ async def test_a_failure_a_retry_cannot_fix_blocks_at_once_with_the_fix(queue: S
     error = queue.tasks.agent_error(task.id)
     assert error["error_type"] == label and error["suggested_fix"] == held.next_step
     assert error["error_message"] == result.error_message
+
+
+async def test_claude_resolves_the_conflict_the_merge_queue_sent_back_and_it_lands(
+        services: Services, mock_api: MockAnthropic) -> None:
+    """Two claude runs add a line at the same place; the one that lands second conflicts, is sent back to its agent
+    with the conflict in its prompt, and the model's resolution (both lines kept) lands through the queue."""
+    services.projects.create("Demo", max_concurrent_agents=2, verify_command="grep -qx END shared.txt")
+    services.repos.add("demo", "init", name="app")
+    repo = services.repos.get("app").checkout_path
+    (Path(repo) / "shared.txt").write_text("BEGIN\nEND\n")
+    git(repo, "add", "shared.txt")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "the region")
+    for n in range(2):
+        services.agents.create(f"claude-{n}", "claude-code")
+    tasks = [services.tasks.create("demo", f"Line {n}", f"SCENARIO:edit_region Add LINE[claude line {n}] to the "
+                                   "region of shared.txt.", repo_id="app") for n in range(2)]
+    engine = engine_for(services)
+    await run_until(engine, lambda: all(services.tasks.get(t.id).status in ("COMPLETED", "BLOCKED", "PAUSED")
+                                        for t in tasks), timeout=180)
+    assert [services.tasks.get(t.id).status for t in tasks] == ["COMPLETED"] * 2
+    assert git(repo, "show", "main:shared.txt").splitlines() in (
+        ["BEGIN", "claude line 0", "claude line 1", "END"], ["BEGIN", "claude line 1", "claude line 0", "END"])
+    sent = [t.id for t in tasks if services.events.recent(50, task_id=t.id, event_type="task.sent_back")]
+    assert len(sent) == 1
+    # The fix's prompt carried the conflict: the model was asked with the markers and the hunks in view.
+    fixes = [r for r in mock_api.messages_for("edit_region") if "Sent back by the merge queue" in json.dumps(r)]
+    assert fixes and "<<<<<<<" in json.dumps(fixes[0]) and "shared.txt" in json.dumps(fixes[0])

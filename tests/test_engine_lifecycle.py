@@ -302,6 +302,7 @@ async def test_approval_with_a_remote_opens_a_pr_with_gh(services: Services, git
 
 # -- 5. merge conflict -------------------------------------------------------------------------------------
 async def test_a_merge_conflict_blocks_the_second_task_and_loses_nothing(svc: Services) -> None:
+    svc.projects.edit("demo", merge_retries=0)  # not sent back to its agent (test_merge_queue.py covers that)
     svc.agents.create("helper", "command", command=AGENT_COMMAND)
     one = svc.tasks.create("demo", "Version one", "WRITE same.txt version one\nSLEEP 0.8", repo_id="app")
     two = svc.tasks.create("demo", "Version two", "WRITE same.txt version two\nSLEEP 1.6", repo_id="app")

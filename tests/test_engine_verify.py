@@ -20,6 +20,7 @@ AGENT = (f"{sys.executable} -c \"import sys; d = sys.stdin.read(); "
 
 async def test_verify_command_lets_good_work_land_and_blocks_bad_work(services: Services) -> None:
     services.projects.create("Checked", verify_command="grep -q good out.txt")
+    services.projects.edit("checked", merge_retries=1)  # sent back once (the merge queue), as max_retries=1 retried
     services.repos.add("checked", "init", name="repo")
     services.agents.create("writer", "command", command=AGENT)
     good = services.tasks.create("checked", "Good", "Do GOOD work", repo_id="repo")

@@ -69,7 +69,7 @@ def test_terminal_states_leave_only_by_admin_action() -> None:
 GROUPS = {name: value for name, value in vars(task_states).items() if name.isupper() and isinstance(value, frozenset)}
 # The moves that end a claim: the run finished (well or not), or it was stopped or recovered.
 ENDS_A_RUN = {"stop", "recovered", "agent_failed", "rate_limited", "input_timeout", "verified", "verify_failed",
-              "needs_approval"}
+              "needs_approval", "sent_back"}
 
 
 def test_every_group_names_real_statuses() -> None:

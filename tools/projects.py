@@ -78,10 +78,11 @@ def edit_project(
     budget_limit: Annotated[Tokens | None, Field(description="0 removes it")] = None,
     verify_command: VerifyCommand = None,
     default_repo_id: Annotated[str | None, Field(description='runs tasks without repo_id; "" clears')] = None,
+    merge_retries: Annotated[int | None, Field(ge=0, le=10, description="sends back on conflict/failed check")] = None,
 ) -> Project:
     """Change a project's settings; fields omitted stay."""
     return services(ctx).projects.edit(project_id, name, credit_weight, max_concurrent_agents, budget_limit,
-                                       verify_command, default_repo_id)
+                                       verify_command, default_repo_id, merge_retries)
 
 
 @tool(destructive=True)

@@ -27,6 +27,7 @@ def add_repo(
     path: PathText | None = None,
     name: Name | None = None,
     default_branch: Name | None = None,
+    update_method: Literal["merge", "rebase"] | None = None,
 ) -> Repo:
     """Register a git repo: clone url, link path, or init."""
     # git reports progress from its own reader thread: it reaches the event loop through this token.
@@ -39,7 +40,7 @@ def add_repo(
             log.debug("could not report clone progress", exc_info=True)
 
     return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch,
-                                   progress if source == "clone" else None)
+                                   progress if source == "clone" else None, update_method)
 
 
 @tool(read_only=True)

@@ -25,6 +25,8 @@ class Status(Noted):
     orchestrator: dict[str, Any]
     warnings: list[str]
     daemons: list[dict[str, Any]] | None = None  # team mode: the daemons sharing the queue
+    # Per repo: what is landing, what waits, what was sent back to its agent and why (design.md "Merge queue").
+    merge_queue: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class EventList(Noted):

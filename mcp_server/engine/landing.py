@@ -48,6 +48,8 @@ class Landing:
         self.workspaces = workspaces
         self.team = services.team
         self.log_line = log_line  # a line of the engine's own in a task's log
+        # Sends a conflicting task back to its agent (merge_queue.py); False when its merge_retries are spent.
+        self.send_back_conflict: Callable[[Task, Workspace], bool] | None = None
 
     # -- a finished run --------------------------------------------------------------------------
     def read_branch(self, task: Task, workspace: Workspace) -> BranchReads:
@@ -83,7 +85,7 @@ class Landing:
         hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch or "HEAD",
                                       read.touched, read.rules)
         if task.requires_approval or hold:
-            self._hold(task, workspace, hold)
+            self.hold(task, workspace, hold)
             return False
         where = {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
                  "checkout": str(self.workspaces.checkout_of(repo))}
@@ -103,6 +105,8 @@ class Landing:
             # Cleanup once the task is done (its dependents may start): the run ends, and frees its agent, after it.
             self.workspaces.remove(workspace, landed_tip=landing.tip)
             return True
+        if landing.conflicts and self.send_back_conflict and self.send_back_conflict(task, workspace):
+            return False
         if landing.conflicts:
             self.lifecycle.blocked(task.id, "merge_conflict", {**where, "conflicts": landing.conflicts,
                                                                "message": landing.message})
@@ -111,7 +115,7 @@ class Landing:
                                                              "error": landing.message})
         return False
 
-    def _hold(self, task: Task, workspace: Workspace, hold: protected.Hold) -> None:
+    def hold(self, task: Task, workspace: Workspace, hold: protected.Hold) -> None:
         """AWAITING_APPROVAL, in a PR when one can be opened; a protected-path hold says why in the log."""
         pr_url = self._open_pr(task, workspace)
         if hold:

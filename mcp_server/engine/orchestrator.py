@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from .. import paths
-from ..services import Services
+from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
@@ -37,6 +37,7 @@ from .adapters.base import AgentConfig, RunResult, RunSpec
 from .hook_runner import HookRunner
 from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
 from .landing import BranchReads, Landing
+from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .permissions import PermissionChannel
 from .ports import Ports
 from .prompting import context_for, task_prompt
@@ -109,12 +110,15 @@ class Engine:
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
         self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line)
-        self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         # What a repo's .agentqueue.toml asks of each worktree, and a port per running task (ready.py, ports.py).
         self.ports = Ports()
         self.worktree_setup = WorktreeSetup(services, home, self.workspaces, self.ports, self._log_line,
                                    self.config.limits.timeout_seconds)
         self.workspaces.before_remove = self.worktree_setup.teardown
+        self.queue = MergeQueue(services, self.lifecycle, self.workspaces, self.landing, self._log_line,
+                                self.config.limits.timeout_seconds, task_env=self.worktree_setup.task_env)
+        self.landing.send_back_conflict = self.queue.send_back_conflict
+        self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         self.hooks = HookRunner(services, home)
         self.shutting_down = False
         self._poked = True
@@ -308,7 +312,10 @@ class Engine:
         if self.shutting_down and handle.stop_reason == "killed":
             await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
             return
-        await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration, ready.readiness)
+        queued = await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration,
+                                                ready.readiness)
+        if queued is not None and await self.queue.land_in_turn(queued):  # its repo's merge queue, in order
+            await anyio.to_thread.run_sync(self._remember, task, result)
 
     def _ready(self, task_id: str, agent_id: str) -> ReadyRun | None:
         """Everything before a run, in one worker thread (the store is never read on the event loop): the task
@@ -446,26 +453,25 @@ class Engine:
         return paths.private_file(path)
 
     def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float,
-                ready: Readiness | None = None) -> None:
-        """A run's end, in one worker thread: its branch read, the checks (the repo's, else the verify command), the
-        attempt recorded, then the task failed, done, or its branch landed (landing.py)."""
+                ready: Readiness | None = None) -> Queued | None:
+        """A run's end, in one worker thread: its branch read, the attempt recorded, then the task failed, done, or
+        its branch landed (landing.py); returned when it waits in its repo's merge queue instead (a repo with
+        checks, its declared ones else the verify command: merge_queue.py, repo_config.py)."""
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
-            return
+            return None
         read = BranchReads()
         if workspace.repo is not None:
             try:
                 read = self.landing.read_branch(task, workspace)
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
-        verified = False  # a check ran in the worktree after its leftovers were committed
-        if result.status == "completed":
-            checks = declared_checks(ready.config if ready else None, self.services.projects.get(task.project_id))
-            failure = self._verify(task, workspace, checks, ready.env if ready else {})
-            verified = failure is None and bool(checks)
-            if failure:
-                result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
+        config = ready.config if ready else None  # the repo's .agentqueue.toml as the run started with it
+        checks: list[Check] = []
+        if result.status == "completed" and workspace.repo is not None and not task.requires_approval:
+            checks = self.queue.checks(task, config)  # run by the queue, on the branch brought up to date
+        verified = result.status == "completed" and not checks and self._verified(task, workspace, result, ready)
         if verified:
             read.rules = read.tips = None  # the verify command ran in the worktree: they are read again
         warning = None
@@ -476,13 +482,51 @@ class Engine:
         if result.status != "completed":
             self._failed(task, agent, result)
         elif not self.lifecycle.running(task.id):
-            return  # stopped meanwhile: stop_task already decided
+            return None  # stopped meanwhile: stop_task already decided
         elif workspace.repo is None:
             self.lifecycle.succeeded(task.id, awaiting_approval=task.requires_approval)
             if not task.requires_approval:
                 self._remember(task, result)
+        elif self._still_conflicted(task, workspace, agent):
+            return None  # sent back again (or held): nothing conflicted ever lands
+        elif checks:
+            queued = Queued(task, workspace, read, agent.id, port_env=config.port_env if config else None)
+            self.queue.enter(queued)
+            return queued
         elif self.landing.land(task, workspace, read, verified):
             self._remember(task, result)
+        return None
+
+    def _verified(self, task: Task, workspace: Workspace, result: RunResult, ready: Readiness | None) -> bool:
+        """The checks on a completed run that lands without the merge queue (held for approval, or no repo): whether
+        some ran and passed; a failure fails the run."""
+        checks = declared_checks(ready.config if ready else None, self.services.projects.get(task.project_id))
+        failure = self._verify(task, workspace, checks, ready.env if ready else {})
+        if failure:
+            result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
+        return failure is None and bool(checks)
+
+    def _still_conflicted(self, task: Task, workspace: Workspace, agent: Agent) -> bool:
+        """A run the merge queue sent back that left unmerged paths or conflict markers in what its branch adds:
+        sent back again, or held when its retries are spent. Read only for tasks that were sent back."""
+        repo = workspace.repo
+        assert repo is not None
+        if not self.lifecycle.sends_back(task.id):
+            return False
+        try:
+            files = unresolved(gitops.Checkout(workspace.path, known=True), repo.default_branch)
+        except ServiceError as error:
+            log.warning("could not look for conflict markers in %s: %s", task.id, error)
+            return False
+        if not files:
+            return False
+        if not self.queue.send_back(task, agent.id, "unresolved", {"conflicts": files},
+                                    unresolved_told(repo.default_branch, files)):
+            self.lifecycle.blocked(task.id, "merge_conflict", {
+                "repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
+                "checkout": str(self.workspaces.checkout_of(repo)), "conflicts": files,
+                "message": f"Conflict markers are still in {', '.join(files)} after the agent's runs."})
+        return True
 
     def _failed(self, task: Task, agent: Agent, result: RunResult) -> None:
         """A run that did not complete: FAILED or retried, or PAUSED with a growing backoff on a rate limit."""

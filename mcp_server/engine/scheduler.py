@@ -31,6 +31,7 @@ class ReadyTask:
     created_at: str = ""
     agent_type: str | None = None
     repo_id: str | None = None
+    agent_id: str | None = None  # sent back by the merge queue: only this agent takes it (it did the work)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,10 @@ class _Share:
 
 
 def can_run(agent: IdleAgent, task: ReadyTask) -> bool:
-    """A task's agent_type must match; an agent bound to a repo takes only that repo's tasks."""
+    """A task's agent_type must match; an agent bound to a repo takes only that repo's tasks; a task sent back to
+    its agent waits for that one."""
+    if task.agent_id and task.agent_id != agent.id:
+        return False
     if task.agent_type and task.agent_type != agent.agent_type:
         return False
     return not (agent.repo_id and agent.repo_id != task.repo_id)

@@ -347,6 +347,29 @@ class Workspaces:
         raise ConflictError(f"Origin's '{default}' of repo '{repo.id}' moved on every one of {PUSH_ATTEMPTS} tries "
                             f"to land '{workspace.branch}'; the task branch is kept. Try again when it is quieter.")
 
+    def compare_and_swap(self, repo: Repo, main: gitops.Checkout, new: str, old: str) -> bool:
+        """The merge queue's move: the default branch from exactly `old` to `new` (a commit that contains it, its
+        checks passed) under the repo's lock; False when the branch is no longer at `old`. Raises when git refused
+        with the branch still there (the person's uncommitted edits in the way)."""
+        ref = f"refs/heads/{repo.default_branch}"
+        with self.repo_lock(repo.id):
+            if main.rev_parse(ref)[0] != old:
+                return False
+            error = self._move_default(main, ref, new, old)
+            if error is None:
+                moves, _ = self._moves.get(repo.id, (0, ""))
+                self._moves[repo.id] = (moves + 1, new)
+                if (moves + 1) % MAINTAIN_EVERY == 0:
+                    _MAINTENANCE.submit(self.maintain, main)
+                return True
+            if main.rev_parse(ref)[0] != old:
+                return False
+        raise ServiceError(f"Could not move '{repo.default_branch}' in {main.path} to the task's checked work "
+                           f"({error}). Commit or stash your changes there; the task branch keeps the work.")
+
+    def follow_remote(self, main: gitops.Checkout, default: str, sha: str) -> None:
+        self._follow_remote(main, default, sha)
+
     @staticmethod
     def _follow_remote(main: gitops.Checkout, default: str, sha: str) -> None:
         """Bring the local default branch up to what landed on origin, only where nothing local is lost."""

@@ -19,6 +19,7 @@ from .tasks import Tasks
 Author = Literal["board", "mcp"]
 MAX_COMMENT = 10_000  # characters: many comments still fit one prompt passed as one argument (128 KiB)
 PROMPT_COMMENTS = 20  # the newest comments a prompt carries; older ones are counted, not repeated
+QUEUE_AUTHOR = "merge_queue"  # the author of what the merge queue tells an agent it sent work back to
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,17 @@ def _message(task_id: str, status: str, branch: str | None, merged: bool, repo_i
 
 
 def prompt_section(comments: list[Comment]) -> str:
-    """The part of a run's prompt that carries the reviewer's comments ('' when there are none)."""
+    """The part of a run's prompt that carries the reviewer's comments, then why the merge queue sent the work back
+    when that is the newest thing said about it ('' when there is neither)."""
+    review = [c for c in comments if c.author != QUEUE_AUTHOR]
+    sent_back = comments[-1] if comments and comments[-1].author == QUEUE_AUTHOR else None
+    text = _review_section(review)
+    if sent_back is not None:
+        text += ("\n" if text else "") + "## Sent back by the merge queue\n" + sent_back.comment.rstrip() + "\n"
+    return text
+
+
+def _review_section(comments: list[Comment]) -> str:
     if not comments:
         return ""
     shown = comments[-PROMPT_COMMENTS:]

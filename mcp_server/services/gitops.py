@@ -131,6 +131,10 @@ class Checkout:
                 raise
         return self.run(*args, env=_fallback_env())
 
+    def identity_env(self) -> dict[str, str]:
+        """The env a command that writes commits needs here (a rebase, which cannot simply be run again)."""
+        return self._identity_env()
+
     def _identity_env(self) -> dict[str, str]:
         """Author/committer env only when git has no identity configured (never overrides the user's)."""
         # Ask git itself: it honours GIT_CONFIG_GLOBAL, includes and GIT_AUTHOR_* env, GitPython's reader does not.

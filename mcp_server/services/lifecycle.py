@@ -14,6 +14,7 @@ from typing import Any
 from ..store.db import Store, iso_in, now_iso
 from .agents import occupy_agent, record_pid, release_agents
 from .failures import NOT_RETRIED
+from .feedback import QUEUE_AUTHOR
 from .task_states import CLAIMED, STARTED, can_transition
 from .tasks import Tasks
 from .usage import Usage
@@ -174,6 +175,41 @@ class Lifecycle:
             if payload:
                 self.store.add_event(reason.replace("_", "."), project_id=row["project_id"], task_id=task_id,
                                      payload=payload)
+
+    def send_back(self, task_id: str, agent_id: str | None, comment: str, payload: dict[str, Any]) -> bool:
+        """The merge queue sends a task's work back to the agent that did it (VERIFYING -> READY, waiting for that
+        agent), with `comment` in its next prompt (services/feedback.py); False when the run was no longer this
+        daemon's to move (stopped, taken over)."""
+        with self.store.transaction() as db:
+            row = self.tasks.require(task_id)
+            if row["status"] not in ("IN_PROGRESS", "VERIFYING") or not self._mine(row):
+                return False
+            if row["status"] == "IN_PROGRESS":  # the fast path found the conflict before any check
+                self.tasks.move(row, "VERIFYING", "agent_completed")
+                row = self.tasks.require(task_id)
+            # The owner stays: in team mode the worktree (and the merge left in progress in it) is this daemon's, so
+            # the rerun is too while it lives (engine/queue_state.py).
+            self.tasks.move(row, "READY", "sent_back", {"assigned_agent": agent_id}, details={"agent_id": agent_id})
+            db["task_feedback"].insert({
+                "task_id": task_id, "project_id": row["project_id"], "comment": comment, "file": None, "line": None,
+                "author": QUEUE_AUTHOR, "from_status": "VERIFYING", "created_at": now_iso()})
+            self.store.add_event("task.sent_back", project_id=row["project_id"], task_id=task_id, agent_id=agent_id,
+                                 payload=payload)
+        return True
+
+    def sends_back(self, task_id: str) -> int:
+        """How many times the merge queue sent the task back since a person last restarted it or asked for
+        changes (the cap, project.merge_retries, counts these)."""
+        return int(self.store.scalar(
+            "SELECT count(*) FROM events WHERE task_id = ? AND event_type = 'task.sent_back' AND id > coalesce(("
+            "SELECT max(id) FROM events WHERE task_id = ? AND event_type IN ('task.restarted', "
+            "'task.changes_requested')), 0)", (task_id, task_id)) or 0)
+
+    def check_failed(self, task_id: str, message: str) -> None:
+        """The newest attempt's result says the checks failed on its work (it completed, then failed them)."""
+        with self.store.transaction() as db:
+            db.execute("UPDATE task_results SET status = 'failed', error_type = 'verify_failed', error_message = ? "
+                       "WHERE id = (SELECT max(id) FROM task_results WHERE task_id = ?)", (message, task_id))
 
     def requeue(self, task_id: str, reason: str, count_retry: bool) -> str:
         """Back to READY after a crash or shutdown (BLOCKED once retries are spent, when they count)."""

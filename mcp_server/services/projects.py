@@ -16,6 +16,10 @@ from .ids import slugify
 from .task_states import CLAIMED, in_clause
 
 
+MAX_MERGE_RETRIES = 10  # sends back to the agent per task before it is BLOCKED (design.md "Merge queue")
+DEFAULT_MERGE_RETRIES = 2
+
+
 def _check_limits(
     credit_weight: float | None, max_concurrent_agents: int | None, budget_limit: int | None
 ) -> None:
@@ -140,6 +144,7 @@ class Projects:
         budget_limit: int | None = None,
         verify_command: str | None = None,
         default_repo_id: str | None = None,
+        merge_retries: int | None = None,
     ) -> Project:
         self.require(project_id)
         _check_limits(credit_weight, max_concurrent_agents, budget_limit)
@@ -158,10 +163,15 @@ class Projects:
             changes["verify_command"] = verify_command.strip() or None  # "" removes it
         if default_repo_id is not None:
             changes["default_repo_id"] = self._default_repo(project_id, default_repo_id.strip()) or None  # "" clears
+        if merge_retries is not None:
+            if not 0 <= merge_retries <= MAX_MERGE_RETRIES:
+                raise InvalidInputError(f"merge_retries must be 0 to {MAX_MERGE_RETRIES} (got {merge_retries}); 0 "
+                                        "blocks a conflicting or failing task at once, as before the merge queue.")
+            changes["merge_retries"] = merge_retries
         if not changes:
             raise InvalidInputError(
                 "Nothing to change. Give at least one of name, credit_weight, max_concurrent_agents, budget_limit, "
-                "verify_command, default_repo_id."
+                "verify_command, default_repo_id, merge_retries."
             )
         with self.store.transaction() as db:
             db["projects"].update(project_id, {**changes, "updated_at": now_iso()})

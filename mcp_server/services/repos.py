@@ -77,8 +77,11 @@ class Repos:
     # -- add ----------------------------------------------------------------------------------
     def add(self, project_id: str, source: str, url: str | None = None, path: str | None = None,
             name: str | None = None, default_branch: str | None = None,
-            progress: gitops.Progress | None = None) -> Repo:
+            progress: gitops.Progress | None = None, update_method: str | None = None) -> Repo:
         project = self.projects.get(project_id)
+        if update_method not in (None, "merge", "rebase"):
+            raise InvalidInputError(f"Unknown update_method {str(update_method)[:40]!r}. Use merge (the default) or "
+                                    "rebase: how the merge queue brings a task's branch up to date.")
         if source not in SOURCES:
             raise InvalidInputError(f"Unknown source {source!r}. Use clone (url), link (path) or init.")
         if source == "clone" and not (url and url.strip()):
@@ -122,6 +125,7 @@ class Repos:
                     "url": url.strip() if url else checkout.remote_url(),
                     "source_path": str(target) if source == "link" else None,
                     "default_branch": branch, "checkout_path": str(target), "created_at": now_iso(),
+                    "update_method": update_method,
                 }
                 with self.store.transaction() as db:
                     db["repos"].insert(row)

@@ -29,6 +29,15 @@ def held_line(task: dict[str, Any]) -> str:
     return f"Task {task['id']} '{task['title']}' is {task['status']}: {reason} Next: {next_step}"
 
 
+def sent_back_why(payload: dict[str, Any]) -> str:
+    """A few words on why the merge queue sent a task back: `conflict in a.py (1 of 2)`."""
+    files = ", ".join(str(f) for f in (payload.get("conflicts") or [])[:5])
+    what = {"conflict": f"conflict in {files}", "unresolved": f"conflict markers left in {files}",
+            "check": f"check `{str(payload.get('check') or '')[:80]}` failed"}.get(str(payload.get("kind")),
+                                                                                str(payload.get("kind")))
+    return f"{what} ({payload.get('attempt')} of {payload.get('cap')})"
+
+
 class System:
     def __init__(self, store: Store, agents: Agents, restart: Callable[[], None] | None = None) -> None:
         self.store = store
@@ -141,8 +150,45 @@ class System:
                       "in_progress": in_progress, "ready": ready},
             "orchestrator": {"state": self.orchestrator_state(), "running_tasks": self.running_tasks()},
             "warnings": self.warnings(),
+            "merge_queue": self.merge_queue(),
             **({"daemons": self.daemons()} if self.store.shared else {}),
         }
+
+    def merge_queue(self) -> list[dict[str, Any]]:
+        """Per repo with something in its merge queue: the task landing (its checks running), the tasks waiting in
+        the order they entered, and the tasks sent back to their agent with why (design.md "Merge queue")."""
+        repos: dict[str, dict[str, Any]] = {}
+
+        def repo(repo_id: str) -> dict[str, Any]:
+            return repos.setdefault(repo_id, {"repo_id": repo_id, "landing": None, "waiting": [], "sent_back": []})
+
+        queued = self.store.all(
+            "SELECT t.id, t.title, t.repo_id, (SELECT max(e.id) FROM events e WHERE e.task_id = t.id AND "
+            "e.event_type = 'merge_queue.entered') AS entered, (SELECT max(e.id) FROM events e WHERE e.task_id = t.id "
+            "AND e.event_type = 'merge_queue.testing') AS testing FROM tasks t WHERE t.status = 'VERIFYING' "
+            "AND t.repo_id IS NOT NULL ORDER BY t.updated_at LIMIT 200")
+        for row in sorted((r for r in queued if r["entered"]), key=lambda r: r["entered"]):
+            entry = {"id": row["id"], "title": row["title"]}
+            if row["testing"] and row["testing"] > row["entered"]:
+                repo(row["repo_id"])["landing"] = entry
+            else:
+                repo(row["repo_id"])["waiting"].append(entry)
+        claimed, params = in_clause(CLAIMED)
+        rows = self.store.all("SELECT id, title, repo_id, status, assigned_agent FROM tasks WHERE status = 'READY' "
+                              "AND assigned_agent IS NOT NULL LIMIT 100")
+        rows += self.store.all(f"SELECT id, title, repo_id, status, assigned_agent FROM tasks WHERE {claimed} "
+                               "AND repo_id IS NOT NULL LIMIT 100", params)
+        for row in rows:
+            last = self.store.one(
+                "SELECT event_type, payload, timestamp FROM events WHERE task_id = ? AND event_type IN "
+                "('task.sent_back', 'merge_queue.entered') ORDER BY id DESC LIMIT 1", (row["id"],))
+            if not last or last["event_type"] != "task.sent_back" or not row["repo_id"]:
+                continue
+            payload = last["payload"] if isinstance(last["payload"], dict) else json.loads(last["payload"] or "{}")
+            repo(row["repo_id"])["sent_back"].append({
+                "id": row["id"], "title": row["title"], "status": row["status"], "agent_id": row["assigned_agent"],
+                "why": sent_back_why(payload), "at": last["timestamp"]})
+        return [repos[r] for r in sorted(repos)]
 
     def daemons(self) -> list[dict[str, Any]]:
         """The daemons sharing a team's queue: where each runs, its labels, its runs now, when it last beat."""

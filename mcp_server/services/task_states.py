@@ -77,9 +77,10 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "WAITING_INPUT": {"IN_PROGRESS": "human_replied", "PAUSED": "input_timeout", "BLOCKED": "stop",
                       "FAILED": "agent_failed", "READY": "recovered"},
     "PAUSED": {"READY": "resume", "DEFINED": "deps_added", "BLOCKED": "stop"},
+    # READY: the merge queue sent the work back to its agent (a conflict, a failing check; design.md "Merge queue").
     "VERIFYING": {
         "COMPLETED": "verified", "FAILED": "verify_failed", "AWAITING_APPROVAL": "needs_approval",
-        "BLOCKED": "stop",
+        "BLOCKED": "stop", "READY": "sent_back",
     },
     "AWAITING_APPROVAL": {"COMPLETED": "approved", "BLOCKED": "pr_closed"},
     "FAILED": {"READY": "retry", "BLOCKED": "max_retries", "COMPLETED": "skipped"},

@@ -40,6 +40,7 @@ class Project(BaseModel):
     workspace: str
     verify_command: str | None = Field(None, description="run on an agent's work before it lands")
     default_repo_id: str | None = Field(None, description="where tasks without repo_id run")
+    merge_retries: int | None = Field(None, description="times a conflict or failing check is sent back (default 2)")
     task_counts: dict[str, int] = Field(default_factory=dict)
     created_at: str
     updated_at: str
@@ -171,6 +172,7 @@ class Repo(BaseModel):
     default_branch: str
     checkout_path: str
     created_at: str
+    update_method: Literal["merge", "rebase"] | None = None  # how the merge queue updates a branch (None: merge)
 
 
 class Hook(BaseModel):

@@ -145,5 +145,12 @@ END $$;
 CREATE TRIGGER token_hours_insert AFTER INSERT ON token_ledger FOR EACH ROW EXECUTE FUNCTION token_hours_follow();
 """
 
+# Version 13 (sqlite._m13_merge_queue): the merge queue's project and repo settings.
+MERGE_QUEUE = """
+ALTER TABLE projects ADD COLUMN merge_retries BIGINT;
+ALTER TABLE repos ADD COLUMN update_method TEXT;
+CREATE INDEX tasks_sent_back ON tasks (id) WHERE status = 'READY' AND assigned_agent IS NOT NULL;
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE}

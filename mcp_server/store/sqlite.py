@@ -278,11 +278,21 @@ def _m12_planned_queries(db: sqlite_utils.Database) -> None:
                "ON CONFLICT (hour, project_id) DO UPDATE SET total = total + excluded.total; END")
 
 
+def _m13_merge_queue(db: sqlite_utils.Database) -> None:
+    """Version 13: the merge queue (design.md "Merge queue"): how many times a project's tasks are sent back to
+    their agent on a conflict or a failing check, and how a repo's task branches are brought up to date."""
+    db.table("projects").add_column("merge_retries", int)
+    db.table("repos").add_column("update_method", str)
+    # get_status' sent-back tasks waiting for their agent: a few rows, never a pass over the READY ones.
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_sent_back ON tasks (id) WHERE status = 'READY' "
+               "AND assigned_agent IS NOT NULL")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
     _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
-    _m12_planned_queries]
+    _m12_planned_queries, _m13_merge_queue]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

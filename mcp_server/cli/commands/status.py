@@ -94,8 +94,28 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
                      for p in projects],
         "agents": status["agents"],
         "running": running,
+        "merge_queue": status.get("merge_queue", []),
         "warnings": warnings,
     }
+
+
+def _merge_queue(queues: list[dict[str, Any]]) -> list[Text]:
+    """Per repo, one line each: the task landing, the ones waiting, the ones sent back and why."""
+    from rich.text import Text
+
+    lines: list[Text] = []
+    for queue in queues:
+        line = Text.assemble(("merge queue ", "bold"), visible(queue["repo_id"]), ": ")
+        landing = queue["landing"]
+        line.append(f"landing {visible(landing['id'])} '{visible(landing['title'])}'" if landing else "nothing landing")
+        if queue["waiting"]:
+            line.append(" · waiting " + ", ".join(visible(t["id"]) for t in queue["waiting"][:8])
+                        + (f" +{len(queue['waiting']) - 8}" if len(queue["waiting"]) > 8 else ""))
+        lines.append(line)
+        for back in queue["sent_back"][:8]:
+            lines.append(Text(f"  sent back {visible(back['id'])} '{visible(back['title'])}' to "
+                              f"{visible(back['agent_id'] or 'any agent')}: {visible(back['why'])}", style="yellow"))
+    return lines
 
 
 def _counts(counts: dict[str, int], width: int = 10_000, indent: int = 0) -> Text:
@@ -172,6 +192,7 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
             running.add_row(Text(visible(row["agent_id"] or "-")), Text(visible(row["task_id"])),
                             Text(visible(row["status"])), duration(row["elapsed_s"]), Text(visible(row["title"])))
         parts.append(running)
+    parts.extend(_merge_queue(data.get("merge_queue", [])))
     idle = [a for a in data["agents"] if a["state"] != "BUSY"]
     if data["agents"]:
         parts.append(Text(f"agents {len(data['agents'])}: " + ", ".join(

@@ -1,0 +1,437 @@
+"""The merge queue (design.md "Merge queue"): landings of a repo that has checks, one at a time, in order.
+
+A completed run's task waits in its repo's queue (VERIFYING). When its turn comes: its branch is brought up to
+date with the default branch in its own worktree (a merge, or a rebase when the repo says so), the checks run on
+that result inside the sandbox, and the default branch is moved to exactly that tested commit by a
+compare-and-swap, only if they passed; when the default branch moved meanwhile (the person committed), it is
+updated and checked again. A conflict or a failing check sends the task back to the agent that did the work
+(`send_back`), with the conflict hunks or the check's output in its next prompt, up to the project's
+merge_retries; then it is BLOCKED as before. Repos without checks keep the fast path (landing.py), and send
+conflicts back through the same `send_back`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from ..services import Services, gitops
+from ..services.errors import ServiceError
+from ..services.lifecycle import Lifecycle
+from ..services.projects import DEFAULT_MERGE_RETRIES
+from ..services.repo_config import Check, RepoConfig, RepoConfigError, declaration, declared_checks
+from ..store.models import Repo, Task
+from . import protected
+from .landing import BranchReads, Landing
+from .workspaces import _RETRYABLE_PUSH, Workspace, Workspaces
+
+log = logging.getLogger("agentqueue.engine")
+
+CUT = 4000  # characters of conflict hunks, or of a check's output, an agent is told (the rest is counted)
+LANDED_SHOWN = 30  # commits that landed on the default branch since the task's branch left it, listed for the agent
+ROUNDS = 3  # the default branch moved while the checks ran: update and check again, this many times in all
+TURN_POLL = 0.02  # seconds between looks at whose turn it is in a repo's queue
+LOCK_WAIT = 3600.0  # seconds a daemon waits for another daemon's landing in the same repo (team mode)
+
+
+def bounded(text: str, limit: int = CUT) -> str:
+    """The last `limit` characters of `text` (where a failure's cause usually is), saying how much was cut."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return f"[… {len(text) - limit} earlier characters cut …]\n{text[-limit:]}"
+
+
+def _head(text: str, limit: int = CUT) -> str:
+    """The first `limit` characters of `text` (conflict hunks read top down), saying how much was cut."""
+    text = text.strip()
+    return text if len(text) <= limit else f"{text[:limit]}\n[… {len(text) - limit} more characters cut …]"
+
+
+@dataclass
+class Queued:
+    """A completed run waiting in its repo's queue."""
+
+    task: Task
+    workspace: Workspace
+    read: BranchReads
+    agent_id: str
+    port_env: str | None = None  # the repo's name for the task's port (.agentqueue.toml), given to its checks too
+    landed_tip: str | None = None  # the branch's tip that landed (its worktree and branch are removed after)
+
+
+class MergeQueue:
+    def __init__(self, services: Services, lifecycle: Lifecycle, workspaces: Workspaces, landing: Landing,
+                 log_line: Callable[[str, str], None], check_timeout: float,
+                 task_env: Callable[[Task, str | None], AbstractContextManager[dict[str, str]]] | None = None) -> None:
+        self.services = services
+        self.store = services.store
+        self.lifecycle = lifecycle
+        self.workspaces = workspaces
+        self.landing = landing
+        self.team = services.team
+        self.log_line = log_line
+        self.check_timeout = int(max(1, min(600, check_timeout)))
+        self.task_env = task_env  # the variables carrying a task's port while its checks run (ready.py)
+        # Per repo, in this process: the tasks in the order they entered; the first one is landing.
+        self._order: dict[str, list[str]] = {}
+        self._guard = threading.Lock()
+
+    def checks(self, task: Task, config: RepoConfig | None) -> list[Check]:
+        """What the task's work must pass to land: the repo's declared checks (`config`, its default branch's
+        .agentqueue.toml as the run started with it), else the project's verify command; none: the fast path."""
+        return declared_checks(config, self.services.projects.get(task.project_id))
+
+    def enter(self, queued: Queued) -> None:
+        """The task joins its repo's queue (still VERIFYING: claimed, its checks to come)."""
+        repo = queued.workspace.repo
+        assert repo is not None
+        self.lifecycle.verifying(queued.task.id)
+        with self._guard, self.store.transaction():  # the queue's order is the order of these events
+            self.store.add_event("merge_queue.entered", project_id=queued.task.project_id, task_id=queued.task.id,
+                                 payload={"repo_id": repo.id, "branch": queued.workspace.branch})
+            self._order.setdefault(repo.id, []).append(queued.task.id)
+
+    async def land_in_turn(self, queued: Queued) -> bool:
+        """Wait until every task of the repo that entered before this one has landed or gone back, then land;
+        True when the work reached the default branch. The wait holds no thread."""
+        repo = queued.workspace.repo
+        assert repo is not None
+        order = self._order[repo.id]
+        try:
+            while order[0] != queued.task.id:
+                await anyio.sleep(TURN_POLL)
+            landed = await anyio.to_thread.run_sync(self.land, queued)
+        finally:
+            order.remove(queued.task.id)  # one list operation (atomic): never blocks the event loop on the guard
+        if landed:  # the cleanup, after the turn: the next task's landing need not wait for it
+            await anyio.to_thread.run_sync(self.workspaces.remove, queued.workspace, True, queued.landed_tip)
+        return landed
+
+    # -- one landing, in a worker thread, the repo's lane held -----------------------------------------
+    def land(self, queued: Queued) -> bool:
+        task, workspace = queued.task, queued.workspace
+        repo = workspace.repo
+        assert repo is not None and workspace.branch is not None
+        if not self.lifecycle.running(task.id):
+            return False  # stopped while it waited
+        with self._store_lock(repo.id):
+            if not self.lifecycle.running(task.id):
+                return False
+            with self.store.transaction():
+                self.store.add_event("merge_queue.testing", project_id=task.project_id, task_id=task.id,
+                                     payload={"repo_id": repo.id, "branch": workspace.branch})
+            try:
+                return self._land(queued, repo)
+            except ServiceError as error:
+                self.lifecycle.blocked(task.id, "merge_failed", {**self._where(workspace), "error": str(error)})
+                return False
+
+    def _land(self, queued: Queued, repo: Repo) -> bool:
+        task, workspace = queued.task, queued.workspace
+        assert workspace.branch is not None
+        tree = gitops.Checkout(workspace.path, known=True)
+        main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
+        remote = self.team.shared and main.remote_url() is not None
+        checks = self.checks(task, self._declaration(task, repo))
+        for attempt in range(1, ROUNDS + 1):
+            target = self._target(tree, repo, remote)
+            landed = self._landed_since(tree, target)
+            conflicts = self._update(tree, repo, workspace.branch, target)
+            if conflicts:
+                return self._conflict(queued, tree, target, conflicts, landed)
+            failure = self._run_checks(task, workspace, checks, queued.port_env)
+            if failure:
+                return self._check_failed(queued, failure, landed)
+            # Changes to protected paths wait for a person, once they pass (work that fails is sent back first).
+            hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch,
+                                          queued.read.touched, queued.read.rules)
+            if hold:
+                self.landing.hold(task, workspace, hold)
+                return False
+            new = tree.run("rev-parse", "--verify", "HEAD")
+            if self._move(main, tree, repo, new, target, remote):
+                files = queued.read.files
+                self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, new),
+                                         details={**self._where(workspace), "files": len(files)})
+                queued.landed_tip = new
+                return True
+            log.info("%s of %s moved while %s was checked (round %d): updating and checking again",
+                     repo.default_branch, repo.id, task.id, attempt)
+        self.lifecycle.blocked(task.id, "merge_failed", {
+            **self._where(workspace),
+            "error": f"'{repo.default_branch}' moved during each of {ROUNDS} rounds of checks; the branch keeps the "
+                     "work, checked on the last one"})
+        return False
+
+    def _target(self, tree: gitops.Checkout, repo: Repo, remote: bool) -> str:
+        """Where the default branch is now: the local one, or origin's in team mode (fetched)."""
+        if remote:
+            tracking = f"refs/remotes/origin/{repo.default_branch}"
+            tree.run("fetch", "--quiet", "origin", f"+refs/heads/{repo.default_branch}:{tracking}")
+            return tree.run("rev-parse", "--verify", tracking)
+        return tree.run("rev-parse", "--verify", f"refs/heads/{repo.default_branch}")
+
+    @staticmethod
+    def _landed_since(tree: gitops.Checkout, target: str) -> tuple[int, str]:
+        """(how many, the newest LANDED_SHOWN one-line entries) of the commits on the default branch that the
+        task's branch lacks: what landed since it started (or was last brought up to date)."""
+        count = int(tree.run("rev-list", "--count", f"HEAD..{target}") or 0)
+        lines = tree.run("log", "--oneline", "--no-decorate", f"-{LANDED_SHOWN}", f"HEAD..{target}") if count else ""
+        return count, lines
+
+    @staticmethod
+    def _update(tree: gitops.Checkout, repo: Repo, branch: str, target: str) -> list[str]:
+        """Bring the task's branch up to date with `target` in its worktree; the conflicting files, or [] when it
+        is (the merge of a conflict is left in progress for the agent)."""
+        try:
+            tree.run("merge-base", "--is-ancestor", target, "HEAD")
+            return []  # it contains the default branch already
+        except ServiceError:
+            pass
+        if repo.update_method == "rebase":
+            try:
+                # The identity asked first: a rebase that fails on a missing one stops midway, it cannot be re-run.
+                tree.run("rebase", "--quiet", "--end-of-options", target, env=tree.identity_env())
+                return []
+            except ServiceError:
+                try:
+                    tree.run("rebase", "--abort")
+                except ServiceError:
+                    pass
+                # A conflict mid-rebase is left to the agent as a merge: one state to resolve, not a commit series.
+        return leave_merge(tree, target, repo.default_branch, branch)
+
+    def _run_checks(self, task: Task, workspace: Workspace, checks: list[Check],
+                    port_env: str | None = None) -> dict[str, Any] | None:
+        """The checks on the updated branch in its worktree, inside the sandbox (as a verify command runs), in order
+        and with the task's port; the first failure, or None when all passed."""
+        with self.task_env(task, port_env) if self.task_env else contextlib.nullcontext({}) as env:
+            for check in checks:
+                # The verify command keeps its words; a repo's check is named as the repo named it.
+                tag, named = ("verify", "verify") if check.name == "verify" else (f"check {check.name}",
+                                                                                  f"check '{check.name}'")
+                timeout = min(check.timeout, self.check_timeout)
+                try:
+                    outcome = self.services.files.run(check.command, workspace.path, timeout, actor="verify",
+                                                      task_id=task.id, env=env)
+                except ServiceError as error:
+                    return {"check": check.command, "summary": f"{named} command `{check.command}` could not run: "
+                                                               f"{error}", "output": str(error)}
+                self.log_line(task.id, f"[{tag}] $ {check.command} -> {outcome.returncode}\n"
+                                       f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}")
+                if outcome.returncode != 0:
+                    how = "timed out" if outcome.timed_out else f"exited {outcome.returncode}"
+                    return {"check": check.command, "summary": f"{named} command `{check.command}` {how}",
+                            "output": bounded((outcome.stdout or "") + (outcome.stderr or ""))}
+        return None
+
+    def _declaration(self, task: Task, repo: Repo) -> RepoConfig | None:
+        """The repo's declaration on its default branch now (the checks that judge the work are never the task
+        branch's); a declaration that cannot be read falls back to the project's verify command, and the task
+        log says why."""
+        try:
+            return declaration(repo, self.workspaces.checkout_of(repo))
+        except RepoConfigError as error:
+            self.log_line(task.id, f"[repo_config] {error}")
+            return None
+
+    def _move(self, main: gitops.Checkout, tree: gitops.Checkout, repo: Repo, new: str, target: str,
+              remote: bool) -> bool:
+        """The default branch to exactly `new` if it is still at `target`; False when it moved meanwhile."""
+        default = repo.default_branch
+        if remote:
+            try:
+                tree.run("push", "--quiet", "origin", f"{new}:refs/heads/{default}")  # never forced
+            except ServiceError as error:
+                if any(mark in str(error) for mark in _RETRYABLE_PUSH):
+                    return False
+                raise
+            self.workspaces.follow_remote(main, default, new)
+            return True
+        moved = self.workspaces.compare_and_swap(repo, main, new, target)
+        if moved and repo.source_type == "clone" and main.remote_url() is not None:
+            main.push(default)
+        return moved
+
+    # -- sending work back -------------------------------------------------------------------------------
+    def _conflict(self, queued: Queued, tree: gitops.Checkout, target: str, conflicts: list[str],
+                  landed: tuple[int, str]) -> bool:
+        task, workspace = queued.task, queued.workspace
+        repo = workspace.repo
+        assert repo is not None
+        hunks = _head(tree.run("diff", "--no-color"))
+        sent = self.send_back(task, queued.agent_id, "conflict", {"conflicts": conflicts}, _conflict_text(
+            repo.default_branch, workspace.branch or "", conflicts, hunks, landed))
+        if not sent:
+            abort_merge(tree)
+            self.lifecycle.blocked(task.id, "merge_conflict", {
+                **self._where(workspace), "conflicts": conflicts,
+                "message": f"The task branch conflicts with '{repo.default_branch}' in {', '.join(conflicts)}; "
+                           "the merge was aborted and the branch kept for you to resolve."})
+        return False
+
+    def _check_failed(self, queued: Queued, failure: dict[str, Any], landed: tuple[int, str]) -> bool:
+        task, workspace = queued.task, queued.workspace
+        repo = workspace.repo
+        assert repo is not None
+        message = f"{failure['summary']}:\n{failure['output']}"
+        self.lifecycle.check_failed(task.id, message)
+        sent = self.send_back(task, queued.agent_id, "check", {"check": failure["check"]}, _check_text(
+            repo.default_branch, failure, landed))
+        if not sent:
+            self.lifecycle.blocked(task.id, "verify_failed", details={
+                "error_type": "verify_failed", "error_message": message, "agent_type": None})
+        return False
+
+    def send_back(self, task: Task, agent_id: str | None, kind: str, facts: dict[str, Any], told: str) -> bool:
+        """Requeue the task to `agent_id` on its branch with `told` in its next prompt, while the project's
+        merge_retries allow; False when they are spent (the caller blocks it)."""
+        project = self.services.projects.get(task.project_id)
+        cap = DEFAULT_MERGE_RETRIES if project.merge_retries is None else project.merge_retries
+        done = self.lifecycle.sends_back(task.id)
+        if done >= cap:
+            return False
+        header = (f"Sent back {done + 1} of {cap} time(s): the merge queue could not land this task's work. "
+                  "Fix it in this worktree and end your run; it is checked and landed again after you.\n")
+        payload = {"kind": kind, **facts, "attempt": done + 1, "cap": cap, "agent_id": agent_id}
+        self.log_line(task.id, f"[merge queue] sent back to {agent_id or 'any agent'} ({kind}), "
+                               f"{done + 1} of {cap}")
+        return self.lifecycle.send_back(task.id, agent_id, header + told, payload)
+
+    def send_back_conflict(self, task: Task, workspace: Workspace) -> bool:
+        """The fast path (no checks) found a conflict: leave the merge of the default branch in progress in the
+        task's worktree and send the task back to its agent; False (the worktree as it was) when the retries are
+        spent, or the merge went through after all (the branch then holds it: the task is held as before)."""
+        repo = workspace.repo
+        assert repo is not None and workspace.branch is not None
+        tree = gitops.Checkout(workspace.path, known=True)
+        main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
+        try:
+            target = self._target(tree, repo, self.team.shared and main.remote_url() is not None)
+            landed = self._landed_since(tree, target)
+            conflicts = leave_merge(tree, target, repo.default_branch, workspace.branch)
+            if not conflicts:
+                return False
+            told = _conflict_text(repo.default_branch, workspace.branch, conflicts,
+                                  _head(tree.run("diff", "--no-color")), landed)
+            if self.send_back(task, task.assigned_agent, "conflict", {"conflicts": conflicts}, told):
+                return True
+        except ServiceError as error:
+            log.warning("could not send %s back with its conflict: %s", task.id, error)
+        abort_merge(tree)
+        return False
+
+    def _where(self, workspace: Workspace) -> dict[str, Any]:
+        repo = workspace.repo
+        assert repo is not None
+        return {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
+                "checkout": str(self.workspaces.checkout_of(repo))}
+
+    # -- team mode ---------------------------------------------------------------------------------------
+    @contextmanager
+    def _store_lock(self, repo_id: str) -> Iterator[None]:
+        """Team mode: one landing with checks per repo at a time across the daemons, by a lease in the store held
+        by a live daemon (a dead one's lapses with its lease). One daemon: its lanes are enough."""
+        if not self.store.shared:
+            yield
+            return
+        key = f"merge_queue.lock:{repo_id}"
+        deadline = time.monotonic() + LOCK_WAIT
+        while not self._try_lock(key):
+            if time.monotonic() > deadline:
+                raise ServiceError(f"Another daemon has been landing in repo '{repo_id}' for over {LOCK_WAIT:.0f} s; "
+                                   "the task branch keeps the work. restart_task lands it later.")
+            time.sleep(0.2)
+        try:
+            yield
+        finally:
+            with self.store.transaction():
+                if self.store.get_setting(key) == self.team.id:
+                    self.store.set_setting(key, "")
+
+    def _try_lock(self, key: str) -> bool:
+        with self.store.transaction():  # every write transaction is serialised across daemons (postgres.py)
+            holder = self.store.get_setting(key)
+            if holder and holder != self.team.id and self.store.scalar(
+                    "SELECT 1 FROM daemons WHERE id = ? AND lease_until >= ?", (holder, self.store.clock())):
+                return False
+            self.store.set_setting(key, self.team.id)
+            return True
+
+
+def leave_merge(tree: gitops.Checkout, target: str, default: str, branch: str) -> list[str]:
+    """Merge `target` into the worktree's branch; on a conflict leave the merge in progress (markers in the files,
+    MERGE_HEAD set) and return the conflicting files."""
+    try:
+        tree.run_as_author("merge", "--no-edit", "--quiet", "-m", f"Merge branch '{default}' into {branch}",
+                           "--end-of-options", target)
+        return []
+    except ServiceError as error:
+        conflicts = tree.run("diff", "--name-only", "--diff-filter=U").splitlines()
+        if conflicts:
+            return conflicts
+        abort_merge(tree)
+        raise ServiceError(f"Could not merge '{default}' into '{branch}': {error}") from None
+
+
+def abort_merge(tree: gitops.Checkout) -> None:
+    """Leave the worktree as its branch has it (a task that is BLOCKED, not sent back, is never left mid-merge)."""
+    try:
+        tree.run("merge", "--abort")
+    except ServiceError:
+        pass
+
+
+def unresolved(tree: gitops.Checkout, default: str) -> list[str]:
+    """Files a run left conflicted: unmerged paths, or conflict markers in lines its branch adds."""
+    files = tree.run("diff", "--name-only", "--diff-filter=U").splitlines()
+    if files:
+        return files
+    marked: list[str] = []
+    current = ""
+    for line in tree.run("diff", "--no-color", "-U0", f"refs/heads/{default}...HEAD").splitlines():
+        if line.startswith("+++ "):
+            current = line[6:] if line.startswith("+++ b/") else line[4:]
+        elif line.startswith(("+<<<<<<< ", "+>>>>>>> ")) or line in ("+<<<<<<<", "+>>>>>>>"):
+            if current not in marked:
+                marked.append(current)
+    return marked
+
+
+def _landed_section(default: str, landed: tuple[int, str]) -> str:
+    count, lines = landed
+    if not count:
+        return ""
+    more = f" (the newest {LANDED_SHOWN} shown)" if count > LANDED_SHOWN else ""
+    return f"\n### Commits that landed on '{default}' since your branch left it: {count}{more}\n{lines}\n"
+
+
+def _conflict_text(default: str, branch: str, conflicts: list[str], hunks: str, landed: tuple[int, str]) -> str:
+    return (f"Your branch '{branch}' conflicts with '{default}' in {', '.join(conflicts)}. The merge of '{default}' "
+            "into your branch is in progress in this worktree: the conflict markers are in those files and "
+            "MERGE_HEAD is set. Resolve every conflict keeping what both sides meant, remove every marker, then "
+            "`git add` the files and `git commit` (or leave them resolved: AgentQueue commits them). Do not abort "
+            "the merge. Work still conflicted or with markers in it is sent back again.\n"
+            f"\n### The conflicts (git diff)\n```diff\n{hunks}\n```\n" + _landed_section(default, landed))
+
+
+def _check_text(default: str, failure: dict[str, Any], landed: tuple[int, str]) -> str:
+    return (f"With '{default}' merged into your branch (that merge is committed on it), the repo's check failed: "
+            f"{failure['summary']}. Make it pass, run `{failure['check']}` yourself to see, and commit.\n"
+            f"\n### Its output\n```\n{failure['output']}\n```\n" + _landed_section(default, landed))
+
+
+def unresolved_told(default: str, files: list[str]) -> str:
+    return (f"Your last run ended with conflicts still unresolved in {', '.join(files)} (unmerged paths, or "
+            "conflict markers such as `<<<<<<<` and `>>>>>>>` in lines your branch adds). Resolve them keeping "
+            f"what both sides meant, remove every marker, and commit. '{default}' is already merged into your "
+            "branch.\n")
