@@ -16,7 +16,7 @@ from mcp import Client
 from mcp.types import ElicitRequestParams, ElicitResult
 
 from agentqueue import daemon
-from agentqueue.server.app import build_server
+from agentqueue.server.app import BuiltServer, build
 from agentqueue.services import Services
 
 from . import cost_markers
@@ -163,8 +163,14 @@ EVERY_TOOL = {"toolsets": ["all"]}
 
 
 @pytest.fixture
-def server(services: Services):
-    return build_server(services, EVERY_TOOL)
+def built(services: Services) -> BuiltServer:
+    """The server and its notifier, for a test that runs an engine beside it (as the daemon does)."""
+    return build(services, EVERY_TOOL)
+
+
+@pytest.fixture
+def server(built: BuiltServer):
+    return built.mcp
 
 
 ERAS = ("legacy", "modern")  # 2025-11-25 handshake, and 2026-07-28 sessionless (the current era)
