@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+
+# Bytecode is cached even under PYTHONDONTWRITEBYTECODE=1 (set in many containers): without it every xdist worker
+# rewrote the test modules' 3,000 asserts and compiled the package again, ~5 s of CPU each (design.md "Tests").
+sys.dont_write_bytecode = False
 
 import pytest
 from mcp import Client
@@ -26,6 +32,30 @@ from .pg import PgServer, pg_binary
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def _check_each_schema_once() -> None:
+    """The official client checks a tool's output schema against the JSON Schema metaschema on its first call of the
+    tool in each session, ~15 ms a tool; the suite opens hundreds of sessions on the same schemas. A schema that
+    passed once is not checked again in this process (one that fails still raises every time); results are still
+    validated against it on every call."""
+    from jsonschema.validators import Draft202012Validator
+
+    check = Draft202012Validator.check_schema.__func__  # type: ignore[attr-defined]
+    passed: set[str] = set()
+
+    def check_schema(cls: Any, schema: Any, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:  # a format checker of the caller's own: not the client's check, left as it is
+            return check(cls, schema, *args, **kwargs)
+        key = json.dumps(schema, sort_keys=True, default=repr)
+        if key not in passed:
+            check(cls, schema)
+            passed.add(key)
+
+    Draft202012Validator.check_schema = classmethod(check_schema)  # type: ignore[method-assign, assignment]
+
+
+_check_each_schema_once()
 
 
 # The loopback model mocks exist to feed the real agent CLIs: a test that uses one runs claude, codex or gemini.
