@@ -201,3 +201,24 @@ def test_tasks_prepared_landed_and_removed_at_once_each_land_once_and_leave_noth
     assert git(checkout, "worktree", "list", "--porcelain").count("worktree ") == 1  # only the checkout itself
     assert git(checkout, "for-each-ref", "--format=%(refname)", "refs/heads/").split() == ["refs/heads/main"]
     assert porcelain(checkout) == ""
+
+
+def test_git_maintenance_runs_every_few_landings_never_inside_one(svc: Services, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge's automatic `git maintenance run --auto` is a process inside the landing's lock: AgentQueue's git
+    never starts it (SAFE_GIT), and runs it itself once every MAINTAIN_EVERY landings of a repo."""
+    from agentqueue.engine import workspaces as workspaces_module
+    monkeypatch.setattr(workspaces_module, "MAINTAIN_EVERY", 3)
+    trace = tmp_path / "git-trace.log"
+    monkeypatch.setenv("GIT_TRACE", str(trace))
+    repo = svc.repos.get("app")
+    workspaces = Workspaces(svc.home / "worktrees")
+    for n in range(4):  # main is checked out in the repo's checkout: each lands by `merge --ff-only` there
+        workspace = workspaces.prepare(repo, f"task-{n}", f"Task {n}")
+        (workspace.path / f"f{n}.txt").write_text(f"from {n}\n")
+        git(workspace.path, "add", "--", f"f{n}.txt")  # the agent's commit may start maintenance: not counted
+        git(workspace.path, "-c", "maintenance.auto=false", "commit", "-q", "-m", f"work of {n}")
+        assert workspaces.land(workspace).merged
+    workspaces_module._MAINTENANCE.submit(lambda: None).result(WAIT)  # one worker: the maintenance ran before
+    started = [line for line in trace.read_text().splitlines() if "built-in: git maintenance " in line]
+    assert len(started) == 1 and "maintenance run --auto --quiet" in started[0], started

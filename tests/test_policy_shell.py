@@ -312,6 +312,26 @@ def test_a_persons_read_deny_holds_against_their_own_command_allow(tmp_path: Pat
     assert policies.decide(bash("echo x > secrets/token")).decision == "deny"
 
 
+def test_a_kept_verdict_never_outlives_a_symlink_it_followed(tmp_path: Path) -> None:
+    """Verdicts are kept per policy, except one that looked at the filesystem: a link moved to a denied folder
+    is denied the next time the very same command comes."""
+    secret, other, link = tmp_path / "files" / "secret", tmp_path / "files" / "other", tmp_path / "files" / "link"
+    secret.mkdir(parents=True)
+    other.mkdir()
+    link.symlink_to(other)
+    policies = Policies(tmp_path)
+    policies.edit(add_rule="Bash(cat:*)", rule_list="allow")
+    policies.edit(add_rule=f"Read({secret}/**)", rule_list="deny")
+    command = bash(f"cat {link}/key")
+    assert policies.decide(command).decision == "allow"
+    link.unlink()
+    link.symlink_to(secret)
+    assert policies.decide(command).decision == "deny"
+    # A command that names no path is kept: the second verdict is the first one, not worked out again.
+    plain = tool_action("run_command", "make test && git status")
+    assert policies.decide(plain) is policies.decide(plain)
+
+
 def test_parts_and_suggested_rules_are_one_per_simple_command() -> None:
     assert command_parts("ls & touch PWNED; echo owned > outside.txt") == ["ls", "touch PWNED", "echo owned"]
     assert command_parts("env FOO=1 timeout 5 'npm' test && r\"m\" -rf build") == ["npm test", "rm -rf build"]

@@ -28,6 +28,7 @@ from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
+from ..services.repo_config import Check, declared_checks
 from ..services.tasks import AmbiguousRepoError
 from ..store.models import Agent, Task
 from . import protected
@@ -37,8 +38,10 @@ from .hook_runner import HookRunner
 from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
 from .landing import BranchReads, Landing
 from .permissions import PermissionChannel
+from .ports import Ports
 from .prompting import context_for, task_prompt
 from .queue_state import read_queue_state
+from .ready import NotReady, Readiness, WorktreeSetup
 from .recovery import Recovery, save_wip
 from .runner import RunHandle, run_agent
 from .scheduler import QueueState, schedule
@@ -75,6 +78,19 @@ class EngineConfig:
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
+@dataclass
+class ReadyRun:
+    """A started task and what its agent is given (Engine._ready)."""
+
+    task: Task
+    workspace: Workspace
+    agent: Agent
+    spec: RunSpec
+    planted: dict[str, bytes | None] | None  # run-configuring files an earlier run changed (Engine._planted)
+    env: dict[str, str]
+    readiness: Readiness  # what the worktree was made ready with (the repo's .agentqueue.toml), the run's port
+
+
 # Agent CLIs that read project settings from the worktree and have no switch to skip them.
 MASKED_AGENTS = ("codex", "gemini")
 
@@ -94,6 +110,11 @@ class Engine:
         self.running: dict[str, RunHandle] = {}
         self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line)
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
+        # What a repo's .agentqueue.toml asks of each worktree, and a port per running task (ready.py, ports.py).
+        self.ports = Ports()
+        self.worktree_setup = WorktreeSetup(services, home, self.workspaces, self.ports, self._log_line,
+                                   self.config.limits.timeout_seconds)
+        self.workspaces.before_remove = self.worktree_setup.teardown
         self.hooks = HookRunner(services, home)
         self.shutting_down = False
         self._poked = True
@@ -231,9 +252,9 @@ class Engine:
         finally:
             # Free the agent before leaving `running`: shutdown waits on `running`, and must not
             # return while an agent is still marked BUSY. A question the run left open is moot now.
+            self.worktree_setup.end(task_id)  # its port is free again
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._close_requests, task_id)
-                await anyio.to_thread.run_sync(self.lifecycle.free_agent, agent_id, task_id)
+                await anyio.to_thread.run_sync(self._release, task_id, agent_id)
             self.running.pop(task_id, None)
             self._poked = True
             if self.flush:
@@ -241,22 +262,14 @@ class Engine:
 
     async def _execute(self, task_id: str, agent_id: str, handle: RunHandle) -> None:
         svc = self.services
-        agent = svc.agents.get(agent_id)
-        started_in = await anyio.to_thread.run_sync(self._start, task_id, agent)
-        if started_in is None:
-            return  # held (BLOCKED) before it could start
-        task, workspace = started_in
+        ready = await anyio.to_thread.run_sync(self._ready, task_id, agent_id)
+        if ready is None:
+            return  # held (BLOCKED), or its worktree could not be made ready, before the agent started
+        task, workspace, agent, spec = ready.task, ready.workspace, ready.agent, ready.spec
         log.info("run of %s started: agent %s (%s) in %s%s", task_id, agent.id, agent.agent_type, workspace.path,
                  f" on branch {workspace.branch}" if workspace.branch else "")
         if self.flush:
             await self.flush()
-        tools = agent.agent_type in TAKES_MCP_CONFIG
-        mcp = agentqueue_server(self.home, ("agent",)) if tools else None
-        planted = {} if workspace.repo is None or workspace.fresh else \
-            await anyio.to_thread.run_sync(self._planted, task.id, agent.agent_type, workspace)
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
-                                          task_prompt(task, svc.feedback.comments(task.id)),
-                                          context_for(svc, task, workspace, agent_tools=tools), mcp)
         started = time.monotonic()
 
         def remember_pid() -> None:
@@ -267,11 +280,17 @@ class Engine:
         on_line = (lambda _line: on_log(task_id)) if on_log else None
         channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
                                     lambda line: self._log_line(task_id, line))
-        env = svc.settings.agent_environment()
+        env = ready.env
         # Claude Code skips planted settings itself (--setting-sources user) and may still edit them; a CLI with no
         # such switch sees the default branch's files over the planted ones, read-only, for this run.
-        masks = planted or {} if agent.agent_type in MASKED_AGENTS else {}
-        with self._contained(task, agent, workspace, spec, env, masks) as (spec, env):
+        masks = ready.planted or {} if agent.agent_type in MASKED_AGENTS else {}
+        with contextlib.ExitStack() as stack:
+            # The sandbox is set up in a worker thread (its paths, the policy, the gate's sockets): several ms that
+            # would hold up every other run on the event loop. The thread is waited for even when cancelled, and
+            # no await comes before its exit is pushed, so the gate is always closed.
+            contained = self._contained(task, agent, workspace, spec, env, masks)
+            spec, env = await anyio.to_thread.run_sync(contained.__enter__)
+            stack.push(contained)
             runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
                                on_line, env=env, channel=channel)
             async with anyio.create_task_group() as tg:
@@ -289,11 +308,30 @@ class Engine:
         if self.shutting_down and handle.stop_reason == "killed":
             await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
             return
-        await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
+        await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration, ready.readiness)
 
-    def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace] | None:
-        """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, and the task
-        IN_PROGRESS; (the task as it now is, its workspace), or None when the task was BLOCKED instead."""
+    def _ready(self, task_id: str, agent_id: str) -> ReadyRun | None:
+        """Everything before a run, in one worker thread (the store is never read on the event loop): the task
+        started (`_start`), then what the agent is given; None when the task was BLOCKED instead."""
+        svc = self.services
+        agent = svc.agents.get(agent_id)
+        started_in = self._start(task_id, agent)
+        if started_in is None:
+            return None
+        task, workspace, readiness = started_in
+        tools = agent.agent_type in TAKES_MCP_CONFIG
+        mcp = agentqueue_server(self.home, ("agent",)) if tools else None
+        planted = self._planted(task.id, agent.agent_type, workspace)
+        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
+                                          task_prompt(task, svc.feedback.comments(task.id)),
+                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness), mcp)
+        return ReadyRun(task, workspace, agent, spec, planted, {**svc.settings.agent_environment(), **readiness.env},
+                        readiness)
+
+    def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace, Readiness] | None:
+        """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, the task
+        IN_PROGRESS, then the worktree made ready (the repo's setup, its port); (the task as it now is, its
+        workspace, what it is ready with), or None when the task was BLOCKED or failed instead."""
         svc = self.services
         task = svc.tasks.get(task_id)
         if agent.agent_type == "command":
@@ -316,7 +354,22 @@ class Engine:
             return None
         task = svc.tasks.get(task_id)  # with the repo it was resolved to, if it named none
         self.lifecycle.started(task_id, workspace.branch)
-        return task, workspace
+        try:
+            readiness = self.worktree_setup.start(task, workspace)
+        except NotReady as error:
+            self._not_ready(task, agent, error)
+            return None
+        return task, workspace, readiness
+
+    def _not_ready(self, task: Task, agent: Agent, error: NotReady) -> None:
+        """A worktree that could not be made ready: the run fails before the agent starts, with the reason in the
+        task's log and result (a bad .agentqueue.toml is not retried; a failed setup is, like any failed run)."""
+        message = str(error)
+        self._log_line(task.id, f"[setup] {message}")
+        log.warning("task %s: %s", task.id, message)
+        self.lifecycle.record_attempt(task.id, agent.id, RunResult("failed", error_type=error.kind,
+                                                                   error_message=message), 0.0, [])
+        self.lifecycle.failed(task.id, error.kind, message, agent_type=agent.agent_type)
 
     @contextlib.contextmanager
     def _contained(self, task: Task, agent: Agent, workspace: Workspace, spec: RunSpec, env: dict[str, str],
@@ -392,9 +445,10 @@ class Engine:
         paths.private_dir(path.parent)
         return paths.private_file(path)
 
-    def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
-        """A run's end, in one worker thread: its branch read, the verify command, the attempt recorded, then the
-        task failed, done, or its branch landed (landing.py)."""
+    def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float,
+                ready: Readiness | None = None) -> None:
+        """A run's end, in one worker thread: its branch read, the checks (the repo's, else the verify command), the
+        attempt recorded, then the task failed, done, or its branch landed (landing.py)."""
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
@@ -405,10 +459,11 @@ class Engine:
                 read = self.landing.read_branch(task, workspace)
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
-        verified = False  # a verify command ran in the worktree after its leftovers were committed
+        verified = False  # a check ran in the worktree after its leftovers were committed
         if result.status == "completed":
-            failure = self._verify(task, workspace)
-            verified = failure is None and bool(self.services.projects.get(task.project_id).verify_command)
+            checks = declared_checks(ready.config if ready else None, self.services.projects.get(task.project_id))
+            failure = self._verify(task, workspace, checks, ready.env if ready else {})
+            verified = failure is None and bool(checks)
             if failure:
                 result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
         if verified:
@@ -448,32 +503,42 @@ class Engine:
         except (OSError, ServiceError) as error:
             log.warning("could not write memory for %s: %s", task.id, error)
 
-    def _verify(self, task: Task, workspace: Workspace) -> str | None:
-        """The project's verify command on the agent's work (VERIFYING); returns why it failed, if it did."""
-        command = self.services.projects.get(task.project_id).verify_command
-        if not command or not self.lifecycle.running(task.id):
+    def _verify(self, task: Task, workspace: Workspace, checks: list[Check], env: dict[str, str]) -> str | None:
+        """The checks on the agent's work (VERIFYING), in order, with the task's port; why the first failing one
+        failed, if one did. `checks`: the repo's declared ones, else the project's verify command (repo_config)."""
+        if not checks or not self.lifecycle.running(task.id):
             return None
         self.lifecycle.verifying(task.id)
-        timeout = int(min(600, self.config.limits.timeout_seconds))
-        try:
-            outcome = self.services.files.run(command, workspace.path, timeout, actor="verify", task_id=task.id)
-        except ServiceError as error:
-            return f"verify command could not run: {error}"
-        with self.log_path(task.id).open("a", encoding="utf-8") as log_file:
-            log_file.write(f"[verify] $ {command} -> {outcome.returncode}\n"
-                           f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}\n")
-        if outcome.returncode == 0:
-            return None
-        return (f"verify command `{command}` " + ("timed out" if outcome.timed_out else f"exited {outcome.returncode}")
-                + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
+        for check in checks:
+            # The project's verify command keeps its words; a repo's check is named as the repo named it.
+            tag, named = ("verify", "verify") if check.name == "verify" else (f"check {check.name}",
+                                                                              f"check '{check.name}'")
+            timeout = int(min(check.timeout, self.config.limits.timeout_seconds))
+            try:
+                outcome = self.services.files.run(check.command, workspace.path, timeout, actor="verify",
+                                                  task_id=task.id, env=env)
+            except ServiceError as error:
+                return f"{named} command could not run: {error}"
+            with self.log_path(task.id).open("a", encoding="utf-8") as log_file:
+                log_file.write(f"[{tag}] $ {check.command} -> {outcome.returncode}\n"
+                               f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}\n")
+            if outcome.returncode != 0:
+                return (f"{named} command `{check.command}` "
+                        + ("timed out" if outcome.timed_out else f"exited {outcome.returncode}")
+                        + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
+        return None
 
     def _requeue_after_shutdown(self, task: Task, workspace: Workspace) -> None:
         save_wip(self.workspaces, workspace, task.id, self.team.shared)
         self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
 
-    def _close_requests(self, task_id: str) -> None:
-        for request in self.services.requests.list("pending", task_id=task_id):
-            self.services.requests.expire(request.id, "run ended")
+    def _release(self, task_id: str, agent_id: str) -> None:
+        """After a run, whatever its end: the questions it left open expire, and its agent is free again."""
+        try:
+            for request in self.services.requests.list("pending", task_id=task_id):
+                self.services.requests.expire(request.id, "run ended")
+        finally:
+            self.lifecycle.free_agent(agent_id, task_id)
 
     # -- start and stop ----------------------------------------------------------------------------
     def recover(self) -> list[str]:

@@ -18,11 +18,13 @@ because another daemon pushed first, fetch and try again. Origin is the only sha
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,8 @@ log = logging.getLogger("agentqueue.workspaces")
 
 # Landing locally: how many times to build the landed commit again when the default branch moved meanwhile.
 LAND_ATTEMPTS = 20
+MAINTAIN_EVERY = 50  # landings in a repo between two runs of git's automatic maintenance there
+_MAINTENANCE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-git-maintenance")
 # Landing through origin: how many times to fetch, merge and push before giving up on a busy remote.
 PUSH_ATTEMPTS = 5
 # Push refusals that mean "someone else moved the ref first": fetch, merge and retry. The lock ones are a
@@ -95,6 +99,8 @@ class Workspaces:
         # trying a move git would refuse; the compare-and-swap stays the guard against every other writer.
         self._moves: dict[str, tuple[int, str]] = {}
         self._locks_guard = threading.Lock()
+        # Called with a task's worktree before it is removed (the repo's teardown command: engine/ready.py).
+        self.before_remove: Callable[[Workspace], None] | None = None
 
     def checkout_of(self, repo: Repo) -> Path:
         """The checkout this daemon works in for `repo`; in team mode a clone repo is cloned on first use."""
@@ -391,6 +397,8 @@ class Workspaces:
                     if error is None:
                         if built != old:
                             self._moves[repo.id] = (moves + 1, built)
+                            if (moves + 1) % MAINTAIN_EVERY == 0:
+                                _MAINTENANCE.submit(self.maintain, main)
                         break
                     now = main.rev_parse(ref)[0]
                     if now == old:  # not moved: git refused, e.g. over the user's uncommitted edits
@@ -470,12 +478,26 @@ class Workspaces:
                        message=f"The task branch conflicts with '{name}' in {', '.join(outcome.conflicts)}; "
                                "the merge was aborted and the branch kept for you to resolve.")
 
+    @staticmethod
+    def maintain(main: gitops.Checkout) -> None:
+        """git's automatic maintenance (`gc --auto` and the tasks it is configured for), which AgentQueue's own git
+        commands never start (SAFE_GIT): run every MAINTAIN_EVERY landings, off the landing's path."""
+        try:
+            main.run("maintenance", "run", "--auto", "--quiet")
+        except ServiceError as error:
+            log.warning("git maintenance in %s failed: %s", main.path, error)
+
     def remove(self, workspace: Workspace, delete_branch: bool = True, landed_tip: str | None = None) -> bool:
         """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't.
         `landed_tip`: the branch's tip that landed; the branch is then deleted only if it is still there (an
         update-ref, which reads no worktree list, so outside the worktree lock), else by `branch -d`."""
         if workspace.repo is None or not workspace.path.exists():
             return False
+        if self.before_remove is not None:
+            try:
+                self.before_remove(workspace)
+            except Exception:  # cleanup only: a teardown that breaks never keeps a landed worktree
+                log.exception("the teardown of %s failed", workspace.path)
         # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
         # is clean itself and refuses otherwise, so nothing uncommitted is lost. No lock either at first (an add of
         # another task's worktree must not wait for it): when git fails, e.g. it read another worktree's entry while

@@ -71,7 +71,9 @@ def _fallback_env() -> dict[str, str]:
 
 # Every git command AgentQueue runs: no hook and no fsmonitor command, whatever a repo, a worktree or an agent
 # configured (a task's worktree is hostile until reviewed, and AgentQueue's own commits run outside the sandbox).
-SAFE_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+# Nor git's automatic maintenance after a merge or commit (one more process inside the landing's lock): the engine
+# runs it itself now and then (Workspaces.maintain).
+SAFE_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "maintenance.auto=false")
 
 
 class Checkout:

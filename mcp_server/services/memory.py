@@ -13,6 +13,7 @@ from .locks import folder_lock
 from .notes import write_atomic
 from .projects import Projects
 
+LONG_TERM = "MEMORY.md"  # in a project's memory folder
 CONTEXT_CAP = 8000  # characters of memory put into an agent's context
 
 
@@ -24,10 +25,10 @@ class Memory:
         return Path(self.projects.get(project_id).workspace) / "memory"
 
     def long_term_path(self, project_id: str) -> Path:
-        return self.folder(project_id) / "MEMORY.md"
+        return self.folder(project_id) / LONG_TERM
 
     def daily_path(self, project_id: str, day: date) -> Path:
-        return self.folder(project_id) / day.strftime("%Y%m") / f"{day.strftime('%Y%m%d')}.md"
+        return _daily(self.folder(project_id), day)
 
     def append_today(self, project_id: str, line: str, now: datetime | None = None) -> Path:
         now = now or datetime.now(UTC)
@@ -45,13 +46,14 @@ class Memory:
     def context(self, project_id: str, days: int = 3, cap: int = CONTEXT_CAP, today: date | None = None) -> str:
         """`## Long-term Memory` + `## Recent Daily Notes` (last `days`), trimmed to `cap` characters."""
         parts = []
-        long_term = self.long_term_path(project_id)
+        folder = self.folder(project_id)  # read once: each read is a query of the project
+        long_term = folder / LONG_TERM
         if long_term.is_file() and long_term.read_text(encoding="utf-8").strip():
             parts.append("## Long-term Memory\n\n" + long_term.read_text(encoding="utf-8").strip())
         today = today or datetime.now(UTC).date()
         daily = []
         for offset in range(days - 1, -1, -1):
-            path = self.daily_path(project_id, today - timedelta(days=offset))
+            path = _daily(folder, today - timedelta(days=offset))
             if path.is_file():
                 daily.append(path.read_text(encoding="utf-8").strip())
         if daily:
@@ -60,3 +62,8 @@ class Memory:
         if len(text) > cap:
             text = "[older memory trimmed]\n" + text[-cap:]
         return text
+
+
+def _daily(folder: Path, day: date) -> Path:
+    """A day's notes in a project's memory folder: YYYYMM/YYYYMMDD.md."""
+    return folder / day.strftime("%Y%m") / f"{day.strftime('%Y%m%d')}.md"

@@ -100,6 +100,10 @@ class Scope:
         return out
 
 
+MEMO_DETAIL, MEMO_SIZE = 2000, 1024  # an EffectivePolicy keeps up to 1,024 verdicts on actions of ≤ 2,000 characters
+_FOLLOWED = threading.local()  # `link`: whether the verdict being worked out in this thread looked at the filesystem
+
+
 @dataclass
 class EffectivePolicy:
     """What applies to one project: its preset and the rules from every level, in evaluation order."""
@@ -107,8 +111,9 @@ class EffectivePolicy:
     preset: Preset
     ask_timeout: float
     rules: dict[Decision, list[tuple[Rule, str]]]
-    # Verdicts on AgentQueue's own tools (`tool:<name>`, no command to parse): the same few on every call.
-    _tool_verdicts: dict[Action, Verdict] = field(default_factory=dict, repr=False, compare=False)
+    # Verdicts already worked out: the same few actions recur on every call (AgentQueue's own tools, a command
+    # agent's command, the sandbox's install check), and a command's verdict walks every rule per simple command.
+    _verdicts: dict[Action, Verdict] = field(default_factory=dict, repr=False, compare=False)
 
     def _first(self, decision: Decision, action: Action, preset: bool | None = None,
                texts: list[str] | None = None) -> tuple[Rule, str] | None:
@@ -149,15 +154,18 @@ class EffectivePolicy:
     def decide(self, action: Action) -> Verdict:
         """A command is judged simple command by simple command (and each redirection as a write); the
         strictest verdict wins. Any other action goes through the rule order once."""
+        # Not kept: long details (a caller's varied text would only fill memory), and a verdict that followed a
+        # symlink (the link may move before the same action comes again).
+        kept = len(action.argument or "") <= MEMO_DETAIL
+        if kept and (verdict := self._verdicts.get(action)) is not None:
+            return verdict
+        _FOLLOWED.link = False
         if action.tool in COMMAND_TOOLS and action.argument and action.argument.strip():
-            return self._decide_command(action)
-        # Kept: a tool's own action and short details; a caller's long, varied details would only fill memory.
-        if not action.tool.startswith("tool:") or len(action.argument or "") > 200:
-            return self._ordered(action, str(action))
-        if (verdict := self._tool_verdicts.get(action)) is None:
+            verdict = self._decide_command(action)
+        else:
             verdict = self._ordered(action, str(action))
-            if len(self._tool_verdicts) < 1024:
-                self._tool_verdicts[action] = verdict
+        if kept and not _FOLLOWED.link and len(self._verdicts) < MEMO_SIZE:
+            self._verdicts[action] = verdict
         return verdict
 
     def _decide_command(self, action: Action) -> Verdict:
@@ -507,6 +515,7 @@ def _followed(targets: list[str]) -> list[str]:
     for target in targets:
         out.append(target)
         if target.startswith("/"):
+            _FOLLOWED.link = True
             real = os.path.realpath(target)
             if real != target:
                 out.append(real)

@@ -210,7 +210,10 @@ class Tasks:
         else:
             held = {"reason": None, "next_step": None}
             payload["note"] = move_note(reason, new, facts)
-        self.store.db["tasks"].update(row["id"], {**(fields or {}), **held, "status": new, "updated_at": now_iso()})
+        changes = {**(fields or {}), **held, "status": new, "updated_at": now_iso()}
+        # Plain SQL (the columns are this module's own names): sqlite-utils' update reads the table's keys first.
+        self.store.db.execute(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in changes)} WHERE id = ?",
+                              (*changes.values(), row["id"]))
         self.store.add_event(STATUS_EVENTS[new], project_id=row["project_id"], task_id=row["id"],
                              agent_id=row.get("assigned_agent") or (fields or {}).get("assigned_agent"),
                              payload=payload)
