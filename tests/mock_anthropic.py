@@ -23,7 +23,9 @@ Scenarios:
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
   edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line. Sent back by
                the merge queue (its prompt says so): Read the file the prompt's conflict hunk names, then Edit
-               that conflict (markers and both sides, rebuilt from the hunk) into both sides without the markers
+               that conflict (markers and both sides, rebuilt from the hunk) into both sides without the markers.
+               With TOGETHER[n] in the prompt, a first run writes only once n runs (distinct LINE[...]) have
+               asked, so all n branches leave the same main and the ones that land later conflict
   (none)       a plain text answer
 """
 
@@ -33,6 +35,7 @@ import itertools
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -267,9 +270,22 @@ class MockAnthropic:
             return None
         if scenario == "slow_write" and not answered_tool:
             self.stopping.wait(SLOW_SECONDS)
+        if scenario == "edit_region" and answered_tool and "Sent back by the merge queue" not in text:
+            self._together(text)
         blocks = _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
+
+    def _together(self, text: str, timeout: float = 60) -> None:
+        """Wait until as many runs as the prompt's TOGETHER[n] (told apart by their LINE[...]) have asked."""
+        wanted = re.search(r"TOGETHER\[(\d+)\]", text)
+        deadline = time.monotonic() + timeout
+        while wanted and time.monotonic() < deadline and not self.stopping.is_set():
+            with self.lock:
+                seen = {m for r in self.requests for m in re.findall(r"LINE\[.*?\]", json.dumps(r.get("messages")))}
+            if len(seen) >= int(wanted[1]):
+                return
+            self.stopping.wait(0.05)
 
     def _stream(self, handler: BaseHTTPRequestHandler, request: dict[str, Any], blocks: list[tuple[str, Any]],
                 stop: str) -> None:

@@ -197,10 +197,11 @@ def tokens_of(requests: int) -> dict[str, int]:
 
 async def test_claude_resolves_the_conflict_the_merge_queue_sent_back_and_it_lands(
         services: Services, mock_api: MockAnthropic, tmp_path: Path) -> None:
-    """Two claude runs add a line at the same place; the one that lands second conflicts and is sent back to its
-    agent with the conflict in its prompt. The scripted model reads the hunk from that prompt and Edits that
-    conflict (markers and both sides, as the hunk shows them) into both sides' lines; AgentQueue commits what it
-    leaves and the resolution lands through the queue's check."""
+    """Two claude runs add a line at the same place (both branches leave the same main: the mock lets neither write
+    before both have asked); the one that lands second conflicts and is sent back to its agent with the conflict
+    in its prompt. The scripted model reads the hunk from that prompt and Edits that conflict (markers and both
+    sides, as the hunk shows them) into both sides' lines; AgentQueue commits what it leaves and the resolution
+    lands through the queue's check."""
     check = shlex.join([sys.executable, "-c", CHECK])  # the region intact, no conflict marker
     services.projects.create("Demo", max_concurrent_agents=2, verify_command=check)
     services.repos.add("demo", "init", name="app")
@@ -208,8 +209,8 @@ async def test_claude_resolves_the_conflict_the_merge_queue_sent_back_and_it_lan
     commit_file(Path(repo), "shared.txt", "BEGIN\nEND\n", "the region")
     for n in range(2):
         services.agents.create(f"claude-{n}", "claude-code")
-    tasks = [services.tasks.create("demo", f"Line {n}", f"SCENARIO:edit_region Add LINE[claude line {n}] to the "
-                                   "region of shared.txt.", repo_id="app") for n in range(2)]
+    tasks = [services.tasks.create("demo", f"Line {n}", f"SCENARIO:edit_region TOGETHER[2] Add LINE[claude line {n}] "
+                                   "to the region of shared.txt.", repo_id="app") for n in range(2)]
     engine = engine_for(services)
     await run_until(engine, lambda: all(services.tasks.get(t.id).status in ("COMPLETED", "BLOCKED", "PAUSED")
                                         for t in tasks), timeout=180)
