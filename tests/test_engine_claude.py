@@ -216,11 +216,15 @@ async def test_claude_resolves_the_conflict_the_merge_queue_sent_back_and_it_lan
                                         for t in tasks), timeout=180)
     assert [services.tasks.get(t.id).status for t in tasks] == ["COMPLETED"] * 2, \
         [services.tasks.get(t.id).reason for t in tasks]
-    # Both tasks' lines are on main, without a marker, and every first-parent commit on main passes the check.
+    # Both tasks' lines are on main, without a marker, and every commit since the region passes the check: its
+    # first-parent commits, and the other parents (the tip the first landing left, which the queue also checked).
     final = git(repo, "show", "main:shared.txt").splitlines()
     assert final in (["BEGIN", "claude line 0", "claude line 1", "END"],
                      ["BEGIN", "claude line 1", "claude line 0", "END"])
-    assert all(check_passes(Path(repo), commit, check, tmp_path) for commit in first_parents(Path(repo)))
+    *landed, region = first_parents(Path(repo))  # main's first-parent commits, down to the region's
+    commits = git(repo, "rev-list", f"{region}..main").split()
+    assert set(landed) <= set(commits) and len(commits) >= 3  # both tasks' commits and the fix's merge
+    assert all(check_passes(Path(repo), commit, check, tmp_path) for commit in commits)
 
     sent = [t for t in tasks if services.events.recent(50, task_id=t.id, event_type="task.sent_back")]
     assert len(sent) == 1
