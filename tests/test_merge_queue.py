@@ -104,6 +104,7 @@ def ledger_rows(svc: Services, task_id: str) -> int:
     return int(svc.store.scalar("SELECT count(*) FROM token_ledger WHERE task_id = ?", (task_id,)))
 
 
+@pytest.mark.slow  # ~11 s: the fast loop keeps the send-back tests below
 async def test_six_tasks_on_the_same_lines_all_land_and_main_stays_green(svc: Services, tmp_path: Path) -> None:
     # A task is sent back only when main moved since its branch last took it in, i.e. after another task landed:
     # at most 5 times here. The default cap (2) can hold some of six tasks on the same lines (design.md).

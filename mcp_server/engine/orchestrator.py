@@ -109,7 +109,9 @@ class Engine:
         # A team's daemons each keep their own checkouts, and land through the repos' remotes.
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
-        self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line)
+        # The queue lands through Landing and Landing sends conflicts back through the queue: bound late, once.
+        self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line,
+                               send_back_conflict=lambda task, tree: self.queue.send_back_conflict(task, tree))
         # What a repo's .agentqueue.toml asks of each worktree, and a port per running task (ready.py, ports.py).
         self.ports = Ports()
         self.worktree_setup = WorktreeSetup(services, home, self.workspaces, self.ports, self._log_line,
@@ -117,7 +119,6 @@ class Engine:
         self.workspaces.before_remove = self.worktree_setup.teardown
         self.queue = MergeQueue(services, self.lifecycle, self.workspaces, self.landing, self._log_line,
                                 self.config.limits.timeout_seconds, task_env=self.worktree_setup.task_env)
-        self.landing.send_back_conflict = self.queue.send_back_conflict
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         self.hooks = HookRunner(services, home)
         self.shutting_down = False
