@@ -242,8 +242,11 @@ async def test_claude_resolves_the_conflict_the_merge_queue_sent_back_and_it_lan
     hunk = prompt.split("### The conflicts (git diff)", 1)[1]
     assert "++<<<<<<< " in hunk and "++=======" in hunk and "++>>>>>>> " in hunk
     assert f" +{mine}" in hunk and f"+ {theirs}" in hunk  # its own side, and the side that landed
-    landed = git(repo, "log", "--oneline", "--no-decorate", "-1", "--grep", f"^Line {tasks.index(first)}$", "main")
-    assert landed and f"Commits that landed on 'main' since your branch left it: 1\n{landed}" in prompt
+    # What landed: the first task's commit, and the queue's one commit on main for it (its merge).
+    work = git(repo, "log", "--oneline", "--no-decorate", "-1", "--grep", f"^Line {tasks.index(first)}$", "main")
+    merge = git(repo, "log", "--oneline", "--no-decorate", "-1", "--grep", f"^Merge task {first.id}:", "main")
+    assert work and merge
+    assert f"Commits that landed on 'main' since your branch left it: 2\n{merge}\n{work}" in prompt
     # The model answered with an Edit of exactly that conflict, and the Edit went through (one send back sufficed).
     edits = [b["input"] for r in fixes for m in r if m["role"] == "assistant" and isinstance(m["content"], list)
              for b in m["content"] if b.get("type") == "tool_use" and b["name"] == "Edit"]
