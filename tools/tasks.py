@@ -17,7 +17,7 @@ from .registry import (
 )
 
 
-RepoId = str | None  # omitted: the project's default (or only) repo, as the instructions say once
+RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
 
 
 class TaskList(Noted):
