@@ -1,11 +1,12 @@
 """Repository tools: register git repos with a project and list them."""
 
 import logging
-from typing import Literal
+from typing import Annotated, Literal
 
 import anyio
 import anyio.lowlevel
 from mcp.server.mcpserver import Context
+from pydantic import Field
 
 from ..store.models import Repo
 from .registry import Name, Noted, PathText, ProjectId, project_filter, project_for, services, tool
@@ -28,6 +29,7 @@ def add_repo(
     name: Name | None = None,
     default_branch: Name | None = None,
     update_method: Literal["merge", "rebase"] | None = None,
+    merge_batch: Annotated[int | None, Field(description="most tasks landed at once (1: off)")] = None,
 ) -> Repo:
     """Register a git repo: clone url, link path, or init."""
     # git reports progress from its own reader thread: it reaches the event loop through this token.
@@ -40,7 +42,8 @@ def add_repo(
             log.debug("could not report clone progress", exc_info=True)
 
     return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch,
-                                   progress if source == "clone" else None, update_method)
+                                   progress if source == "clone" else None, update_method,
+                                   merge_batch)
 
 
 @tool(read_only=True)
