@@ -68,8 +68,9 @@ async def land_behind_a_dam(svc: Services, texts: list[str], final: int) -> tupl
     """The dam task and one task per text (file `task-<n>.txt`); runs until `final` of them are final. The dam's
     check holds its landing until every other task waits in the queue. (the dam's id, the others' ids)"""
     dam = svc.tasks.create("demo", "Dam", "FILE HOLD\nTEXT {cwd}", repo_id="app").id
-    ids = [svc.tasks.create("demo", f"Task {n}", f"FILE task-{n}.txt\nTEXT {text}\nSLEEP {1.5 + 0.2 * n}", repo_id="app").id
-           for n, text in enumerate(texts)]
+    # They finish a little apart, so they enter the queue in order.
+    ids = [svc.tasks.create("demo", f"Task {n}", f"FILE task-{n}.txt\nTEXT {text}\nSLEEP {1.5 + 0.2 * n}",
+                            repo_id="app").id for n, text in enumerate(texts)]
 
     def entered() -> bool:
         return all(events(svc, t, "merge_queue.entered") for t in ids)

@@ -65,7 +65,10 @@ class Batches:
         reached the default branch. The tasks the batch settles get `settled`; the others keep their turn."""
         repo = leader.workspace.repo
         assert repo is not None
-        size = self.services.repos.get(repo.id).merge_batch or 1
+        try:
+            size = self.services.repos.get(repo.id).merge_batch or 1
+        except ServiceError:
+            size = 1  # the repo is gone: its landing says so, one by one
         members = self._members(leader, order, size) if size > 1 else []
         if len(members) > 1:
             with self.queue._store_lock(repo.id):
@@ -103,18 +106,20 @@ class Batches:
         for queued in members:
             self.queue.log_line(queued.task.id, f"[merge queue] checked in a batch of {len(members)}: "
                                                 f"{', '.join(ids)}")
-        run = _Run(self, repo, members)
+        run: _Run | None = None
         try:
+            run = _Run(self, repo, members)
             run.settle(members, None)
-        except (ServiceError, gitops.GitError) as error:
+        except ServiceError as error:
             # The tasks not settled yet keep their turns: one by one, which blocks them with the error if it stays.
             log.warning("batch of %d in %s stopped (%s); its unsettled tasks land one by one", len(members), repo.id,
                         error)
         finally:
-            run.close()
+            if run is not None:
+                run.close()
         log.info("batch of %d in %s: %d landed, %d sent back, %d left for their turn, %d check run(s)", len(members),
                  repo.id, sum(q.settled is True for q in members), sum(q.settled is False for q in members),
-                 sum(q.settled is None for q in members), run.check_runs)
+                 sum(q.settled is None for q in members), run.check_runs if run else 0)
 
 
 class _Run:
@@ -214,15 +219,19 @@ class _Run:
         store = self.batches.store
         for queued in group:
             task = queued.task
-            with store.transaction():
-                store.add_event("merge_queue.batch_landed", project_id=task.project_id, task_id=task.id,
-                                payload={"repo_id": self.repo.id, "size": len(group), "commit": commit,
-                                         "tasks": ids})
-                self.batches.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, commit), details={
-                    **self.queue._where(queued.workspace), "files": len(queued.read.files), "batch": len(group)})
-            self.queue.log_line(task.id, f"[merge queue] landed in a batch of {len(group)} as {commit[:12]}")
             queued.landed_tip = self.tips[task.id]
-            queued.settled = True
+            queued.settled = True  # its work is on the default branch now, whatever happens to the task's row
+            try:
+                with store.transaction():
+                    store.add_event("merge_queue.batch_landed", project_id=task.project_id, task_id=task.id,
+                                    payload={"repo_id": self.repo.id, "size": len(group), "commit": commit,
+                                             "tasks": ids})
+                    self.batches.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, commit),
+                                                     details={**self.queue._where(queued.workspace),
+                                                              "files": len(queued.read.files), "batch": len(group)})
+            except ServiceError as error:  # stopped while the batch was checked: its row was moved already
+                log.warning("task %s landed in a batch but could not be marked COMPLETED: %s", task.id, error)
+            self.queue.log_line(task.id, f"[merge queue] landed in a batch of {len(group)} as {commit[:12]}")
 
     def send_back(self, culprit: Queued, failure: dict[str, Any]) -> None:
         """The culprit's branch brought up to date in its worktree (as one by one does), then sent back to its agent
