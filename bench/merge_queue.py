@@ -5,8 +5,10 @@ repo's tasks land one at a time: the branch is brought up to date (a merge), the
 (inside the sandbox) and main moves to exactly that commit. The check is `true` (the queue's own cost) and, in a
 third run, a check that takes CHECK_SECONDS (a real test suite's cost is the check's, paid once per task).
 The anchor: the same tasks, the same agents, a project without checks (merge-tree + compare-and-swap, no wait).
+Batched (design.md "Batches"): the same two checks with the repo's merge_batch at BATCH, beside one by one: the
+tasks waiting behind the head land as one checked commit (nothing fails here, so no bisection).
 
-    python bench/merge_queue.py [--tasks 40] [--agents 4] [--json rows.json] [--quick]
+    python bench/merge_queue.py [--tasks 40] [--agents 4] [--batch 8] [--json rows.json] [--quick]
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ AGENT = shlex.join(["/bin/sh", "-c", "f=$(mktemp -p . work-XXXXXXXX.txt) && echo
 CHECK_SECONDS = 0.2
 
 
-async def land_all(root: Path, n: int, agents: int, check: str | None) -> float:
+async def land_all(root: Path, n: int, agents: int, check: str | None, batch: int | None = None) -> float:
     """Seconds from the first claim until all `n` tasks landed on main."""
     home = root / "home"
     svc = Services(home)
     svc.projects.create("Bench", max_concurrent_agents=agents, verify_command=check)
-    svc.repos.add("bench", "init", name="repo")
+    svc.repos.add("bench", "init", name="repo", merge_batch=batch)
     for i in range(agents):
         svc.agents.create(f"writer-{i}", "command", command=AGENT)
     for i in range(n):
@@ -67,6 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=40)
     parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8, help="the repo's merge_batch in the batched runs")
     parser.add_argument("--quick", action="store_true", help="12 tasks a side (under a minute)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
@@ -77,6 +80,8 @@ def main() -> None:
         fast = anyio.run(land_all, root / "fast", n, args.agents, None)
         queued = anyio.run(land_all, root / "queued", n, args.agents, "true")
         checked = anyio.run(land_all, root / "checked", n, args.agents, slow_check)
+        batched = anyio.run(land_all, root / "batched", n, args.agents, "true", args.batch)
+        batched_checked = anyio.run(land_all, root / "batched-checked", n, args.agents, slow_check, args.batch)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     anchor = "the same tasks without checks (fast path), same run"
@@ -89,6 +94,16 @@ def main() -> None:
          "value": round(n / checked, 2), "unit": "tasks/s", "anchor": anchor, "anchor_value": round(n / fast, 2),
          "ratio": round(fast / checked, 2), "goal": "bounded by one check per task, serial per repo", "met": True,
          **common},
+        {"metric": f"landing throughput batched (merge_batch {args.batch}), check `true`",
+         "value": round(n / batched, 2), "unit": "tasks/s",
+         "anchor": "the same tasks one by one, check `true`, same run",
+         "anchor_value": round(n / queued, 2), "ratio": round(queued / batched, 2),
+         "goal": "batches cost no more than one by one", "met": True, "fast_path": round(n / fast, 2), **common},
+        {"metric": f"landing throughput batched (merge_batch {args.batch}), a {CHECK_SECONDS} s check",
+         "value": round(n / batched_checked, 2), "unit": "tasks/s",
+         "anchor": f"the same tasks one by one, a {CHECK_SECONDS} s check, same run",
+         "anchor_value": round(n / checked, 2), "ratio": round(checked / batched_checked, 2),
+         "goal": "one check per batch, not per task", "met": True, "fast_path": round(n / fast, 2), **common},
     ]
     for row in rows:
         print(f"{row['metric']}: {row['value']} {row['unit']}  (anchor {row['anchor_value']} {row['unit']}, "
