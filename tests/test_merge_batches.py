@@ -147,7 +147,9 @@ async def test_a_batch_of_five_with_one_culprit_lands_the_four_and_sends_back_th
     assert task.status == "BLOCKED" and task.reason and "BROKEN found" in task.reason
     assert not events(svc, culprit, "merge_queue.batch_landed")
     assert porcelain(repo) == ""
-    assert not (svc.home / "worktrees" / "app" / ".batch").exists()  # the batch's worktree is removed
+    # The batch's worktree is kept for the next batch: detached, on no branch, holding nothing of its own.
+    bench = svc.home / "worktrees" / "app" / ".batch"
+    assert git(bench, "branch", "--show-current") == "" and porcelain(bench) == ""
     # Bisection stays within its bound: at most 2k-1 check runs for the batch of k = 5 (the leader's log has them).
     runs = paths.task_log(svc.home, leader).read_text().count("[verify] $")
     assert 2 <= runs <= 9

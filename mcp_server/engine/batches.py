@@ -114,9 +114,6 @@ class Batches:
             # The tasks not settled yet keep their turns: one by one, which blocks them with the error if it stays.
             log.warning("batch of %d in %s stopped (%s); its unsettled tasks land one by one", len(members), repo.id,
                         error)
-        finally:
-            if run is not None:
-                run.close()
         log.info("batch of %d in %s: %d landed, %d sent back, %d left for their turn, %d check run(s)", len(members),
                  repo.id, sum(q.settled is True for q in members), sum(q.settled is False for q in members),
                  sum(q.settled is None for q in members), run.check_runs if run else 0)
@@ -250,9 +247,18 @@ class _Run:
 
     # -- the batch's worktree ----------------------------------------------------------------------------
     def worktree(self) -> gitops.Checkout:
-        """The batch's own detached worktree of the repo (created on first use, removed by `close`)."""
+        """The repo's batch worktree, detached: kept from batch to batch (a CI runner's checkout: no worktree to add
+        and remove per batch), made again when it is missing or broken."""
         if self.tree is None:
-            if self.path.exists():  # left by a daemon that stopped mid-batch: ours alone, nothing in it to keep
+            if (self.path / ".git").is_file():
+                tree = gitops.Checkout(self.path, known=True)
+                try:
+                    tree.run("rev-parse", "--verify", "HEAD")
+                    self.tree = tree
+                    return tree
+                except ServiceError:
+                    pass
+            if self.path.exists():  # broken, or a leftover: ours alone, nothing in it to keep
                 self._remove()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.batches.workspaces.worktree_lock(self.repo.id):
@@ -264,11 +270,7 @@ class _Run:
     def checkout(self, commit: str) -> None:
         tree = self.worktree()
         tree.run("checkout", "--quiet", "--detach", "--force", commit)
-        tree.run("clean", "-fdq")  # what an earlier check of this batch wrote (ignored files stay, as set up)
-
-    def close(self) -> None:
-        if self.tree is not None or self.path.exists():
-            self._remove()
+        tree.run("clean", "-fdq")  # what an earlier check wrote (ignored files stay: a cache, as on a CI runner)
 
     def _remove(self) -> None:
         with self.batches.workspaces.worktree_lock(self.repo.id):
