@@ -33,6 +33,7 @@ IDENTITY = ["-c", "user.name=Bench", "-c", "user.email=bench@localhost"]
 AGENT = shlex.join(["/bin/sh", "-c", "f=$(mktemp -p . work-XXXXXXXX.txt) && echo done > \"$f\" && git add -- \"$f\" "
                     f"&& git {' '.join(IDENTITY)} commit -q -m 'agent work'"])
 CHECK_SECONDS = 0.2
+LANDINGS: dict[str, int] = {}  # per run: how many times main moved (fewer than the tasks when batched)
 
 
 async def land_all(root: Path, n: int, agents: int, check: str | None, batch: int | None = None) -> float:
@@ -59,6 +60,7 @@ async def land_all(root: Path, n: int, agents: int, check: str | None, batch: in
     checkout = svc.repos.get("repo").checkout_path
     landed = subprocess.run(["git", "ls-tree", "--name-only", "main"], cwd=checkout, capture_output=True,
                             text=True).stdout.split()
+    LANDINGS[root.name] = int(svc.store.scalar("SELECT count(DISTINCT landed_sha) FROM tasks"))
     svc.close()
     if sum(1 for name in landed if name.startswith("work-")) != n:
         raise SystemExit(f"main lacks some of the {n} tasks' files; see {home}")
@@ -98,16 +100,18 @@ def main() -> None:
          "value": round(n / batched, 2), "unit": "tasks/s",
          "anchor": "the same tasks one by one, check `true`, same run",
          "anchor_value": round(n / queued, 2), "ratio": round(queued / batched, 2),
-         "goal": "batches cost no more than one by one", "met": True, "fast_path": round(n / fast, 2), **common},
+         "goal": "batches cost no more than one by one", "met": True, "fast_path": round(n / fast, 2),
+         "landings": LANDINGS["batched"], **common},
         {"metric": f"landing throughput batched (merge_batch {args.batch}), a {CHECK_SECONDS} s check",
          "value": round(n / batched_checked, 2), "unit": "tasks/s",
          "anchor": f"the same tasks one by one, a {CHECK_SECONDS} s check, same run",
          "anchor_value": round(n / checked, 2), "ratio": round(checked / batched_checked, 2),
-         "goal": "one check per batch, not per task", "met": True, "fast_path": round(n / fast, 2), **common},
+         "goal": "one check per batch, not per task", "met": True, "fast_path": round(n / fast, 2),
+         "landings": LANDINGS["batched-checked"], **common},
     ]
     for row in rows:
         print(f"{row['metric']}: {row['value']} {row['unit']}  (anchor {row['anchor_value']} {row['unit']}, "
-              f"ratio {row['ratio']})")
+              f"ratio {row['ratio']})" + (f", {row['landings']} landings for {n} tasks" if "landings" in row else ""))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
