@@ -19,6 +19,7 @@ from agentqueue import paths
 from agentqueue.services import Services
 from agentqueue.services.errors import InvalidInputError
 
+from .conftest import db_snapshot, fail, ok
 from .git_fixtures import commit_file, git, git_env, porcelain  # noqa: F401  (git_env: fixture)
 from .test_engine_lifecycle import engine_running, events, make_engine, status, wait_for
 
@@ -210,3 +211,28 @@ def test_a_bad_merge_batch_is_refused_and_changes_nothing(services: Services, ba
     # The good values are kept.
     assert services.repos.add("demo", "init", name="app", merge_batch=4).merge_batch == 4
     assert services.repos.add("demo", "init", name="solo").merge_batch is None
+
+
+async def test_edit_repo_turns_batching_on_and_refuses_bad_values_changing_nothing(client, services: Services,
+                                                                                   git_env: Path) -> None:
+    """Through the MCP tools a person uses: add_repo, then edit_repo merge_batch."""
+    services.projects.create("Demo")
+    added = await ok(client, "add_repo", project_id="demo", source="init", name="app")
+    assert added["merge_batch"] is None  # off by default
+    for args, needles in [({"merge_batch": 0}, ["merge_batch must be a whole number from 1", "16"]),
+                          ({"merge_batch": 17}, ["merge_batch must be a whole number from 1", "got '17'"]),
+                          ({"merge_batch": -2}, ["merge_batch must be a whole number from 1"]),
+                          ({"merge_batch": 2.5}, ["merge_batch", "integer"]),
+                          ({"merge_batch": "lots"}, ["merge_batch", "integer"]),
+                          ({}, ["Nothing to change", "merge_batch"]),
+                          ({"update_method": "squash"}, ["update_method", "rebase"])]:
+        before = db_snapshot(services)
+        text = await fail(client, "edit_repo", repo_id="app", **args)
+        assert all(needle in text for needle in needles), (args, text)
+        assert db_snapshot(services) == before, args
+    text = await fail(client, "edit_repo", repo_id="ghost", merge_batch=4)
+    assert "'ghost' not found" in text
+    assert (await ok(client, "edit_repo", repo_id="app", merge_batch=4))["merge_batch"] == 4
+    assert (await ok(client, "list_repos", project_id="demo"))["repos"][0]["merge_batch"] == 4
+    edited = await ok(client, "edit_repo", repo_id="app", update_method="rebase", merge_batch=1)
+    assert (edited["update_method"], edited["merge_batch"]) == ("rebase", 1)  # 1: off again

@@ -1,4 +1,4 @@
-"""Repository tools: register git repos with a project and list them."""
+"""Repository tools: register git repos with a project, list them, and change their merge queue settings."""
 
 import logging
 from typing import Annotated, Literal
@@ -29,7 +29,6 @@ def add_repo(
     name: Name | None = None,
     default_branch: Name | None = None,
     update_method: Literal["merge", "rebase"] | None = None,
-    merge_batch: Annotated[int | None, Field(description="most tasks landed at once (1: off)")] = None,
 ) -> Repo:
     """Register a git repo: clone url, link path, or init."""
     # git reports progress from its own reader thread: it reaches the event loop through this token.
@@ -42,8 +41,18 @@ def add_repo(
             log.debug("could not report clone progress", exc_info=True)
 
     return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch,
-                                   progress if source == "clone" else None, update_method,
-                                   merge_batch)
+                                   progress if source == "clone" else None, update_method)
+
+
+@tool()
+def edit_repo(
+    ctx: Context,
+    repo_id: str,
+    update_method: Literal["merge", "rebase"] | None = None,
+    merge_batch: Annotated[int | None, Field(description="most tasks landed at once; 1 is off")] = None,
+) -> Repo:
+    """Change a repo's merge queue settings; fields omitted stay."""
+    return services(ctx).repos.edit(repo_id, update_method, merge_batch)
 
 
 @tool(read_only=True)

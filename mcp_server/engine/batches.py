@@ -129,7 +129,8 @@ class _Run:
         self.leader = members[0]
         self.main = gitops.Checkout(batches.workspaces.checkout_of(repo), known=True)
         self.remote = batches.queue.team.shared and self.main.remote_url() is not None
-        self.checks: list[Check] = self.queue.checks(self.leader.task, repo)
+        # The repo's declared checks on its default branch now, as one by one; run with the leader's port.
+        self.checks: list[Check] = self.queue.checks(self.leader.task, self.queue._declaration(self.leader.task, repo))
         self.path = batches.workspaces.root / repo.id / BATCH_DIR
         self.tree: gitops.Checkout | None = None
         self.tips = {q.task.id: gitops.Checkout(q.workspace.path, known=True).run("rev-parse", "--verify", "HEAD")
@@ -174,7 +175,7 @@ class _Run:
             self.checkout(commit)
             self.check_runs += 1
             workspace = Workspace(self.path, None, self.repo)
-            failure = self.queue._run_checks(self.leader.task, workspace, self.checks)
+            failure = self.queue._run_checks(self.leader.task, workspace, self.checks, self.leader.port_env)
             if failure:
                 return _Tried("failed", included, failure)
             if self.queue._move(self.main, self.worktree(), self.repo, commit, target, self.remote):

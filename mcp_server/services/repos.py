@@ -152,6 +152,27 @@ class Repos:
                 raise
         return self.get(repo_id)
 
+    # -- edit ---------------------------------------------------------------------------------
+    def edit(self, repo_id: str, update_method: str | None = None, merge_batch: int | None = None) -> Repo:
+        """Change a repo's merge queue settings; fields left out stay. Checked before anything is written."""
+        self.get(repo_id)
+        changes: dict[str, Any] = {}
+        if update_method is not None:
+            if update_method not in ("merge", "rebase"):
+                raise InvalidInputError(f"Unknown update_method {str(update_method)[:40]!r}. Use merge (the default) "
+                                        "or rebase: how the merge queue brings a task's branch up to date.")
+            changes["update_method"] = update_method
+        if merge_batch is not None:
+            check_merge_batch(merge_batch)
+            changes["merge_batch"] = merge_batch
+        if not changes:
+            raise InvalidInputError("Nothing to change. Give update_method or merge_batch.")
+        with self.store.transaction() as db:
+            db["repos"].update(repo_id, changes)
+            self.store.add_event("repo.updated", project_id=self.get(repo_id).project_id,
+                                 payload={"repo_id": repo_id, "fields": sorted(changes)})
+        return self.get(repo_id)
+
     def _linkable(self, target: Path) -> gitops.Checkout:
         if not target.is_dir():
             raise NotFoundError(f"{target} does not exist or is not a directory. source=link registers an "
