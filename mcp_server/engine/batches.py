@@ -79,7 +79,8 @@ class Batches:
 
     def _members(self, leader: Queued, order: list[str], size: int) -> list[Queued]:
         """The leader and the tasks behind it, in queue order, up to `size`: those still running here whose work
-        no protected-path rule holds for review (a held task waits for its own turn, which holds it)."""
+        no protected-path rule holds for review (a held task waits for its own turn, which checks, then holds it).
+        None when the leader itself cannot be in a batch."""
         members: list[Queued] = []
         for task_id in list(order):
             queued = self._waiting.get(task_id)
@@ -87,9 +88,9 @@ class Batches:
                 continue
             repo, branch = queued.workspace.repo, queued.workspace.branch
             assert repo is not None and branch is not None
-            if queued is not leader and protected.landing_hold(queued.workspace.path, repo.default_branch, branch,
-                                                               queued.read.touched, queued.read.rules):
-                continue
+            if protected.landing_hold(queued.workspace.path, repo.default_branch, branch, queued.read.touched,
+                                      queued.read.rules):
+                continue  # a leader held so lands one by one: its checks, then the hold
             members.append(queued)
             if len(members) == size:
                 break
