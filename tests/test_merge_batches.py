@@ -65,13 +65,15 @@ def setup_repo(svc: Services, merge_batch: int | None, agents: int) -> Path:
     return repo
 
 
-async def land_behind_a_dam(svc: Services, texts: list[str], final: int) -> tuple[str, list[str]]:
+async def land_behind_a_dam(svc: Services, texts: list[str], final: int,
+                            names: dict[int, str] | None = None) -> tuple[str, list[str]]:
     """The dam task and one task per text (file `task-<n>.txt`); runs until `final` of them are final. The dam's
     check holds its landing until every other task waits in the queue. (the dam's id, the others' ids)"""
     dam = svc.tasks.create("demo", "Dam", "FILE HOLD\nTEXT {cwd}", repo_id="app").id
     # They finish a little apart, so they enter the queue in order.
-    ids = [svc.tasks.create("demo", f"Task {n}", f"FILE task-{n}.txt\nTEXT {text}\nSLEEP {1.5 + 0.2 * n}",
-                            repo_id="app").id for n, text in enumerate(texts)]
+    names = names or {}
+    ids = [svc.tasks.create("demo", f"Task {n}", f"FILE {names.get(n, f'task-{n}.txt')}\nTEXT {text}\n"
+                            f"SLEEP {1.5 + 0.2 * n}", repo_id="app").id for n, text in enumerate(texts)]
 
     def entered() -> bool:
         return all(events(svc, t, "merge_queue.entered") for t in ids)
@@ -80,7 +82,8 @@ async def land_behind_a_dam(svc: Services, texts: list[str], final: int) -> tupl
         await wait_for(entered, 60, "the tasks to wait in the queue behind the dam")
         assert status(svc, dam) == "VERIFYING"  # still landing: its check waits
         (svc.home / "worktrees" / "app" / dam / "RELEASE").write_text("go")
-        await wait_for(lambda: sum(status(svc, t) in ("COMPLETED", "BLOCKED", "FAILED") for t in [dam, *ids])
+        await wait_for(lambda: sum(status(svc, t) in ("COMPLETED", "BLOCKED", "FAILED", "AWAITING_APPROVAL")
+                                   for t in [dam, *ids])
                        >= final, 120, "the tasks to land")
     return dam, ids
 
@@ -180,6 +183,20 @@ async def test_a_batch_that_passes_lands_all_at_once_in_one_first_parent_commit(
         assert completed and completed[-1].payload["note"] == "merged 1 file into main of app in a batch of 4"
     assert [git(repo, "show", f"main:task-{n}.txt") for n in range(4)] == ["a", "b", "c", "d"]
     assert git(repo, "branch", "--list", "*/task-*") == ""  # the landed branches are deleted, as one by one
+
+
+@pytest.mark.slow
+async def test_work_a_protected_path_rule_holds_is_never_batched(services: Services, git_env: Path) -> None:
+    svc = services
+    repo = setup_repo(svc, merge_batch=8, agents=4)
+    dam, ids = await land_behind_a_dam(svc, ["a", "ci: yes", "c"], final=4, names={1: ".gitlab-ci.yml"})
+
+    assert [status(svc, t) for t in [dam, ids[0], ids[2]]] == ["COMPLETED"] * 3
+    assert status(svc, ids[1]) == "AWAITING_APPROVAL"  # checked on its own turn, then held for a person
+    assert ".gitlab-ci.yml" not in git(repo, "ls-tree", "--name-only", "main").split()
+    assert not events(svc, ids[1], "merge_queue.batch_landed")
+    assert landed_sha(svc, ids[0]) == landed_sha(svc, ids[2]) == git(repo, "rev-parse", "main")  # a batch of two
+    assert [e.payload["size"] for e in events(svc, ids[0], "merge_queue.batch_landed")] == [2]
 
 
 @pytest.mark.slow
