@@ -200,6 +200,25 @@ async def test_work_a_protected_path_rule_holds_is_never_batched(services: Servi
 
 
 @pytest.mark.slow
+async def test_a_task_that_conflicts_while_combining_is_left_out_and_sent_back_on_its_turn(
+        services: Services, git_env: Path) -> None:
+    svc = services
+    repo = setup_repo(svc, merge_batch=8, agents=4)
+    dam, ids = await land_behind_a_dam(svc, ["first", "second", "third"], final=4,
+                                       names={0: "same.txt", 1: "same.txt"})
+
+    assert [status(svc, t) for t in [dam, *ids]] == ["COMPLETED"] * 4, [svc.tasks.get(t).reason for t in ids]
+    batch = landed_sha(svc, ids[0])
+    assert landed_sha(svc, ids[2]) == batch != landed_sha(svc, ids[1])  # the two that combine, in one commit
+    assert [e.payload["size"] for e in events(svc, ids[2], "merge_queue.batch_landed")] == [2]
+    assert not events(svc, ids[1], "merge_queue.batch_landed")
+    # Left out, it took its own turn: the conflict went back to its agent, whose rerun landed one by one.
+    assert [e.payload["kind"] for e in events(svc, ids[1], "task.sent_back")] == ["conflict"]
+    assert "left out of the batch: conflicts in same.txt" in paths.task_log(svc.home, ids[1]).read_text()
+    assert git(repo, "show", "main:same.txt") == "second" and git(repo, "show", "main:task-2.txt") == "third"
+
+
+@pytest.mark.slow
 async def test_with_batching_off_tasks_land_one_by_one(services: Services, git_env: Path, tmp_path: Path) -> None:
     svc = services
     repo = setup_repo(svc, merge_batch=None, agents=4)

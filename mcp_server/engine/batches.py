@@ -90,7 +90,7 @@ class Batches:
             assert repo is not None and branch is not None
             if protected.landing_hold(queued.workspace.path, repo.default_branch, branch, queued.read.touched,
                                       queued.read.rules):
-                continue  # a leader held so lands one by one: its checks, then the hold
+                continue  # its own turn checks it, then holds it (a held leader: no batch at all)
             members.append(queued)
             if len(members) == size:
                 break
