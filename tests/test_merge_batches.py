@@ -45,6 +45,8 @@ hold, deadline = pathlib.Path("HOLD"), time.time() + 60
 if hold.exists() and hold.read_text().strip() == os.getcwd():
     while not pathlib.Path("RELEASE").exists() and time.time() < deadline:
         time.sleep(0.05)
+if pathlib.Path(".agentqueue.toml").exists() and not pathlib.Path(".deps").exists():
+    sys.exit("no .deps: the setup did not run here")
 for path in sorted(pathlib.Path(".").glob("*.txt")):
     if "BROKEN" in path.read_text():
         sys.exit(f"BROKEN found in {path}")
@@ -216,6 +218,23 @@ async def test_a_task_that_conflicts_while_combining_is_left_out_and_sent_back_o
     assert [e.payload["kind"] for e in events(svc, ids[1], "task.sent_back")] == ["conflict"]
     assert "left out of the batch: conflicts in same.txt" in paths.task_log(svc.home, ids[1]).read_text()
     assert git(repo, "show", "main:same.txt") == "second" and git(repo, "show", "main:task-2.txt") == "third"
+
+
+@pytest.mark.slow
+async def test_the_batch_worktree_is_set_up_as_a_tasks_is(services: Services, git_env: Path) -> None:
+    """The repo's .agentqueue.toml setup (it makes the ignored .deps the check needs) runs in the batch worktree
+    too, once for every batch after it."""
+    svc = services
+    repo = setup_repo(svc, merge_batch=8, agents=3)
+    commit_file(repo, ".gitignore", "RELEASE\n.deps\n", "ignore what setup makes")
+    commit_file(repo, ".agentqueue.toml", 'setup = "echo ok > .deps"\n', "the setup")
+    dam, ids = await land_behind_a_dam(svc, ["a", "b"], final=3)
+
+    assert [status(svc, t) for t in [dam, *ids]] == ["COMPLETED"] * 3, [svc.tasks.get(t).reason for t in ids]
+    assert landed_sha(svc, ids[0]) == landed_sha(svc, ids[1]) == git(repo, "rev-parse", "main")
+    leader = events(svc, ids[0], "merge_queue.testing")[0].payload["tasks"][0]
+    assert "[setup] batch worktree: $ echo ok > .deps -> 0" in paths.task_log(svc.home, leader).read_text()
+    assert (svc.home / "worktrees" / "app" / ".batch" / ".deps").read_text() == "ok\n"
 
 
 @pytest.mark.slow

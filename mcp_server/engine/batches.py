@@ -13,15 +13,20 @@ combined is left out: it lands one by one on its own turn (which sends the confl
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..services import gitops
 from ..services.errors import ServiceError
+from ..services.repo_config import RepoConfig
 from ..store.models import Repo
 from . import protected
+from .ignored_files import copy_ignored
 from .workspaces import Workspace
 
 if TYPE_CHECKING:
@@ -130,8 +135,10 @@ class _Run:
         self.leader = members[0]
         self.main = gitops.Checkout(batches.workspaces.checkout_of(repo), known=True)
         self.remote = batches.queue.team.shared and self.main.remote_url() is not None
-        # The repo's declared checks on its default branch now, as one by one; run with the leader's port.
-        self.checks: list[Check] = self.queue.checks(self.leader.task, self.queue._declaration(self.leader.task, repo))
+        # The repo's declaration on its default branch now: its checks, as one by one, run with the leader's port;
+        # its copied files and setup command, applied to the batch worktree as to a task's.
+        self.config: RepoConfig | None = self.queue._declaration(self.leader.task, repo)
+        self.checks: list[Check] = self.queue.checks(self.leader.task, self.config)
         self.path = batches.workspaces.root / repo.id / BATCH_DIR
         self.tree: gitops.Checkout | None = None
         self.tips = {q.task.id: gitops.Checkout(q.workspace.path, known=True).run("rev-parse", "--verify", "HEAD")
@@ -174,6 +181,7 @@ class _Run:
             if commit is None:
                 return _Tried("left", [])
             self.checkout(commit)
+            self.ready()
             self.check_runs += 1
             workspace = Workspace(self.path, None, self.repo)
             failure = self.queue._run_checks(self.leader.task, workspace, self.checks, self.leader.port_env)
@@ -266,6 +274,7 @@ class _Run:
             with self.batches.workspaces.worktree_lock(self.repo.id):
                 self.main.run("worktree", "add", "--quiet", "--detach", str(self.path),
                               f"refs/heads/{self.repo.default_branch}")
+            self.record.unlink(missing_ok=True)  # a new worktree: nothing set up in it yet
             self.tree = gitops.Checkout(self.path, known=True)
         return self.tree
 
@@ -273,6 +282,43 @@ class _Run:
         tree = self.worktree()
         tree.run("checkout", "--quiet", "--detach", "--force", commit)
         tree.run("clean", "-fdq")  # what an earlier check wrote (ignored files stay: a cache, as on a CI runner)
+
+    @property
+    def record(self) -> Path:
+        """Which declaration the batch worktree was made ready for, beside ready.py's records of task worktrees."""
+        return self.batches.workspaces.root.parent / "worktree-setup" / self.repo.id / f"{BATCH_DIR}.json"
+
+    def ready(self) -> None:
+        """The batch worktree ready as a task's is (ready.py): the ignored files the repo names copied in and its
+        setup command run, in the sandbox with the leader's port, once per declaration (a record out of the
+        sandbox's reach says which). A failure stops the batch: its tasks land one by one, in their own worktrees."""
+        config = self.config
+        if config is None or not (config.patterns or config.setup):
+            return
+        record = self.record
+        wanted = {"setup": config.setup, "patterns": list(config.patterns)}
+        try:
+            if json.loads(record.read_text(encoding="utf-8")) == wanted:
+                return
+        except (OSError, ValueError):
+            pass
+        task = self.leader.task
+        try:
+            copy_ignored(self.main.path, self.path, config.patterns)
+        except OSError as error:
+            raise ServiceError(f"could not copy the ignored files into the batch worktree: {error}") from None
+        if config.setup:
+            timeout = int(min(config.setup_timeout, self.queue.check_timeout))
+            with self.queue.task_env(task, self.leader.port_env) if self.queue.task_env else \
+                    contextlib.nullcontext({}) as env:
+                outcome = self.batches.services.files.run(config.setup, self.path, timeout, actor="setup",
+                                                          task_id=task.id, env=env)
+            self.queue.log_line(task.id, f"[setup] batch worktree: $ {config.setup} -> {outcome.returncode}\n"
+                                         f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}")
+            if outcome.returncode != 0:
+                raise ServiceError(f"the setup command `{config.setup}` failed in the batch worktree")
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(wanted), encoding="utf-8")
 
     def _remove(self) -> None:
         with self.batches.workspaces.worktree_lock(self.repo.id):
