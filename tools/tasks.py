@@ -17,7 +17,7 @@ from .registry import (
 )
 
 
-RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
+RepoId = str | None  # omitted: the project's default (or only) repo, as the instructions say once
 
 
 class TaskList(Noted):
@@ -119,7 +119,7 @@ def create_task(
     title: str,
     description: str,  # "self-contained": the instructions say so, at length
     project_id: ProjectId = None,
-    priority: Annotated[Priority, Field(description="lower runs first")] = 100,
+    priority: Priority = 100,  # lower runs first: said once, in the instructions
     repo_id: RepoId = None,
     requires_approval: bool = False,
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
