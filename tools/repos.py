@@ -1,11 +1,12 @@
-"""Repository tools: register git repos with a project and list them."""
+"""Repository tools: register git repos with a project, list them, and change their merge queue settings."""
 
 import logging
-from typing import Literal
+from typing import Annotated, Literal
 
 import anyio
 import anyio.lowlevel
 from mcp.server.mcpserver import Context
+from pydantic import Field
 
 from ..store.models import Repo
 from .registry import Name, Noted, PathText, ProjectId, project_filter, project_for, services, tool
@@ -41,6 +42,17 @@ def add_repo(
 
     return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch,
                                    progress if source == "clone" else None, update_method)
+
+
+@tool()
+def edit_repo(
+    ctx: Context,
+    repo_id: str,
+    update_method: Literal["merge", "rebase"] | None = None,
+    merge_batch: Annotated[int | None, Field(description="most tasks landed at once; 1 is off")] = None,
+) -> Repo:
+    """Change a repo's merge queue settings; fields omitted stay."""
+    return services(ctx).repos.edit(repo_id, update_method, merge_batch)
 
 
 @tool(read_only=True)

@@ -30,6 +30,7 @@ from ..services.projects import DEFAULT_MERGE_RETRIES
 from ..services.repo_config import Check, RepoConfig, RepoConfigError, declaration, declared_checks
 from ..store.models import Repo, Task
 from . import protected
+from .batches import Batches
 from .landing import BranchReads, Landing
 from .workspaces import _RETRYABLE_PUSH, Workspace, Workspaces
 
@@ -66,6 +67,7 @@ class Queued:
     agent_id: str
     port_env: str | None = None  # the repo's name for the task's port (.agentqueue.toml), given to its checks too
     landed_tip: str | None = None  # the branch's tip that landed (its worktree and branch are removed after)
+    settled: bool | None = None  # landed (True) or sent back (False) by a batch another task led (batches.py)
 
 
 class MergeQueue:
@@ -84,6 +86,7 @@ class MergeQueue:
         # Per repo, in this process: the tasks in the order they entered; the first one is landing.
         self._order: dict[str, list[str]] = {}
         self._guard = threading.Lock()
+        self.batches = Batches(self)
 
     def checks(self, task: Task, config: RepoConfig | None) -> list[Check]:
         """What the task's work must pass to land: the repo's declared checks (`config`, its default branch's
@@ -99,6 +102,7 @@ class MergeQueue:
             self.store.add_event("merge_queue.entered", project_id=queued.task.project_id, task_id=queued.task.id,
                                  payload={"repo_id": repo.id, "branch": queued.workspace.branch})
             self._order.setdefault(repo.id, []).append(queued.task.id)
+            self.batches.enter(queued)
 
     async def land_in_turn(self, queued: Queued) -> bool:
         """Wait until every task of the repo that entered before this one has landed or gone back, then land;
@@ -107,11 +111,15 @@ class MergeQueue:
         assert repo is not None
         order = self._order[repo.id]
         try:
-            while order[0] != queued.task.id:
+            while order[0] != queued.task.id and queued.settled is None:
                 await anyio.sleep(TURN_POLL)
-            landed = await anyio.to_thread.run_sync(self.land, queued)
+            # Its turn: it lands, in a batch with the tasks behind it when its repo batches (batches.py), unless a
+            # batch led by a task ahead of it settled it already.
+            landed = queued.settled if queued.settled is not None else \
+                await anyio.to_thread.run_sync(self.batches.land, queued, order)
         finally:
             order.remove(queued.task.id)  # one list operation (atomic): never blocks the event loop on the guard
+            self.batches.leave(queued.task.id)
         if landed:  # the cleanup, after the turn: the next task's landing need not wait for it
             await anyio.to_thread.run_sync(self.workspaces.remove, queued.workspace, True, queued.landed_tip)
         return landed

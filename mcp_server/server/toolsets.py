@@ -46,7 +46,7 @@ SUMMARIES: dict[str, str] = {
     "projects": "create, edit, pause, resume, delete projects; the active project",
     "channels": "link chat channels to projects",
     "tasks": "every task tool: also edit, skip, delete, chain health, forced status",
-    "repos": "register and list git repos",
+    "repos": "register, list and edit git repos",
     "agents": "register, edit, pause and delete the agents that run tasks",
     "system": "status, events, token usage, pause the orchestrator, restart the daemon",
     "files": "read, search and run commands in workspaces",

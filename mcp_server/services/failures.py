@@ -282,8 +282,9 @@ def move_note(code: str, status: str, details: Mapping[str, Any]) -> str:
         if not details.get("repo_id"):
             return "done in the project workspace"
         count = details.get("files", 0)
+        batch = f" in a batch of {details['batch']}" if details.get("batch") else ""  # the merge queue's batches
         return (f"merged {count} file{'s' if count != 1 else ''} into {details.get('default_branch')} of "
-                f"{details['repo_id']}")
+                f"{details['repo_id']}{batch}")
     if status == "AWAITING_APPROVAL":
         return f"PR {details['pr_url']}" if details.get("pr_url") else "waiting for approve_task"
     if status == "READY" and code == "retry":

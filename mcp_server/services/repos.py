@@ -18,6 +18,18 @@ from .projects import Projects
 from .task_states import CLAIMED, in_clause
 
 SOURCES = ("clone", "link", "init")
+MAX_MERGE_BATCH = 16  # the most tasks one batch of the merge queue lands (design.md "Batches")
+
+
+def check_merge_batch(merge_batch: object) -> None:
+    """A repo's merge_batch: None or 1 (one by one, the default) up to MAX_MERGE_BATCH; anything else is refused."""
+    if merge_batch is None:
+        return
+    if isinstance(merge_batch, bool) or not isinstance(merge_batch, int) or \
+            not 1 <= merge_batch <= MAX_MERGE_BATCH:
+        raise InvalidInputError(f"merge_batch must be a whole number from 1 (one task at a time, the default) to "
+                                f"{MAX_MERGE_BATCH}, got {str(merge_batch)[:40]!r}: the most queued tasks the merge "
+                                "queue lands at once.")
 
 
 def _default_name(source: str, url: str | None, path: str | None, project_id: str) -> str:
@@ -77,11 +89,13 @@ class Repos:
     # -- add ----------------------------------------------------------------------------------
     def add(self, project_id: str, source: str, url: str | None = None, path: str | None = None,
             name: str | None = None, default_branch: str | None = None,
-            progress: gitops.Progress | None = None, update_method: str | None = None) -> Repo:
+            progress: gitops.Progress | None = None, update_method: str | None = None,
+            merge_batch: int | None = None) -> Repo:
         project = self.projects.get(project_id)
         if update_method not in (None, "merge", "rebase"):
             raise InvalidInputError(f"Unknown update_method {str(update_method)[:40]!r}. Use merge (the default) or "
                                     "rebase: how the merge queue brings a task's branch up to date.")
+        check_merge_batch(merge_batch)
         if source not in SOURCES:
             raise InvalidInputError(f"Unknown source {source!r}. Use clone (url), link (path) or init.")
         if source == "clone" and not (url and url.strip()):
@@ -126,6 +140,7 @@ class Repos:
                     "source_path": str(target) if source == "link" else None,
                     "default_branch": branch, "checkout_path": str(target), "created_at": now_iso(),
                     "update_method": update_method,
+                    "merge_batch": merge_batch,
                 }
                 with self.store.transaction() as db:
                     db["repos"].insert(row)
@@ -135,6 +150,27 @@ class Repos:
                 if created:  # never leave a half-registered clone behind
                     shutil.rmtree(target, ignore_errors=True)
                 raise
+        return self.get(repo_id)
+
+    # -- edit ---------------------------------------------------------------------------------
+    def edit(self, repo_id: str, update_method: str | None = None, merge_batch: int | None = None) -> Repo:
+        """Change a repo's merge queue settings; fields left out stay. Checked before anything is written."""
+        self.get(repo_id)
+        changes: dict[str, Any] = {}
+        if update_method is not None:
+            if update_method not in ("merge", "rebase"):
+                raise InvalidInputError(f"Unknown update_method {str(update_method)[:40]!r}. Use merge (the default) "
+                                        "or rebase: how the merge queue brings a task's branch up to date.")
+            changes["update_method"] = update_method
+        if merge_batch is not None:
+            check_merge_batch(merge_batch)
+            changes["merge_batch"] = merge_batch
+        if not changes:
+            raise InvalidInputError("Nothing to change. Give update_method or merge_batch.")
+        with self.store.transaction() as db:
+            db["repos"].update(repo_id, changes)
+            self.store.add_event("repo.updated", project_id=self.get(repo_id).project_id,
+                                 payload={"repo_id": repo_id, "fields": sorted(changes)})
         return self.get(repo_id)
 
     def _linkable(self, target: Path) -> gitops.Checkout:

@@ -173,6 +173,7 @@ class Repo(BaseModel):
     checkout_path: str
     created_at: str
     update_method: Literal["merge", "rebase"] | None = None  # how the merge queue updates a branch (None: merge)
+    merge_batch: int | None = None  # the most tasks the merge queue lands at once (None or 1: one by one)
 
 
 class Hook(BaseModel):

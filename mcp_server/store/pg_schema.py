@@ -152,5 +152,10 @@ ALTER TABLE repos ADD COLUMN update_method TEXT;
 CREATE INDEX tasks_sent_back ON tasks (id) WHERE status = 'READY' AND assigned_agent IS NOT NULL;
 """
 
+# Version 14 (sqlite._m14_merge_batch): a repo's merge queue batch size.
+MERGE_BATCH = """
+ALTER TABLE repos ADD COLUMN merge_batch BIGINT;
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH}

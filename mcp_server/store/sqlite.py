@@ -288,11 +288,16 @@ def _m13_merge_queue(db: sqlite_utils.Database) -> None:
                "AND assigned_agent IS NOT NULL")
 
 
+def _m14_merge_batch(db: sqlite_utils.Database) -> None:
+    """Version 14: the most tasks a repo's merge queue lands in one batch (design.md "Batches"; NULL: one by one)."""
+    db.table("repos").add_column("merge_batch", int)
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
     _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
-    _m12_planned_queries, _m13_merge_queue]
+    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
