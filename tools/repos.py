@@ -28,9 +28,9 @@ def add_repo(
     path: PathText | None = None,
     name: Name | None = None,
     default_branch: Name | None = None,
-    update_method: Literal["merge", "rebase"] | None = None,
 ) -> Repo:
     """Register a git repo: clone url, link path, or init."""
+    # How the merge queue brings a branch up to date is edit_repo's (the repos toolset): the default list stays lean.
     # git reports progress from its own reader thread: it reaches the event loop through this token.
     loop = anyio.from_thread.run_sync(anyio.lowlevel.current_token)
 
@@ -41,7 +41,7 @@ def add_repo(
             log.debug("could not report clone progress", exc_info=True)
 
     return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch,
-                                   progress if source == "clone" else None, update_method)
+                                   progress if source == "clone" else None)
 
 
 @tool()
