@@ -1,4 +1,5 @@
-"""Every row of issue 19's table, measured in one run and written into docs/benchmarks.md.
+"""Every row of issue 19's table, and issue 21's landing figures, measured in one run and written into
+docs/benchmarks.md.
 
 Runs each benchmark with `--json`, collects its rows (value, the anchor measured beside it in the
 same run, the ratio, the goal) and rewrites the part of docs/benchmarks.md between the two markers
@@ -36,6 +37,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "launch": ("launch.py", []),
     "cli": ("cli_reads.py", []),
     "board": ("board.py", []),
+    "queue": ("merge_queue.py", []),  # issue 21: landing through the merge queue, one by one and batched
 }
 
 # The issue's "now" column, measured the week it was filed (2-core machine), by the start of the row's metric.

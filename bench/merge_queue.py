@@ -2,8 +2,8 @@
 
 4 `command` agents; each task writes and commits a new file (no conflicts), on a real repo. With checks, a
 repo's tasks land one at a time: the branch is brought up to date (a merge), the check runs in its worktree
-(inside the sandbox) and main moves to exactly that commit. The check is `true` (the queue's own cost) and, in a
-third run, a check that takes CHECK_SECONDS (a real test suite's cost is the check's, paid once per task).
+(inside the sandbox) and main moves to one commit with exactly that tree. The check is `true` (the queue's own
+cost) and, in a third run, a check that takes CHECK_SECONDS (a real test suite's cost, paid once per task).
 The anchor: the same tasks, the same agents, a project without checks (merge-tree + compare-and-swap, no wait).
 Batched (design.md "Batches"): the same two checks with the repo's merge_batch at BATCH, beside one by one: the
 tasks waiting behind the head land as one checked commit (nothing fails here, so no bisection).
