@@ -1,6 +1,6 @@
 """Task tools: create and edit tasks, move them through the state machine, read their results."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
@@ -18,6 +18,8 @@ from .registry import (
 
 
 RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
+Candidates = Annotated[int | list[str] | None, Field(description="best of N: 2-5, or agent ids; each runs it")]
+Pick = Annotated[Literal["smallest", "first"], Field(description="winner: smallest passing diff, or first to pass")]
 
 
 class TaskList(Noted):
@@ -125,6 +127,8 @@ def create_task(
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Retries = 3,
     agent_type: AgentType | None = None,
+    candidates: Candidates = None,
+    pick: Pick = "smallest",
 ) -> Task:
     """Queue a task for an agent."""
     svc, parent = services(ctx), client_state(ctx).options.get("task_id")
@@ -133,7 +137,8 @@ def create_task(
     if parent and not project_id and not client_state(ctx).active_project:
         project_id = svc.tasks.get(parent).project_id  # an agent's follow-up stays in its task's project
     return svc.tasks.create(project_for(ctx, project_id), title, description, priority, repo_id, requires_approval,
-                            depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth)
+                            depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth,
+                            candidates=candidates, pick=pick)
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))

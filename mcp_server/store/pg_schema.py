@@ -152,5 +152,14 @@ ALTER TABLE repos ADD COLUMN update_method TEXT;
 CREATE INDEX tasks_sent_back ON tasks (id) WHERE status = 'READY' AND assigned_agent IS NOT NULL;
 """
 
+# Version 14 (sqlite._m14_best_of_n): best of N, a group's candidates.
+BEST_OF_N = """
+ALTER TABLE tasks ADD COLUMN best_of BIGINT;
+ALTER TABLE tasks ADD COLUMN pick TEXT;
+ALTER TABLE tasks ADD COLUMN chosen TEXT;
+ALTER TABLE tasks ADD COLUMN candidate_of TEXT;
+CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: BEST_OF_N}

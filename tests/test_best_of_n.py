@@ -1,0 +1,176 @@
+"""Best of N (design.md "Best of N"): real git, real subprocesses, `command` agents, no model.
+
+The same task runs on several agents at once; each candidate's branch is brought up to date and checked without
+landing; the winner (by default the passing one with the smallest diff, or with pick="first" the first to pass)
+lands, the others keep their branches; none passing holds the group BLOCKED with each candidate's reason.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from agentqueue.engine.adapters import PARSERS
+from agentqueue.engine.adapters.command import CommandParser
+from agentqueue.engine.scheduler import schedule
+from agentqueue.services import Services
+
+from .git_fixtures import commit_file, git, git_env  # noqa: F401  (git_env: fixture)
+from .test_engine_lifecycle import events, make_engine, run_until_final, status
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # several agent runs and checks each: seconds on two cores
+
+# Each agent is told how to behave by its own argv (every candidate gets the same prompt): `good N` adds N lines to
+# the region of shared.txt, `bad` adds a line the check refuses; `sleep S` waits first; `say TEXT` prints TEXT.
+AGENT = r"""
+import pathlib, sys, time
+args = sys.argv[1:]
+sys.stdin.read()
+if "sleep" in args:
+    time.sleep(float(args[args.index("sleep") + 1]))
+if "say" in args:
+    print(args[args.index("say") + 1])
+path = pathlib.Path("shared.txt")
+lines = path.read_text().splitlines()
+end = lines.index("END")
+if args[0] == "bad":
+    lines.insert(end, "BAD line from " + args[1])
+else:
+    lines[end:end] = [f"{args[1]} line {n}" for n in range(int(args[2]))]
+path.write_text("\n".join(lines) + "\n")
+print("TOKENS 1000")
+"""
+CHECK = r"""
+import pathlib, sys
+for line in pathlib.Path("shared.txt").read_text().splitlines():
+    if "BAD" in line:
+        sys.exit("BAD line found: " + line)
+print("check passed")
+"""
+
+
+def agent(svc: Services, name: str, *args: str) -> str:
+    return svc.agents.create(name, "command", command=shlex.join([sys.executable, "-c", AGENT, *args])).id
+
+
+@pytest.fixture
+def svc(services: Services, git_env: Path) -> Services:
+    """Project 'demo' (room for five agents at once) whose check refuses a BAD line, with an `init` repo 'app'."""
+    services.projects.create("Demo", max_concurrent_agents=5, verify_command=shlex.join([sys.executable, "check.py"]))
+    services.repos.add("demo", "init", name="app")
+    repo = checkout(services)
+    commit_file(repo, "check.py", CHECK, "the check")
+    commit_file(repo, "shared.txt", "BEGIN\nEND\n", "the region")
+    return services
+
+
+def checkout(svc: Services) -> Path:
+    return Path(svc.repos.get("app").checkout_path)
+
+
+def branch_exists(repo: Path, branch: str | None) -> bool:
+    assert branch
+    return git(repo, "branch", "--list", branch).strip() != ""
+
+
+def main_text(svc: Services) -> str:
+    return git(checkout(svc), "show", "main:shared.txt")
+
+
+class CountingParser(CommandParser):
+    """The command adapter, plus a `TOKENS n` line read as the run's token use: command agents report none, and
+    the budget test needs runs that cost something. Everything after the parser (ledger, window, scheduler) is real."""
+
+    def finish(self, exit_code: int | None):  # type: ignore[no-untyped-def]
+        result = super().finish(exit_code)
+        used = sum(int(line.split()[1]) for line in self.lines if line.startswith("TOKENS "))
+        result.tokens = {"input": used, "output": 0, "cache_read": 0, "cache_write": 0, "total": used}
+        return result
+
+
+async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, monkeypatch) -> None:
+    monkeypatch.setitem(PARSERS, "command", CountingParser)
+    agents = [agent(svc, "bad-1", "bad", "one"), agent(svc, "good", "good", "winner", "2"),
+              agent(svc, "bad-2", "bad", "two")]
+    group = svc.tasks.create("demo", "Add lines", "Add your lines to the region.", candidates=agents)
+    assert group.status == "DEFINED" and group.best_of == 3 and group.pick == "smallest"
+    members = {c.agent_id: c.task_id for c in group.candidates}
+    assert set(members) == set(agents) and all(c.outcome == "running" for c in group.candidates)
+    await run_until_final(svc, make_engine(svc), group.id, timeout=120)
+
+    done = svc.tasks.get(group.id)
+    assert done.status == "COMPLETED", done.reason
+    assert done.chosen == members["good"]
+    text = main_text(svc)
+    assert "winner line 0" in text and "winner line 1" in text and "BAD" not in text  # its change, not the others'
+    repo = checkout(svc)
+    shown = {c.task_id: c for c in done.candidates}
+    assert shown[members["good"]].outcome == "chosen"
+    for name in ("bad-1", "bad-2"):
+        loser = svc.tasks.get(members[name])
+        assert shown[loser.id].outcome == "failed" and "BAD line found" in (shown[loser.id].reason or "")
+        assert loser.status == "COMPLETED"  # nothing more to do for it: not chosen
+        assert branch_exists(repo, loser.branch)  # kept for review
+        assert not (svc.home / "worktrees" / "app" / loser.id).exists()  # its worktree is gone
+    # Every candidate's run is in the ledger, under the group; the budget counts their sum.
+    rows = svc.store.all("SELECT task_id, total FROM token_ledger WHERE task_id IN (?, ?, ?)", tuple(members.values()))
+    assert len(rows) == 3 and sum(r["total"] for r in rows) == 3000
+    usage = svc.usage.summary(task_id=group.id)
+    assert usage["total"]["total"] == 3000 and sum(b["runs"] for b in usage["breakdown"]) == 3
+    engine = make_engine(svc)
+    svc.projects.edit("demo", budget_limit=2500)  # below the three runs' sum, above any one of them
+    late = svc.tasks.create("demo", "Later", "Anything.")
+    state = engine.queue_state()
+    assert next(p for p in state.projects if p.id == "demo").tokens_24h == 3000
+    assert all(a.task_id != late.id for a in schedule(state))  # the cap saw the sum: nothing more runs
+
+
+async def test_the_smallest_passing_diff_wins(svc: Services) -> None:
+    agents = [agent(svc, "big", "good", "big", "4"), agent(svc, "small", "good", "small", "1", "sleep", "1")]
+    group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
+    members = {c.agent_id: c.task_id for c in group.candidates}
+    await run_until_final(svc, make_engine(svc), group.id, timeout=120)
+
+    done = svc.tasks.get(group.id)
+    assert done.status == "COMPLETED" and done.chosen == members["small"]
+    text = main_text(svc)
+    assert "small line 0" in text and "big line" not in text
+    shown = {c.task_id: c for c in done.candidates}
+    assert shown[members["small"]].lines_changed == 1 and shown[members["big"]].lines_changed == 4
+    assert shown[members["big"]].outcome == "not_chosen"
+    assert branch_exists(checkout(svc), svc.tasks.get(members["big"]).branch)
+    assert [e.payload["chosen"] for e in events(svc, group.id, "best_of.chosen")] == [members["small"]]
+
+
+async def test_pick_first_lands_the_first_to_pass_and_stops_the_rest(svc: Services) -> None:
+    agents = [agent(svc, "quick", "good", "quick", "5"), agent(svc, "slow", "good", "slow", "1", "sleep", "30")]
+    group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents, pick="first")
+    members = {c.agent_id: c.task_id for c in group.candidates}
+    await run_until_final(svc, make_engine(svc), group.id, timeout=60)
+
+    done = svc.tasks.get(group.id)
+    assert done.status == "COMPLETED" and done.chosen == members["quick"]  # first, though its diff is bigger
+    assert "quick line 4" in main_text(svc) and "slow line" not in main_text(svc)
+    slow = svc.tasks.get(members["slow"])
+    assert slow.status in ("COMPLETED", "BLOCKED")  # stopped; not chosen once its run has ended
+    assert events(svc, slow.id, "task.blocked")  # it was stopped, not left to run its 30 s
+
+
+async def test_none_passes_blocks_the_group_with_each_reason(svc: Services) -> None:
+    agents = [agent(svc, "bad-1", "bad", "one"), agent(svc, "bad-2", "bad", "two")]
+    group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
+    before = git(checkout(svc), "rev-parse", "main")
+    await run_until_final(svc, make_engine(svc), group.id, timeout=120)
+
+    done = svc.tasks.get(group.id)
+    assert done.status == "BLOCKED"
+    assert done.reason and "BAD line from one" in done.reason and "BAD line from two" in done.reason
+    assert all(c.task_id in done.reason for c in done.candidates)
+    assert done.next_step and "restart_task" in done.next_step
+    assert git(checkout(svc), "rev-parse", "main") == before
+    for c in done.candidates:
+        assert c.outcome == "failed" and branch_exists(checkout(svc), c.branch)
