@@ -20,7 +20,8 @@ from agentqueue.engine.scheduler import schedule
 from agentqueue.services import Services
 
 from .git_fixtures import commit_file, git, git_env  # noqa: F401  (git_env: fixture)
-from .test_engine_lifecycle import events, make_engine, run_until_final, status
+from .processes import wait_for
+from .test_engine_lifecycle import engine_running, events, make_engine, run_until_final, status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # several agent runs and checks each: seconds on two cores
 
@@ -150,14 +151,17 @@ async def test_pick_first_lands_the_first_to_pass_and_stops_the_rest(svc: Servic
     agents = [agent(svc, "quick", "good", "quick", "5"), agent(svc, "slow", "good", "slow", "1", "sleep", "30")]
     group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents, pick="first")
     members = {c.agent_id: c.task_id for c in group.candidates}
-    await run_until_final(svc, make_engine(svc), group.id, timeout=60)
+    async with engine_running(make_engine(svc)):
+        await wait_for(lambda: status(svc, group.id) == "COMPLETED" and status(svc, members["slow"]) == "COMPLETED",
+                       60, "the group to land its first passing candidate, and the other to be set aside")
 
     done = svc.tasks.get(group.id)
-    assert done.status == "COMPLETED" and done.chosen == members["quick"]  # first, though its diff is bigger
+    assert done.chosen == members["quick"]  # the first to pass, though its diff is bigger
     assert "quick line 4" in main_text(svc) and "slow line" not in main_text(svc)
     slow = svc.tasks.get(members["slow"])
-    assert slow.status in ("COMPLETED", "BLOCKED")  # stopped; not chosen once its run has ended
-    assert events(svc, slow.id, "task.blocked")  # it was stopped, not left to run its 30 s
+    assert events(svc, slow.id, "task.blocked")  # stopped at once, not left to run its 30 s
+    assert {c.task_id: c.outcome for c in done.candidates}[slow.id] == "not_chosen"
+    assert branch_exists(checkout(svc), slow.branch)  # what it had done is kept
 
 
 async def test_none_passes_blocks_the_group_with_each_reason(svc: Services) -> None:
@@ -174,3 +178,64 @@ async def test_none_passes_blocks_the_group_with_each_reason(svc: Services) -> N
     assert git(checkout(svc), "rev-parse", "main") == before
     for c in done.candidates:
         assert c.outcome == "failed" and branch_exists(checkout(svc), c.branch)
+
+
+async def test_bad_candidates_are_refused_through_the_official_client_and_nothing_is_created(svc: Services) -> None:
+    from agentqueue.server.app import build_server
+
+    from .conftest import EVERY_TOOL, db_snapshot
+    from .test_bad_input import problems_with
+
+    agent(svc, "one", "good", "one", "1")
+    agent(svc, "two", "good", "two", "1")
+    base = {"project_id": "demo", "title": "t", "description": "d"}
+    cases = [
+        ({"candidates": 1}, ["candidates must be 2 to 5", "got 1", "leave it out"]),
+        ({"candidates": 6}, ["candidates must be 2 to 5", "got 6"]),
+        ({"candidates": ["one"]}, ["candidates must be 2 to 5", "got 1"]),
+        ({"candidates": ["one", "one"]}, ["names an agent twice"]),
+        ({"candidates": ["one", "ghost"]}, ["'ghost' not found", "list_agents"]),
+        ({"candidates": ["one", "two"], "agent_type": "codex"}, ["is a command agent, not codex"]),
+        ({"candidates": 3, "requires_approval": True}, ["cannot be combined with requires_approval"]),
+        ({"pick": "first"}, ["applies only with candidates"]),
+        ({"candidates": 3, "pick": "largest"}, ["pick"]),
+        ({"candidates": "three"}, ["candidates"]),
+    ]
+    async with Client(build_server(svc, EVERY_TOOL)) as client:
+        for extra, needles in cases:
+            before = db_snapshot(svc)
+            result = await client.call_tool("create_task", {**base, **extra})
+            text = " ".join(getattr(block, "text", "") for block in result.content)
+            assert result.is_error, (extra, result.structured_content)
+            assert not problems_with("create_task", text, needles), (extra, text)  # says what to do, not internal
+            assert db_snapshot(svc) == before, extra  # nothing created
+        made = (await client.call_tool("create_task", {**base, "candidates": 2})).structured_content
+    assert made and made["best_of"] == 2 and made["status"] == "DEFINED"
+    assert sorted(c["agent_id"] for c in made["candidates"]) == ["one", "two"]  # each pinned to a different agent
+
+
+async def test_a_hostile_title_and_agent_output_are_shown_escaped(svc: Services, tmp_path: Path) -> None:
+    from agentqueue.cli.reads import open_store_for_reading, task as read_task
+
+    from .cli_helpers import cli_env, cli_in_process
+    from .test_terminal_safety import assert_safe
+
+    hostile = "evil \x1b]0;owned\x07 <script>alert(1)</script> \u202etxt"
+    agents = [agent(svc, "bad-1", "bad", hostile), agent(svc, "bad-2", "bad", "two")]
+    group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
+    with svc.store.transaction() as db:  # create_task refuses controls in a title; a store from before may hold one
+        db["tasks"].update(group.id, {"title": hostile})
+    await run_until_final(svc, make_engine(svc), group.id, timeout=120)
+    assert status(svc, group.id) == "BLOCKED"
+
+    store = open_store_for_reading(svc.home)
+    try:
+        assert read_task(store, group.id)["candidates"] == [c.model_dump() for c in svc.tasks.get(group.id).candidates]
+    finally:
+        store.close()
+    ran = cli_in_process(cli_env(svc.home, tmp_path / "user"), "show", group.id, width=200)
+    assert ran.returncode == 0, ran.stderr
+    assert_safe(ran.stdout)
+    flat = " ".join(ran.stdout.split())
+    assert "evil \\x1b]0;owned\\x07 <script>alert(1)</script>" in flat  # shown, inert
+    assert flat.count("candidate ") >= 2 and "failed: check `" in flat

@@ -263,7 +263,7 @@ class Engine:
     def _settle_group(self, task_id: str) -> None:
         """After a best-of-N candidate's run, whatever its end: its group decided when it can be (best_of.py)."""
         group = self.services.store.scalar("SELECT candidate_of FROM tasks WHERE id = ?", (task_id,))
-        if group and not self.shutting_down:
+        if group:
             self._settle_group_id(group)
 
     async def _execute(self, task_id: str, agent_id: str, handle: RunHandle) -> None:

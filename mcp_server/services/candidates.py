@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..store.db import Store
-from ..store.models import Candidate
 from .errors import InvalidInputError, NotFoundError
 from .task_states import CLAIMED, QUEUED
+
+if TYPE_CHECKING:  # import-light: the terminal's reads (cli/reads.py) list a group's candidates too
+    from ..store.base import Store
 
 MIN_CANDIDATES, MAX_CANDIDATES = 2, 5
 PICKS = ("smallest", "first")
@@ -93,8 +94,8 @@ def rows(store: Store, group_id: str) -> builtins.list[dict[str, Any]]:
     return store.all("SELECT * FROM tasks WHERE candidate_of = ? ORDER BY created_at, id", (group_id,))
 
 
-def listing(store: Store, group: dict[str, Any]) -> builtins.list[Candidate]:
-    """A group's candidates as get_task shows them: where each is, and how it did."""
+def listing(store: Store, group: dict[str, Any]) -> builtins.list[dict[str, Any]]:
+    """A group's candidates as get_task shows them (store.models.Candidate's fields): where each is, how it did."""
     found = rows(store, group["id"])
     checked = outcomes(store, [r["id"] for r in found])
     shown = []
@@ -106,11 +107,13 @@ def listing(store: Store, group: dict[str, Any]) -> builtins.list[Candidate]:
             outcome = "running"
         elif seen and seen.get("passed"):
             outcome = "not_chosen" if group["status"] != "DEFINED" else "passed"
+        elif seen is None and group["status"] == "COMPLETED":
+            outcome = "not_chosen"  # stopped (or never started) because another candidate won
         else:
             outcome = "failed"
         reason = (seen or {}).get("reason") or (row["reason"] if outcome == "failed" else None)
         agent = row["assigned_agent"] or (seen or {}).get("agent_id")
-        shown.append(Candidate(task_id=row["id"], agent_id=agent, status=row["status"], outcome=outcome,
-                               lines_changed=(seen or {}).get("lines"), reason=reason,
-                               branch=None if outcome == "chosen" else row["branch"]))
+        shown.append({"task_id": row["id"], "agent_id": agent, "status": row["status"], "outcome": outcome,
+                      "lines_changed": (seen or {}).get("lines"), "reason": reason,
+                      "branch": None if outcome == "chosen" else row["branch"]})
     return shown

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..store.db import Store, now_iso
-from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
+from ..store.models import Candidate, PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
 from .agents import release_agents
 from . import candidates
 from .candidates import pins as candidate_pins
@@ -101,7 +101,8 @@ class Tasks:
             (task_id,))]
         return Task(**{**row, "requires_approval": bool(row["requires_approval"])},
                     depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending,
-                    sandbox_denials=refused, candidates=candidates.listing(self.store, row) if row["best_of"] else [])
+                    sandbox_denials=refused,
+                    candidates=[Candidate(**c) for c in candidates.listing(self.store, row)] if row["best_of"] else [])
 
     def exists(self, task_id: str) -> bool:
         return self.store.scalar("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is not None
