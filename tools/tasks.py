@@ -18,8 +18,8 @@ from .registry import (
 
 
 RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
-Candidates = Annotated[int | list[str] | None, Field(description="best of N: 2-5, or agent ids; each runs it")]
-Pick = Annotated[Literal["smallest", "first"], Field(description="winner: smallest passing diff, or first to pass")]
+Candidates = Annotated[int | list[str] | None, Field(description="best of N: 2-5 or agent ids")]
+Pick = Annotated[Literal["smallest", "first"], Field(description="smallest diff or first to pass")]
 
 
 class TaskList(Noted):
