@@ -239,3 +239,32 @@ async def test_a_hostile_title_and_agent_output_are_shown_escaped(svc: Services,
     flat = " ".join(ran.stdout.split())
     assert "evil \\x1b]0;owned\\x07 <script>alert(1)</script>" in flat  # shown, inert
     assert flat.count("candidate ") >= 2 and "failed: check `" in flat
+
+
+async def test_a_person_restarts_discards_and_stops_candidates(svc: Services) -> None:
+    """After none passed: delete_task on a candidate discards its branch (asked for), restart_task on the group runs
+    the others again; stop_task on a group stops its candidates too."""
+    agents = [agent(svc, "bad-1", "bad", "one"), agent(svc, "bad-2", "bad", "two")]
+    group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
+    engine = make_engine(svc)
+    await run_until_final(svc, engine, group.id, timeout=120)
+    assert status(svc, group.id) == "BLOCKED"
+    first, second = (svc.tasks.get(c.task_id) for c in svc.tasks.get(group.id).candidates)
+    repo = checkout(svc)
+
+    svc.tasks.delete(first.id)  # the engine built on these services discards the kept branch with it
+    assert not branch_exists_quiet(repo, first.branch) and branch_exists(repo, second.branch)
+    assert [c.task_id for c in svc.tasks.get(group.id).candidates] == [second.id]
+
+    previous, now = svc.tasks.restart(group.id)
+    assert (previous, now) == ("BLOCKED", "DEFINED")
+    assert status(svc, second.id) == "READY" and svc.tasks.get(group.id).reason is None
+
+    svc.tasks.stop(group.id)
+    assert status(svc, group.id) == "BLOCKED" and status(svc, second.id) == "BLOCKED"
+    svc.tasks.delete(group.id)  # the group goes with its candidates
+    assert not svc.tasks.exists(second.id)
+
+
+def branch_exists_quiet(repo: Path, branch: str | None) -> bool:
+    return bool(branch) and git(repo, "branch", "--list", branch or "").strip() != ""

@@ -101,7 +101,11 @@ class BestOfN:
     # -- the group ------------------------------------------------------------------------------------
     def settle(self, group_id: str) -> str | None:
         """After any candidate run: decide the group when its pick allows; the winner's id once one landed."""
-        with self._deciding:
+        repo_id = self.store.scalar("SELECT repo_id FROM tasks WHERE id = ?", (group_id,))
+        if repo_id is None:
+            return None  # deleted meanwhile
+        # One decision at a time: in this daemon, and in team mode across daemons (the repo's landing lease).
+        with self._deciding, self.queue._store_lock(repo_id):
             group = self.store.one("SELECT * FROM tasks WHERE id = ?", (group_id,))
             if group is None:
                 return None
@@ -118,14 +122,13 @@ class BestOfN:
                 return None  # "smallest" waits for every candidate
             else:
                 passed.sort(key=lambda m: (checked[m["id"]]["lines"], checked[m["id"]]["order"]))
-            repo = self.services.repos.get(group["repo_id"])
-            with self.queue._store_lock(repo.id):
-                for member in passed:
-                    if self._land(member, checked[member["id"]], repo):
-                        self._chosen(group, member)
-                        self._tidy(self.store.one("SELECT * FROM tasks WHERE id = ?", (group_id,)) or group,
-                                   rows(self.store, group_id))
-                        return str(member["id"])
+            repo = self.services.repos.get(repo_id)
+            for member in passed:
+                if self._land(member, checked[member["id"]], repo):
+                    self._chosen(group, member)
+                    self._tidy(self.store.one("SELECT * FROM tasks WHERE id = ?", (group_id,)) or group,
+                               rows(self.store, group_id))
+                    return str(member["id"])
             if not any(m["status"] not in SETTLED for m in rows(self.store, group_id)):
                 self._none_passed(group)
             return None

@@ -400,13 +400,19 @@ class Tasks:
         return self.get(task_id)
 
     def stop(self, task_id: str) -> tuple[str, bool]:
-        """Block a task and kill its agent if one runs; returns (previous status, killed)."""
+        """Block a task and kill its agent if one runs; returns (previous status, killed). A best-of-N group's
+        candidates that have not ended are stopped with it."""
         row = self.require(task_id)
         if row["status"] not in STOPPABLE:
             raise ConflictError(
                 f"Task '{task_id}' is {row['status']}; only {', '.join(sorted(STOPPABLE))} tasks can be stopped."
             )
-        killed = self.engine.stop_run(task_id)
+        killed = False
+        if row.get("best_of"):
+            for member in candidates.rows(self.store, task_id):
+                if member["status"] in STOPPABLE:
+                    killed = self.stop(member["id"])[1] or killed
+        killed = self.engine.stop_run(task_id) or killed
         with self.store.transaction():
             self.move(self.require(task_id), "BLOCKED", "stopped", {"assigned_agent": None})
             if row["assigned_agent"]:
