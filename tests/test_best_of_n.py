@@ -108,6 +108,8 @@ async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, 
     assert done.chosen == members["good"]
     text = main_text(svc)
     assert "winner line 0" in text and "winner line 1" in text and "BAD" not in text  # its change, not the others'
+    diff = svc.vcs.task_diff(done)["diff"]  # the group's diff is its winner's
+    assert "+winner line 0" in diff and "BAD" not in diff
     repo = checkout(svc)
     shown = {c.task_id: c for c in done.candidates}
     assert shown[members["good"]].outcome == "chosen"
