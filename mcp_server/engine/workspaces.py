@@ -356,6 +356,8 @@ class Workspaces:
             if error is None:
                 moves, _ = self._moves.get(repo.id, (0, ""))
                 self._moves[repo.id] = (moves + 1, new)
+                if (moves + 1) % MAINTAIN_EVERY == 0:
+                    _MAINTENANCE.submit(self.maintain, main)
                 return True
             if main.rev_parse(ref)[0] != old:
                 return False
