@@ -18,7 +18,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from . import logs, paths
-from .server.app import build_server
+from .server.app import build
 from .wire import refusal
 from .daemon import AlreadyRunningError, home_lock
 from .engine.orchestrator import Engine
@@ -94,7 +94,8 @@ async def _serve(home: Path, options: dict[str, Any]) -> None:
         message = services.agents.bootstrap_default()
         if message:
             log.info(message)
-        mcp = build_server(services, options)
+        built = build(services, options)
+        mcp, notifier = built.mcp, built.notifier
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(home_lock(home, grace=0))  # a running daemon is the common case
@@ -102,7 +103,6 @@ async def _serve(home: Path, options: dict[str, Any]) -> None:
                 log.warning("A daemon runs for %s: this standalone server serves MCP without its own engine.", home)
                 await _run_stdio(mcp)
                 return
-            notifier = mcp.notifier  # type: ignore[attr-defined]
             engine = Engine(services, home, flush=notifier.flush,
                             on_log=lambda task_id: notifier.mark(f"agentqueue://tasks/{task_id}/log"))
             async with anyio.create_task_group() as tg:

@@ -3,20 +3,27 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+# Bytecode is cached even under PYTHONDONTWRITEBYTECODE=1 (set in many containers): without it every xdist worker
+# rewrote the test modules' 3,000 asserts and compiled the package again, ~5 s of CPU each (design.md "Tests").
+sys.dont_write_bytecode = False
+
 import pytest
 from mcp import Client
 from mcp.types import ElicitRequestParams, ElicitResult
 
-from agentqueue import daemon
-from agentqueue.server.app import build_server
+from agentqueue import daemon, paths
+from agentqueue.server.app import BuiltServer, build
 from agentqueue.services import Services
 
 from . import cost_markers
@@ -26,6 +33,30 @@ from .pg import PgServer, pg_binary
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def _check_each_schema_once() -> None:
+    """The official client checks a tool's output schema against the JSON Schema metaschema on its first call of the
+    tool in each session, ~15 ms a tool; the suite opens hundreds of sessions on the same schemas. A schema that
+    passed once is not checked again in this process (one that fails still raises every time); results are still
+    validated against it on every call."""
+    from jsonschema.validators import Draft202012Validator
+
+    check = Draft202012Validator.check_schema.__func__  # type: ignore[attr-defined]
+    passed: set[str] = set()
+
+    def check_schema(cls: Any, schema: Any, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:  # a format checker of the caller's own: not the client's check, left as it is
+            return check(cls, schema, *args, **kwargs)
+        key = json.dumps(schema, sort_keys=True, default=repr)
+        if key not in passed:
+            check(cls, schema)
+            passed.add(key)
+
+    Draft202012Validator.check_schema = classmethod(check_schema)  # type: ignore[method-assign, assignment]
+
+
+_check_each_schema_once()
 
 
 # The loopback model mocks exist to feed the real agent CLIs: a test that uses one runs claude, codex or gemini.
@@ -150,8 +181,21 @@ def live_home(tmp_path: Path) -> Iterator[Path]:
     daemon.stop(root, timeout=15)
 
 
+@pytest.fixture(scope="session")
+def empty_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SQLite file Services makes in a new home (every migration run, no rows), made once per process."""
+    home = tmp_path_factory.mktemp("empty-database") / "home"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.delenv("AGENTQUEUE_DATABASE_URL", raising=False)
+        Services(home).close()
+    return paths.db_path(home)
+
+
 @pytest.fixture
-def services(home: Path) -> Services:
+def services(home: Path, store_backend: str, request: pytest.FixtureRequest) -> Services:
+    if store_backend == "sqlite" and not paths.db_path(home).exists():
+        # A copy of it: running the twelve migrations on an empty file cost every test ~15 ms of CPU.
+        shutil.copy2(request.getfixturevalue("empty_database"), paths.db_path(paths.private_dir(home)))
     svc = Services(home)
     yield svc
     svc.close()
@@ -163,8 +207,14 @@ EVERY_TOOL = {"toolsets": ["all"]}
 
 
 @pytest.fixture
-def server(services: Services):
-    return build_server(services, EVERY_TOOL)
+def built(services: Services) -> BuiltServer:
+    """The server and its notifier, for a test that runs an engine beside it (as the daemon does)."""
+    return build(services, EVERY_TOOL)
+
+
+@pytest.fixture
+def server(built: BuiltServer):
+    return built.mcp
 
 
 ERAS = ("legacy", "modern")  # 2025-11-25 handshake, and 2026-07-28 sessionless (the current era)

@@ -104,6 +104,7 @@ def ledger_rows(svc: Services, task_id: str) -> int:
     return int(svc.store.scalar("SELECT count(*) FROM token_ledger WHERE task_id = ?", (task_id,)))
 
 
+@pytest.mark.slow  # ~11 s: the fast loop keeps the send-back tests below
 async def test_six_tasks_on_the_same_lines_all_land_and_main_stays_green(svc: Services, tmp_path: Path) -> None:
     # A task is sent back only when main moved since its branch last took it in, i.e. after another task landed:
     # at most 5 times here. The default cap (2) can hold some of six tasks on the same lines (design.md).
@@ -403,3 +404,28 @@ def test_bad_settings_are_refused_with_what_to_do_and_change_nothing(svc: Servic
         svc.repos.add("demo", "init", name="other", update_method="squash")
     assert [r.id for r in svc.repos.list("demo")] == ["app"]
     assert svc.repos.get("app").update_method is None  # merge, the default
+
+
+async def test_the_queue_runs_the_repos_declared_checks_with_the_tasks_port(services: Services, git_env: Path) -> None:
+    """A repo's `[[checks]]` in .agentqueue.toml (read from main, never the branch) are what the queue runs, in the
+    task's sandboxed worktree with its port: a task that breaks one never lands; the other lands."""
+    services.projects.create("Declared", max_concurrent_agents=2)
+    services.projects.edit("declared", merge_retries=0)
+    services.repos.add("declared", "init", name="decl")
+    repo = Path(services.repos.get("decl").checkout_path)
+    commit_file(repo, "shared.txt", "BEGIN\nEND\n", "the region")
+    commit_file(repo, "check.py", CHECK, "the check")
+    commit_file(repo, ".agentqueue.toml", '[[checks]]\nname = "region"\ncommand = "test -n \\"$AGENTQUEUE_TASK_PORT\\" '
+                f'&& {shlex.join([sys.executable, "check.py"])}"\n', "declare the check")
+    for n in range(2):
+        services.agents.create(f"decl-{n}", "command", command=AGENT_COMMAND)
+    good = services.tasks.create("declared", "Good", "LINE fine", repo_id="decl")
+    bad = services.tasks.create("declared", "Bad", "LINE BAD line\nSLEEP 0.5", repo_id="decl")
+    engine = make_engine(services)
+    await run_until_final(services, engine, good.id, bad.id, timeout=90)
+    assert status(services, good.id) == "COMPLETED"
+    assert status(services, bad.id) == "BLOCKED"
+    assert "BAD" not in git(repo, "show", "main:shared.txt")
+    assert "fine" in git(repo, "show", "main:shared.txt")
+    assert "[check region] $ test -n" in engine.log_path(good.id).read_text()
+    assert events(services, good.id, "merge_queue.entered")  # it went through the queue, not the fast path

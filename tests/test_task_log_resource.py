@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from agentqueue.engine.orchestrator import Engine, EngineConfig
+from agentqueue.server.app import BuiltServer
 from agentqueue.services import Services
 
 from .test_mcp_resources_prompts import watch  # noqa: F401  (fixture: a client plus subscribe(uri))
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 AGENT = f"{sys.executable} -c \"import time; print('step one', flush=True); time.sleep(0.5); print('step two')\""
 
 
-async def test_task_log_streams_and_notifies(services: Services, server, watch) -> None:  # noqa: F811
+async def test_task_log_streams_and_notifies(services: Services, built: BuiltServer, watch) -> None:  # noqa: F811
     client, subscribe = watch
     services.projects.create("Logs")
     services.agents.create("talker", "command", command=AGENT)
@@ -25,7 +26,7 @@ async def test_task_log_streams_and_notifies(services: Services, server, watch) 
     uri = f"agentqueue://tasks/{task.id}/log"
     before = await client.read_resource(uri)
     assert before.contents[0].text == "(no agent has run this task yet)"
-    notifier = server.notifier
+    notifier = built.notifier
     engine = Engine(services, services.home, flush=notifier.flush, config=EngineConfig(poll_seconds=0.1),
                     on_log=lambda task_id: notifier.mark(f"agentqueue://tasks/{task_id}/log"))
     async with subscribe(uri) as next_update, anyio.create_task_group() as tg:

@@ -26,7 +26,8 @@ from mcp.server import MCPServer
 
 from .. import __version__, logs, paths
 from .. import home_lock as home_lock_module
-from ..server.app import build_server
+from ..server.app import build
+from ..server.resources import Notifier
 from ..board import board_app
 from ..board.live import Broadcaster
 from ..daemon_client import stop  # noqa: F401  (daemon.stop: it lives with the client, stdlib only)
@@ -110,8 +111,8 @@ class Daemon:
         if message:
             log.info(message)
         metrics = Metrics(services.store) if self.http else None  # GET /metrics, with every tool call timed
-        mcp = build_server(services, self.options, on_tool_call=metrics.observe_tool_call if metrics else None)
-        notifier = mcp.notifier  # type: ignore[attr-defined]
+        built = build(services, self.options, on_tool_call=metrics.observe_tool_call if metrics else None)
+        mcp, notifier = built.mcp, built.notifier
         live = Broadcaster()  # the board's pages hear the same changes as subscribed clients
         services.store.on_commit(live.on_commit)
 
@@ -129,7 +130,7 @@ class Daemon:
             tg.start_soon(self._accept, listener, mcp, engine)
             if http is not None:
                 tg.start_soon(http.serve)
-            tg.start_soon(self._housekeeping, services, mcp)
+            tg.start_soon(self._housekeeping, services, notifier)
             await tg.start(self._watch_signals)
             self._announce(http.url if http else None)
             tg.start_soon(engine.run)
@@ -208,13 +209,13 @@ class Daemon:
         if http is not None:
             await http.stop()
 
-    async def _housekeeping(self, services: Services, mcp: MCPServer) -> None:
+    async def _housekeeping(self, services: Services, notifier: Notifier) -> None:
         """Publish changes made outside tool calls; hourly, prune the audit log and refresh the query planner's
         statistics where they went stale (SQLite's advice for a long-lived connection; the engine keeps its own
         lease)."""
         pruned = -PRUNE_EVERY_S
         while True:
-            await mcp.notifier.flush()  # type: ignore[attr-defined]
+            await notifier.flush()
             if time.monotonic() - pruned > PRUNE_EVERY_S:
                 pruned = time.monotonic()
                 gone = await anyio.to_thread.run_sync(services.audit.prune, services.settings.audit_retention_days)

@@ -73,7 +73,9 @@ class BestOfN:
         if conflicts:
             abort_merge(tree)
             return {"reason": f"it conflicts with '{repo.default_branch}' in {', '.join(conflicts)}"}
-        failure = self.queue._run_checks(task, workspace, self.queue.checks(task, repo))
+        config = self.queue._declaration(task, repo)  # the default branch's checks, never the candidate's own
+        failure = self.queue._run_checks(task, workspace, self.queue.checks(task, config),
+                                         config.port_env if config else None)
         if failure:
             return {"reason": f"{failure['summary']}: {failure['output']}"}
         tip = tree.run("rev-parse", "--verify", "HEAD")

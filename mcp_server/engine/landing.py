@@ -42,14 +42,15 @@ class BranchReads:
 
 class Landing:
     def __init__(self, services: Services, lifecycle: Lifecycle, workspaces: Workspaces,
-                 log_line: Callable[[str, str], None]) -> None:
+                 log_line: Callable[[str, str], None],
+                 send_back_conflict: Callable[[Task, Workspace], bool] | None = None) -> None:
         self.services = services
         self.lifecycle = lifecycle
         self.workspaces = workspaces
         self.team = services.team
         self.log_line = log_line  # a line of the engine's own in a task's log
         # Sends a conflicting task back to its agent (merge_queue.py); False when its merge_retries are spent.
-        self.send_back_conflict: Callable[[Task, Workspace], bool] | None = None
+        self.send_back_conflict = send_back_conflict
 
     # -- a finished run --------------------------------------------------------------------------
     def read_branch(self, task: Task, workspace: Workspace) -> BranchReads:

@@ -12,11 +12,12 @@ conflicts back through the same `send_back`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,8 @@ from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.lifecycle import Lifecycle
 from ..services.projects import DEFAULT_MERGE_RETRIES
-from ..store.models import Project, Repo, Task
+from ..services.repo_config import Check, RepoConfig, RepoConfigError, declaration, declared_checks
+from ..store.models import Repo, Task
 from . import protected
 from .landing import BranchReads, Landing
 from .workspaces import _RETRYABLE_PUSH, Workspace, Workspaces
@@ -38,19 +40,6 @@ LANDED_SHOWN = 30  # commits that landed on the default branch since the task's 
 ROUNDS = 3  # the default branch moved while the checks ran: update and check again, this many times in all
 TURN_POLL = 0.02  # seconds between looks at whose turn it is in a repo's queue
 LOCK_WAIT = 3600.0  # seconds a daemon waits for another daemon's landing in the same repo (team mode)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    command: str
-
-
-def checks_for(repo: Repo, project: Project) -> list[Check]:
-    """The checks a landing in `repo` must pass; none means the fast path. The seam for the repo's own declared
-    checks (.agentqueue.toml): until they come, the project's verify_command is the one check."""
-    del repo  # the declared checks will be read from it
-    return [Check("verify", project.verify_command)] if project.verify_command else []
 
 
 def bounded(text: str, limit: int = CUT) -> str:
@@ -75,12 +64,14 @@ class Queued:
     workspace: Workspace
     read: BranchReads
     agent_id: str
+    port_env: str | None = None  # the repo's name for the task's port (.agentqueue.toml), given to its checks too
     landed_tip: str | None = None  # the branch's tip that landed (its worktree and branch are removed after)
 
 
 class MergeQueue:
     def __init__(self, services: Services, lifecycle: Lifecycle, workspaces: Workspaces, landing: Landing,
-                 log_line: Callable[[str, str], None], check_timeout: float) -> None:
+                 log_line: Callable[[str, str], None], check_timeout: float,
+                 task_env: Callable[[Task, str | None], AbstractContextManager[dict[str, str]]] | None = None) -> None:
         self.services = services
         self.store = services.store
         self.lifecycle = lifecycle
@@ -89,12 +80,15 @@ class MergeQueue:
         self.team = services.team
         self.log_line = log_line
         self.check_timeout = int(max(1, min(600, check_timeout)))
+        self.task_env = task_env  # the variables carrying a task's port while its checks run (ready.py)
         # Per repo, in this process: the tasks in the order they entered; the first one is landing.
         self._order: dict[str, list[str]] = {}
         self._guard = threading.Lock()
 
-    def checks(self, task: Task, repo: Repo) -> list[Check]:
-        return checks_for(repo, self.services.projects.get(task.project_id))
+    def checks(self, task: Task, config: RepoConfig | None) -> list[Check]:
+        """What the task's work must pass to land: the repo's declared checks (`config`, its default branch's
+        .agentqueue.toml as the run started with it), else the project's verify command; none: the fast path."""
+        return declared_checks(config, self.services.projects.get(task.project_id))
 
     def enter(self, queued: Queued) -> None:
         """The task joins its repo's queue (still VERIFYING: claimed, its checks to come)."""
@@ -129,11 +123,6 @@ class MergeQueue:
         assert repo is not None and workspace.branch is not None
         if not self.lifecycle.running(task.id):
             return False  # stopped while it waited
-        hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch, queued.read.touched,
-                                      queued.read.rules)
-        if hold:
-            self.landing.hold(task, workspace, hold)
-            return False
         with self._store_lock(repo.id):
             if not self.lifecycle.running(task.id):
                 return False
@@ -152,16 +141,22 @@ class MergeQueue:
         tree = gitops.Checkout(workspace.path, known=True)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         remote = self.team.shared and main.remote_url() is not None
-        checks = self.checks(task, repo)
+        checks = self.checks(task, self._declaration(task, repo))
         for attempt in range(1, ROUNDS + 1):
             target = self._target(tree, repo, remote)
             landed = self._landed_since(tree, target)
             conflicts = self._update(tree, repo, workspace.branch, target)
             if conflicts:
                 return self._conflict(queued, tree, target, conflicts, landed)
-            failure = self._run_checks(task, workspace, checks)
+            failure = self._run_checks(task, workspace, checks, queued.port_env)
             if failure:
                 return self._check_failed(queued, failure, landed)
+            # Changes to protected paths wait for a person, once they pass (work that fails is sent back first).
+            hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch,
+                                          queued.read.touched, queued.read.rules)
+            if hold:
+                self.landing.hold(task, workspace, hold)
+                return False
             new = tree.run("rev-parse", "--verify", "HEAD")
             if self._move(main, tree, repo, new, target, remote):
                 files = queued.read.files
@@ -215,23 +210,39 @@ class MergeQueue:
                 # A conflict mid-rebase is left to the agent as a merge: one state to resolve, not a commit series.
         return leave_merge(tree, target, repo.default_branch, branch)
 
-    def _run_checks(self, task: Task, workspace: Workspace, checks: list[Check]) -> dict[str, Any] | None:
-        """The checks on the updated branch in its worktree, inside the sandbox (as a verify command runs); the
-        first failure, or None when all passed."""
-        for check in checks:
-            try:
-                outcome = self.services.files.run(check.command, workspace.path, self.check_timeout, actor="verify",
-                                                  task_id=task.id)
-            except ServiceError as error:
-                return {"check": check.command, "summary": f"check `{check.command}` could not run: {error}",
-                        "output": str(error)}
-            self.log_line(task.id, f"[verify] $ {check.command} -> {outcome.returncode}\n"
-                                   f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}")
-            if outcome.returncode != 0:
-                how = "timed out" if outcome.timed_out else f"exited {outcome.returncode}"
-                return {"check": check.command, "summary": f"check `{check.command}` {how}",
-                        "output": bounded((outcome.stdout or "") + (outcome.stderr or ""))}
+    def _run_checks(self, task: Task, workspace: Workspace, checks: list[Check],
+                    port_env: str | None = None) -> dict[str, Any] | None:
+        """The checks on the updated branch in its worktree, inside the sandbox (as a verify command runs), in order
+        and with the task's port; the first failure, or None when all passed."""
+        with self.task_env(task, port_env) if self.task_env else contextlib.nullcontext({}) as env:
+            for check in checks:
+                # The verify command keeps its words; a repo's check is named as the repo named it.
+                tag, named = ("verify", "verify") if check.name == "verify" else (f"check {check.name}",
+                                                                                  f"check '{check.name}'")
+                timeout = min(check.timeout, self.check_timeout)
+                try:
+                    outcome = self.services.files.run(check.command, workspace.path, timeout, actor="verify",
+                                                      task_id=task.id, env=env)
+                except ServiceError as error:
+                    return {"check": check.command, "summary": f"{named} command `{check.command}` could not run: "
+                                                               f"{error}", "output": str(error)}
+                self.log_line(task.id, f"[{tag}] $ {check.command} -> {outcome.returncode}\n"
+                                       f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}")
+                if outcome.returncode != 0:
+                    how = "timed out" if outcome.timed_out else f"exited {outcome.returncode}"
+                    return {"check": check.command, "summary": f"{named} command `{check.command}` {how}",
+                            "output": bounded((outcome.stdout or "") + (outcome.stderr or ""))}
         return None
+
+    def _declaration(self, task: Task, repo: Repo) -> RepoConfig | None:
+        """The repo's declaration on its default branch now (the checks that judge the work are never the task
+        branch's); a declaration that cannot be read falls back to the project's verify command, and the task
+        log says why."""
+        try:
+            return declaration(repo, self.workspaces.checkout_of(repo))
+        except RepoConfigError as error:
+            self.log_line(task.id, f"[repo_config] {error}")
+            return None
 
     def _move(self, main: gitops.Checkout, tree: gitops.Checkout, repo: Repo, new: str, target: str,
               remote: bool) -> bool:

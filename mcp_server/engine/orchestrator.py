@@ -28,6 +28,7 @@ from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
+from ..services.repo_config import Check, declared_checks
 from ..services.tasks import AmbiguousRepoError
 from ..store.models import Agent, Task
 from . import protected
@@ -37,10 +38,12 @@ from .hook_runner import HookRunner
 from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
 from .best_of import BestOfN
 from .landing import BranchReads, Landing
-from .merge_queue import Check, MergeQueue, Queued, unresolved, unresolved_told
+from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .permissions import PermissionChannel
+from .ports import Ports
 from .prompting import context_for, task_prompt
 from .queue_state import read_queue_state
+from .ready import NotReady, Readiness, WorktreeSetup
 from .recovery import Recovery, save_wip
 from .runner import RunHandle, run_agent
 from .scheduler import QueueState, schedule
@@ -87,6 +90,7 @@ class ReadyRun:
     spec: RunSpec
     planted: dict[str, bytes | None] | None  # run-configuring files an earlier run changed (Engine._planted)
     env: dict[str, str]
+    readiness: Readiness  # what the worktree was made ready with (the repo's .agentqueue.toml), the run's port
 
 
 # Agent CLIs that read project settings from the worktree and have no switch to skip them.
@@ -106,10 +110,16 @@ class Engine:
         # A team's daemons each keep their own checkouts, and land through the repos' remotes.
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
         self.running: dict[str, RunHandle] = {}
-        self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line)
+        # The queue lands through Landing and Landing sends conflicts back through the queue: bound late, once.
+        self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line,
+                               send_back_conflict=lambda task, tree: self.queue.send_back_conflict(task, tree))
+        # What a repo's .agentqueue.toml asks of each worktree, and a port per running task (ready.py, ports.py).
+        self.ports = Ports()
+        self.worktree_setup = WorktreeSetup(services, home, self.workspaces, self.ports, self._log_line,
+                                   self.config.limits.timeout_seconds)
+        self.workspaces.before_remove = self.worktree_setup.teardown
         self.queue = MergeQueue(services, self.lifecycle, self.workspaces, self.landing, self._log_line,
-                                self.config.limits.timeout_seconds)
-        self.landing.send_back_conflict = self.queue.send_back_conflict
+                                self.config.limits.timeout_seconds, task_env=self.worktree_setup.task_env)
         self.best_of = BestOfN(services, self.lifecycle, self.workspaces, self.queue, self._log_line,
                                lambda task_id: task_id in self.running)
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
@@ -251,6 +261,7 @@ class Engine:
         finally:
             # Free the agent before leaving `running`: shutdown waits on `running`, and must not
             # return while an agent is still marked BUSY. A question the run left open is moot now.
+            self.worktree_setup.end(task_id)  # its port is free again
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._release, task_id, agent_id)
             self.running.pop(task_id, None)
@@ -270,7 +281,7 @@ class Engine:
         svc = self.services
         ready = await anyio.to_thread.run_sync(self._ready, task_id, agent_id)
         if ready is None:
-            return  # held (BLOCKED) before it could start
+            return  # held (BLOCKED), or its worktree could not be made ready, before the agent started
         task, workspace, agent, spec = ready.task, ready.workspace, ready.agent, ready.spec
         log.info("run of %s started: agent %s (%s) in %s%s", task_id, agent.id, agent.agent_type, workspace.path,
                  f" on branch {workspace.branch}" if workspace.branch else "")
@@ -314,7 +325,8 @@ class Engine:
         if self.shutting_down and handle.stop_reason == "killed":
             await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
             return
-        queued = await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration)
+        queued = await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration,
+                                                ready.readiness)
         if queued is not None and await self.queue.land_in_turn(queued):  # its repo's merge queue, in order
             await anyio.to_thread.run_sync(self._remember, task, result)
 
@@ -326,18 +338,20 @@ class Engine:
         started_in = self._start(task_id, agent)
         if started_in is None:
             return None
-        task, workspace = started_in
+        task, workspace, readiness = started_in
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, ("agent",)) if tools else None
         planted = self._planted(task.id, agent.agent_type, workspace)
         spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
                                           task_prompt(task, svc.feedback.comments(task.id)),
-                                          context_for(svc, task, workspace, agent_tools=tools), mcp)
-        return ReadyRun(task, workspace, agent, spec, planted, svc.settings.agent_environment())
+                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness), mcp)
+        return ReadyRun(task, workspace, agent, spec, planted, {**svc.settings.agent_environment(), **readiness.env},
+                        readiness)
 
-    def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace] | None:
-        """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, and the task
-        IN_PROGRESS; (the task as it now is, its workspace), or None when the task was BLOCKED instead."""
+    def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace, Readiness] | None:
+        """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, the task
+        IN_PROGRESS, then the worktree made ready (the repo's setup, its port); (the task as it now is, its
+        workspace, what it is ready with), or None when the task was BLOCKED or failed instead."""
         svc = self.services
         task = svc.tasks.get(task_id)
         if agent.agent_type == "command":
@@ -360,7 +374,22 @@ class Engine:
             return None
         task = svc.tasks.get(task_id)  # with the repo it was resolved to, if it named none
         self.lifecycle.started(task_id, workspace.branch)
-        return task, workspace
+        try:
+            readiness = self.worktree_setup.start(task, workspace)
+        except NotReady as error:
+            self._not_ready(task, agent, error)
+            return None
+        return task, workspace, readiness
+
+    def _not_ready(self, task: Task, agent: Agent, error: NotReady) -> None:
+        """A worktree that could not be made ready: the run fails before the agent starts, with the reason in the
+        task's log and result (a bad .agentqueue.toml is not retried; a failed setup is, like any failed run)."""
+        message = str(error)
+        self._log_line(task.id, f"[setup] {message}")
+        log.warning("task %s: %s", task.id, message)
+        self.lifecycle.record_attempt(task.id, agent.id, RunResult("failed", error_type=error.kind,
+                                                                   error_message=message), 0.0, [])
+        self.lifecycle.failed(task.id, error.kind, message, agent_type=agent.agent_type)
 
     @contextlib.contextmanager
     def _contained(self, task: Task, agent: Agent, workspace: Workspace, spec: RunSpec, env: dict[str, str],
@@ -436,11 +465,11 @@ class Engine:
         paths.private_dir(path.parent)
         return paths.private_file(path)
 
-    def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult,
-                duration: float) -> Queued | None:
-        """A run's end, in one worker thread: its branch read, the verify command, the attempt recorded, then the
-        task failed, done, or its branch landed (landing.py); returned when it waits in its repo's merge queue
-        instead (a repo with checks: merge_queue.py)."""
+    def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float,
+                ready: Readiness | None = None) -> Queued | None:
+        """A run's end, in one worker thread: its branch read, the attempt recorded, then the task failed, done, or
+        its branch landed (landing.py); returned when it waits in its repo's merge queue instead (a repo with
+        checks, its declared ones else the verify command: merge_queue.py, repo_config.py)."""
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
@@ -451,12 +480,13 @@ class Engine:
                 read = self.landing.read_branch(task, workspace)
             except ServiceError as error:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
+        config = ready.config if ready else None  # the repo's .agentqueue.toml as the run started with it
         checks: list[Check] = []
         if result.status == "completed" and workspace.repo is not None and not task.requires_approval \
                 and not task.candidate_of:
-            checks = self.queue.checks(task, workspace.repo)  # run by the queue, on the branch brought up to date
+            checks = self.queue.checks(task, config)  # run by the queue, on the branch brought up to date
         verified = result.status == "completed" and not checks and not task.candidate_of \
-            and self._verified(task, workspace, result)
+            and self._verified(task, workspace, result, ready)
         if verified:
             read.rules = read.tips = None  # the verify command ran in the worktree: they are read again
         warning = None
@@ -477,20 +507,21 @@ class Engine:
         elif self._still_conflicted(task, workspace, agent):
             return None  # sent back again (or held): nothing conflicted ever lands
         elif checks:
-            queued = Queued(task, workspace, read, agent.id)
+            queued = Queued(task, workspace, read, agent.id, port_env=config.port_env if config else None)
             self.queue.enter(queued)
             return queued
         elif self.landing.land(task, workspace, read, verified):
             self._remember(task, result)
         return None
 
-    def _verified(self, task: Task, workspace: Workspace, result: RunResult) -> bool:
-        """The verify command on a completed run that lands without the merge queue (held for approval): whether
-        it ran and passed; a failure fails the run."""
-        failure = self._verify(task, workspace)
+    def _verified(self, task: Task, workspace: Workspace, result: RunResult, ready: Readiness | None) -> bool:
+        """The checks on a completed run that lands without the merge queue (held for approval, or no repo): whether
+        some ran and passed; a failure fails the run."""
+        checks = declared_checks(ready.config if ready else None, self.services.projects.get(task.project_id))
+        failure = self._verify(task, workspace, checks, ready.env if ready else {})
         if failure:
             result.status, result.error_type, result.error_message = "failed", "verify_failed", failure
-        return failure is None and bool(self.services.projects.get(task.project_id).verify_command)
+        return failure is None and bool(checks)
 
     def _still_conflicted(self, task: Task, workspace: Workspace, agent: Agent) -> bool:
         """A run the merge queue sent back that left unmerged paths or conflict markers in what its branch adds:
@@ -533,24 +564,30 @@ class Engine:
         except (OSError, ServiceError) as error:
             log.warning("could not write memory for %s: %s", task.id, error)
 
-    def _verify(self, task: Task, workspace: Workspace) -> str | None:
-        """The project's verify command on the agent's work (VERIFYING); returns why it failed, if it did."""
-        command = self.services.projects.get(task.project_id).verify_command
-        if not command or not self.lifecycle.running(task.id):
+    def _verify(self, task: Task, workspace: Workspace, checks: list[Check], env: dict[str, str]) -> str | None:
+        """The checks on the agent's work (VERIFYING), in order, with the task's port; why the first failing one
+        failed, if one did. `checks`: the repo's declared ones, else the project's verify command (repo_config)."""
+        if not checks or not self.lifecycle.running(task.id):
             return None
         self.lifecycle.verifying(task.id)
-        timeout = int(min(600, self.config.limits.timeout_seconds))
-        try:
-            outcome = self.services.files.run(command, workspace.path, timeout, actor="verify", task_id=task.id)
-        except ServiceError as error:
-            return f"verify command could not run: {error}"
-        with self.log_path(task.id).open("a", encoding="utf-8") as log_file:
-            log_file.write(f"[verify] $ {command} -> {outcome.returncode}\n"
-                           f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}\n")
-        if outcome.returncode == 0:
-            return None
-        return (f"verify command `{command}` " + ("timed out" if outcome.timed_out else f"exited {outcome.returncode}")
-                + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
+        for check in checks:
+            # The project's verify command keeps its words; a repo's check is named as the repo named it.
+            tag, named = ("verify", "verify") if check.name == "verify" else (f"check {check.name}",
+                                                                              f"check '{check.name}'")
+            timeout = int(min(check.timeout, self.config.limits.timeout_seconds))
+            try:
+                outcome = self.services.files.run(check.command, workspace.path, timeout, actor="verify",
+                                                  task_id=task.id, env=env)
+            except ServiceError as error:
+                return f"{named} command could not run: {error}"
+            with self.log_path(task.id).open("a", encoding="utf-8") as log_file:
+                log_file.write(f"[{tag}] $ {check.command} -> {outcome.returncode}\n"
+                               f"{outcome.stdout[-4000:]}{outcome.stderr[-4000:]}\n")
+            if outcome.returncode != 0:
+                return (f"{named} command `{check.command}` "
+                        + ("timed out" if outcome.timed_out else f"exited {outcome.returncode}")
+                        + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
+        return None
 
     def _requeue_after_shutdown(self, task: Task, workspace: Workspace) -> None:
         save_wip(self.workspaces, workspace, task.id, self.team.shared)

@@ -6,8 +6,10 @@ from pathlib import Path
 
 from ..services import Services
 from ..services.feedback import Comment, prompt_section
+from ..services.repo_config import Check, declared_checks
 from ..services.task_states import CLAIMED, in_clause
 from ..store.models import Task
+from .ready import Readiness
 from .workspaces import Workspace
 
 RULES = """Rules:
@@ -26,7 +28,33 @@ def task_prompt(task: Task, comments: list[Comment] | None = None) -> str:
     return f"{prompt}\n{review}" if review else prompt
 
 
-def context_for(services: Services, task: Task, workspace: Workspace, agent_tools: bool = False) -> str:
+def ready_lines(ready: Readiness, checks: list[Check]) -> list[str]:
+    """What the worktree was made ready with (the repo's .agentqueue.toml), the run's port, and the checks that
+    judge the work before it lands."""
+    lines = []
+    if ready.setup or ready.copied:
+        sources = ", ".join(ready.config.sources) if ready.config else ".agentqueue.toml"
+        lines += ["", f"This worktree was made ready as the repository's {sources} on '{ready.default_branch}' "
+                      "asks:"]
+        if ready.setup:
+            lines.append(f"- The setup command `{ready.setup}` ran once when the worktree was made (it succeeded); "
+                         "run it again only if you change what it installs.")
+        if ready.copied:
+            shown = ", ".join(ready.copied[:20]) + (f" and {len(ready.copied) - 20} more" if len(ready.copied) > 20
+                                                    else "")
+            lines.append(f"- Copied in from the repository's checkout (gitignored, never committed): {shown}.")
+    names = " and $".join(ready.env)
+    lines += ["", f"Your port: ${names} = {ready.port}. Start any server you need on it: no other running task "
+                  "uses it, and the checks get the same variable."]
+    if checks:
+        listed = "; ".join(f"`{c.command}`" + ("" if c.name == "verify" else f" ({c.name})") for c in checks)
+        lines.append(f"Before your work lands these checks run in your worktree, and it lands only if they pass: "
+                     f"{listed}. Run them yourself before you finish.")
+    return lines
+
+
+def context_for(services: Services, task: Task, workspace: Workspace, agent_tools: bool = False,
+                ready: Readiness | None = None) -> str:
     project = services.projects.get(task.project_id)
     lines = [f"You are an AgentQueue agent working on task {task.id} of project '{project.name}' ({project.id}).",
              f"Project workspace: {project.workspace}"]
@@ -56,6 +84,8 @@ def context_for(services: Services, task: Task, workspace: Workspace, agent_tool
     notes = sorted(p.name for p in notes_dir.glob("*.md")) if notes_dir.is_dir() else []
     if notes:
         lines += ["", f"Project notes (read any that matter) in {notes_dir}: {', '.join(notes[:30])}"]
+    if ready is not None:
+        lines += ready_lines(ready, declared_checks(ready.config, project))
     memory = services.memory.context(project.id)
     if memory:
         lines += ["", "# Project memory", memory]

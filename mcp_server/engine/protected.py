@@ -33,6 +33,7 @@ GIT_HOOKS = "git hooks, which git runs on commit and merge (AgentQueue's own com
 CI = "CI configuration, which runs with the repository's secrets"
 DEV_ENV = "editor or shell settings that run commands when a person opens the folder"
 INSTRUCTIONS = "standing instructions that every later agent reads"
+WORKTREE_SETUP = "AgentQueue's worktree setup, copied files and checks, which act on every later task"
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ RULES: tuple[Rule, ...] = (
     Rule("CLAUDE.local.md", INSTRUCTIONS, anywhere=True),
     Rule("AGENTS.md", INSTRUCTIONS, anywhere=True),
     Rule("GEMINI.md", INSTRUCTIONS, anywhere=True),
+    Rule(".agentqueue.toml", WORKTREE_SETUP),
+    Rule(".worktreeinclude", WORKTREE_SETUP),
 )
 
 SHOWN_FILES = 10  # files named in a task's reason; the rest are counted

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +99,8 @@ class Workspaces:
         # trying a move git would refuse; the compare-and-swap stays the guard against every other writer.
         self._moves: dict[str, tuple[int, str]] = {}
         self._locks_guard = threading.Lock()
+        # Called with a task's worktree before it is removed (the repo's teardown command: engine/ready.py).
+        self.before_remove: Callable[[Workspace], None] | None = None
 
     def checkout_of(self, repo: Repo) -> Path:
         """The checkout this daemon works in for `repo`; in team mode a clone repo is cloned on first use."""
@@ -513,6 +516,11 @@ class Workspaces:
         update-ref, which reads no worktree list, so outside the worktree lock), else by `branch -d`."""
         if workspace.repo is None or not workspace.path.exists():
             return False
+        if self.before_remove is not None:
+            try:
+                self.before_remove(workspace)
+            except Exception:  # cleanup only: a teardown that breaks never keeps a landed worktree
+                log.exception("the teardown of %s failed", workspace.path)
         # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
         # is clean itself and refuses otherwise, so nothing uncommitted is lost. No lock either at first (an add of
         # another task's worktree must not wait for it): when git fails, e.g. it read another worktree's entry while

@@ -1,6 +1,6 @@
 """The MCP surface: the server a connection talks to, and what shapes each connection's view of it.
 
-    app.py          build_server: tools from tools/, resources, prompts, per-connection state, notifications
+    app.py          build / build_server: tools from tools/, resources, prompts, per-connection state, notifications
     resources.py    agentqueue:// resources, and telling subscribers when they change
     middleware.py   the connection's tool selection, the audit log, readable validation errors
     toolsets.py     tool groups a connection can be limited to, and its options (stdlib only: the relay imports it)

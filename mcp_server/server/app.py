@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server import MCPServer, NotificationOptions
@@ -26,7 +27,7 @@ from ..services.errors import NotFoundError
 
 
 # Bounds at or past this are guards (ids, offsets, token counts, lengths), not limits a model plans around.
-GUARD_BOUND = 1000
+GUARD_BOUND = 100
 
 
 def compact_schema(schema: Any) -> Any:
@@ -215,8 +216,23 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
 CONNECTION_OPTIONS: ContextVar[dict[str, Any] | None] = ContextVar("agentqueue_connection_options", default=None)
 
 
+@dataclass(frozen=True)
+class BuiltServer:
+    """The MCPServer and its notifier, through which a process with an engine publishes the changes made outside
+    tool calls (task status, a growing task log) to subscribed clients."""
+
+    mcp: MCPServer
+    notifier: resources.Notifier
+
+
 def build_server(services: Services, connection_options: dict[str, Any] | None = None,
                  on_tool_call: Callable[[str, str, float], None] | None = None) -> MCPServer:
+    """The MCPServer alone, for a process without an engine (tool calls flush their own changes)."""
+    return build(services, connection_options, on_tool_call).mcp
+
+
+def build(services: Services, connection_options: dict[str, Any] | None = None,
+          on_tool_call: Callable[[str, str, float], None] | None = None) -> BuiltServer:
     """One MCPServer per process; every connection gets its own `ClientState` from the lifespan.
 
     `connection_options` (read_only, toolsets) limit every connection that brings none of its own: the
@@ -242,7 +258,6 @@ def build_server(services: Services, connection_options: dict[str, Any] | None =
         middleware=[selection_and_audit, readable_tool_errors],
         extensions=[app_pages.extension()],  # MCP Apps: declares io.modelcontextprotocol/ui, serves ui:// pages
     )
-    mcp.notifier = notifier  # type: ignore[attr-defined]  # the daemon flushes engine changes through it
     resources.register(mcp, services, notifier)
     _register_prompts(mcp, services)
 
@@ -252,4 +267,4 @@ def build_server(services: Services, connection_options: dict[str, Any] | None =
     lowlevel.create_initialization_options = (  # type: ignore[method-assign]
         lambda notification_options=None, *a, **k: Server.create_initialization_options(
             lowlevel, notification_options or options, *a, **k))
-    return mcp
+    return BuiltServer(mcp, notifier)

@@ -11,7 +11,7 @@ from typing import Any
 from .task_states import EXPLAINED
 
 # Failures a retry cannot fix: the task is BLOCKED after the first such run.
-NOT_RETRIED = ("auth", "prompt_too_long")
+NOT_RETRIED = ("auth", "prompt_too_long", "repo_config")
 # Reasons that are not a failed run (get_agent_error reports these rather than the last run's error).
 MOVE_CODES = ("stopped", "set_task_status", "merge_conflict", "merge_failed", "pr_closed", "ambiguous_repo",
               "workspace_failed", "sandbox_unavailable")
@@ -61,6 +61,12 @@ FAILURE_KINDS: dict[str, tuple[str, str]] = {
     "verify_failed": ("Verification failed",
                       "The project's verify command failed on the agent's work; read the log, then restart_task."),
     "pr_closed": ("Pull request closed", "The task's PR was closed unmerged; restart_task or skip_task."),
+    "repo_config": ("Bad .agentqueue.toml",
+                    "The repository's .agentqueue.toml or .worktreeinclude on its default branch cannot be used; fix "
+                    "what the error names there (commit it to the default branch), then restart_task."),
+    "setup_failed": ("Setup failed",
+                     "The repository's setup command (.agentqueue.toml) failed in the task's new worktree, so no agent "
+                     "ran; read the task log, fix the command or what it needs, then restart_task."),
     "stopped": ("Stopped", "stop_task held it; restart_task puts it back in the queue."),
     "set_task_status": ("Status set by hand", "set_task_status set it; restart_task puts it back in the queue."),
     "ambiguous_repo": ("No repo chosen",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,8 +233,9 @@ class Files:
             return []
 
     def run(self, command: str, working_dir: Path, timeout: int = 30, actor: str = "cli",
-            task_id: str | None = None) -> CommandResult:
-        """Run a shell command in its own process group, inside the sandbox; on timeout the whole group is killed."""
+            task_id: str | None = None, env: Mapping[str, str] | None = None) -> CommandResult:
+        """Run a shell command in its own process group, inside the sandbox; on timeout the whole group is killed.
+        `env`: variables set for it on top of the daemon's (a task's port)."""
         if not command or not command.strip():
             raise InvalidInputError("command is empty.")
         check_argument("command", command)
@@ -241,14 +243,17 @@ class Files:
             raise InvalidInputError(f"timeout must be between 1 and 600 seconds (got {timeout}).")
         if not working_dir.is_dir():
             raise NotFoundError(f"working_dir {working_dir} is not a directory.")
-        # A deny rule always wins, whoever runs the command (a tool call, a hook step, a verify command).
-        project_id = self.project_of(working_dir)
+        # A deny rule always wins, whoever runs the command (a tool call, a hook step, a verify command). A task's
+        # command is its project's, wherever its worktree is (worktrees live under the home, in no project's folder).
+        task_project = self.store.scalar("SELECT project_id FROM tasks WHERE id = ?", (task_id,)) if task_id else None
+        project_id = task_project or self.project_of(working_dir)
         self.policies.require(tool_action("run_command", command), project_id, f"Running `{command[:200]}`")
         argv = ["/bin/sh", "-c", command]
+        full_env = {**os.environ, **env} if env else None
         if self.sandbox is None:
-            code, out, err = run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT)
+            code, out, err = run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT, env=full_env)
         else:
-            code, out, err = self._run_contained(argv, working_dir, timeout, project_id, actor, task_id)
+            code, out, err = self._run_contained(argv, working_dir, timeout, project_id, actor, task_id, full_env)
         return CommandResult(
             returncode=code, stdout=_shown(out, STDOUT_LIMIT, "stdout"),
             stderr=_shown(err, STDERR_LIMIT, "stderr")
@@ -258,14 +263,14 @@ class Files:
 
 
     def _run_contained(self, argv: list[str], working_dir: Path, timeout: int, project_id: str | None, actor: str,
-                       task_id: str | None) -> tuple[int | None, Any, Any]:
+                       task_id: str | None, full_env: dict[str, str] | None = None) -> tuple[int | None, Any, Any]:
         assert self.sandbox is not None
         refused = self.sandbox.blocked(project_id)
         if refused:
             raise ServiceError(refused)
-        env = dict(os.environ)
+        env = full_env if full_env is not None else dict(os.environ)
         if not self.sandbox.required(project_id) and self.sandbox.unavailable():
-            return run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT)
+            return run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT, env=full_env)
         rules = self.sandbox.rules_for(working_dir, project_id, preset=self.policies.effective(project_id).preset.name,
                                        env=env)
         on_deny = self.sandbox.deny_recorder(actor, project_id, task_id)
