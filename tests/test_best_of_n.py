@@ -240,7 +240,7 @@ async def test_a_hostile_title_and_agent_output_are_shown_escaped(svc: Services,
     assert_safe(ran.stdout)
     flat = " ".join(ran.stdout.split())
     assert "evil \\x1b]0;owned\\x07 <script>alert(1)</script>" in flat  # shown, inert
-    assert flat.count("candidate ") >= 2 and "failed: check `" in flat
+    assert flat.count("candidate ") >= 2 and " failed: verify command `" in flat and "BAD line found" in flat
 
 
 async def test_a_person_restarts_discards_and_stops_candidates(svc: Services) -> None:
