@@ -1,7 +1,8 @@
 """Best of N (design.md "Best of N"): real git, real subprocesses, `command` agents, no model.
 
 The same task runs on several agents at once; each candidate's branch is brought up to date and checked without
-landing; the winner (by default the passing one with the smallest diff, or with pick="first" the first to pass)
+landing; the winner (by default the passing one with the smallest diff; with the project's best_of_pick="first" the
+first to pass)
 lands, the others keep their branches; none passing holds the group BLOCKED with each candidate's reason.
 """
 
@@ -149,9 +150,11 @@ async def test_the_smallest_passing_diff_wins(svc: Services) -> None:
     assert [e.payload["chosen"] for e in events(svc, group.id, "best_of.chosen")] == [members["small"]]
 
 
-async def test_pick_first_lands_the_first_to_pass_and_stops_the_rest(svc: Services) -> None:
+async def test_best_of_pick_first_lands_the_first_to_pass_and_stops_the_rest(svc: Services) -> None:
     agents = [agent(svc, "quick", "good", "quick", "5"), agent(svc, "slow", "good", "slow", "1", "sleep", "30")]
-    group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents, pick="first")
+    svc.projects.edit("demo", best_of_pick="first")  # the project's rule for its best-of-N tasks
+    group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
+    assert group.pick == "first"
     members = {c.agent_id: c.task_id for c in group.candidates}
     async with engine_running(make_engine(svc)):
         await wait_for(lambda: status(svc, group.id) == "COMPLETED" and status(svc, members["slow"]) == "COMPLETED",
@@ -199,9 +202,8 @@ async def test_bad_candidates_are_refused_through_the_official_client_and_nothin
         ({"candidates": ["one", "ghost"]}, ["'ghost' not found", "list_agents"]),
         ({"candidates": ["one", "two"], "agent_type": "codex"}, ["is a command agent, not codex"]),
         ({"candidates": 3, "requires_approval": True}, ["cannot be combined with requires_approval"]),
-        ({"pick": "first"}, ["applies only with candidates"]),
-        ({"candidates": 3, "pick": "largest"}, ["pick"]),
         ({"candidates": "three"}, ["candidates"]),
+        ({"candidates": [1, 2]}, ["candidates"]),
     ]
     async with Client(build_server(svc, EVERY_TOOL)) as client:
         for extra, needles in cases:
@@ -211,6 +213,9 @@ async def test_bad_candidates_are_refused_through_the_official_client_and_nothin
             assert result.is_error, (extra, result.structured_content)
             assert not problems_with("create_task", text, needles), (extra, text)  # says what to do, not internal
             assert db_snapshot(svc) == before, extra  # nothing created
+        before = db_snapshot(svc)
+        refused = await client.call_tool("edit_project", {"project_id": "demo", "best_of_pick": "largest"})
+        assert refused.is_error and db_snapshot(svc) == before
         made = (await client.call_tool("create_task", {**base, "candidates": 2})).structured_content
     assert made and made["best_of"] == 2 and made["status"] == "DEFINED"
     assert sorted(c["agent_id"] for c in made["candidates"]) == ["one", "two"]  # each pinned to a different agent

@@ -1,9 +1,9 @@
 """Task tools: create and edit tasks, move them through the state machine, read their results."""
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from ..apps import BOARD_URI, TASK_URI, tool_meta
 from ..services import limits, result_size
@@ -17,9 +17,10 @@ from .registry import (
 )
 
 
-RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
-Candidates = Annotated[int | list[str] | None, Field(description="best of N: 2-5 or agent ids")]
-Pick = Annotated[Literal["smallest", "first"], Field(description="smallest diff or first to pass")]
+# The default tool list is a token budget (tests/test_toolsets.py): best of N costs create_task nothing net. The
+# parameter's schema is one type list; pydantic still validates an int or a list of agent ids; the server's
+# instructions say what it does. repo_id's default is what the model gets by leaving it out, so it goes unsaid.
+Candidates = Annotated[int | list[str] | None, WithJsonSchema({"type": ["integer", "array"]})]
 
 
 class TaskList(Noted):
@@ -122,13 +123,12 @@ def create_task(
     description: str,  # "self-contained": the instructions say so, at length
     project_id: ProjectId = None,
     priority: Annotated[Priority, Field(description="lower runs first")] = 100,
-    repo_id: RepoId = None,
+    repo_id: str | None = None,
     requires_approval: bool = False,
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Retries = 3,
     agent_type: AgentType | None = None,
     candidates: Candidates = None,
-    pick: Pick = "smallest",
 ) -> Task:
     """Queue a task for an agent."""
     svc, parent = services(ctx), client_state(ctx).options.get("task_id")
@@ -138,7 +138,7 @@ def create_task(
         project_id = svc.tasks.get(parent).project_id  # an agent's follow-up stays in its task's project
     return svc.tasks.create(project_for(ctx, project_id), title, description, priority, repo_id, requires_approval,
                             depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth,
-                            candidates=candidates, pick=pick)
+                            candidates=candidates)
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))

@@ -23,16 +23,16 @@ PICKS = ("smallest", "first")
 CHECKED = "best_of.checked"  # a candidate's outcome: passed, lines changed, why not (the event's payload)
 
 
-def pins(store: Store, candidates: int | builtins.list[str] | None, pick: str, agent_type: str | None,
+def pins(store: Store, candidates: int | builtins.list[str] | None, pick: str | None, agent_type: str | None,
          repo_id: str | None, requires_approval: bool) -> builtins.list[str | None] | None:
     """The agent each candidate is pinned to (None: any agent), one per candidate; None without candidates. Refuses
     bad values with what to do, before anything is written."""
     if candidates is None:
-        if pick != "smallest":
-            raise InvalidInputError(f"pick={pick!r} applies only with candidates; give candidates=2..5 or leave pick "
-                                    "out.")
+        if pick is not None:
+            raise InvalidInputError(f"pick={str(pick)[:50]!r} applies only with candidates; give candidates=2..5 or "
+                                    "leave pick out.")
         return None
-    if pick not in PICKS:
+    if pick is not None and pick not in PICKS:
         raise InvalidInputError(f"Unknown pick {str(pick)[:50]!r}. Use 'smallest' (the default) or 'first'.")
     if isinstance(candidates, bool) or not isinstance(candidates, (int, list)):
         raise InvalidInputError("candidates is a number from 2 to 5, or a list of 2 to 5 agent ids.")

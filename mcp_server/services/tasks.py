@@ -265,13 +265,14 @@ class Tasks:
         parent_task_id: str | None = None,
         max_depth: int | None = None,
         candidates: int | builtins.list[str] | None = None,
-        pick: str = "smallest",
+        pick: str | None = None,
     ) -> Task:
         """`parent_task_id`: the running task whose agent queues this one; the new task depends on it and
         sits one level deeper, refused beyond `max_depth` (agents must not spawn tasks without end).
         `candidates`: best of N (services/candidates.py): the task becomes a group of N candidate tasks, each
-        pinned to an agent (the ids given, or that many picked), and `pick` says how the winner is chosen."""
-        self.projects.require(project_id)
+        pinned to an agent (the ids given, or that many picked), and `pick` says how the winner is chosen (default:
+        the project's best_of_pick, else "smallest")."""
+        project_row = self.projects.require(project_id)
         depth = 0
         if parent_task_id is not None:
             parent = self.require(parent_task_id)
@@ -302,6 +303,9 @@ class Tasks:
             repo_id = self.resolve_repo(project_id)
         deps = self._check_deps(None, depends_on or [])
         pinned = candidate_pins(self.store, candidates, pick, agent_type, repo_id, requires_approval)
+        if pinned is not None and pick is None:  # the project's rule (edit_project best_of_pick)
+            pick = (self.projects.require(project_id) if parent_task_id else project_row).get("best_of_pick") \
+                or "smallest"
         stamp = now_iso()
         with self.store.transaction() as db:
             task_id = self.ids.new()

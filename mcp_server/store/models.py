@@ -41,6 +41,7 @@ class Project(BaseModel):
     verify_command: str | None = Field(None, description="run on an agent's work before it lands")
     default_repo_id: str | None = Field(None, description="where tasks without repo_id run")
     merge_retries: int | None = Field(None, description="times a conflict or failing check is sent back (default 2)")
+    best_of_pick: Literal["smallest", "first"] | None = Field(None, description="best of N's winner (default smallest)")
     task_counts: dict[str, int] = Field(default_factory=dict)
     created_at: str
     updated_at: str

@@ -158,6 +158,7 @@ ALTER TABLE tasks ADD COLUMN best_of BIGINT;
 ALTER TABLE tasks ADD COLUMN pick TEXT;
 ALTER TABLE tasks ADD COLUMN chosen TEXT;
 ALTER TABLE tasks ADD COLUMN candidate_of TEXT;
+ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
 CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
 """
 

@@ -290,11 +290,12 @@ def _m13_merge_queue(db: sqlite_utils.Database) -> None:
 
 def _m14_best_of_n(db: sqlite_utils.Database) -> None:
     """Version 14: best of N (design.md "Best of N"): a group task's candidate count, how its winner is picked and
-    which candidate won; a candidate's group."""
+    which candidate won; a candidate's group; how a project's groups pick their winner."""
     db.table("tasks").add_column("best_of", int)
     db.table("tasks").add_column("pick", str)
     db.table("tasks").add_column("chosen", str)
     db.table("tasks").add_column("candidate_of", str)
+    db.table("projects").add_column("best_of_pick", str)
     db.execute("CREATE INDEX IF NOT EXISTS tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL")
 
 
