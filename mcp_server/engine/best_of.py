@@ -97,8 +97,9 @@ class BestOfN:
             else:
                 self.services.tasks.move(row, "BLOCKED", "candidate_failed", {"assigned_agent": None},
                                          details={"group": task.candidate_of, "error": outcome["reason"]})
-        self.log_line(task.id, f"[best of] candidate of {task.candidate_of}: " + (
-            f"passed, {outcome['lines']} line(s) changed" if outcome["passed"] else f"did not pass: {outcome['reason']}"))
+        said = f"passed, {outcome['lines']} line(s) changed" if outcome["passed"] else \
+            f"did not pass: {outcome['reason']}"
+        self.log_line(task.id, f"[best of] candidate of {task.candidate_of}: {said}")
 
     # -- the group ------------------------------------------------------------------------------------
     def settle(self, group_id: str) -> str | None:

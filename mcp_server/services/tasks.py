@@ -307,7 +307,7 @@ class Tasks:
             pick = (self.projects.require(project_id) if parent_task_id else project_row).get("best_of_pick") \
                 or "smallest"
         stamp = now_iso()
-        with self.store.transaction() as db:
+        with self.store.transaction():
             task_id = self.ids.new()
             row = {"id": task_id, "project_id": project_id, "title": title.strip(),
                    "description": description.strip(), "status": "DEFINED" if deps else "READY", "priority": priority,
