@@ -21,8 +21,11 @@ Scenarios:
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
   chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
-  edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line; sent back by
-               the merge queue (its prompt says so), written back without the conflict markers (both sides kept)
+  edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line. Sent back by
+               the merge queue (its prompt says so): Read the file the prompt's conflict hunk names, then Edit
+               that conflict (markers and both sides, rebuilt from the hunk) into both sides without the markers.
+               With TOGETHER[n] in the prompt, a first run writes only once n runs (distinct LINE[...]) have
+               asked, so all n branches leave the same main and the ones that land later conflict
   (none)       a plain text answer
 """
 
@@ -32,6 +35,7 @@ import itertools
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -83,8 +87,8 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
     elif scenario == "followup":
         blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
-    elif scenario == "edit_region" and len(_tool_results(messages)) < 2:
-        blocks = _edit_region(text, _tool_results(messages))
+    elif scenario == "edit_region":
+        blocks = _edit_region(text, messages)
     elif scenario in ("write_file", "slow_write") and not answered_tool:
         blocks = [("tool_use", {"name": "Bash", "input": {
             "command": "echo hello from claude > claude_hello.txt", "description": "write the file"}})]
@@ -94,20 +98,65 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
 
 
 
-def _edit_region(text: str, results: list[str]) -> list[tuple[str, Any]]:
-    """Read shared.txt, then write it back changed (scenario edit_region)."""
+def _edit_region(text: str, messages: list[Any]) -> list[tuple[str, Any]]:
+    """Read shared.txt, then write it back changed, then end the turn (scenario edit_region); sent back by the
+    merge queue, resolve the conflict its prompt shows."""
+    results = _tool_results(messages)
+    if "Sent back by the merge queue" in text:
+        return _resolve_conflict(_user_text(messages), results)
     if not results:
         return [("tool_use", {"name": "Read", "input": {"file_path": "shared.txt"}})]
+    if len(results) > 1:
+        return [("text", "Done: the task is finished.")]
     shown = results[-1]  # the file as Read showed it (`  1→text` lines)
     if shown.startswith("["):  # content blocks rather than a string
         shown = "\n".join(b.get("text", "") for b in json.loads(shown) if isinstance(b, dict))
     lines = [m[1] for m in re.finditer(r"^\s*\d+(?:→|\t)(.*)$", shown, re.M)]
-    if "Sent back by the merge queue" in text:
-        lines = [x for x in lines if not x.startswith(("<<<<<<<", "=======", ">>>>>>>"))]
-    else:
-        line = re.search(r"LINE\[(.*?)\]", text)
-        lines.insert(lines.index("END") if "END" in lines else len(lines), line[1] if line else "a line")
+    while lines and not lines[-1]:  # Read numbers the empty line after a final newline too
+        lines.pop()
+    line = re.search(r"LINE\[(.*?)\]", text)
+    lines.insert(lines.index("END") if "END" in lines else len(lines), line[1] if line else "a line")
     return [("tool_use", {"name": "Write", "input": {"file_path": "shared.txt", "content": "\n".join(lines) + "\n"}})]
+
+
+MARKERS = ("<<<<<<<", "=======", ">>>>>>>")
+
+
+def _resolve_conflict(prompt: str, results: list[str]) -> list[tuple[str, Any]]:
+    """Sent back with a conflict (scenario edit_region): Read the file the prompt's `git diff` hunk names, then Edit
+    the conflict as the hunk shows it (markers and both sides) into both sides' lines, then end the turn. Acts only
+    on what the prompt carries: an Edit whose old text is not in the file fails, and the conflict stays."""
+    hunk = re.search(r"### The conflicts \(git diff\)\n```diff\n(.*?)\n```", prompt, re.S)
+    path = re.search(r"^diff --cc (.+)$", hunk[1], re.M) if hunk else None
+    if hunk is None or path is None:
+        return [("text", "The prompt carries no conflict hunk to resolve.")]
+    if not results:
+        return [("tool_use", {"name": "Read", "input": {"file_path": path[1]}})]
+    if len(results) > 1:
+        return [("text", f"Resolved the conflict in {path[1]}: {results[-1]}")]
+    # A combined diff's lines start with one column per side; the merged file holds those without a '-'.
+    body = hunk[1].split("\n@@@", 1)[-1].split("\n")[1:]
+    merged = [line[2:] for line in body if len(line) >= 2 and "-" not in line[:2]]
+    starts = [i for i, line in enumerate(merged) if line.startswith(MARKERS[0])]
+    ends = [i for i, line in enumerate(merged) if line.startswith(MARKERS[2])]
+    if not starts or not ends:
+        return [("text", "The hunk shows no conflict markers.")]
+    conflict = merged[starts[0]:ends[0] + 1]
+    kept = [line for line in conflict if not line.startswith(MARKERS)]
+    return [("tool_use", {"name": "Edit", "input": {"file_path": path[1], "old_string": "\n".join(conflict),
+                                                    "new_string": "\n".join(kept)}})]
+
+
+def _user_text(messages: list[dict[str, Any]]) -> str:
+    """Every text block the user side of the conversation holds (the prompt, the CLI's reminders), joined."""
+    texts = []
+    for message in messages:
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        texts += [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(texts)
 
 
 def _tool_results(messages: list[dict[str, Any]]) -> list[str]:
@@ -221,9 +270,22 @@ class MockAnthropic:
             return None
         if scenario == "slow_write" and not answered_tool:
             self.stopping.wait(SLOW_SECONDS)
+        if scenario == "edit_region" and answered_tool and "Sent back by the merge queue" not in text:
+            self._together(text)
         blocks = _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
+
+    def _together(self, text: str, timeout: float = 60) -> None:
+        """Wait until as many runs as the prompt's TOGETHER[n] (told apart by their LINE[...]) have asked."""
+        wanted = re.search(r"TOGETHER\[(\d+)\]", text)
+        deadline = time.monotonic() + timeout
+        while wanted and time.monotonic() < deadline and not self.stopping.is_set():
+            with self.lock:
+                seen = {m for r in self.requests for m in re.findall(r"LINE\[.*?\]", json.dumps(r.get("messages")))}
+            if len(seen) >= int(wanted[1]):
+                return
+            self.stopping.wait(0.05)
 
     def _stream(self, handler: BaseHTTPRequestHandler, request: dict[str, Any], blocks: list[tuple[str, Any]],
                 stop: str) -> None:

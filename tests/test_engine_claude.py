@@ -6,7 +6,9 @@ Real CLI, real git worktrees, real files; only the model's answers are scripted 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +21,9 @@ from agentqueue.engine.watchdog import WatchdogLimits
 from agentqueue.services import Services
 
 from .mock_anthropic import USAGE, MockAnthropic
+from .git_fixtures import commit_file
 from .processes import group_alive
+from .test_merge_queue import CHECK, check_passes, first_parents
 from .third_party import npm_bin
 
 CLAUDE = npm_bin("claude")
@@ -179,28 +183,86 @@ async def test_a_failure_a_retry_cannot_fix_blocks_at_once_with_the_fix(queue: S
     assert error["error_message"] == result.error_message
 
 
+def conversations(mock: MockAnthropic, needle: str) -> list[list[dict]]:
+    """The message lists of the edit_region requests whose prompt holds `needle`, in the order they came."""
+    return [r["messages"] for r in mock.messages_for("edit_region") if needle in json.dumps(r["messages"])]
+
+
+def tokens_of(requests: int) -> dict[str, int]:
+    """The ledger row of a run whose model answered `requests` times, each reporting USAGE."""
+    return {"input": USAGE["input_tokens"] * requests, "output": USAGE["output_tokens"] * requests,
+            "cache_read": USAGE["cache_read_input_tokens"] * requests,
+            "cache_write": USAGE["cache_creation_input_tokens"] * requests, "total": sum(USAGE.values()) * requests}
+
+
 async def test_claude_resolves_the_conflict_the_merge_queue_sent_back_and_it_lands(
-        services: Services, mock_api: MockAnthropic) -> None:
-    """Two claude runs add a line at the same place; the one that lands second conflicts, is sent back to its agent
-    with the conflict in its prompt, and the model's resolution (both lines kept) lands through the queue."""
-    services.projects.create("Demo", max_concurrent_agents=2, verify_command="grep -qx END shared.txt")
+        services: Services, mock_api: MockAnthropic, tmp_path: Path) -> None:
+    """Two claude runs add a line at the same place (both branches leave the same main: the mock lets neither write
+    before both have asked); the one that lands second conflicts and is sent back to its agent with the conflict
+    in its prompt. The scripted model reads the hunk from that prompt and Edits that conflict (markers and both
+    sides, as the hunk shows them) into both sides' lines; AgentQueue commits what it leaves and the resolution
+    lands through the queue's check."""
+    check = shlex.join([sys.executable, "-c", CHECK])  # the region intact, no conflict marker
+    services.projects.create("Demo", max_concurrent_agents=2, verify_command=check)
     services.repos.add("demo", "init", name="app")
     repo = services.repos.get("app").checkout_path
-    (Path(repo) / "shared.txt").write_text("BEGIN\nEND\n")
-    git(repo, "add", "shared.txt")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "the region")
+    commit_file(Path(repo), "shared.txt", "BEGIN\nEND\n", "the region")
     for n in range(2):
         services.agents.create(f"claude-{n}", "claude-code")
-    tasks = [services.tasks.create("demo", f"Line {n}", f"SCENARIO:edit_region Add LINE[claude line {n}] to the "
-                                   "region of shared.txt.", repo_id="app") for n in range(2)]
+    tasks = [services.tasks.create("demo", f"Line {n}", f"SCENARIO:edit_region TOGETHER[2] Add LINE[claude line {n}] "
+                                   "to the region of shared.txt.", repo_id="app") for n in range(2)]
     engine = engine_for(services)
     await run_until(engine, lambda: all(services.tasks.get(t.id).status in ("COMPLETED", "BLOCKED", "PAUSED")
                                         for t in tasks), timeout=180)
-    assert [services.tasks.get(t.id).status for t in tasks] == ["COMPLETED"] * 2
-    assert git(repo, "show", "main:shared.txt").splitlines() in (
-        ["BEGIN", "claude line 0", "claude line 1", "END"], ["BEGIN", "claude line 1", "claude line 0", "END"])
-    sent = [t.id for t in tasks if services.events.recent(50, task_id=t.id, event_type="task.sent_back")]
+    assert [services.tasks.get(t.id).status for t in tasks] == ["COMPLETED"] * 2, \
+        [services.tasks.get(t.id).reason for t in tasks]
+    # Both tasks' lines are on main, without a marker, and every commit since the region passes the check: its
+    # first-parent commits, and the other parents (the tip the first landing left, which the queue also checked).
+    final = git(repo, "show", "main:shared.txt").splitlines()
+    assert final in (["BEGIN", "claude line 0", "claude line 1", "END"],
+                     ["BEGIN", "claude line 1", "claude line 0", "END"])
+    *landed, region = first_parents(Path(repo))  # main's first-parent commits, down to the region's
+    commits = git(repo, "rev-list", f"{region}..main").split()
+    assert set(landed) <= set(commits) and len(commits) >= 3  # both tasks' commits and the fix's merge
+    assert all(check_passes(Path(repo), commit, check, tmp_path) for commit in commits)
+
+    sent = [t for t in tasks if services.events.recent(50, task_id=t.id, event_type="task.sent_back")]
     assert len(sent) == 1
-    # The fix's prompt carried the conflict: the model was asked with the markers and the hunks in view.
-    fixes = [r for r in mock_api.messages_for("edit_region") if "Sent back by the merge queue" in json.dumps(r)]
-    assert fixes and "<<<<<<<" in json.dumps(fixes[0]) and "shared.txt" in json.dumps(fixes[0])
+    fixer, first = sent[0], next(t for t in tasks if t is not sent[0])
+    sends = services.events.recent(50, task_id=fixer.id, event_type="task.sent_back")
+    assert len(sends) == 1 and sends[0].payload["kind"] == "conflict" and sends[0].payload["conflicts"] == [
+        "shared.txt"]
+    # The fix's prompt, as the model received it: the merge queue's section, the conflict with its markers and both
+    # sides' lines, and the commit that landed meanwhile (the other task's).
+    mine, theirs = (f"claude line {tasks.index(t)}" for t in (fixer, first))
+    fixes = conversations(mock_api, "Sent back by the merge queue")
+    assert fixes and all(f"LINE[{mine}]" in json.dumps(f) for f in fixes)
+    prompt = "\n".join(b["text"] for b in fixes[0][0]["content"] if b.get("type") == "text")
+    assert "## Sent back by the merge queue" in prompt and "conflicts with 'main' in shared.txt" in prompt
+    hunk = prompt.split("### The conflicts (git diff)", 1)[1]
+    assert "++<<<<<<< " in hunk and "++=======" in hunk and "++>>>>>>> " in hunk
+    assert f" +{mine}" in hunk and f"+ {theirs}" in hunk  # its own side, and the side that landed
+    # What landed: the first task's commit, and the queue's one commit on main for it (its merge).
+    work = git(repo, "log", "--oneline", "--no-decorate", "-1", "--grep", f"^Line {tasks.index(first)}$", "main")
+    merge = git(repo, "log", "--oneline", "--no-decorate", "-1", "--grep", f"^Merge task {first.id}:", "main")
+    assert work and merge
+    assert f"Commits that landed on 'main' since your branch left it: 2\n{merge}\n{work}" in prompt
+    # The model answered with an Edit of exactly that conflict, and the Edit went through (one send back sufficed).
+    edits = [b["input"] for r in fixes for m in r if m["role"] == "assistant" and isinstance(m["content"], list)
+             for b in m["content"] if b.get("type") == "tool_use" and b["name"] == "Edit"]
+    assert edits and edits[-1]["old_string"].startswith("<<<<<<< ") and sorted(
+        edits[-1]["new_string"].splitlines()) == sorted([mine, theirs])
+    # Two runs for the task sent back (its first and the fix), each in the ledger with the mock's tokens.
+    requests = [len([r for r in conversations(mock_api, f"LINE[{mine}]") if ("Sent back by the merge queue" in
+                                                                               json.dumps(r)) is fix])
+                for fix in (False, True)]
+    assert all(requests)
+    rows = services.store.all("SELECT input, output, cache_read, cache_write, total FROM token_ledger "
+                              "WHERE task_id = ? ORDER BY id", (fixer.id,))
+    assert [dict(r) for r in rows] == [tokens_of(n) for n in requests]
+    attempts = services.store.all("SELECT attempt, agent_id, status FROM task_results WHERE task_id = ? "
+                                  "ORDER BY attempt", (fixer.id,))
+    assert [(r["attempt"], r["status"]) for r in attempts] == [(1, "completed"), (2, "completed")]
+    assert attempts[0]["agent_id"] == attempts[1]["agent_id"] == sends[0].payload["agent_id"]  # back to its agent
+    kinds = [e.event_type for e in services.events.recent(50, task_id=fixer.id)]
+    assert "task.sent_back" in kinds and "task.completed" in kinds

@@ -343,7 +343,11 @@ async def test_main_moved_during_the_check_is_merged_and_checked_again(svc: Serv
     task = svc.tasks.create("demo", "One line", "LINE one line", repo_id="app")
     await run_until_final(svc, make_engine(svc), task.id, timeout=60)
     assert status(svc, task.id) == "COMPLETED"
-    assert len(checked) == 2 and git(repo, "rev-parse", "main") == checked[1]  # main is exactly the checked commit
+    # main moved to one commit on the person's, with exactly the checked tree (the checked tip is its second parent)
+    assert len(checked) == 2
+    assert git(repo, "rev-parse", "main^{tree}") == git(repo, "rev-parse", f"{checked[1]}^{{tree}}")
+    assert git(repo, "rev-parse", "main^2") == checked[1]
+    assert git(repo, "log", "-1", "--format=%s", "main^1") == "the person commits meanwhile"
     assert git(repo, "show", "main:person.txt") == "the person's own work"
     assert "one line" in git(repo, "show", "main:shared.txt").splitlines()
     assert not events(svc, task.id, "task.sent_back")
@@ -429,3 +433,25 @@ async def test_the_queue_runs_the_repos_declared_checks_with_the_tasks_port(serv
     assert "fine" in git(repo, "show", "main:shared.txt")
     assert "[check region] $ test -n" in engine.log_path(good.id).read_text()
     assert events(services, good.id, "merge_queue.entered")  # it went through the queue, not the fast path
+
+
+async def test_a_tasks_broken_work_in_progress_commit_never_lands_on_mains_first_parent_line(
+        svc: Services, tmp_path: Path) -> None:
+    """The agent commits a broken step, then its fix: the queue lands one commit with the checked tree, so every
+    first-parent commit of main passes the check; the broken step stays on the side (the task's own history)."""
+    script = ("printf 'BEGIN\\nBAD work in progress\\nEND\\n' > shared.txt && git add shared.txt && "
+              "git -c user.name=Agent -c user.email=agent@example.com commit -q -m 'wip (broken)' && "
+              "printf 'BEGIN\\nfinished\\nEND\\n' > shared.txt && git add shared.txt && "
+              "git -c user.name=Agent -c user.email=agent@example.com commit -q -m 'finished'")
+    svc.agents.create("stepper", "command", command=shlex.join(["/bin/sh", "-c", script]))
+    task = svc.tasks.create("demo", "Two steps", "work in two commits", repo_id="app")
+    await run_until_final(svc, make_engine(svc), task.id, timeout=60)
+    assert status(svc, task.id) == "COMPLETED"
+    repo = checkout(svc)
+    command = svc.projects.get("demo").verify_command
+    assert command
+    line = first_parents(repo)
+    assert all(check_passes(repo, commit, command, tmp_path) for commit in line)
+    wip = git(repo, "log", "--format=%H", "--grep=wip (broken)", "main")
+    assert wip and wip not in line  # in main's history, on the side
+    assert git(repo, "show", "main:shared.txt").splitlines() == ["BEGIN", "finished", "END"]

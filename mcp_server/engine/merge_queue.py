@@ -157,12 +157,13 @@ class MergeQueue:
             if hold:
                 self.landing.hold(task, workspace, hold)
                 return False
-            new = tree.run("rev-parse", "--verify", "HEAD")
-            if self._move(main, tree, repo, new, target, remote):
+            tested = tree.run("rev-parse", "--verify", "HEAD")
+            onto = self._one_commit(tree, repo, task, tested, target)
+            if self._move(main, tree, repo, onto, target, remote):
                 files = queued.read.files
-                self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, new),
+                self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, onto),
                                          details={**self._where(workspace), "files": len(files)})
-                queued.landed_tip = new
+                queued.landed_tip = tested
                 return True
             log.info("%s of %s moved while %s was checked (round %d): updating and checking again",
                      repo.default_branch, repo.id, task.id, attempt)
@@ -171,6 +172,22 @@ class MergeQueue:
             "error": f"'{repo.default_branch}' moved during each of {ROUNDS} rounds of checks; the branch keeps the "
                      "work, checked on the last one"})
         return False
+
+    @staticmethod
+    def _one_commit(tree: gitops.Checkout, repo: Repo, task: Task, tested: str, target: str) -> str:
+        """What the default branch moves to: one commit on top of `target` whose tree is exactly the tested one, so
+        every first-parent commit the queue lands passed the checks (a task's own work-in-progress commits stay on
+        the side): a merge of the task's branch (parents: the default branch, then the tested tip), or in a repo
+        that rebases a single commit (the tested one itself when the task made one, else its commits squashed)."""
+        if tested == target:
+            return tested  # nothing new: the default branch stays
+        if repo.update_method == "rebase":
+            if tree.run("rev-parse", "--verify", f"{tested}^") == target:
+                return tested  # one commit, rebased onto the default branch: the tested commit itself
+            return tree.run_as_author("commit-tree", f"{tested}^{{tree}}", "-p", target, "-m",
+                                      f"{task.title}\n\nAgentQueue task {task.id}")
+        return tree.run_as_author("commit-tree", f"{tested}^{{tree}}", "-p", target, "-p", tested, "-m",
+                                  f"Merge task {task.id}: {task.title}")
 
     def _target(self, tree: gitops.Checkout, repo: Repo, remote: bool) -> str:
         """Where the default branch is now: the local one, or origin's in team mode (fetched)."""
