@@ -98,6 +98,7 @@ async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, 
     monkeypatch.setitem(PARSERS, "command", CountingParser)
     agents = [agent(svc, "bad-1", "bad", "one"), agent(svc, "good", "good", "winner", "2"),
               agent(svc, "bad-2", "bad", "two")]
+    region = git(checkout(svc), "rev-parse", "main")
     group = svc.tasks.create("demo", "Add lines", "Add your lines to the region.", candidates=agents)
     assert group.status == "DEFINED" and group.best_of == 3 and group.pick == "smallest"
     members = {c.agent_id: c.task_id for c in group.candidates}
@@ -109,9 +110,11 @@ async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, 
     assert done.chosen == members["good"]
     text = main_text(svc)
     assert "winner line 0" in text and "winner line 1" in text and "BAD" not in text  # its change, not the others'
+    repo = checkout(svc)
     diff = svc.vcs.task_diff(done)["diff"]  # the group's diff is its winner's
     assert "+winner line 0" in diff and "BAD" not in diff
-    repo = checkout(svc)
+    landed = git(repo, "rev-parse", "main")  # one commit with exactly the checked tree, on top of the region
+    assert git(repo, "rev-parse", f"{landed}^1") == region and done.candidates
     shown = {c.task_id: c for c in done.candidates}
     assert shown[members["good"]].outcome == "chosen"
     for name in ("bad-1", "bad-2"):

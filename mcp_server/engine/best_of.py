@@ -4,8 +4,9 @@ A candidate's completed run is brought up to date with the default branch in its
 run there (the merge queue's steps, merge_queue.py), but nothing lands: the outcome (passed, lines changed, or why
 not) is a `best_of.checked` event, and the candidate ends COMPLETED (passed) or BLOCKED. After every candidate run
 the group is settled: with pick "smallest", once no candidate is in flight, the passing one with the smallest diff
-lands; with "first", the first that passed lands at once and the others are stopped. The winner lands by
-compare-and-swap, checked again only when the default branch moved since its check. The others keep their branches
+lands; with "first", the first that passed lands at once and the others are stopped. The winner lands as the
+merge queue lands (one commit with exactly the checked tree, by compare-and-swap), checked again only when the
+default branch moved since its check. The others keep their branches
 (their worktrees go) and are shown as not chosen; none passing holds the group BLOCKED with each one's reason.
 """
 
@@ -159,10 +160,12 @@ class BestOfN:
                         why = f"after '{repo.default_branch}' moved, {outcome['reason']}"
                         break
                     tip, checked_on = outcome["tip"], outcome["target"]
-                if self.queue._move(main, tree, repo, tip, checked_on, remote):
+                # One commit on the default branch with exactly the checked tree, as the merge queue lands.
+                onto = self.queue._one_commit(tree, repo, task, tip, checked_on)
+                if self.queue._move(main, tree, repo, onto, checked_on, remote):
                     with self.store.transaction():
                         self.store.db.execute("UPDATE tasks SET base_sha = ?, landed_sha = ? WHERE id = ?",
-                                              (checked_on, tip, task.id))
+                                              (checked_on, onto, task.id))
                     self.workspaces.remove(workspace, True, tip)
                     return True
         except ServiceError as error:
