@@ -24,7 +24,8 @@ from .git_fixtures import commit_file, git, git_env  # noqa: F401  (git_env: fix
 from .processes import wait_for
 from .test_engine_lifecycle import engine_running, events, make_engine, run_until_final, status
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # several agent runs and checks each: seconds on two cores
+pytestmark = pytest.mark.anyio
+slow = pytest.mark.slow  # several agent runs and checks each: seconds on two cores
 
 # Each agent is told how to behave by its own argv (every candidate gets the same prompt): `good N` adds N lines to
 # the region of shared.txt, `bad` adds a line the check refuses; `sleep S` waits first; `say TEXT` prints TEXT.
@@ -94,6 +95,7 @@ class CountingParser(CommandParser):
         return result
 
 
+@slow
 async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, monkeypatch) -> None:
     monkeypatch.setitem(PARSERS, "command", CountingParser)
     agents = [agent(svc, "bad-1", "bad", "one"), agent(svc, "good", "good", "winner", "2"),
@@ -136,6 +138,7 @@ async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, 
     assert all(a.task_id != late.id for a in schedule(state))  # the cap saw the sum: nothing more runs
 
 
+@slow
 async def test_the_smallest_passing_diff_wins(svc: Services) -> None:
     agents = [agent(svc, "big", "good", "big", "4"), agent(svc, "small", "good", "small", "1", "sleep", "1")]
     group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
@@ -153,6 +156,7 @@ async def test_the_smallest_passing_diff_wins(svc: Services) -> None:
     assert [e.payload["chosen"] for e in events(svc, group.id, "best_of.chosen")] == [members["small"]]
 
 
+@slow
 async def test_best_of_pick_first_lands_the_first_to_pass_and_stops_the_rest(svc: Services) -> None:
     agents = [agent(svc, "quick", "good", "quick", "5"), agent(svc, "slow", "good", "slow", "1", "sleep", "30")]
     svc.projects.edit("demo", best_of_pick="first")  # the project's rule for its best-of-N tasks
@@ -172,6 +176,7 @@ async def test_best_of_pick_first_lands_the_first_to_pass_and_stops_the_rest(svc
     assert branch_exists(checkout(svc), slow.branch)  # what it had done is kept
 
 
+@slow
 async def test_none_passes_blocks_the_group_with_each_reason(svc: Services) -> None:
     agents = [agent(svc, "bad-1", "bad", "one"), agent(svc, "bad-2", "bad", "two")]
     group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
@@ -224,6 +229,7 @@ async def test_bad_candidates_are_refused_through_the_official_client_and_nothin
     assert sorted(c["agent_id"] for c in made["candidates"]) == ["one", "two"]  # each pinned to a different agent
 
 
+@slow
 async def test_a_hostile_title_and_agent_output_are_shown_escaped(svc: Services, tmp_path: Path) -> None:
     from agentqueue.cli.reads import open_store_for_reading, task as read_task
 
@@ -251,6 +257,7 @@ async def test_a_hostile_title_and_agent_output_are_shown_escaped(svc: Services,
     assert flat.count("candidate ") >= 2 and " failed: verify command `" in flat and "BAD line found" in flat
 
 
+@slow
 async def test_a_person_restarts_discards_and_stops_candidates(svc: Services) -> None:
     """After none passed: delete_task on a candidate discards its branch (asked for), restart_task on the group runs
     the others again; stop_task on a group stops its candidates too."""
@@ -278,3 +285,20 @@ async def test_a_person_restarts_discards_and_stops_candidates(svc: Services) ->
 
 def branch_exists_quiet(repo: Path, branch: str | None) -> bool:
     return bool(branch) and git(repo, "branch", "--list", branch or "").strip() != ""
+
+
+@slow
+async def test_fewer_agents_than_candidates_run_them_one_after_another(svc: Services) -> None:
+    """candidates=3 with one agent: one candidate is pinned to it, the others take any agent; a candidate that
+    passed holds no agent while it waits, so the one agent runs all three and the group is decided."""
+    only = agent(svc, "only", "good", "only", "1")
+    group = svc.tasks.create("demo", "Add a line", "Add your line.", candidates=3)
+    assert [c.agent_id for c in group.candidates] == [only, None, None]
+    await run_until_final(svc, make_engine(svc), group.id, timeout=120)
+
+    done = svc.tasks.get(group.id)
+    assert done.status == "COMPLETED", done.reason
+    assert sorted(c.outcome for c in done.candidates) == ["chosen", "not_chosen", "not_chosen"]
+    assert {r["agent_id"] for r in svc.store.all("SELECT agent_id FROM task_results WHERE task_id IN (?, ?, ?)",
+                                                 tuple(c.task_id for c in done.candidates))} == {only}
+    assert main_text(svc).count("only line 0") == 1  # one candidate's change landed, not three
