@@ -27,21 +27,21 @@ from .test_engine_lifecycle import engine_running, events, make_engine, run_unti
 pytestmark = pytest.mark.anyio
 slow = pytest.mark.slow  # several agent runs and checks each: seconds on two cores
 
-# Each agent is told how to behave by its own argv (every candidate gets the same prompt): `good N` adds N lines to
-# the region of shared.txt, `bad` adds a line the check refuses; `sleep S` waits first; `say TEXT` prints TEXT.
+# Each agent is told how to behave by its own argv (every candidate gets the same prompt): `good NAME N` adds N lines
+# to the region of shared.txt, `bad NAME` adds a line the check refuses, `idle` changes nothing; `sleep S` waits first.
 AGENT = r"""
 import pathlib, sys, time
 args = sys.argv[1:]
 sys.stdin.read()
 if "sleep" in args:
     time.sleep(float(args[args.index("sleep") + 1]))
-if "say" in args:
-    print(args[args.index("say") + 1])
 path = pathlib.Path("shared.txt")
 lines = path.read_text().splitlines()
 end = lines.index("END")
 if args[0] == "bad":
     lines.insert(end, "BAD line from " + args[1])
+elif args[0] == "idle":
+    pass  # changes nothing
 else:
     lines[end:end] = [f"{args[1]} line {n}" for n in range(int(args[2]))]
 path.write_text("\n".join(lines) + "\n")
@@ -140,7 +140,8 @@ async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, 
 
 @slow
 async def test_the_smallest_passing_diff_wins(svc: Services) -> None:
-    agents = [agent(svc, "big", "good", "big", "4"), agent(svc, "small", "good", "small", "1", "sleep", "1")]
+    agents = [agent(svc, "big", "good", "big", "4"), agent(svc, "small", "good", "small", "1", "sleep", "1"),
+              agent(svc, "idle", "idle", "-")]
     group = svc.tasks.create("demo", "Add lines", "Add your lines.", candidates=agents)
     members = {c.agent_id: c.task_id for c in group.candidates}
     await run_until_final(svc, make_engine(svc), group.id, timeout=120)
@@ -152,6 +153,7 @@ async def test_the_smallest_passing_diff_wins(svc: Services) -> None:
     shown = {c.task_id: c for c in done.candidates}
     assert shown[members["small"]].lines_changed == 1 and shown[members["big"]].lines_changed == 4
     assert shown[members["big"]].outcome == "not_chosen"
+    assert shown[members["idle"]].outcome == "failed" and "changed nothing" in (shown[members["idle"]].reason or "")
     assert branch_exists(checkout(svc), svc.tasks.get(members["big"]).branch)
     assert [e.payload["chosen"] for e in events(svc, group.id, "best_of.chosen")] == [members["small"]]
 

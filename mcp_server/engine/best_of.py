@@ -80,7 +80,10 @@ class BestOfN:
         if failure:
             return {"reason": f"{failure['summary']}: {failure['output']}"}
         tip = tree.run("rev-parse", "--verify", "HEAD")
-        return {"passed": True, "lines": lines_changed(tree, target, tip), "tip": tip, "target": target}
+        lines = lines_changed(tree, target, tip)
+        if not lines:  # else the smallest diff would be no work at all
+            return {"reason": f"it changed nothing in repo '{repo.id}'"}
+        return {"passed": True, "lines": lines, "tip": tip, "target": target}
 
     def _record(self, task: Task, outcome: dict[str, Any]) -> None:
         """The outcome as a `best_of.checked` event, and the candidate COMPLETED or BLOCKED, in one transaction."""
