@@ -90,7 +90,7 @@ def outcomes(store: Store, task_ids: builtins.list[str]) -> dict[str, dict[str, 
 
 
 def rows(store: Store, group_id: str) -> builtins.list[dict[str, Any]]:
-    """A group's candidates, in the order they were created."""
+    """A group's candidates (created together: by id)."""
     return store.all("SELECT * FROM tasks WHERE candidate_of = ? ORDER BY created_at, id", (group_id,))
 
 
