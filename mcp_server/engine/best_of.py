@@ -129,9 +129,8 @@ class BestOfN:
                 return None  # "smallest" waits for every candidate
             else:
                 passed.sort(key=lambda m: (checked[m["id"]]["lines"], checked[m["id"]]["order"]))
-            repo = self.services.repos.get(repo_id)
             for member in passed:
-                if self._land(member, checked[member["id"]], repo):
+                if self._land(member, checked[member["id"]], self.services.repos.get(member["repo_id"])):
                     self._chosen(group, member)
                     self._tidy(self.store.one("SELECT * FROM tasks WHERE id = ?", (group_id,)) or group,
                                rows(self.store, group_id))

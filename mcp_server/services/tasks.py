@@ -359,6 +359,9 @@ class Tasks:
         changes: dict[str, Any] = {}
         if repo_id is not None and repo_id != row["repo_id"]:
             self._check_repo(row["project_id"], repo_id)
+            if row.get("best_of") or row.get("candidate_of"):
+                raise ConflictError(f"Task '{task_id}' is part of a best-of-N task: its candidates work in repo "
+                                    f"'{row['repo_id']}'. Create a new task with repo_id instead.")
             if row["status"] in REPO_FIXED:
                 raise ConflictError(
                     f"Task '{task_id}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
