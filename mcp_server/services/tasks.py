@@ -358,15 +358,7 @@ class Tasks:
         row = self.require(task_id)
         changes: dict[str, Any] = {}
         if repo_id is not None and repo_id != row["repo_id"]:
-            self._check_repo(row["project_id"], repo_id)
-            if row.get("best_of") or row.get("candidate_of"):
-                raise ConflictError(f"Task '{task_id}' is part of a best-of-N task: its candidates work in repo "
-                                    f"'{row['repo_id']}'. Create a new task with repo_id instead.")
-            if row["status"] in REPO_FIXED:
-                raise ConflictError(
-                    f"Task '{task_id}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
-                    "its repo cannot change now. stop_task it first if it should run elsewhere."
-                )
+            self._check_repo_move(row, repo_id)
             changes["repo_id"] = repo_id
         if title is not None:
             if not title.strip():
@@ -405,6 +397,18 @@ class Tasks:
                 if wanted != row["status"]:
                     self.move(self.require(task_id), wanted, "deps_met" if wanted == "READY" else "deps_added")
         return self.get(task_id)
+
+    def _check_repo_move(self, row: dict[str, Any], repo_id: str) -> None:
+        """edit_task repo_id: a repo of the task's project, and a task whose work is not tied to its repo now."""
+        self._check_repo(row["project_id"], repo_id)
+        if row.get("best_of") or row.get("candidate_of"):
+            raise ConflictError(f"Task '{row['id']}' is part of a best-of-N task: its candidates work in repo "
+                                f"'{row['repo_id']}'. Create a new task with repo_id instead.")
+        if row["status"] in REPO_FIXED:
+            raise ConflictError(
+                f"Task '{row['id']}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
+                "its repo cannot change now. stop_task it first if it should run elsewhere."
+            )
 
     def stop(self, task_id: str) -> tuple[str, bool]:
         """Block a task and kill its agent if one runs; returns (previous status, killed). A best-of-N group's
