@@ -17,10 +17,12 @@ from .registry import (
 )
 
 
-# The default tool list is a token budget (tests/test_toolsets.py): best of N costs create_task nothing net. The
-# parameter's schema is one type list; pydantic still validates an int or a list of agent ids; the server's
-# instructions say what it does. repo_id's default is what the model gets by leaving it out, so it goes unsaid.
+# The default tool list is a token budget (tests/test_toolsets.py): a parameter that takes one value or a list is
+# advertised as one type list (pydantic still validates the items), and best of N is described once, in the server's
+# instructions.
 Candidates = Annotated[int | list[str] | None, WithJsonSchema({"type": ["integer", "array"]})]
+Statuses = Annotated[str | list[str] | None, WithJsonSchema({"type": ["string", "array"]})]  # one, or a list
+RepoId = Annotated[str | None, Field(description="default or only repo")]
 
 
 class TaskList(Noted):
@@ -105,7 +107,7 @@ class AgentError(BaseModel):
 def list_tasks(
     ctx: Context,
     project_id: ProjectId = None,
-    status: str | list[str] | None = None,
+    status: Statuses = None,
     include_completed: bool = False,
     limit: Limit = 50,
     offset: Offset = 0,
@@ -123,7 +125,7 @@ def create_task(
     description: str,  # "self-contained": the instructions say so, at length
     project_id: ProjectId = None,
     priority: Annotated[Priority, Field(description="lower runs first")] = 100,
-    repo_id: str | None = None,
+    repo_id: RepoId = None,
     requires_approval: bool = False,
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Retries = 3,
