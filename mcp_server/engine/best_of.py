@@ -244,7 +244,9 @@ class BestOfN:
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         try:
             if workspace.path.exists():
-                main.run("worktree", "remove", "--force", str(workspace.path))
+                if self.workspaces.before_remove is not None:
+                    self.workspaces.before_remove(workspace)  # the repo's teardown, as for any worktree removed
+                main.run("worktree", "remove", "--force", str(workspace.path))  # what it holds is discarded, asked
             main.run("branch", "-D", "--", task.branch)
         except ServiceError as error:
             log.warning("could not discard the branch of %s: %s", task.id, error)
