@@ -159,6 +159,8 @@ async def test_the_smallest_passing_diff_wins(svc: Services) -> None:
     assert shown[members["idle"]].outcome == "failed" and "changed nothing" in (shown[members["idle"]].reason or "")
     assert branch_exists(checkout(svc), svc.tasks.get(members["big"]).branch)
     assert [e.payload["chosen"] for e in events(svc, group.id, "best_of.chosen")] == [members["small"]]
+    memory = "".join(p.read_text() for p in svc.memory.folder("demo").rglob("*.md"))
+    assert f"task {group.id} \"Add lines\" completed: best of 3, candidate {members['small']} (small)" in memory
 
 
 @slow

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -131,7 +132,7 @@ class BestOfN:
                 passed.sort(key=lambda m: (checked[m["id"]]["lines"], checked[m["id"]]["order"]))
             for member in passed:
                 if self._land(member, checked[member["id"]], self.services.repos.get(member["repo_id"])):
-                    self._chosen(group, member)
+                    self._chosen(group, member, checked[member["id"]].get("agent_id"))
                     self._tidy(self.store.one("SELECT * FROM tasks WHERE id = ?", (group_id,)) or group,
                                rows(self.store, group_id))
                     return str(member["id"])
@@ -180,7 +181,7 @@ class BestOfN:
                                      details={"group": task.candidate_of, "error": why}, override=True)
         return False
 
-    def _chosen(self, group: dict[str, Any], winner: dict[str, Any]) -> None:
+    def _chosen(self, group: dict[str, Any], winner: dict[str, Any], agent_id: str | None) -> None:
         """The group COMPLETED with its winner (and where it landed); candidates still in flight are stopped."""
         landed = self.store.one("SELECT base_sha, landed_sha, branch FROM tasks WHERE id = ?", (winner["id"],)) or {}
         with self.store.transaction():
@@ -192,6 +193,12 @@ class BestOfN:
             self.store.add_event("best_of.chosen", project_id=group["project_id"], task_id=group["id"],
                                  payload={"chosen": winner["id"], "pick": group["pick"]})
         self.log_line(group["id"], f"[best of] {winner['id']} was chosen and landed")
+        try:  # a line in today's project memory, as for any completed task
+            self.services.memory.append_today(group["project_id"], (
+                f"- {time.strftime('%H:%M')} task {group['id']} \"{group['title']}\" completed: best of "
+                f"{group['best_of']}, candidate {winner['id']} ({agent_id or 'an agent'}) landed"))
+        except (OSError, ServiceError) as error:
+            log.warning("could not write memory for %s: %s", group["id"], error)
         for member in rows(self.store, group["id"]):
             if member["status"] in CLAIMED or member["status"] in ("READY", "DEFINED", "PAUSED"):
                 try:
