@@ -108,7 +108,11 @@ async def test_best_of_three_with_one_passing_candidate_lands_it(svc: Services, 
     assert group.status == "DEFINED" and group.best_of == 3 and group.pick == "smallest"
     members = {c.agent_id: c.task_id for c in group.candidates}
     assert set(members) == set(agents) and all(c.outcome == "running" for c in group.candidates)
+    # A task after the group waits for the group (no agent here can run it: it only shows it was promoted).
+    after = svc.tasks.create("demo", "After", "Later work.", depends_on=[group.id], agent_type="codex")
+    assert after.status == "DEFINED"
     await run_until_final(svc, make_engine(svc), group.id, timeout=120)
+    assert status(svc, after.id) == "READY"
 
     done = svc.tasks.get(group.id)
     assert done.status == "COMPLETED", done.reason
