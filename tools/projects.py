@@ -12,7 +12,7 @@ from .registry import (
 )
 
 
-VerifyCommand = Annotated[Command | None, Field(description="checks agent work before merge")]
+VerifyCommand = Command | None  # what it does is said once, in the instructions (the merge queue runs it)
 
 
 class ProjectList(Noted):

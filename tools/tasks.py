@@ -22,7 +22,7 @@ from .registry import (
 # instructions.
 Candidates = Annotated[int | list[str] | None, WithJsonSchema({"type": ["integer", "array"]})]
 Statuses = Annotated[str | list[str] | None, WithJsonSchema({"type": ["string", "array"]})]  # one, or a list
-RepoId = Annotated[str | None, Field(description="default or only repo")]
+RepoId = str | None  # omitted: the project's default (or only) repo, as the instructions say once
 
 
 class TaskList(Noted):
@@ -124,7 +124,7 @@ def create_task(
     title: str,
     description: str,  # "self-contained": the instructions say so, at length
     project_id: ProjectId = None,
-    priority: Annotated[Priority, Field(description="lower runs first")] = 100,
+    priority: Priority = 100,  # lower runs first: said once, in the instructions
     repo_id: RepoId = None,
     requires_approval: bool = False,
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)

@@ -27,7 +27,7 @@ from ..services.errors import NotFoundError
 
 
 # Bounds at or past this are guards (ids, offsets, token counts, lengths), not limits a model plans around.
-GUARD_BOUND = 100
+GUARD_BOUND = 1000
 
 
 def compact_schema(schema: Any) -> Any:
