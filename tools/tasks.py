@@ -3,7 +3,7 @@
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from ..apps import BOARD_URI, TASK_URI, tool_meta
 from ..services import limits, result_size
@@ -17,6 +17,11 @@ from .registry import (
 )
 
 
+# The default tool list is a token budget (tests/test_toolsets.py): a parameter that takes one value or a list is
+# advertised as one type list (pydantic still validates the items), and best of N is described once, in the server's
+# instructions.
+Candidates = Annotated[int | list[str] | None, WithJsonSchema({"type": ["integer", "array"]})]
+Statuses = Annotated[str | list[str] | None, WithJsonSchema({"type": ["string", "array"]})]  # one, or a list
 RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
 
 
@@ -102,7 +107,7 @@ class AgentError(BaseModel):
 def list_tasks(
     ctx: Context,
     project_id: ProjectId = None,
-    status: str | list[str] | None = None,
+    status: Statuses = None,
     include_completed: bool = False,
     limit: Limit = 50,
     offset: Offset = 0,
@@ -125,6 +130,7 @@ def create_task(
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Retries = 3,
     agent_type: AgentType | None = None,
+    candidates: Candidates = None,
 ) -> Task:
     """Queue a task for an agent."""
     svc, parent = services(ctx), client_state(ctx).options.get("task_id")
@@ -133,7 +139,8 @@ def create_task(
     if parent and not project_id and not client_state(ctx).active_project:
         project_id = svc.tasks.get(parent).project_id  # an agent's follow-up stays in its task's project
     return svc.tasks.create(project_for(ctx, project_id), title, description, priority, repo_id, requires_approval,
-                            depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth)
+                            depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth,
+                            candidates=candidates)
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))

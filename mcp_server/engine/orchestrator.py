@@ -36,6 +36,7 @@ from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult, RunSpec
 from .hook_runner import HookRunner
 from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
+from .best_of import BestOfN
 from .landing import BranchReads, Landing
 from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .permissions import PermissionChannel
@@ -119,13 +120,16 @@ class Engine:
         self.workspaces.before_remove = self.worktree_setup.teardown
         self.queue = MergeQueue(services, self.lifecycle, self.workspaces, self.landing, self._log_line,
                                 self.config.limits.timeout_seconds, task_env=self.worktree_setup.task_env)
+        self.best_of = BestOfN(services, self.lifecycle, self.workspaces, self.queue, self._log_line,
+                               lambda task_id: task_id in self.running)
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         self.hooks = HookRunner(services, home)
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
         self._last_pass = 0.0
-        services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks)
+        services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks,
+                                      discard_branch=self.best_of.discard)
         services.store.on_commit(self._on_commit)
 
     # -- hooks used by the services ----------------------------------------------------------------
@@ -261,9 +265,17 @@ class Engine:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._release, task_id, agent_id)
             self.running.pop(task_id, None)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._settle_group, task_id)
             self._poked = True
             if self.flush:
                 await self.flush()
+
+    def _settle_group(self, task_id: str) -> None:
+        """After a best-of-N candidate's run, whatever its end: its group decided when it can be (best_of.py)."""
+        group = self.services.store.scalar("SELECT candidate_of FROM tasks WHERE id = ?", (task_id,))
+        if group:
+            self._settle_group_id(group)
 
     async def _execute(self, task_id: str, agent_id: str, handle: RunHandle) -> None:
         svc = self.services
@@ -470,9 +482,11 @@ class Engine:
                 log.warning("could not commit leftovers of %s: %s", task.id, error)
         config = ready.config if ready else None  # the repo's .agentqueue.toml as the run started with it
         checks: list[Check] = []
-        if result.status == "completed" and workspace.repo is not None and not task.requires_approval:
+        if result.status == "completed" and workspace.repo is not None and not task.requires_approval \
+                and not task.candidate_of:
             checks = self.queue.checks(task, config)  # run by the queue, on the branch brought up to date
-        verified = result.status == "completed" and not checks and self._verified(task, workspace, result, ready)
+        verified = result.status == "completed" and not checks and not task.candidate_of \
+            and self._verified(task, workspace, result, ready)
         if verified:
             read.rules = read.tips = None  # the verify command ran in the worktree: they are read again
         warning = None
@@ -484,6 +498,8 @@ class Engine:
             self._failed(task, agent, result)
         elif not self.lifecycle.running(task.id):
             return None  # stopped meanwhile: stop_task already decided
+        elif task.candidate_of and workspace.repo is not None:
+            self.best_of.check(task, workspace, read)  # checked, never landed here: its group picks (best_of.py)
         elif workspace.repo is None:
             self.lifecycle.succeeded(task.id, awaiting_approval=task.requires_approval)
             if not task.requires_approval:
@@ -587,8 +603,18 @@ class Engine:
 
     # -- start and stop ----------------------------------------------------------------------------
     def recover(self) -> list[str]:
-        """At start: the runs this home's previous daemon left (recovery.py)."""
-        return self.recovery.recover()
+        """At start: the runs this home's previous daemon left (recovery.py), and best-of-N groups whose candidates
+        all ended before that daemon could decide them."""
+        recovered = self.recovery.recover()
+        for group in self.services.store.all("SELECT id FROM tasks WHERE best_of IS NOT NULL AND status = 'DEFINED'"):
+            self._settle_group_id(group["id"])
+        return recovered
+
+    def _settle_group_id(self, group_id: str) -> None:
+        try:
+            self.best_of.settle(group_id)
+        except Exception:
+            log.exception("could not settle best-of-N task %s", group_id)
 
     def take_over(self, at_start: bool = False) -> list[str]:
         """The runs of daemons found dead (recovery.py)."""

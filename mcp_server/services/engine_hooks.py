@@ -20,12 +20,16 @@ class EngineHooks:
         self._stop_run: Callable[[str], bool] | None = None
         self._land_approved: Callable[[Task], None] | None = None
         self._hook_runner: Any = None
+        self._discard_branch: Callable[[Task], None] | None = None
 
     def connect(self, *, stop_run: Callable[[str], bool] | None = None,
-                land_approved: Callable[[Task], None] | None = None, hook_runner: Any = None) -> None:
+                land_approved: Callable[[Task], None] | None = None, hook_runner: Any = None,
+                discard_branch: Callable[[Task], None] | None = None) -> None:
         """The engine built on these services plugs in: how to kill a task's run, how to land an approved task's
-        branch, and its running hook runner (fire_hook goes through it). The engine built last wins."""
+        branch, its running hook runner (fire_hook goes through it), and how to discard a best-of-N candidate's kept
+        branch. The engine built last wins."""
         self._stop_run, self._land_approved, self._hook_runner = stop_run, land_approved, hook_runner
+        self._discard_branch = discard_branch
 
     def stop_run(self, task_id: str) -> bool:
         """Kill the task's agent process if one runs here; whether one did."""
@@ -35,6 +39,11 @@ class EngineHooks:
         """Merge an approved task's kept branch (raises ServiceError on a conflict); with no engine, nothing lands."""
         if self._land_approved is not None:
             self._land_approved(task)
+
+    def discard_branch(self, task: Task) -> None:
+        """Remove a deleted candidate's worktree and branch; with no engine the branch stays (git branch -D)."""
+        if self._discard_branch is not None:
+            self._discard_branch(task)
 
     @property
     def hook_runner(self) -> Any:

@@ -220,6 +220,15 @@ def _ambiguous(d: Mapping[str, Any]) -> Reason:
         f"then restart_task {d['task_id']}.")
 
 
+def _none_passed(d: Mapping[str, Any]) -> Reason:
+    said = "; ".join(f"{c['task_id']}" + (f" ({c['agent_id']})" if c.get("agent_id") else "")
+                     + f": {_short(c.get('reason'))}" for c in d.get("candidates") or [])
+    return Reason(
+        _sentence(f"None of its candidates passed the checks: {said}"),
+        f"Each candidate's branch is kept (get_task {d['task_id']} lists them, get_task_diff shows one). "
+        f"restart_task {d['task_id']} runs them again; delete_task on a candidate discards it and its branch.")
+
+
 _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
     "policy_denied": lambda d: Reason(
         f"{d['error']}",
@@ -243,6 +252,11 @@ _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
                                   f"restart_task {d['task_id']} to do the work again, or skip_task {d['task_id']} "
                                   "if it is not needed."),
     "ambiguous_repo": _ambiguous,
+    "candidate_failed": lambda d: Reason(
+        _sentence(f"As a candidate of task {d.get('group')} its work did not pass: {_short(d.get('error'))}"),
+        f"Its branch is kept for review. The group picks among its other candidates; restart_task {d['task_id']} "
+        f"runs this one again, delete_task {d['task_id']} discards it and its branch."),
+    "none_passed": _none_passed,
     "workspace_failed": lambda d: Reason(
         _sentence(f"Its git worktree could not be made, so no agent ran: {_short(d.get('error'))}"),
         f"Fix what the error names (list_repos shows where each repo should be), then restart_task {d['task_id']}."),

@@ -145,6 +145,7 @@ class Projects:
         verify_command: str | None = None,
         default_repo_id: str | None = None,
         merge_retries: int | None = None,
+        best_of_pick: str | None = None,
     ) -> Project:
         self.require(project_id)
         _check_limits(credit_weight, max_concurrent_agents, budget_limit)
@@ -168,10 +169,15 @@ class Projects:
                 raise InvalidInputError(f"merge_retries must be 0 to {MAX_MERGE_RETRIES} (got {merge_retries}); 0 "
                                         "blocks a conflicting or failing task at once, as before the merge queue.")
             changes["merge_retries"] = merge_retries
+        if best_of_pick is not None:
+            if best_of_pick not in ("smallest", "first"):
+                raise InvalidInputError(f"best_of_pick is 'smallest' (the passing candidate with the smallest diff, "
+                                        f"once all ended) or 'first' (the first to pass); got {best_of_pick[:50]!r}.")
+            changes["best_of_pick"] = best_of_pick
         if not changes:
             raise InvalidInputError(
                 "Nothing to change. Give at least one of name, credit_weight, max_concurrent_agents, budget_limit, "
-                "verify_command, default_repo_id, merge_retries."
+                "verify_command, default_repo_id, merge_retries, best_of_pick."
             )
         with self.store.transaction() as db:
             db["projects"].update(project_id, {**changes, "updated_at": now_iso()})

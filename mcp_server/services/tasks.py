@@ -10,8 +10,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..store.db import Store, now_iso
-from ..store.models import PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
+from ..store.models import Candidate, PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
 from .agents import release_agents
+from . import candidates
+from .candidates import pins as candidate_pins
 from .engine_hooks import EngineHooks
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
@@ -99,7 +101,8 @@ class Tasks:
             (task_id,))]
         return Task(**{**row, "requires_approval": bool(row["requires_approval"])},
                     depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending,
-                    sandbox_denials=refused)
+                    sandbox_denials=refused,
+                    candidates=[Candidate(**c) for c in candidates.listing(self.store, row)] if row["best_of"] else [])
 
     def exists(self, task_id: str) -> bool:
         return self.store.scalar("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is not None
@@ -234,13 +237,16 @@ class Tasks:
         promoted = []
         for dep_id in dependents:
             dep = self.require(dep_id)
-            if dep["status"] == "DEFINED" and self.deps_met(dep_id):
+            if dep["status"] == "DEFINED" and self.entry_status(dep_id) == "READY":
                 self.move(dep, "READY", "deps_met")
                 promoted.append(TaskRef(id=dep_id, title=dep["title"], status="READY"))
         return promoted
 
     def entry_status(self, task_id: str) -> str:
-        """Where the task enters the queue: READY, or DEFINED while a dependency is not COMPLETED."""
+        """Where the task enters the queue: READY, or DEFINED while a dependency is not COMPLETED. A best-of-N group
+        never runs itself: it waits, DEFINED, for its candidates."""
+        if self.store.scalar("SELECT best_of FROM tasks WHERE id = ?", (task_id,)):
+            return "DEFINED"
         return "READY" if self.deps_met(task_id) else "DEFINED"
 
     # -- writes -------------------------------------------------------------------------------
@@ -258,10 +264,15 @@ class Tasks:
         created_by_hook: str | None = None,
         parent_task_id: str | None = None,
         max_depth: int | None = None,
+        candidates: int | builtins.list[str] | None = None,
+        pick: str | None = None,
     ) -> Task:
         """`parent_task_id`: the running task whose agent queues this one; the new task depends on it and
-        sits one level deeper, refused beyond `max_depth` (agents must not spawn tasks without end)."""
-        self.projects.require(project_id)
+        sits one level deeper, refused beyond `max_depth` (agents must not spawn tasks without end).
+        `candidates`: best of N (services/candidates.py): the task becomes a group of N candidate tasks, each
+        pinned to an agent (the ids given, or that many picked), and `pick` says how the winner is chosen (default:
+        the project's best_of_pick, else "smallest")."""
+        project_row = self.projects.require(project_id)
         depth = 0
         if parent_task_id is not None:
             parent = self.require(parent_task_id)
@@ -291,27 +302,48 @@ class Tasks:
         else:
             repo_id = self.resolve_repo(project_id)
         deps = self._check_deps(None, depends_on or [])
+        pinned = candidate_pins(self.store, candidates, pick, agent_type, repo_id, requires_approval)
+        if pinned is not None and pick is None:  # the project's rule (edit_project best_of_pick)
+            pick = (self.projects.require(project_id) if parent_task_id else project_row).get("best_of_pick") \
+                or "smallest"
         stamp = now_iso()
-        with self.store.transaction() as db:
+        with self.store.transaction():
             task_id = self.ids.new()
             row = {"id": task_id, "project_id": project_id, "title": title.strip(),
                    "description": description.strip(), "status": "DEFINED" if deps else "READY", "priority": priority,
                    "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
                    "requires_approval": int(requires_approval), "agent_type": agent_type,
                    "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp}
-            # Plain SQL: sqlite-utils' insert and update read the table's columns and keys first, on every call.
-            db.execute(f"INSERT INTO tasks ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})", row)
-            for dep in deps:
-                db.execute("INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", (task_id, dep))
-            status = self.entry_status(task_id) if deps else "READY"
-            if status != row["status"]:
-                db.execute("UPDATE tasks SET status = ? WHERE id = ?", (status, task_id))
             origin = {"created_by_hook": created_by_hook} if created_by_hook else {}
             if parent_task_id:
                 origin["created_by_task"] = parent_task_id
-            self.store.add_event("task.created", project_id=project_id, task_id=task_id,
-                                 payload={"title": title.strip(), "status": status, "depends_on": deps, **origin})
+            if pinned is None:
+                self._insert(row, deps, origin)
+            else:  # the group never runs itself: its candidates do, each carrying its dependencies
+                members: builtins.list[str] = []
+                while len(members) < len(pinned):  # ids not yet inserted: never the same one twice
+                    member = self.ids.new()
+                    if member != task_id and member not in members:
+                        members.append(member)
+                self._insert({**row, "status": "DEFINED", "best_of": len(pinned), "pick": pick}, [],
+                             {**origin, "candidates": members})
+                for member, agent in zip(members, pinned, strict=True):
+                    self._insert({**row, "id": member, "candidate_of": task_id, "assigned_agent": agent}, deps,
+                                 {"candidate_of": task_id, "agent_id": agent})
         return self.get(task_id)
+
+    def _insert(self, row: dict[str, Any], deps: builtins.list[str], origin: dict[str, Any]) -> None:
+        """One new task's row, its dependencies and its `task.created` event, inside the caller's transaction."""
+        db = self.store.db
+        # Plain SQL: sqlite-utils' insert and update read the table's columns and keys first, on every call.
+        db.execute(f"INSERT INTO tasks ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})", row)
+        for dep in deps:
+            db.execute("INSERT INTO task_dependencies (task_id, depends_on) VALUES (?, ?)", (row["id"], dep))
+        status = self.entry_status(row["id"]) if deps else row["status"]
+        if status != row["status"]:
+            db.execute("UPDATE tasks SET status = ? WHERE id = ?", (status, row["id"]))
+        self.store.add_event("task.created", project_id=row["project_id"], task_id=row["id"],
+                             payload={"title": row["title"], "status": status, "depends_on": deps, **origin})
 
     def edit(
         self,
@@ -326,12 +358,7 @@ class Tasks:
         row = self.require(task_id)
         changes: dict[str, Any] = {}
         if repo_id is not None and repo_id != row["repo_id"]:
-            self._check_repo(row["project_id"], repo_id)
-            if row["status"] in REPO_FIXED:
-                raise ConflictError(
-                    f"Task '{task_id}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
-                    "its repo cannot change now. stop_task it first if it should run elsewhere."
-                )
+            self._check_repo_move(row, repo_id)
             changes["repo_id"] = repo_id
         if title is not None:
             if not title.strip():
@@ -371,14 +398,32 @@ class Tasks:
                     self.move(self.require(task_id), wanted, "deps_met" if wanted == "READY" else "deps_added")
         return self.get(task_id)
 
+    def _check_repo_move(self, row: dict[str, Any], repo_id: str) -> None:
+        """edit_task repo_id: a repo of the task's project, and a task whose work is not tied to its repo now."""
+        self._check_repo(row["project_id"], repo_id)
+        if row.get("best_of") or row.get("candidate_of"):
+            raise ConflictError(f"Task '{row['id']}' is part of a best-of-N task: its candidates work in repo "
+                                f"'{row['repo_id']}'. Create a new task with repo_id instead.")
+        if row["status"] in REPO_FIXED:
+            raise ConflictError(
+                f"Task '{row['id']}' is {row['status']}: its work is in repo '{row['repo_id']}' until it ends, so "
+                "its repo cannot change now. stop_task it first if it should run elsewhere."
+            )
+
     def stop(self, task_id: str) -> tuple[str, bool]:
-        """Block a task and kill its agent if one runs; returns (previous status, killed)."""
+        """Block a task and kill its agent if one runs; returns (previous status, killed). A best-of-N group's
+        candidates that have not ended are stopped with it."""
         row = self.require(task_id)
         if row["status"] not in STOPPABLE:
             raise ConflictError(
                 f"Task '{task_id}' is {row['status']}; only {', '.join(sorted(STOPPABLE))} tasks can be stopped."
             )
-        killed = self.engine.stop_run(task_id)
+        killed = False
+        if row.get("best_of"):
+            for member in candidates.rows(self.store, task_id):
+                if member["status"] in STOPPABLE:
+                    killed = self.stop(member["id"])[1] or killed
+        killed = self.engine.stop_run(task_id) or killed
         with self.store.transaction():
             self.move(self.require(task_id), "BLOCKED", "stopped", {"assigned_agent": None})
             if row["assigned_agent"]:
@@ -389,6 +434,9 @@ class Tasks:
         row = self.require(task_id)
         if row["status"] in CLAIMED:
             raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then restart_task.")
+        group = self.require(row["candidate_of"]) if row.get("candidate_of") else None
+        if row.get("best_of") and row["status"] != "DEFINED":
+            group = row  # a group that ended: its candidates that did not land run again
         new = self.entry_status(task_id)
         with self.store.transaction():
             if row["status"] == new:
@@ -398,13 +446,44 @@ class Tasks:
                 self.move(row, new, "restart", {"retry_count": 0, "assigned_agent": None, "resume_after": None})
             self.store.add_event("task.restarted", project_id=row["project_id"], task_id=task_id,
                                  payload={"from": row["status"], "to": new})
+            if group is not None:
+                self._reopen(group, restart_all=group is row)
         return row["status"], new
 
+    def _reopen(self, group: dict[str, Any], restart_all: bool) -> None:
+        """A restarted group or candidate: the group waits for its candidates again (DEFINED, no winner), and with
+        `restart_all` every candidate that did not land (held, or passed and not chosen) runs again."""
+        current = self.require(group["id"])
+        if current["status"] != "DEFINED":
+            self.move(current, "DEFINED", "restart", {"chosen": None}, override=True)
+        elif current["chosen"]:
+            self.store.db.execute("UPDATE tasks SET chosen = NULL WHERE id = ?", (group["id"],))
+        if not restart_all:
+            return
+        for member in candidates.rows(self.store, group["id"]):
+            if member["status"] in CLAIMED or member["status"] in QUEUED or member.get("landed_sha"):
+                continue
+            self.move(member, self.entry_status(member["id"]), "restart",
+                      {"retry_count": 0, "assigned_agent": None, "resume_after": None}, override=True)
+            self.store.add_event("task.restarted", project_id=member["project_id"], task_id=member["id"],
+                                 payload={"from": member["status"], "to": "READY"})
+
     def delete(self, task_id: str) -> builtins.list[TaskRef]:
-        """Delete a task; dependents lose the edge and are promoted if that was their last blocker."""
+        """Delete a task; dependents lose the edge and are promoted if that was their last blocker. A best-of-N
+        candidate's kept branch is discarded with it; a group goes with all its candidates."""
         row = self.require(task_id)
         if row["status"] in CLAIMED:
             raise ConflictError(f"Task '{task_id}' is {row['status']}. stop_task it first, then delete_task.")
+        members = candidates.rows(self.store, task_id) if row.get("best_of") else []
+        running = [m["id"] for m in members if m["status"] in CLAIMED]
+        if running:
+            raise ConflictError(f"Candidate(s) {', '.join(running)} of task '{task_id}' are running. stop_task them "
+                                "first, then delete_task.")
+        unblocked = []
+        for member in members:
+            unblocked += self.delete(member["id"])
+        if row.get("candidate_of") and row.get("branch") and not row.get("landed_sha"):
+            self.engine.discard_branch(self.get(task_id))  # the person asked: the kept branch goes too
         dependents = self._dependents(task_id)
         with self.store.transaction() as db:
             db.execute("DELETE FROM task_dependencies WHERE task_id = ? OR depends_on = ?", (task_id, task_id))
@@ -413,7 +492,7 @@ class Tasks:
             db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
             self.store.add_event("task.deleted", project_id=row["project_id"], task_id=task_id,
                                  payload={"title": row["title"]})
-            return self._promote(dependents)
+            return unblocked + self._promote(dependents)
 
     def approve(self, task_id: str) -> Task:
         row = self.require(task_id)

@@ -44,10 +44,12 @@ class Usage:
             raise InvalidInputError(f"since_hours must be greater than 0 (got {since_hours}).")
         if since_hours is not None:
             check_range("since_hours", since_hours, 0, MAX_HOURS)
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[object] = []
         if task_id is not None:
-            clauses.append("task_id = ?")
-            params.append(task_id)
+            # A best-of-N group's runs are its candidates' (design.md "Best of N"): every one counts toward it.
+            clauses.append("(task_id = ? OR task_id IN (SELECT id FROM tasks WHERE candidate_of = ?))")
+            params.extend((task_id, task_id))
             group: tuple[str, ...] = ("agent_id",)
         elif project_id is not None:
             clauses.append("project_id = ?")

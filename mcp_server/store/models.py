@@ -41,6 +41,7 @@ class Project(BaseModel):
     verify_command: str | None = Field(None, description="run on an agent's work before it lands")
     default_repo_id: str | None = Field(None, description="where tasks without repo_id run")
     merge_retries: int | None = Field(None, description="times a conflict or failing check is sent back (default 2)")
+    best_of_pick: Literal["smallest", "first"] | None = Field(None, description="best of N's winner (default smallest)")
     task_counts: dict[str, int] = Field(default_factory=dict)
     created_at: str
     updated_at: str
@@ -81,6 +82,18 @@ class PermissionRequest(BaseModel):
     answered_at: str | None = None
 
 
+class Candidate(BaseModel):
+    """One candidate of a best-of-N task (design.md "Best of N")."""
+
+    task_id: str
+    agent_id: str | None = Field(None, description="the agent it is pinned to, or that ran it")
+    status: TaskStatusName
+    outcome: Literal["running", "passed", "failed", "chosen", "not_chosen"]
+    lines_changed: int | None = None
+    reason: str | None = None
+    branch: str | None = Field(None, description="kept for review until the candidate is deleted")
+
+
 class Task(BaseModel):
     id: str
     project_id: str
@@ -102,6 +115,11 @@ class Task(BaseModel):
     reason: str | None = Field(None, description="why it is BLOCKED, FAILED or PAUSED")
     next_step: str | None = Field(None, description="what to do about it")
     parent_task_id: str | None = Field(None, description="the task whose agent queued this one")
+    best_of: int | None = Field(None, description="a best-of-N group: how many candidates run it")
+    pick: Literal["smallest", "first"] | None = None
+    chosen: str | None = Field(None, description="the candidate that landed")
+    candidate_of: str | None = Field(None, description="the best-of-N group this candidate belongs to")
+    candidates: list[Candidate] = Field(default_factory=list)
     pending_requests: list[PermissionRequest] = Field(default_factory=list,
                                                       description="the agent's questions waiting for answer_request")
     sandbox_denials: list[str] = Field(default_factory=list)  # what the OS sandbox refused its runs, newest first

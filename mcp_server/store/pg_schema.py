@@ -157,5 +157,15 @@ MERGE_BATCH = """
 ALTER TABLE repos ADD COLUMN merge_batch BIGINT;
 """
 
+# Version 15 (sqlite._m15_best_of_n): best of N, a group's candidates.
+BEST_OF_N = """
+ALTER TABLE tasks ADD COLUMN best_of BIGINT;
+ALTER TABLE tasks ADD COLUMN pick TEXT;
+ALTER TABLE tasks ADD COLUMN chosen TEXT;
+ALTER TABLE tasks ADD COLUMN candidate_of TEXT;
+ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
+CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N}

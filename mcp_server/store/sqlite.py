@@ -293,11 +293,22 @@ def _m14_merge_batch(db: sqlite_utils.Database) -> None:
     db.table("repos").add_column("merge_batch", int)
 
 
+def _m15_best_of_n(db: sqlite_utils.Database) -> None:
+    """Version 15: best of N (design.md "Best of N"): a group task's candidate count, how its winner is picked and
+    which candidate won; a candidate's group; how a project's groups pick their winner."""
+    db.table("tasks").add_column("best_of", int)
+    db.table("tasks").add_column("pick", str)
+    db.table("tasks").add_column("chosen", str)
+    db.table("tasks").add_column("candidate_of", str)
+    db.table("projects").add_column("best_of_pick", str)
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
     _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
-    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch]
+    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ... import paths
 from ...services.task_states import NEEDS_PERSON
@@ -71,6 +72,7 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         grid.add_row("depends on", shown(", ".join(task["depends_on"])))
     if task["dependents"]:
         grid.add_row("dependents", shown(", ".join(task["dependents"])))
+    _best_of_rows(grid, task)
     if result is not None:
         cost = f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
         took = f" · {duration(result['duration_s'])}" if result["duration_s"] is not None else ""
@@ -88,3 +90,14 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
     out.print(Text("description", style="dim"))
     out.print(shown(task["description"].strip()[:2000], multiline=True))
     return 0
+
+
+def _best_of_rows(grid: Any, task: dict[str, Any]) -> None:
+    """A best-of-N candidate's group, or a group's candidates: each one, how it did, and why."""
+    if task["candidate_of"]:
+        grid.add_row("candidate of", shown(task["candidate_of"]))
+    for candidate in task["candidates"]:
+        lines = f" · {candidate['lines_changed']} line(s)" if candidate["lines_changed"] is not None else ""
+        said = f"{candidate['task_id']} ({candidate['agent_id'] or 'any agent'}) {candidate['outcome']}{lines}"
+        grid.add_row("candidate", shown(said + (f": {candidate['reason']}" if candidate["reason"] else ""),
+                                        multiline=True))
