@@ -241,10 +241,9 @@ async def test_bad_candidates_are_refused_through_the_official_client_and_nothin
 
 
 @slow
+@pytest.mark.parametrize("store_backend", ["sqlite"])  # the terminal reads the home's SQLite file here
 async def test_a_hostile_title_and_agent_output_are_shown_escaped(svc: Services, tmp_path: Path,
                                                                  store_backend: str) -> None:
-    if store_backend == "postgres":
-        pytest.skip("the terminal reads the home's SQLite file here; what it shows does not depend on the backend")
     from agentqueue.cli.reads import open_store_for_reading, task as read_task
 
     from .cli_helpers import cli_env, cli_in_process
