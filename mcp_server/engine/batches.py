@@ -76,7 +76,7 @@ class Batches:
             size = 1  # the repo is gone: its landing says so, one by one
         members = self._members(leader, order, size) if size > 1 else []
         if len(members) > 1:
-            with self.queue._store_lock(repo.id):
+            with self.queue.store_lock(repo.id):
                 self._land_batch(repo, members)
         if leader.settled is not None:
             return leader.settled
@@ -134,10 +134,10 @@ class _Run:
         self.repo = repo
         self.leader = members[0]
         self.main = gitops.Checkout(batches.workspaces.checkout_of(repo), known=True)
-        self.remote = batches.queue.team.shared and self.main.remote_url() is not None
+        self.remote = batches.queue.remote(self.main)
         # The repo's declaration on its default branch now: its checks, as one by one, run with the leader's port;
         # its copied files and setup command, applied to the batch worktree as to a task's.
-        self.config: RepoConfig | None = self.queue._declaration(self.leader.task, repo)
+        self.config: RepoConfig | None = self.queue.declared(self.leader.task, repo)
         self.checks: list[Check] = self.queue.checks(self.leader.task, self.config)
         self.path = batches.workspaces.root / repo.id / BATCH_DIR
         self.tree: gitops.Checkout | None = None
@@ -176,7 +176,7 @@ class _Run:
 
         included = group
         for attempt in range(1, ROUNDS + 1):
-            target = self.queue._target(self.worktree(), self.repo, self.remote)
+            target = self.queue.target(self.worktree(), self.repo, self.remote)
             commit, included = self.combine(target, included)
             if commit is None:
                 return _Tried("left", [])
@@ -184,10 +184,10 @@ class _Run:
             self.ready()
             self.check_runs += 1
             workspace = Workspace(self.path, None, self.repo)
-            failure = self.queue._run_checks(self.leader.task, workspace, self.checks, self.leader.port_env)
+            failure = self.queue.run_checks(self.leader.task, workspace, self.checks, self.leader.port_env)
             if failure:
                 return _Tried("failed", included, failure)
-            if self.queue._move(self.main, self.worktree(), self.repo, commit, target, self.remote):
+            if self.queue.move(self.main, self.worktree(), self.repo, commit, target, self.remote):
                 self.landed(included, target, commit)
                 return _Tried("landed", included)
             log.info("%s of %s moved while a batch was checked (round %d): combining again", self.repo.default_branch,
@@ -234,7 +234,7 @@ class _Run:
                                     payload={"repo_id": self.repo.id, "size": len(group), "commit": commit,
                                              "tasks": ids})
                     self.batches.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, commit),
-                                                     details={**self.queue._where(queued.workspace),
+                                                     details={**self.queue.where(queued.workspace),
                                                               "files": len(queued.read.files), "batch": len(group)})
             except ServiceError as error:  # stopped while the batch was checked: its row was moved already
                 log.warning("task %s landed in a batch but could not be marked COMPLETED: %s", task.id, error)
@@ -245,14 +245,14 @@ class _Run:
         with the check's output, or BLOCKED when its retries are spent (merge_queue.py)."""
         assert culprit.workspace.branch is not None
         tree = gitops.Checkout(culprit.workspace.path, known=True)
-        target = self.queue._target(tree, self.repo, self.remote)
-        landed = self.queue._landed_since(tree, target)
-        conflicts = self.queue._update(tree, self.repo, culprit.workspace.branch, target)
+        target = self.queue.target(tree, self.repo, self.remote)
+        landed = self.queue.landed_since(tree, target)
+        conflicts = self.queue.update(tree, self.repo, culprit.workspace.branch, target)
         self.queue.log_line(culprit.task.id, "[merge queue] the culprit of its batch: the checks fail with its work")
         if conflicts:
-            self.queue._conflict(culprit, tree, target, conflicts, landed)
+            self.queue.conflicted(culprit, tree, target, conflicts, landed)
         else:
-            self.queue._check_failed(culprit, failure, landed)
+            self.queue.check_failed(culprit, failure, landed)
         culprit.settled = False
 
     # -- the batch's worktree ----------------------------------------------------------------------------

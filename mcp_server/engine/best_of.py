@@ -70,13 +70,13 @@ class BestOfN:
     def _checked(self, task: Task, workspace: Workspace, repo: Repo, tree: gitops.Checkout,
                  main: gitops.Checkout) -> dict[str, Any]:
         assert workspace.branch is not None
-        target = self.queue._target(tree, repo, self._remote(main))
-        conflicts = self.queue._update(tree, repo, workspace.branch, target)
+        target = self.queue.target(tree, repo, self.queue.remote(main))
+        conflicts = self.queue.update(tree, repo, workspace.branch, target)
         if conflicts:
             abort_merge(tree)
             return {"reason": f"it conflicts with '{repo.default_branch}' in {', '.join(conflicts)}"}
-        config = self.queue._declaration(task, repo)  # the default branch's checks, never the candidate's own
-        failure = self.queue._run_checks(task, workspace, self.queue.checks(task, config),
+        config = self.queue.declared(task, repo)  # the default branch's checks, never the candidate's own
+        failure = self.queue.run_checks(task, workspace, self.queue.checks(task, config),
                                          config.port_env if config else None)
         if failure:
             return {"reason": f"{failure['summary']}: {failure['output']}"}
@@ -113,7 +113,7 @@ class BestOfN:
         if repo_id is None:
             return None  # deleted meanwhile
         # One decision at a time: in this daemon, and in team mode across daemons (the repo's landing lease).
-        with self._deciding, self.queue._store_lock(repo_id):
+        with self._deciding, self.queue.store_lock(repo_id):
             group = self.store.one("SELECT * FROM tasks WHERE id = ?", (group_id,))
             if group is None:
                 return None
@@ -150,12 +150,12 @@ class BestOfN:
             workspace = self.workspaces.prepare(repo, task.id, task.title, task.branch)
         tree = gitops.Checkout(workspace.path, known=True)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
-        remote = self._remote(main)
+        remote = self.queue.remote(main)
         tip, checked_on = checked.get("tip"), checked.get("target")
         why = f"'{repo.default_branch}' moved during each of {ROUNDS} rounds of checks"
         try:
             for _ in range(ROUNDS):
-                target = self.queue._target(tree, repo, remote)
+                target = self.queue.target(tree, repo, remote)
                 head = tree.run("rev-parse", "--verify", "HEAD")
                 if head != tip or target != checked_on:  # something landed since its check: check it again
                     outcome = self._checked(task, workspace, repo, tree, main)
@@ -164,8 +164,8 @@ class BestOfN:
                         break
                     tip, checked_on = outcome["tip"], outcome["target"]
                 # One commit on the default branch with exactly the checked tree, as the merge queue lands.
-                onto = self.queue._one_commit(tree, repo, task, tip, checked_on)
-                if self.queue._move(main, tree, repo, onto, checked_on, remote):
+                onto = self.queue.one_commit(tree, repo, task, tip, checked_on)
+                if self.queue.move(main, tree, repo, onto, checked_on, remote):
                     with self.store.transaction():
                         self.store.db.execute("UPDATE tasks SET base_sha = ?, landed_sha = ? WHERE id = ?",
                                               (checked_on, onto, task.id))
@@ -258,8 +258,6 @@ class BestOfN:
         except ServiceError as error:
             log.warning("could not discard the branch of %s: %s", task.id, error)
 
-    def _remote(self, main: gitops.Checkout) -> bool:
-        return self.services.team.shared and main.remote_url() is not None
 
 
 def lines_changed(tree: gitops.Checkout, base: str, tip: str) -> int:

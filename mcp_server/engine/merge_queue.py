@@ -131,7 +131,7 @@ class MergeQueue:
         assert repo is not None and workspace.branch is not None
         if not self.lifecycle.running(task.id):
             return False  # stopped while it waited
-        with self._store_lock(repo.id):
+        with self.store_lock(repo.id):
             if not self.lifecycle.running(task.id):
                 return False
             with self.store.transaction():
@@ -140,7 +140,7 @@ class MergeQueue:
             try:
                 return self._land(queued, repo)
             except ServiceError as error:
-                self.lifecycle.blocked(task.id, "merge_failed", {**self._where(workspace), "error": str(error)})
+                self.lifecycle.blocked(task.id, "merge_failed", {**self.where(workspace), "error": str(error)})
                 return False
 
     def _land(self, queued: Queued, repo: Repo) -> bool:
@@ -148,17 +148,17 @@ class MergeQueue:
         assert workspace.branch is not None
         tree = gitops.Checkout(workspace.path, known=True)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
-        remote = self.team.shared and main.remote_url() is not None
-        checks = self.checks(task, self._declaration(task, repo))
+        remote = self.remote(main)
+        checks = self.checks(task, self.declared(task, repo))
         for attempt in range(1, ROUNDS + 1):
-            target = self._target(tree, repo, remote)
-            landed = self._landed_since(tree, target)
-            conflicts = self._update(tree, repo, workspace.branch, target)
+            target = self.target(tree, repo, remote)
+            landed = self.landed_since(tree, target)
+            conflicts = self.update(tree, repo, workspace.branch, target)
             if conflicts:
-                return self._conflict(queued, tree, target, conflicts, landed)
-            failure = self._run_checks(task, workspace, checks, queued.port_env)
+                return self.conflicted(queued, tree, target, conflicts, landed)
+            failure = self.run_checks(task, workspace, checks, queued.port_env)
             if failure:
-                return self._check_failed(queued, failure, landed)
+                return self.check_failed(queued, failure, landed)
             # Changes to protected paths wait for a person, once they pass (work that fails is sent back first).
             hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch,
                                           queued.read.touched, queued.read.rules)
@@ -166,23 +166,23 @@ class MergeQueue:
                 self.landing.hold(task, workspace, hold)
                 return False
             tested = tree.run("rev-parse", "--verify", "HEAD")
-            onto = self._one_commit(tree, repo, task, tested, target)
-            if self._move(main, tree, repo, onto, target, remote):
+            onto = self.one_commit(tree, repo, task, tested, target)
+            if self.move(main, tree, repo, onto, target, remote):
                 files = queued.read.files
                 self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(target, onto),
-                                         details={**self._where(workspace), "files": len(files)})
+                                         details={**self.where(workspace), "files": len(files)})
                 queued.landed_tip = tested
                 return True
             log.info("%s of %s moved while %s was checked (round %d): updating and checking again",
                      repo.default_branch, repo.id, task.id, attempt)
         self.lifecycle.blocked(task.id, "merge_failed", {
-            **self._where(workspace),
+            **self.where(workspace),
             "error": f"'{repo.default_branch}' moved during each of {ROUNDS} rounds of checks; the branch keeps the "
                      "work, checked on the last one"})
         return False
 
     @staticmethod
-    def _one_commit(tree: gitops.Checkout, repo: Repo, task: Task, tested: str, target: str) -> str:
+    def one_commit(tree: gitops.Checkout, repo: Repo, task: Task, tested: str, target: str) -> str:
         """What the default branch moves to: one commit on top of `target` whose tree is exactly the tested one, so
         every first-parent commit the queue lands passed the checks (a task's own work-in-progress commits stay on
         the side): a merge of the task's branch (parents: the default branch, then the tested tip), or in a repo
@@ -197,7 +197,11 @@ class MergeQueue:
         return tree.run_as_author("commit-tree", f"{tested}^{{tree}}", "-p", target, "-p", tested, "-m",
                                   f"Merge task {task.id}: {task.title}")
 
-    def _target(self, tree: gitops.Checkout, repo: Repo, remote: bool) -> str:
+    def remote(self, main: gitops.Checkout) -> bool:
+        """Whether landings in the repo of checkout `main` go through its origin (team mode, with an origin)."""
+        return self.team.shared and main.remote_url() is not None
+
+    def target(self, tree: gitops.Checkout, repo: Repo, remote: bool) -> str:
         """Where the default branch is now: the local one, or origin's in team mode (fetched)."""
         if remote:
             tracking = f"refs/remotes/origin/{repo.default_branch}"
@@ -206,7 +210,7 @@ class MergeQueue:
         return tree.run("rev-parse", "--verify", f"refs/heads/{repo.default_branch}")
 
     @staticmethod
-    def _landed_since(tree: gitops.Checkout, target: str) -> tuple[int, str]:
+    def landed_since(tree: gitops.Checkout, target: str) -> tuple[int, str]:
         """(how many, the newest LANDED_SHOWN one-line entries) of the commits on the default branch that the
         task's branch lacks: what landed since it started (or was last brought up to date)."""
         count = int(tree.run("rev-list", "--count", f"HEAD..{target}") or 0)
@@ -214,7 +218,7 @@ class MergeQueue:
         return count, lines
 
     @staticmethod
-    def _update(tree: gitops.Checkout, repo: Repo, branch: str, target: str) -> list[str]:
+    def update(tree: gitops.Checkout, repo: Repo, branch: str, target: str) -> list[str]:
         """Bring the task's branch up to date with `target` in its worktree; the conflicting files, or [] when it
         is (the merge of a conflict is left in progress for the agent)."""
         try:
@@ -235,7 +239,7 @@ class MergeQueue:
                 # A conflict mid-rebase is left to the agent as a merge: one state to resolve, not a commit series.
         return leave_merge(tree, target, repo.default_branch, branch)
 
-    def _run_checks(self, task: Task, workspace: Workspace, checks: list[Check],
+    def run_checks(self, task: Task, workspace: Workspace, checks: list[Check],
                     port_env: str | None = None) -> dict[str, Any] | None:
         """The checks on the updated branch in its worktree, inside the sandbox (as a verify command runs), in order
         and with the task's port; the first failure, or None when all passed."""
@@ -259,7 +263,7 @@ class MergeQueue:
                             "output": bounded((outcome.stdout or "") + (outcome.stderr or ""))}
         return None
 
-    def _declaration(self, task: Task, repo: Repo) -> RepoConfig | None:
+    def declared(self, task: Task, repo: Repo) -> RepoConfig | None:
         """The repo's declaration on its default branch now (the checks that judge the work are never the task
         branch's); a declaration that cannot be read falls back to the project's verify command, and the task
         log says why."""
@@ -269,7 +273,7 @@ class MergeQueue:
             self.log_line(task.id, f"[repo_config] {error}")
             return None
 
-    def _move(self, main: gitops.Checkout, tree: gitops.Checkout, repo: Repo, new: str, target: str,
+    def move(self, main: gitops.Checkout, tree: gitops.Checkout, repo: Repo, new: str, target: str,
               remote: bool) -> bool:
         """The default branch to exactly `new` if it is still at `target`; False when it moved meanwhile."""
         default = repo.default_branch
@@ -288,7 +292,7 @@ class MergeQueue:
         return moved
 
     # -- sending work back -------------------------------------------------------------------------------
-    def _conflict(self, queued: Queued, tree: gitops.Checkout, target: str, conflicts: list[str],
+    def conflicted(self, queued: Queued, tree: gitops.Checkout, target: str, conflicts: list[str],
                   landed: tuple[int, str]) -> bool:
         task, workspace = queued.task, queued.workspace
         repo = workspace.repo
@@ -299,12 +303,12 @@ class MergeQueue:
         if not sent:
             abort_merge(tree)
             self.lifecycle.blocked(task.id, "merge_conflict", {
-                **self._where(workspace), "conflicts": conflicts,
+                **self.where(workspace), "conflicts": conflicts,
                 "message": f"The task branch conflicts with '{repo.default_branch}' in {', '.join(conflicts)}; "
                            "the merge was aborted and the branch kept for you to resolve."})
         return False
 
-    def _check_failed(self, queued: Queued, failure: dict[str, Any], landed: tuple[int, str]) -> bool:
+    def check_failed(self, queued: Queued, failure: dict[str, Any], landed: tuple[int, str]) -> bool:
         task, workspace = queued.task, queued.workspace
         repo = workspace.repo
         assert repo is not None
@@ -341,8 +345,8 @@ class MergeQueue:
         tree = gitops.Checkout(workspace.path, known=True)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         try:
-            target = self._target(tree, repo, self.team.shared and main.remote_url() is not None)
-            landed = self._landed_since(tree, target)
+            target = self.target(tree, repo, self.remote(main))
+            landed = self.landed_since(tree, target)
             conflicts = leave_merge(tree, target, repo.default_branch, workspace.branch)
             if not conflicts:
                 return False
@@ -355,7 +359,7 @@ class MergeQueue:
         abort_merge(tree)
         return False
 
-    def _where(self, workspace: Workspace) -> dict[str, Any]:
+    def where(self, workspace: Workspace) -> dict[str, Any]:
         repo = workspace.repo
         assert repo is not None
         return {"repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
@@ -363,7 +367,7 @@ class MergeQueue:
 
     # -- team mode ---------------------------------------------------------------------------------------
     @contextmanager
-    def _store_lock(self, repo_id: str) -> Iterator[None]:
+    def store_lock(self, repo_id: str) -> Iterator[None]:
         """Team mode: one landing with checks per repo at a time across the daemons, by a lease in the store held
         by a live daemon (a dead one's lapses with its lease). One daemon: its lanes are enough."""
         if not self.store.shared:
