@@ -248,7 +248,8 @@ def test_a_killed_daemons_run_is_taken_over_after_its_lease_and_lands_once(tmp_p
         h.a.process.send_signal(signal.SIGKILL)
         h.a.process.wait(timeout=10)
         orphan = h.run["pid"]
-        assert alive(orphan), "the agent outlives its daemon until another daemon takes the run over"
+        # The sandboxed agent dies with its daemon (bwrap --die-with-parent); right after the kill it may still be a
+        # zombie nobody reaped yet, so whether it looks alive here is a race. What counts: it never runs on.
         h.go.touch()  # from now on a run of the agent finishes: only the takeover's run may land
         wait_until(lambda: not alive(orphan), 30, "daemon b to stop the dead daemon's agent after the lease")
         done = task_end(h.store, h.task)
