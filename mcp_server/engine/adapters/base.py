@@ -40,9 +40,12 @@ class RunResult:
     status: Literal["completed", "failed"]
     summary: str = ""
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: it used tokens of a model whose price is unknown
     error_type: str | None = None
     error_message: str | None = None
+    # The run ended without the CLI's final accounting (killed, stopped, timed out, or died): tokens and cost are
+    # what its stream showed it had used up to then.
+    partial: bool = False
 
 
 @dataclass
