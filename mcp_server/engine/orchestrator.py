@@ -319,11 +319,12 @@ class Engine:
                 result = await runner
                 tg.cancel_scope.cancel()
         duration = time.monotonic() - started
-        log.info("run of %s ended: %s%s after %.1f s, %d tokens, $%.4f", task_id, result.status,
+        log.info("run of %s ended: %s%s after %.1f s, %d tokens%s, $%s", task_id, result.status,
                  f" ({result.error_type})" if result.error_type else "", duration,
-                 int(result.tokens.get("total", 0)), result.cost_usd or 0)
+                 int(result.tokens.get("total", 0)), " (partial)" if result.partial else "",
+                 "?" if result.cost_usd is None else f"{result.cost_usd:.4f}")
         if self.shutting_down and handle.stop_reason == "killed":
-            await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
+            await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace, agent, result)
             return
         queued = await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration,
                                                 ready.readiness)
@@ -473,6 +474,7 @@ class Engine:
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
+            self.lifecycle.record_usage(task.id, agent.id, result)  # not its tokens: those were used
             return None
         read = BranchReads()
         if workspace.repo is not None:
@@ -589,7 +591,8 @@ class Engine:
                         + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
         return None
 
-    def _requeue_after_shutdown(self, task: Task, workspace: Workspace) -> None:
+    def _requeue_after_shutdown(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult) -> None:
+        self.lifecycle.record_usage(task.id, agent.id, result)  # no attempt, but what it used is paid for
         save_wip(self.workspaces, workspace, task.id, self.team.shared)
         self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
 

@@ -167,5 +167,13 @@ ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
 CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
 """
 
+# Version 18 (sqlite._m18_partial_runs; the 16th until merged after 16 and 17): runs paid for up to where they
+# stopped, marked partial.
+PARTIAL_RUNS = """
+ALTER TABLE token_ledger ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE task_results ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N,
+                           16: PARTIAL_RUNS}
