@@ -6,7 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done"]
+# "usage": a model response has ended and its usage is complete in the stream (Claude's message_delta).
+EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done", "usage"]
 
 TOKEN_KEYS = ("input", "output", "cache_read", "cache_write", "total")
 

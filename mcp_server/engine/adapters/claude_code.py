@@ -122,8 +122,7 @@ class ClaudeCodeParser:
             return [AgentEvent("text", line.rstrip())] if line.strip() else []
         kind = event.get("type")
         if kind == "stream_event":
-            self._stream_usage(event)
-            return []
+            return self._stream_usage(event)
         if kind == "assistant":
             message = event.get("message") or {}
             self.usage.see(message.get("id"), message.get("model"), message.get("usage"))
@@ -160,13 +159,15 @@ class ClaudeCodeParser:
             return [AgentEvent("control", data=event)]
         return []
 
-    def _stream_usage(self, event: dict[str, Any]) -> None:
+    def _stream_usage(self, event: dict[str, Any]) -> list[AgentEvent]:
         inner = event.get("event") or {}
         if inner.get("type") == "message_start":
             message = inner.get("message") or {}
             self.usage.see(message.get("id"), message.get("model"), message.get("usage"))
         elif inner.get("type") == "message_delta":
             self.usage.see(event.get("api_message_id"), None, inner.get("usage"))
+            return [AgentEvent("usage")]  # the response is whole: a kill now leaves nothing of it uncounted
+        return []
 
     def _tokens(self) -> dict[str, int]:
         assert self.result is not None
