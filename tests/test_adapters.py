@@ -213,3 +213,24 @@ def test_a_gemini_run_without_its_result_is_partial() -> None:
         parser.feed(line)
     result = parser.finish(-15)
     assert result.partial and result.tokens["total"] == 0  # Gemini reports usage only in its result
+
+
+@pytest.mark.anyio
+async def test_a_claude_process_that_dies_without_its_result_keeps_what_it_used(tmp_path: Path) -> None:
+    """Not killed: a process that prints a run's stream up to its third request, then exits with an error and no
+    result event. The runner's result holds the two responses' usage, partial; nothing was cut short by us."""
+    import sys
+
+    from agentqueue.engine.runner import RunHandle, run_agent
+    from agentqueue.engine.watchdog import WatchdogLimits
+    from agentqueue.engine.adapters.base import RunSpec
+
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text("\n".join(without_result("claude_stream_killed_partial_messages.jsonl")) + "\n")
+    script = f"import sys; sys.stdout.write(open({str(stream)!r}).read()); sys.stdout.flush(); sys.exit(1)"
+    spec = RunSpec(argv=[sys.executable, "-c", script], stdin=None)
+    handle = RunHandle()
+    result = await run_agent(spec, tmp_path, PARSERS["claude-code"](), handle, tmp_path / "task.log",
+                             WatchdogLimits(stall_seconds=30, timeout_seconds=60))
+    assert handle.stop_reason is None and result.error_type == "crashed" and "(1)" in result.error_message
+    assert result.partial and result.tokens["total"] == 434 and result.cost_usd == pytest.approx(0.00299)

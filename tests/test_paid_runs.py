@@ -123,3 +123,20 @@ async def test_a_run_killed_as_a_loop_is_paid_for(queue: Services, mock_api: Moc
     await run_until(engine_for(queue), lambda: queue.tasks.get(task.id).status in ("BLOCKED", "COMPLETED"),
                     timeout=180)
     assert_paid_for(queue, mock_api, task.id, "LOOPED", "loop")
+
+
+async def test_a_run_the_daemons_shutdown_stopped_is_paid_for_though_it_is_no_attempt(
+        queue: Services, mock_api: MockAnthropic) -> None:
+    """Shutdown requeues the task without counting an attempt (it runs again later); what it used is in the ledger."""
+    task = queue.tasks.create("demo", "Shut down", f"{BUSY} SHUTDOWN", repo_id="app")
+    engine = engine_for(queue)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        await wait_for_hang(mock_api, "SHUTDOWN")
+        await engine.shutdown()
+        tg.cancel_scope.cancel()
+    assert queue.tasks.get(task.id).status == "READY" and queue.tasks.results(task.id) == (0, None)
+    served = mock_api.served_tokens("SHUTDOWN")
+    [row] = ledger_rows(queue, task.id)
+    assert served["total"] > 0 and {k: row[k] for k in served} == served and row["partial"] == 1
+    assert row["cost_usd"] == pytest.approx(served_cost(mock_api, "SHUTDOWN"))
