@@ -89,6 +89,9 @@ async def test_a_stalled_run_is_paid_for_and_its_project_budget_counts_it(queue:
     shown = run_cli(env, "usage", "--project", "demo")
     assert shown.returncode == 0, shown.stderr
     assert f"{row['total']:,}" in shown.stdout and "includes 1 partial run(s)" in shown.stdout
+    task_shown = run_cli(env, "show", task.id)
+    assert task_shown.returncode == 0, task_shown.stderr
+    assert f"{row['total']:,} tokens" in task_shown.stdout and "partial: counted up to where" in task_shown.stdout
 
 
 async def test_a_run_stopped_by_stop_task_is_paid_for(queue: Services, mock_api: MockAnthropic) -> None:
