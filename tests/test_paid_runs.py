@@ -63,9 +63,9 @@ async def wait_for_hang(mock: MockAnthropic, marker: str, requests: int = 3, tim
 async def test_a_stalled_run_is_paid_for_and_its_project_budget_counts_it(queue: Services,
                                                                          mock_api: MockAnthropic) -> None:
     task = queue.tasks.create("demo", "Stalls", f"{BUSY} STALLED", repo_id="app", max_retries=0)
-    engine = engine_for(queue, stall=3)
+    engine = engine_for(queue, stall=10)  # longer than a loaded machine takes to start the CLI
     await run_until(engine, lambda: queue.tasks.get(task.id).status in ("BLOCKED", "COMPLETED"), timeout=120)
-    assert "no output for 3 s: stalled; killing" in engine.log_path(task.id).read_text()
+    assert "no output for 10 s: stalled; killing" in engine.log_path(task.id).read_text()
     row = assert_paid_for(queue, mock_api, task.id, "STALLED", "stalled")
 
     # The budget: the project's rolling 24 h window holds the partial run, and at that limit nothing more starts.
