@@ -10,6 +10,7 @@ task_states, failures and system import nothing heavy.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,14 +36,27 @@ TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write", "total")
 
 def open_store_for_reading(home: Path) -> Store:
     """The home's store for a read: refuses (rather than creating an empty one) when there is none."""
-    from .. import settings
     from .output import CliError
     from ..store.reader import open_read_store
 
     if not paths.db_path(home).exists():
         raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
                        "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
-    return open_read_store(paths.db_path(home), settings.load(home).database_url)
+    return open_read_store(paths.db_path(home), read_settings_url(home))
+
+
+def read_settings_url(home: Path) -> str | None:
+    """The store's URL for a read. A bad value elsewhere in config.toml is said once on stderr (the daemon keeps
+    running on the settings it has) and does not stop the read."""
+    from .. import settings
+    from ..visible import visible
+
+    try:
+        return settings.load(home).database_url
+    except settings.ConfigError as error:
+        print(f"agentqueue: {visible(str(error), multiline=True)} (`agentqueue doctor` checks the file.)",
+              file=sys.stderr)
+        return settings.store_url(home)
 
 
 def _task_row(store: Store, task_id: str) -> dict[str, Any]:
