@@ -19,7 +19,7 @@ from .. import paths
 from ..services import candidates
 from ..services.errors import NotFoundError
 from ..services.failures import error_report
-from ..services.system import System
+from ..services.system import System, task_warning
 from ..services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
 from ..store.base import Store
 
@@ -28,7 +28,7 @@ TASK_FIELDS = ("id", "project_id", "title", "description", "status", "priority",
                "assigned_agent", "agent_type", "depends_on", "dependents", "retry_count", "max_retries",
                "requires_approval", "pr_url", "resume_after", "reason", "next_step", "parent_task_id",
                "best_of", "pick", "chosen", "candidate_of", "candidates",
-               "pending_requests", "sandbox_denials", "created_at", "updated_at")
+               "pending_requests", "sandbox_denials", "warning", "created_at", "updated_at")
 REQUEST_FIELDS = ("id", "task_id", "project_id", "agent_id", "tool", "input", "action", "description",
                   "suggested_rule", "status", "decided_by", "message", "created_at", "expires_at", "answered_at")
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write", "total")
@@ -119,6 +119,7 @@ def task(store: Store, task_id: str) -> dict[str, Any]:
             "SELECT task_id FROM task_dependencies WHERE depends_on = ? ORDER BY task_id", (task_id,))],
         "requires_approval": bool(row["requires_approval"]), "pending_requests": pending, "sandbox_denials": refused,
         "candidates": candidates.listing(store, row) if row.get("best_of") else [],
+        "warning": task_warning(store, row),
     }
     return {k: extra[k] if k in extra else row.get(k) for k in TASK_FIELDS}
 
