@@ -51,8 +51,9 @@ FOLLOWUP = {"title": "Follow-up from the agent", "description": "SCENARIO:follow
 def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) -> list[tuple[str, Any]]:
     """What the model answers in a scenario: text, or a tool call (once, or until the tool has answered)."""
     blocks: list[tuple[str, Any]]
-    if scenario == "loop":
-        blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo same", "description": "again"}})]
+    if scenario in ("loop", "busy_then_hang"):  # the same call each time (busy_then_hang's last request hangs)
+        command = "echo same" if scenario == "loop" else "echo working"
+        blocks = [("tool_use", {"name": "Bash", "input": {"command": command, "description": "again"}})]
     elif scenario == "hook_create_task" and not answered_tool:
         blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": HOOK_TASK})]
     elif scenario == "run_cmd":
@@ -75,8 +76,6 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
             blocks = [("text", "Results: " + " | ".join(results))]
     elif scenario == "write_tool" and not answered_tool:
         blocks = [("tool_use", {"name": "Write", "input": {"file_path": "written.txt", "content": "written\n"}})]
-    elif scenario == "busy_then_hang":
-        blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo working", "description": "work"}})]
     elif scenario == "ping_pong":
         word = "ping" if len(_tool_results(messages)) % 2 == 0 else "pong"
         blocks = [("tool_use", {"name": "Bash", "input": {"command": f"echo {word}", "description": word}})]

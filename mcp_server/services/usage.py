@@ -20,7 +20,7 @@ _KEYS = ("input", "output", "cache_read", "cache_write", "total", "cost_usd", *_
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: int(row.get(k) or 0) for k in _KEYS}
+    out: dict[str, int | float] = {k: int(row.get(k) or 0) for k in _KEYS}
     out["cost_usd"] = round(float(row.get("cost_usd") or 0), 6)
     return {k: v for k, v in out.items() if v or k not in _MARKS}
 

@@ -124,18 +124,7 @@ class ClaudeCodeParser:
         if kind == "stream_event":
             return self._stream_usage(event)
         if kind == "assistant":
-            message = event.get("message") or {}
-            self.usage.see(message.get("id"), message.get("model"), message.get("usage"))
-            if event.get("error"):
-                self.error_code = event["error"]
-            out = []
-            for block in message.get("content") or []:
-                if block.get("type") == "text" and block.get("text"):
-                    self.texts.append(block["text"])
-                    out.append(AgentEvent("text", block["text"]))
-                elif block.get("type") == "tool_use":
-                    out.append(AgentEvent("tool_call", tool=block.get("name"), args=block.get("input")))
-            return out
+            return self._assistant(event)
         if kind == "user":
             content = (event.get("message") or {}).get("content")
             if isinstance(content, list):
@@ -158,6 +147,21 @@ class ClaudeCodeParser:
         if kind == "control_request":
             return [AgentEvent("control", data=event)]
         return []
+
+    def _assistant(self, event: dict[str, Any]) -> list[AgentEvent]:
+        """One completed content block of a model response (text or a tool call), and that response's usage."""
+        message = event.get("message") or {}
+        self.usage.see(message.get("id"), message.get("model"), message.get("usage"))
+        if event.get("error"):
+            self.error_code = event["error"]
+        out = []
+        for block in message.get("content") or []:
+            if block.get("type") == "text" and block.get("text"):
+                self.texts.append(block["text"])
+                out.append(AgentEvent("text", block["text"]))
+            elif block.get("type") == "tool_use":
+                out.append(AgentEvent("tool_call", tool=block.get("name"), args=block.get("input")))
+        return out
 
     def _stream_usage(self, event: dict[str, Any]) -> list[AgentEvent]:
         inner = event.get("event") or {}

@@ -75,8 +75,8 @@ def message_cost(model: str | None, usage: dict[str, Any]) -> float | None:
         return None
     count = {k: int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens", "cache_read_input_tokens",
                                                    "cache_creation_input_tokens")}
-    split = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else {}
-    hour = int(split.get("ephemeral_1h_input_tokens") or 0)
+    split = usage.get("cache_creation")
+    hour = int(split.get("ephemeral_1h_input_tokens") or 0) if isinstance(split, dict) else 0
     prompt = count["input_tokens"] + count["cache_read_input_tokens"] + count["cache_creation_input_tokens"]
     rates = price.long if price.long and price.long_over and prompt > price.long_over else price.rates
     dollars = (count["input_tokens"] * rates.input + count["output_tokens"] * rates.output
