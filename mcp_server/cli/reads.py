@@ -42,7 +42,12 @@ def open_store_for_reading(home: Path) -> Store:
     if not paths.db_path(home).exists():
         raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
                        "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
-    return open_read_store(paths.db_path(home), settings.load(home).database_url)
+    try:
+        database_url = settings.load(home).database_url
+    except settings.ConfigError as error:  # a running daemon keeps its settings; a read says what to fix
+        raise CliError(f"{error} Fix it to read the queue here; `agentqueue doctor` says what the daemon runs "
+                       "with.") from None
+    return open_read_store(paths.db_path(home), database_url)
 
 
 def _task_row(store: Store, task_id: str) -> dict[str, Any]:
