@@ -95,7 +95,7 @@ class Daemon:
         self.stopping = anyio.Event()
         self.restart_requested = False
         self._tasks: anyio.abc.TaskGroup | None = None  # the daemon's task group, while it serves
-        self.reload_every = settings_reload.DEFAULT_RELOAD_SECONDS  # how often config.toml and policy.toml are looked at
+        self.reload_every = settings_reload.DEFAULT_RELOAD_SECONDS  # how often config.toml and policy.toml are read
 
     async def run(self) -> None:
         self.reload_every = settings_reload.reload_seconds()  # a bad AGENTQUEUE_RELOAD_SECONDS stops here, clearly
