@@ -98,7 +98,8 @@ def check_config(home: Path) -> tuple[list[Check], settings.Settings]:
     try:
         loaded = settings.load(home)
     except settings.ConfigError as error:
-        fix = f"Fix it in {path} or the environment (the daemon refuses to start with it)."
+        fix = (f"Fix it in {path} or the environment (a daemon refuses to start with it; a running one keeps the "
+               "settings it has until the file is valid).")
         return [Check("settings", "fail", str(error), fix)], settings.Settings()
     if path.exists():
         return [Check("config.toml", "ok", f"{path} is valid")], loaded
