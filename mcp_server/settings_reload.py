@@ -218,7 +218,8 @@ class Reloader:
         if not announce:
             return
         overridden = [k for k in names if self._env_override(k)]
-        applied = [k for k in names if k not in restart and k not in overridden]
+        applied = [k for k in names if k not in RESTART_NEEDED and k not in overridden]
+        back = [k for k in names if k in RESTART_NEEDED and k not in restart and k not in overridden]
         if applied:
             log.info("config.toml changed: %s; new runs use it", ", ".join(applied))
         for key in overridden:
@@ -226,6 +227,8 @@ class Reloader:
         for key in fresh:
             log.warning("restart needed: %s changed in config.toml (%s); the daemon keeps the old value until "
                         "%s", key, RESTART_NEEDED[key], RESTART_COMMAND)
+        if back:
+            log.info("config.toml: %s is back to the value the daemon runs with; no restart needed", ", ".join(back))
         if not names:
             log.info("config.toml was rewritten with the same settings")
 

@@ -97,6 +97,7 @@ def test_a_key_that_needs_a_restart_keeps_its_value_and_says_so(tmp_path: Path,
     write(tmp_path / "config.toml", '[server]\nport = 8765\n[engine]\npoll_seconds = 2\n')  # put back
     watcher.check()
     assert settings_reload.read_status(tmp_path)["restart_needed"] == []
+    assert "server.port is back to the value the daemon runs with" in caplog.text
 
 
 def test_a_variable_that_overrides_an_edited_key_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
