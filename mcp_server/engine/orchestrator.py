@@ -494,7 +494,7 @@ class Engine:
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
-            self.lifecycle.record_usage(task.id, agent.id, result)  # not its tokens: those were used
+            self._paid_for(task, agent, result)  # not its result: the tokens it used were spent all the same
             return None
         read = BranchReads()
         if workspace.repo is not None:
@@ -609,9 +609,16 @@ class Engine:
         return None
 
     def _requeue_after_shutdown(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult) -> None:
-        self.lifecycle.record_usage(task.id, agent.id, result)  # no attempt, but what it used is paid for
         save_wip(self.workspaces, workspace, task.id, self.team.shared)
         self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
+        self._paid_for(task, agent, result)  # no attempt, but what it used was spent
+
+    def _paid_for(self, task: Task, agent: Agent, result: RunResult) -> None:
+        """The ledger row of a run that is no attempt; never in the way of the requeue or take-over around it."""
+        try:
+            self.lifecycle.record_usage(task.id, agent.id, result)
+        except Exception:
+            log.exception("could not record the usage of %s's stopped run", task.id)
 
     def _release(self, task_id: str, agent_id: str) -> None:
         """After a run, whatever its end: the questions it left open expire, and its agent is free again."""
