@@ -167,5 +167,15 @@ ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
 CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
 """
 
+# Version 17 (sqlite._m17_parked_agents): agent kinds parked for the whole queue. Keyed by its place in the SQLite
+# list until migration 16 is merged beside it.
+PARKED_AGENTS = """
+CREATE TABLE parked_agents (
+  agent_type TEXT NOT NULL, account TEXT NOT NULL, reason TEXT NOT NULL, until TEXT, message TEXT, fix TEXT,
+  parked_at TEXT NOT NULL, resumed_at TEXT, streak BIGINT, next_check TEXT, checks BIGINT, owner TEXT,
+  PRIMARY KEY (agent_type, account));
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N,
+                          16: PARKED_AGENTS}

@@ -43,6 +43,7 @@ class RunResult:
     cost_usd: float = 0.0
     error_type: str | None = None
     error_message: str | None = None
+    resets_at: float | None = None  # a limit's reset time (epoch seconds), when the CLI said it (adapters/limits.py)
 
 
 @dataclass
@@ -87,7 +88,9 @@ def classify_message(text: str) -> str | None:
 
 
 class Parser(Protocol):
-    """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit."""
+    """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit. A parser that recognises a
+    failed login or a usage limit sets `account_error` (adapters/limits.py) at that line: the runner stops the run
+    there, before the CLI's own retries."""
 
     def feed(self, line: str) -> list[AgentEvent]: ...
 
