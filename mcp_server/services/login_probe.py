@@ -59,7 +59,9 @@ def _run(argv: list[str], env: Mapping[str, str]) -> tuple[int | None, str]:
 
 
 def _claude(binary: str | None, env: Mapping[str, str]) -> LoginCheck:
-    if binary:
+    key, token = env.get("ANTHROPIC_API_KEY"), env.get("ANTHROPIC_AUTH_TOKEN")
+    said = ""
+    if binary:  # the CLI's own status command: is there a login or a key at all, and which
         code, out = _run([binary, "auth", "status", "--json"], env)
         try:
             status = json.loads(out[out.find("{"):]) if "{" in out else {}
@@ -67,14 +69,12 @@ def _claude(binary: str | None, env: Mapping[str, str]) -> LoginCheck:
             status = {}
         if status.get("loggedIn") is False:
             return _refused("claude-code", "`claude auth status`: not logged in and no API key")
-        if code is None and not status:
-            return LoginCheck(None, f"`claude auth status` did not answer: {out[:200]}")
-        if status and status.get("authMethod") not in ("api_key", "apiKey") and not env.get("ANTHROPIC_API_KEY") \
-                and not env.get("ANTHROPIC_AUTH_TOKEN"):
+        if status.get("loggedIn") and status.get("authMethod") not in ("api_key", "apiKey") and not key and not token:
             return LoginCheck(True, f"`claude auth status`: logged in ({status.get('authMethod')})")
-    key, token = env.get("ANTHROPIC_API_KEY"), env.get("ANTHROPIC_AUTH_TOKEN")
+        said = "" if status else f"`claude auth status` gave no status ({out[:120] or code}); "
     if not key and not token:
-        return _refused("claude-code", "no claude login found and no ANTHROPIC_API_KEY")
+        return LoginCheck(None, said + "no ANTHROPIC_API_KEY to check")
+    # A key: whether the API takes it, by the one call that needs it and costs nothing (counting tokens).
     base = (env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com").rstrip("/")
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01",
                **({"x-api-key": key} if key else {"authorization": f"Bearer {token}"})}
