@@ -274,6 +274,17 @@ def test_agentqueue_status_shows_a_parked_kind_and_resume_unparks_it(tmp_path: P
         stop_daemon(live)
 
 
+def register_claude(home: Path) -> None:
+    """A home with a claude-code agent registered, the CLI recorded in config.toml [cli] as `install` does."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(f'[cli]\nclaude = "{CLAUDE}"\n')
+    svc = Services(home)
+    try:
+        svc.agents.create("claude", "claude-code")
+    finally:
+        svc.close()
+
+
 @pytest.mark.real_cli
 @pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")
 def test_doctor_fails_a_registered_agent_with_no_key_with_its_fix(tmp_path: Path) -> None:
@@ -281,11 +292,7 @@ def test_doctor_fails_a_registered_agent_with_no_key_with_its_fix(tmp_path: Path
     env = cli_env(home, user, AGENTQUEUE_CLAUDE_BIN=str(CLAUDE), CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
     env.pop("ANTHROPIC_API_KEY", None)
     env.pop("ANTHROPIC_AUTH_TOKEN", None)
-    svc = Services(home)
-    try:
-        svc.agents.create("claude", "claude-code")
-    finally:
-        svc.close()
+    register_claude(home)
     done = cli_in_process(env, "doctor", "--json")
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
     login = checks["claude-code login"]
@@ -302,11 +309,7 @@ def test_doctor_checks_the_key_against_the_api(tmp_path: Path) -> None:
         home, user = tmp_path / "aq", tmp_path / "user"
         env = cli_env(home, user, AGENTQUEUE_CLAUDE_BIN=str(CLAUDE), ANTHROPIC_API_KEY="test-key",
                       ANTHROPIC_BASE_URL=mock.base_url, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
-        svc = Services(home)
-        try:
-            svc.agents.create("claude", "claude-code")
-        finally:
-            svc.close()
+        register_claude(home)
         fine = {c["name"]: c for c in json.loads(cli_in_process(env, "doctor", "--json").stdout)["checks"]}
         assert fine["claude-code login"]["level"] == "ok", fine["claude-code login"]
         mock.outage = (401, {})

@@ -136,8 +136,9 @@ class ClaudeCodeParser:
         delay = float(event.get("retry_delay_ms") or 0) / 1000
         attempt = max(int(event.get("attempt") or 1), 1)
         told = kind != "auth" and delay > _OWN_BACKOFF * 2 ** (attempt - 1) * _OWN_SPREAD + 0.25
-        self._account(kind, f"API error {status or ''} {code or ''}".strip() + " (the CLI was retrying)",
-                      time.time() + delay if told else None)
+        said = f"the model API answered {status or ''} {code or ''}".replace("  ", " ").strip()
+        self._account(kind, f"{said.capitalize()} (stopped at the first of the CLI's {event.get('max_retries')} "
+                            "retries)", time.time() + delay if told else None)
 
     def _account(self, kind: str | None, message: str, resets_at: float | None = None) -> None:
         if kind is None or self.account_error is not None:
