@@ -64,8 +64,9 @@ class GeminiParser:
         return []
 
     def feed_stderr(self, line: str) -> None:
-        """Gemini retries a 429 by itself for minutes, saying so only on stderr: that first line parks the kind."""
-        if re.search(r"\b(401|403|429)\b|api key not valid|quota", line, re.IGNORECASE):
+        """Gemini retries a 429 by itself for minutes, saying so only on stderr ("Attempt 1 failed with status 429.
+        Retrying with backoff..."): that first line parks the kind."""
+        if re.search(r"^attempt \d+ failed|\b(401|403|429)\b|api key not valid", line.strip(), re.IGNORECASE):
             self._account(line.strip())
 
     def _account(self, message: str) -> None:
