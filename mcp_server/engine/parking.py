@@ -8,6 +8,7 @@ task back to READY with its work saved and calls `park_run`. A kind is parked fo
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -75,11 +76,13 @@ class QueueParking:
             env = self.services.settings.agent_environment()
             result = await anyio.to_thread.run_sync(self.check, kind, find_cli(kind, self.services.settings), env)
             if result.ok:
-                if await anyio.to_thread.run_sync(lambda: self.parking.resume("check", kind, row["account"])):
+                resume = functools.partial(self.parking.resume, "check", kind, row["account"])
+                if await anyio.to_thread.run_sync(resume):
                     log.info("agent kind %s resumed: the login check passed (%s)", kind, result.detail)
                     resumed = True
                 continue
-            wait = min(self.check_seconds * 2 ** (int(row["checks"] or 0) + 1), max(self.backoff[1], self.check_seconds))
+            cap = max(self.backoff[1], self.check_seconds)
+            wait = min(self.check_seconds * 2 ** (int(row["checks"] or 0) + 1), cap)
             log.info("agent kind %s still parked: %s; next check in %.0f s", kind, result.detail, wait)
             await anyio.to_thread.run_sync(self.parking.checked, kind, row["account"], wait)
         return resumed

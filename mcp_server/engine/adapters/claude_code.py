@@ -119,13 +119,17 @@ class ClaudeCodeParser:
                     AgentEvent("done")]
         if kind == "control_request":
             return [AgentEvent("control", data=event)]
-        if kind == "rate_limit_event":  # a claude.ai plan's limits: `rejected` means used up until resetsAt
-            info = event.get("rate_limit_info") or event
-            if info.get("status") == "rejected":
-                self._account("quota", f"usage limit reached ({info.get('rateLimitType') or 'plan'})",
-                              resets_in_event(info))
-            return [AgentEvent("system", f"rate limit: {info.get('status')}")]
+        if kind == "rate_limit_event":
+            return self._plan_limit(event)
         return []
+
+    def _plan_limit(self, event: dict[str, Any]) -> list[AgentEvent]:
+        """A claude.ai plan's limits: `rejected` means used up until `resetsAt`."""
+        info = event.get("rate_limit_info") or event
+        if info.get("status") == "rejected":
+            self._account("quota", f"usage limit reached ({info.get('rateLimitType') or 'plan'})",
+                          resets_in_event(info))
+        return [AgentEvent("system", f"rate limit: {info.get('status')}")]
 
     def _retrying(self, event: dict[str, Any]) -> None:
         """An `api_retry` event: a 401/403 or a 429 parks the kind now instead of sitting through the retries."""

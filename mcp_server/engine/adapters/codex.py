@@ -85,11 +85,14 @@ class CodexParser:
         if kind == "error":  # "Reconnecting... 1/5 (unexpected status 401 …)": the first of the CLI's retries
             self._account(event.get("message") or "", event)
             return [AgentEvent("system", event.get("message") or "")]
-        if (event.get("rate_limits") or {}) and kind != "turn.completed":  # a rate-limit snapshot: used up?
-            for window in (event.get("rate_limits") or {}).values():
-                if isinstance(window, dict) and float(window.get("used_percent") or 0) >= 100:
-                    self._account("usage limit reached (rate limit window used up)", window)
+        self._used_up(event.get("rate_limits"))
         return []
+
+    def _used_up(self, limits: Any) -> None:
+        """A rate-limit snapshot (`rate_limits`: primary/secondary windows) with a window used up parks the kind."""
+        for window in (limits.values() if isinstance(limits, dict) else ()):
+            if isinstance(window, dict) and float(window.get("used_percent") or 0) >= 100:
+                self._account("usage limit reached (rate limit window used up)", window)
 
     def feed_stderr(self, line: str) -> None:
         """Codex logs its HTTP errors on stderr too: a 401 or a limit there parks the kind as well."""
