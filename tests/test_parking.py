@@ -16,6 +16,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+import httpx2 as httpx
+
+from agentqueue import paths
 from agentqueue.engine.adapters import PARSERS
 from agentqueue.engine.adapters.limits import reset_time
 from agentqueue.engine.orchestrator import Engine, EngineConfig
@@ -24,6 +27,7 @@ from agentqueue.services import Services
 
 from .cli_helpers import cli_env, cli_in_process, cli_json_in_process, start_daemon, stop_daemon
 from .mock_anthropic import MockAnthropic
+from .test_board import free_port
 from .test_engine_claude import CLAUDE, mock_api, queue  # noqa: F401  (fixtures)
 
 STREAMS = Path(__file__).parent / "data" / "streams"
@@ -194,9 +198,9 @@ async def test_a_429_with_a_reset_time_parks_until_then_and_resumes_on_time(
 
 # -- a person: `agentqueue resume`, `agentqueue status`, doctor --------------------------------------------------------
 @pytest.mark.daemon
-def test_agentqueue_status_shows_a_parked_kind_and_resume_unparks_it(tmp_path: Path) -> None:
+def test_agentqueue_status_and_the_board_show_a_parked_kind_and_resume_unparks_it(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "aq", tmp_path / "user")
-    live = start_daemon(env)
+    live = start_daemon(env, "--port", str(free_port()))
     try:
         svc = Services(tmp_path / "aq")  # the same store the daemon serves, as another process of the home
         try:
@@ -208,6 +212,12 @@ def test_agentqueue_status_shows_a_parked_kind_and_resume_unparks_it(tmp_path: P
         assert [p["agent_type"] for p in shown["parked"]] == ["codex"]
         text = cli_in_process(env, "status")
         assert "codex is parked" in " ".join(text.stdout.split()) and "2099-01-01" in text.stdout
+        # The board's overview says it too, with the fix (the bearer token opens its pages).
+        base = json.loads(paths.daemon_info_path(live.home).read_text())["http_url"].removesuffix("/mcp")
+        token = paths.token_path(live.home).read_text().strip()
+        page = httpx.get(f"{base}/", headers={"Authorization": f"Bearer {token}"})
+        assert page.status_code == 200 and "Agent kind <b>codex</b> is parked (usage limit reached)" in page.text
+        assert "until 2099-01-01T00:00:00.000Z" in page.text and "agentqueue resume" in page.text
         resumed = cli_in_process(env, "resume")
         assert resumed.returncode == 0 and "Unparked agent kind(s) codex" in resumed.stdout, resumed.stdout
         assert cli_json_in_process(env, "status")["parked"] == []

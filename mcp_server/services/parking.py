@@ -110,9 +110,18 @@ class Parking:
                       "message": message[:1000], "fix": fix, "parked_at": _iso(now), "resumed_at": None,
                       "streak": streak, "checks": 0, "owner": owner,
                       "next_check": _iso(now + timedelta(seconds=check_in)) if check_in is not None else None}
+            # Another daemon of the team may park the same account at the same moment: whoever writes first parks.
+            columns = ", ".join(values)
+            marks = ", ".join("?" for _ in values)
             if row:
-                db.execute("DELETE FROM parked_agents WHERE agent_type = ? AND account = ?", (agent_type, account_id))
-            db["parked_agents"].insert(values)
+                sets = ", ".join(f"{name} = ?" for name in values)
+                written = db.execute(f"UPDATE parked_agents SET {sets} WHERE agent_type = ? AND account = ? "
+                                     "AND resumed_at IS NOT NULL", (*values.values(), agent_type, account_id)).rowcount
+            else:
+                written = db.execute(f"INSERT INTO parked_agents ({columns}) VALUES ({marks}) "
+                                     "ON CONFLICT (agent_type, account) DO NOTHING", tuple(values.values())).rowcount
+            if not written:
+                return None
             self.store.add_event("queue.parked", payload={
                 "agent_type": agent_type, "reason": reason, "until": until, "message": values["message"],
                 "fix": fix, "account": account_id})
