@@ -3,7 +3,7 @@
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from ..apps import BOARD_URI, tool_meta
 from ..store.models import Event
@@ -52,7 +52,14 @@ class TokenUsage(Noted):
 class OrchestratorState(BaseModel):
     state: Literal["running", "paused"]
     running_tasks: int
-    unparked: list[str] = Field(default_factory=list)  # resume: the agent kinds it unparked (a login, a limit)
+    unparked: list[str] | None = None  # resume only: the agent kinds it unparked (a failed login, a usage limit)
+
+    @model_serializer(mode="wrap")
+    def _unparked_on_resume(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("unparked") is None:
+            data.pop("unparked", None)
+        return data
 
 
 @tool(read_only=True, meta=tool_meta(BOARD_URI))
@@ -97,7 +104,7 @@ def orchestrator_control(ctx: Context, action: Literal["pause", "resume", "statu
     system = services(ctx).system
     state = system.orchestrator_state() if action == "status" else system.set_orchestrator(
         "paused" if action == "pause" else "running")
-    unparked = [row["agent_type"] for row in system.unpark()] if action == "resume" else []
+    unparked = [row["agent_type"] for row in system.unpark()] if action == "resume" else None
     return OrchestratorState(state=state, running_tasks=system.running_tasks(), unparked=unparked)
 
 
