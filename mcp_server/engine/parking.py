@@ -42,7 +42,7 @@ class QueueParking:
 
     def held(self) -> frozenset[str]:
         """The kinds the scheduler gives no task to (queue_state.py)."""
-        return self.parking.held_kinds(self.accounts())
+        return self.parking.held_kinds(self.accounts)
 
     @staticmethod
     def parks(agent_type: str, result: RunResult) -> bool:
@@ -68,8 +68,7 @@ class QueueParking:
     async def check_logins(self) -> bool:
         """Check the logins parked for this daemon's accounts whose check is due; resume those that work. True when
         one resumed."""
-        accounts = await anyio.to_thread.run_sync(self.accounts)
-        due = await anyio.to_thread.run_sync(self.parking.due_checks, accounts)
+        due = await anyio.to_thread.run_sync(self.parking.due_checks, self.accounts)
         resumed = False
         for row in due:
             kind = row["agent_type"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -161,16 +161,22 @@ class Parking:
                        "message = coalesce(?, message) WHERE agent_type = ? AND account = ? AND resumed_at IS NULL",
                        (_iso(datetime.now(UTC) + timedelta(seconds=next_in)), detail, agent_type, account_id))
 
-    def due_checks(self, accounts: Mapping[str, str]) -> list[dict[str, Any]]:
-        """The auth parkings of these accounts (kind -> account, this daemon's) whose next check has come."""
+    def due_checks(self, accounts: Callable[[], Mapping[str, str]]) -> list[dict[str, Any]]:
+        """The auth parkings of this daemon's accounts (kind -> account, asked only when one is due) whose next
+        check has come."""
         now = _iso(datetime.now(UTC))
-        return [row for row in self.parked() if row["reason"] == "auth" and accounts.get(row["agent_type"]) ==
-                row["account"] and (row["next_check"] or "") <= now]
+        due = [row for row in self.parked() if row["reason"] == "auth" and (row["next_check"] or "") <= now]
+        mine = accounts() if due else {}
+        return [row for row in due if mine.get(row["agent_type"]) == row["account"]]
 
-    def held_kinds(self, accounts: Mapping[str, str]) -> frozenset[str]:
-        """The agent kinds this daemon must not start (parked for the account it gives them)."""
-        return frozenset(row["agent_type"] for row in self.parked() if accounts.get(row["agent_type"]) ==
-                         row["account"])
+    def held_kinds(self, accounts: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> frozenset[str]:
+        """The agent kinds this daemon must not start (parked for the account it gives them). `accounts` may be a
+        function: it is called only when something is parked (the scheduler's pass stays one tiny read)."""
+        rows = self.parked()
+        if not rows:
+            return frozenset()
+        mine = accounts() if callable(accounts) else accounts
+        return frozenset(row["agent_type"] for row in rows if mine.get(row["agent_type"]) == row["account"])
 
     def parked(self) -> list[dict[str, Any]]:
         """Every parked kind, the oldest first (a handful of rows at most)."""
