@@ -68,3 +68,18 @@ def test_the_scheduler_gives_no_task_to_a_parked_kind_and_its_tasks_stay_ready(
     assert any(w.startswith("Agent kind claude-code is parked") and "2099-01-01" in w for w in status["warnings"])
     services.parking.resume("person")
     assert engine.tick() == [(task.id, "claude")]
+
+
+def test_a_login_parked_for_credentials_no_daemon_uses_any_more_is_released(services: Services) -> None:
+    """The key was changed in [agent_env] and the daemon restarted: nothing would ever check the old one's parking,
+    and it must not hold the new key's runs (get_status would say 'parked' forever)."""
+    engine = Engine(services, services.home, config=EngineConfig(poll_seconds=0.1))
+    mine = engine.parking.accounts()["claude-code"]
+    services.parking.park("claude-code", "key:0123456789ab", "auth", "Invalid API key", owner="gone:1:abc")
+    services.parking.park("codex", engine.parking.accounts()["codex"], "auth", "401 Unauthorized", owner="gone:1:abc")
+    assert engine.parking.held() == {"codex"}  # the old claude key holds nothing here already
+    assert engine.parking.release_orphans()
+    assert [(r["agent_type"], r["account"]) for r in services.parking.parked()] == [
+        ("codex", engine.parking.accounts()["codex"])]  # this daemon's own credentials stay parked until checked
+    assert [e.payload["by"] for e in services.events.recent(10, event_type="queue.resumed")] == ["check"]
+    assert mine != "key:0123456789ab"

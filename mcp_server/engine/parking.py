@@ -65,11 +65,26 @@ class QueueParking:
         for row in self.parking.resume("reset_time", due=True):
             log.info("agent kind %s resumed: its %s reset time %s came", row["agent_type"], row["reason"], row["until"])
 
+    def _alive(self) -> set[str]:
+        return {row["id"] for row in self.services.store.all("SELECT id FROM daemons WHERE lease_until >= ?",
+                                                             (self.services.store.clock(),))}
+
+    def release_orphans(self) -> bool:
+        """Auth parkings of credentials no live daemon uses (the key was changed and the daemon restarted): nothing
+        would ever check them, and the new key is not held by them; they resume ("check": that login is gone)."""
+        resumed = False
+        for row in self.parking.orphaned(self.accounts, self._alive if self.services.store.shared else None):
+            if self.parking.resume("check", row["agent_type"], row["account"]):
+                log.info("agent kind %s resumed: the credentials its login failed with are no longer used",
+                         row["agent_type"])
+                resumed = True
+        return resumed
+
     async def check_logins(self) -> bool:
         """Check the logins parked for this daemon's accounts whose check is due; resume those that work. True when
         one resumed."""
+        resumed = await anyio.to_thread.run_sync(self.release_orphans)
         due = await anyio.to_thread.run_sync(self.parking.due_checks, self.accounts)
-        resumed = False
         for row in due:
             kind = row["agent_type"]
             env = self.services.settings.agent_environment()

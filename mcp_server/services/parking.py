@@ -169,6 +169,17 @@ class Parking:
         mine = accounts() if due else {}
         return [row for row in due if mine.get(row["agent_type"]) == row["account"]]
 
+    def orphaned(self, accounts: Callable[[], Mapping[str, str]], alive: Callable[[], set[str]] | None
+                 ) -> list[dict[str, Any]]:
+        """Auth parkings nothing will check any more: an account this daemon no longer gives the kind (its key was
+        changed in [agent_env]) parked by a daemon that is gone (`alive`: the live daemons' ids, team mode; None:
+        this daemon is the only one)."""
+        rows = [row for row in self.parked() if row["reason"] == "auth"]
+        mine = accounts() if rows else {}
+        rows = [row for row in rows if mine.get(row["agent_type"]) != row["account"]]
+        live = alive() if rows and alive is not None else set()
+        return [row for row in rows if row["owner"] not in live]
+
     def held_kinds(self, accounts: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> frozenset[str]:
         """The agent kinds this daemon must not start (parked for the account it gives them). `accounts` may be a
         function: it is called only when something is parked (the scheduler's pass stays one tiny read)."""
