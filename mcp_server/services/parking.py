@@ -202,5 +202,7 @@ class Parking:
 def parked_line(row: Mapping[str, Any]) -> str:
     """One warning line: which kind, why, until when, and the fix."""
     until = f"until {row['until']}" if row.get("until") else "until a check shows the login works"
+    message = (row.get("message") or "").strip()
+    said = f" {message}{'' if message.endswith(('.', '!', '?')) else '.'}" if message else ""
     return (f"Agent kind {row['agent_type']} is parked ({WHAT.get(row['reason'], row['reason'])}) {until}: its READY "
-            f"tasks wait. {row.get('message') or ''} Fix: {row.get('fix') or ''}").replace("  ", " ")
+            f"tasks wait.{said} Fix: {row.get('fix') or ''}")
