@@ -67,6 +67,16 @@ def test_a_stream_without_an_account_error_never_parks() -> None:
         assert first_account_error(agent_type, sample) == (0, None), sample
 
 
+def test_gemini_parks_on_its_first_retry_line_on_stderr_but_leaves_a_5xx_to_its_retries() -> None:
+    limited, overloaded = PARSERS["gemini"](), PARSERS["gemini"]()
+    limited.feed_stderr("Attempt 1 failed with status 429. Retrying with backoff... _ApiError: "  # type: ignore
+                        '{"error":{"code":429,"message":"Too many requests","status":"RESOURCE_EXHAUSTED"}}')
+    overloaded.feed_stderr("Attempt 1 failed with status 503. Retrying with backoff... "  # type: ignore
+                           "The model is overloaded. Please try again later.")
+    assert limited.account_error is not None and limited.account_error.kind == "rate_limit"  # type: ignore
+    assert overloaded.account_error is None  # type: ignore[attr-defined]
+
+
 def test_reset_times_are_read_from_what_the_clis_say() -> None:
     now = datetime(2026, 11, 26, 13, 0, tzinfo=UTC).timestamp()  # 1 pm UTC
     at_3pm = datetime(2026, 11, 26, 15, 0, tzinfo=UTC).timestamp()

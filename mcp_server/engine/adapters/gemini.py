@@ -66,7 +66,8 @@ class GeminiParser:
     def feed_stderr(self, line: str) -> None:
         """Gemini retries a 429 by itself for minutes, saying so only on stderr ("Attempt 1 failed with status 429.
         Retrying with backoff..."): that first line parks the kind."""
-        if re.search(r"^attempt \d+ failed|\b(401|403|429)\b|api key not valid", line.strip(), re.IGNORECASE):
+        # Only a refused key or a limit: a 5xx is left to the CLI's own retries.
+        if re.search(r"\b(401|403|429)\b|api key not valid|too many requests|resource_exhausted", line, re.IGNORECASE):
             self._account(line.strip())
 
     def _account(self, message: str) -> None:
