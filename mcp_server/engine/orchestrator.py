@@ -155,6 +155,8 @@ class Engine:
         self.config = EngineConfig.from_settings(settings)
         self.worktree_setup.timeout = self.config.limits.timeout_seconds
         self.queue.check_timeout = int(max(1, min(600, self.config.limits.timeout_seconds)))
+        self.parking.backoff = (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff)
+        self.parking.check_seconds = self.config.login_check_seconds
 
     # -- hooks used by the services ----------------------------------------------------------------
     def stop_task(self, task_id: str) -> bool:
