@@ -29,6 +29,9 @@ Scenarios:
                With TOGETHER[n] in the prompt, a first run writes only once n runs (distinct LINE[...]) have
                asked, so all n branches leave the same main and the ones that land later conflict
   (none)       a plain text answer
+
+`outage` (status, headers) answers every request of every scenario with that error (401 a refused key, 429 a
+limit), the token counter too, until it is set back to None: the API failing for the whole queue.
 """
 
 from __future__ import annotations
@@ -186,6 +189,8 @@ class MockAnthropic:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.ids = itertools.count(1)
+        # An outage of the whole API (every scenario): (HTTP status, extra headers), until set back to None.
+        self.outage: tuple[int, dict[str, str]] | None = None
         mock = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -260,6 +265,12 @@ class MockAnthropic:
         handler.wfile.write(data)
 
     def handle(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        outage = self.outage
+        if outage is not None and handler.path.startswith("/v1/messages"):
+            if not handler.path.startswith("/v1/messages/count_tokens"):
+                with self.lock:
+                    self.requests.append(request)
+            return self._refuse(handler, *outage)
         if handler.path.startswith("/v1/messages/count_tokens"):
             return self._json(handler, 200, {"input_tokens": 123})
         if not handler.path.startswith("/v1/messages"):
@@ -296,6 +307,13 @@ class MockAnthropic:
         blocks = _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
+
+    def _refuse(self, handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str]) -> None:
+        """The API's answer during an outage: 401 a key it does not take, 429 a limit (with the given headers)."""
+        kind, message = {401: ("authentication_error", "invalid x-api-key"),
+                         429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")
+                         }.get(status, ("api_error", "unavailable"))
+        self._json(handler, status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
 
     def _together(self, text: str, timeout: float = 60) -> None:
         """Wait until as many runs as the prompt's TOGETHER[n] (told apart by their LINE[...]) have asked."""

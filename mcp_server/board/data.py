@@ -51,7 +51,8 @@ def overview(svc: Services) -> dict[str, Any]:
                           "sandbox": svc.sandbox.weakened(p.id)} for p in projects],
             "orchestrator": svc.system.orchestrator_state(), "running": running,
             "pending_requests": len(svc.requests.list("pending", limit=500)),
-            "sandbox": svc.sandbox.weakened(None), "merge_queue": svc.system.merge_queue()}
+            "sandbox": svc.sandbox.weakened(None), "merge_queue": svc.system.merge_queue(),
+            "parked": svc.parking.status()}
 
 
 def kanban(svc: Services, project_id: str, query: str = "", agent: str = "", column: str | None = None,

@@ -39,7 +39,7 @@ class RunHandle:
     """What the engine keeps of a live run so stop_task can kill it from any thread."""
 
     pid: int | None = None
-    stop_reason: str | None = None  # killed | lease_lost | timeout | stalled | loop
+    stop_reason: str | None = None  # killed | lease_lost | timeout | stalled | loop | parked
     started: float = field(default_factory=time.monotonic)
     waiting: int = 0  # questions out to a person: the watchdog's clocks stand still meanwhile
     waited_until: float = 0.0  # when the last answer came back (silence before it is not a stall)
@@ -87,6 +87,7 @@ KILL_MESSAGES = {
     "timeout": "The run exceeded its {timeout:.0f} s wall-clock limit and was killed.",
     "stalled": "No output for {stall:.0f} s; the run was killed.",
     "loop": "{loop}",
+    "parked": "{parked}",
 }
 
 
@@ -195,11 +196,16 @@ class AgentRun:
         result = self.parser.finish(process.returncode)
         if tail.strip():
             self.write("[stderr] " + tail.decode("utf-8", errors="replace")[-2000:])
-        if handle.stop_reason:
+        found = getattr(self.parser, "account_error", None)
+        if handle.stop_reason == "parked" and found is not None:
+            # Stopped at the first error line: the login or the limit is the failure, not the stop.
+            result.status, result.error_type, result.error_message = "failed", found.kind, found.message
+            result.resets_at = found.resets_at
+        elif handle.stop_reason:
             result.status = "failed"
             result.error_type = handle.stop_reason
             result.error_message = KILL_MESSAGES[handle.stop_reason].format(
-                timeout=limits.timeout_seconds, stall=limits.stall_seconds, loop=self.loop_message)
+                timeout=limits.timeout_seconds, stall=limits.stall_seconds, loop=self.loop_message, parked="")
         elif result.status == "failed" and result.error_type == "crashed" and tail.strip():
             result.error_message = f"{result.error_message} stderr: {tail.decode(errors='replace')[-500:]}"
         self.write(f"[done] {result.status}"
@@ -274,6 +280,15 @@ class AgentRun:
                 self.loops.observe_result(event.text)
             elif event.kind == "tool_call":
                 await self._observe_call(event)
+        self._stop_if_parked()
+
+    def _stop_if_parked(self) -> None:
+        """A failed login or a usage limit in the stream (the parser's `account_error`): stop the run now, not after
+        the CLI's own retries; the engine parks the agent kind (engine/parking.py)."""
+        found = getattr(self.parser, "account_error", None)
+        if found is not None and self.handle.stop_reason is None:
+            self.write(f"[queue] {found.kind} at the first error line: stopping the run ({found.message[:300]})")
+            self.handle.kill("parked")
 
     async def _observe_call(self, event: AgentEvent) -> None:
         """The loop detector's verdict on a tool call: a warning (to the agent when it can be told) or a kill."""
@@ -292,6 +307,12 @@ class AgentRun:
 
     async def _read_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
+        feed = getattr(self.parser, "feed_stderr", None)  # a CLI that reports its HTTP errors on stderr
+        lines = LineSplitter(64 * 1024)
         async for chunk in self.process.stderr:
             self.stderr_tail.extend(chunk)
             del self.stderr_tail[:-20_000]
+            if feed is not None:
+                for line in lines.feed(chunk):
+                    feed(line.decode("utf-8", errors="replace"))
+                self._stop_if_parked()

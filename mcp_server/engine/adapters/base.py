@@ -47,6 +47,7 @@ class RunResult:
     # The run ended without the CLI's final accounting (killed, stopped, timed out, or died): tokens and cost are
     # what its stream showed it had used up to then.
     partial: bool = False
+    resets_at: float | None = None  # a limit's reset time (epoch seconds), when the CLI said it (adapters/limits.py)
 
 
 @dataclass
@@ -91,7 +92,9 @@ def classify_message(text: str) -> str | None:
 
 
 class Parser(Protocol):
-    """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit."""
+    """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit. A parser that recognises a
+    failed login or a usage limit sets `account_error` (adapters/limits.py) at that line: the runner stops the run
+    there, before the CLI's own retries."""
 
     def feed(self, line: str) -> list[AgentEvent]: ...
 

@@ -10,22 +10,34 @@ killed): it is paid for from the stream so far (`MessageUsage`), and its figures
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
 from .prices import message_cost
+from .limits import AccountError, limit_kind, reset_time, resets_in_event
 
 _ERROR_CODES = {
     "authentication_failed": "auth", "oauth_org_not_allowed": "auth", "account_on_hold": "auth",
     "verification_required": "auth", "cloud_credential_error": "auth", "billing_error": "quota",
     "rate_limit": "rate_limit", "overloaded": "rate_limit", "server_error": "rate_limit",
 }
+# The codes that park the kind at once; overloaded and server errors are left to the CLI's own retries.
+_PARKING_CODES = {code: kind for code, kind in _ERROR_CODES.items() if code not in ("overloaded", "server_error")}
+# The CLI's own backoff before retry n is about 0.5 s × 2^(n-1) (1.2 s at attempt 1 in older versions): a wait
+# well beyond it came from the API's `retry-after` header, so it is the limit's reset time.
+_OWN_BACKOFF = 0.5
+_OWN_SPREAD = 2.5
 
 
 # Every built-in tool that reads, changes or reaches out: an `ask` rule sends each call to us
 # (`can_use_tool` over stream-json), so AgentQueue's policy decides and records every one of them.
 ASKED_TOOLS = ["Bash", "Read", "Glob", "Grep", "LS", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead",
                "WebFetch", "WebSearch"]
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    return " ".join(b.get("text") or "" for b in message.get("content") or [] if isinstance(b, dict)).strip()
 
 
 def user_message(text: str) -> bytes:
@@ -113,6 +125,7 @@ class ClaudeCodeParser:
         self.error_code: str | None = None
         self.texts: list[str] = []
         self.usage = MessageUsage()
+        self.account_error: AccountError | None = None  # a failed login or a limit, at its first line
 
     def feed(self, line: str) -> list[AgentEvent]:
         if line.startswith(_STREAM_PREFIX) and not any(k in line for k in _USAGE_EVENTS):
@@ -137,6 +150,7 @@ class ClaudeCodeParser:
                 return [AgentEvent("system", f"permission denied by the CLI: {event.get('message')}",
                                    tool=event.get("tool_name"), data=event)]
             if subtype == "api_retry":
+                self._retrying(event)
                 return [AgentEvent("system", f"API retry {event.get('attempt')}/{event.get('max_retries')} "
                                              f"({event.get('error_status')} {event.get('error')})")]
             return [AgentEvent("system", str(subtype))]
@@ -146,6 +160,8 @@ class ClaudeCodeParser:
                     AgentEvent("done")]
         if kind == "control_request":
             return [AgentEvent("control", data=event)]
+        if kind == "rate_limit_event":
+            return self._plan_limit(event)
         return []
 
     def _assistant(self, event: dict[str, Any]) -> list[AgentEvent]:
@@ -154,6 +170,7 @@ class ClaudeCodeParser:
         self.usage.see(message.get("id"), message.get("model"), message.get("usage"))
         if event.get("error"):
             self.error_code = event["error"]
+            self._account(_PARKING_CODES.get(event["error"]), _text_of(message) or str(event["error"]))
         out = []
         for block in message.get("content") or []:
             if block.get("type") == "text" and block.get("text"):
@@ -172,6 +189,34 @@ class ClaudeCodeParser:
             self.usage.see(event.get("api_message_id"), None, inner.get("usage"))
             return [AgentEvent("usage")]  # the response is whole: a kill now leaves nothing of it uncounted
         return []
+    def _plan_limit(self, event: dict[str, Any]) -> list[AgentEvent]:
+        """A claude.ai plan's limits: `rejected` means used up until `resetsAt`."""
+        info = event.get("rate_limit_info") or event
+        if info.get("status") == "rejected":
+            self._account("quota", f"usage limit reached ({info.get('rateLimitType') or 'plan'})",
+                          resets_in_event(info))
+        return [AgentEvent("system", f"rate limit: {info.get('status')}")]
+
+    def _retrying(self, event: dict[str, Any]) -> None:
+        """An `api_retry` event: a 401/403 or a 429 parks the kind now instead of sitting through the retries."""
+        status, code = event.get("error_status"), event.get("error")
+        kind = "auth" if status in (401, 403) else "rate_limit" if status == 429 else _PARKING_CODES.get(code or "")
+        if kind is None:
+            return
+        delay = float(event.get("retry_delay_ms") or 0) / 1000
+        attempt = max(int(event.get("attempt") or 1), 1)
+        told = kind != "auth" and delay > _OWN_BACKOFF * 2 ** (attempt - 1) * _OWN_SPREAD + 0.25
+        said = f"the model API answered {status or ''} {code or ''}".replace("  ", " ").strip()
+        self._account(kind, f"{said.capitalize()} (stopped at the first of the CLI's {event.get('max_retries')} "
+                            "retries)", time.time() + delay if told else None)
+
+    def _account(self, kind: str | None, message: str, resets_at: float | None = None) -> None:
+        if kind is None or self.account_error is not None:
+            return
+        if kind in ("rate_limit", "quota"):
+            kind = "quota" if kind == "quota" else limit_kind(message)
+            resets_at = resets_at if resets_at is not None else reset_time(message)
+        self.account_error = AccountError(kind, message, resets_at)  # type: ignore[arg-type]
 
     def _tokens(self) -> dict[str, int]:
         assert self.result is not None
@@ -202,7 +247,9 @@ class ClaudeCodeParser:
         if not res.get("is_error"):
             return RunResult("completed", **common)
         message = res.get("result") or "; ".join(res.get("errors") or []) or str(res.get("subtype"))
-        return RunResult("failed", error_type=self._classify(res, message), error_message=message, **common)
+        kind = self._classify(res, message)
+        resets = reset_time(message) if kind in ("rate_limit", "quota") else None
+        return RunResult("failed", error_type=kind, error_message=message, resets_at=resets, **common)
 
     def _classify(self, res: dict[str, Any], message: str) -> str:
         status = res.get("api_error_status")
