@@ -66,9 +66,10 @@ def status_text(status: str) -> Text:
 
 def open_services(home: Path) -> Services:
     """The store of `home` for reading; refuses (rather than creating an empty one) when there is none."""
-    if not paths.db_path(home).exists():
-        raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
-                       "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
+    from .reads import no_data, store_exists
+
+    if not store_exists(home)[0]:  # a team's PostgreSQL queue has no file in the home
+        raise CliError(no_data(home))
     from ..services import Services
 
     return Services(home)

@@ -16,6 +16,7 @@ from ... import __version__, paths
 from ...services.task_states import CLAIMED, STATUS_NAMES, WORKING, in_clause
 from ...visible import visible
 from .. import reads as cli_reads
+from ..advice import warning_words
 from ..output import STYLES, console, duration, print_json, seconds_since
 from ..parser import add_command, json_flag
 
@@ -75,7 +76,8 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
     running = running_tasks(store)
     warnings = list(status["warnings"])
     # Recovery requeues every claimed task, one that waited for input too (it is not in the working list).
-    left = running_tasks(store, CLAIMED) if not daemon["running"] else []
+    # On a team's shared queue the other daemons' runs are theirs, not left behind by this home's daemon.
+    left = running_tasks(store, CLAIMED) if not daemon["running"] and not store.shared else []
     if left:
         warnings.append(f"{len(left)} task(s) were running when the daemon stopped; they are recovered "
                         "(work kept) when it starts again: `agentqueue serve`.")
@@ -201,7 +203,7 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
     else:
         parts.append(Text("agents: none registered (create_agent adds one)", style="yellow"))
     for warning in data["warnings"]:
-        parts.append(Text(f"! {visible(warning, multiline=True)}", style="yellow"))
+        parts.append(Text(f"! {visible(warning_words(warning), multiline=True)}", style="yellow"))
     return Group(*parts)
 
 
@@ -210,7 +212,8 @@ def _no_data(home: Path) -> dict[str, Any]:
 
 
 def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
-    if not paths.db_path(home).exists():
+    exists, url = cli_reads.store_exists(home)  # a team's PostgreSQL queue has no file in the home
+    if not exists:
         if as_json:
             print_json(_no_data(home))
         else:
@@ -219,7 +222,9 @@ def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
             console().print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
                                          "claude-code`) or start the daemon (`agentqueue serve`).")))
         return 0
-    store = cli_reads.open_store_for_reading(home)
+    from ...store.reader import open_read_store
+
+    store = open_read_store(paths.db_path(home), url)
     try:
         if as_json:
             print_json(collect(home, store))
