@@ -85,6 +85,16 @@ def call_daemon_tool(home: Path, tool: str, arguments: dict[str, Any]) -> dict[s
         raise CliError(str(error)) from None
 
 
+def say(text: str) -> None:
+    """One outcome line, made visible and wrapped to the run's width between words: an id is never cut, and a
+    narrow terminal never breaks a word where it happens to reach the edge."""
+    import shutil
+    import textwrap
+
+    width = _width or shutil.get_terminal_size().columns
+    print(textwrap.fill(visible(text), max(20, width), break_long_words=False, break_on_hyphens=False))
+
+
 def print_json(value: Any) -> None:
     """Machine-readable output: one JSON document on stdout (pydantic models dumped as dicts)."""
     # ensure_ascii: every control, escape and non-ASCII character of a title or log is a \uXXXX escape.

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...visible import visible
 from ..advice import terminal_words
-from ..output import CliError, call_daemon_tool, print_json
+from ..output import CliError, call_daemon_tool, print_json, say
 from ..parser import add_command, json_flag
 
 # command -> (tool, one-line summary, description)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, home: Path) -> int:
     if args.json:
         print_json(result)
     else:
-        print(visible(outcome(args.command, args.task, result)))
+        say(outcome(args.command, args.task, result))
     return 0
 
 

@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ...visible import visible
 from ..advice import terminal_words
-from ..output import CliError, call_daemon_tool, print_json
+from ..output import CliError, call_daemon_tool, print_json, say
 from ..parser import add_command, json_flag
 
 
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace, home: Path) -> int:
             f"`agentqueue logs {tid} -f` follows it.")
     if task.get("warning"):
         line += " " + terminal_words(task["warning"], tid)
-    print(visible(line))
+    say(line)
     return 0
 
 

@@ -170,20 +170,27 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
         parts.append(Text(f"HTTP {visible(str(data['daemon']['http_url']))}", style="dim"))
     lead = f"tasks {data['tasks']['total']}: "
     parts.append(Text.assemble((lead, "bold"), _counts(data["tasks"]["by_status"], width - len(lead), len(lead))))
-    if data["projects"]:
+    id_width = max([7, *(len(visible(p["id"])) for p in data["projects"])])
+    if data["projects"] and id_width + 6 + 20 + 6 > width:  # a narrow terminal: one block per project
+        parts.extend(_project_blocks(data["projects"], width))
+    elif data["projects"]:
         # Only the counts wrap: ids, states and the column names are never cut.
         projects = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         projects.add_column("project", min_width=7, max_width=30, no_wrap=True, overflow="ellipsis")
         projects.add_column("state", min_width=6, no_wrap=True)
         projects.add_column("tasks", min_width=5)
-        id_width = min(30, max(7, *(len(visible(p["id"])) for p in data["projects"])))
+        id_width = min(30, id_width)
         counts_width = max(20, width - id_width - 6 - 6)  # two column gaps of 3
         for project in data["projects"]:
             projects.add_row(Text(visible(project["id"])),
                              Text(visible(project["status"]), "yellow" if project["status"] == "PAUSED" else ""),
                              _counts(project["task_counts"], counts_width))
         parts.append(projects)
-    if data["running"]:
+    widest = max([0, *(len(visible(r["agent_id"] or "-")) + len(visible(r["task_id"])) + len(r["status"])
+                       for r in data["running"])])
+    if data["running"] and widest + 7 + 5 + 12 > width:  # a narrow terminal: one block per run
+        parts.extend(_running_blocks(data["running"], width))
+    elif data["running"]:
         running = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         running.add_column("running agent", min_width=13, no_wrap=True, overflow="ellipsis", max_width=20)
         running.add_column("task", min_width=4, no_wrap=True)
@@ -205,6 +212,33 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
     for warning in data["warnings"]:
         parts.append(Text(f"! {visible(warning_words(warning), multiline=True)}", style="yellow"))
     return Group(*parts)
+
+
+def _project_blocks(projects: list[dict[str, Any]], width: int) -> list[Text]:
+    """The projects for a narrow terminal: `id  STATE`, then its counts indented (ids and states never cut)."""
+    from rich.text import Text
+
+    lines: list[Text] = [Text("projects", style="bold")]
+    for project in projects:
+        lines.append(Text.assemble(visible(project["id"]), "  ",
+                                   (visible(project["status"]), "yellow" if project["status"] == "PAUSED" else "")))
+        counts = _counts(project["task_counts"], width - 2, 2)
+        lines.append(Text.assemble("  ", counts))
+    return lines
+
+
+def _running_blocks(rows: list[dict[str, Any]], width: int) -> list[RenderableType]:
+    """The running agents for a narrow terminal: `task  STATUS  elapsed`, then `agent: title` indented."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    lines: list[RenderableType] = [Text("running", style="bold")]
+    for row in rows:
+        lines.append(Text.assemble(visible(row["task_id"]), "  ", (row["status"], STYLES.get(row["status"], "")),
+                                   "  ", duration(row["elapsed_s"])))
+        lines.append(Padding(Text(f"{visible(row['agent_id'] or '-')}: {visible(row['title'])}", overflow="fold"),
+                             (0, 0, 0, 2)))
+    return lines
 
 
 def _no_data(home: Path) -> dict[str, Any]:
