@@ -129,7 +129,11 @@ def _refusal(message: str, home: Path) -> str:
     from .advice import terminal_words, with_suggestions
     from .reads import open_store_for_reading
 
-    return with_suggestions(terminal_words(message), lambda: open_store_for_reading(home))
+    import re
+
+    about = re.match(r"Task '([\w-]{1,100})' ", message)  # a refusal about one task: its bare tool names take its id
+    return with_suggestions(terminal_words(message, about.group(1) if about else None),
+                            lambda: open_store_for_reading(home))
 
 
 if __name__ == "__main__":
