@@ -331,3 +331,18 @@ def test_a_second_request_takes_the_held_line_once_the_first_is_answered(tmp_pat
         assert services.system.warnings() == [] and services.tasks.get(task).status == "IN_PROGRESS"
     finally:
         services.close()
+
+
+def test_tasks_at_40_columns_piped_lists_each_task_whole(tmp_path: Path) -> None:
+    home = tmp_path / "aq"
+    ids = seed_every_state(home)
+    env = cli_env(home, tmp_path / "user")
+    done = cli_in_process(env, "tasks", "--all", width=40)
+    assert done.returncode == 0 and not ANSI.search(done.stdout), done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 40 for line in lines), [line for line in lines if len(line) > 40]
+    for status, task_id in ids.items():  # each id with its status on one line
+        assert any(line.startswith(f"{task_id}  {status}  ") for line in lines), (status, done.stdout)
+    assert "a-project-with-a-rather-long-name" in done.stdout.split()
+    wide = cli_in_process(env, "tasks", "--all")  # 80 columns: the table, as before
+    assert wide.stdout.splitlines()[0].split() == ["task", "project", "status", "pri", "title"]
