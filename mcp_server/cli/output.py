@@ -66,9 +66,14 @@ def status_text(status: str) -> Text:
 
 def open_services(home: Path) -> Services:
     """The store of `home` for reading; refuses (rather than creating an empty one) when there is none."""
-    from .reads import no_data, store_exists
+    from .. import settings
+    from .reads import no_data
 
-    if not store_exists(home)[0]:  # a team's PostgreSQL queue has no file in the home
+    try:
+        url = settings.store_url(home)  # a team's PostgreSQL queue has no file in the home
+    except settings.ConfigError:
+        url = "?"  # Services says the file's own sentence, once
+    if not url and not paths.db_path(home).exists():
         raise CliError(no_data(home))
     from ..services import Services
 
