@@ -46,7 +46,7 @@ def tasks(home: Path, project: str | None, status: str | None, show_all: bool, a
                              + (f" with status {status}" if status else "") + "."
                              + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else "")))
         return 0
-    if _table_width(items) + 12 > out.width:  # a narrow terminal: one block per task, nothing cut
+    if _table_width(items) + 5 > out.width:  # too narrow for the table (it would overflow): one block per task
         out.print(_task_blocks(items))
     else:
         out.print(_task_table(out, items), no_wrap=True, overflow="ignore", crop=False)
