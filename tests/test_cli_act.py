@@ -74,10 +74,27 @@ def _every_advice(task_id: str = "swift-falcon") -> list[str]:
     return texts
 
 
-def test_every_tool_the_advice_names_has_a_terminal_command_or_is_left_on_purpose() -> None:
+def _status_warnings(home: Path) -> list[str]:
+    """get_status's warning lines as a real store gives them: a READY task no agent can run, more held tasks than
+    it lists, a task completed in a scratch folder, a paused orchestrator."""
+    from .test_cli_reads import grow
+
+    grow(home)
+    services = Services(home)
+    try:
+        services.system.set_orchestrator("paused")
+        lines = services.system.warnings()
+    finally:
+        services.close()
+    assert any("no agent" in w for w in lines) and any(w.startswith("and ") for w in lines)
+    assert any("paused" in w for w in lines) and any("scratch folder" in w for w in lines)
+    return lines
+
+
+def test_every_tool_the_advice_names_has_a_terminal_command_or_is_left_on_purpose(tmp_path: Path) -> None:
     tools = _tool_names()
     named: set[str] = set()
-    for text in _every_advice():
+    for text in _every_advice() + _status_warnings(tmp_path / "aq"):
         words = set(re.findall(r"[a-z]+(?:_[a-z]+)+", text)) & tools
         named |= words
         shown = advice.warning_words(text)
@@ -104,6 +121,8 @@ def test_terminal_words_fill_ids_and_keep_tools_without_a_command() -> None:
         "`agentqueue stop-task calm-seal` first, then `agentqueue restart calm-seal`."
     assert advice.terminal_words("restart_task swift-falcon runs it again.") == \
         "`agentqueue restart swift-falcon` runs it again."
+    assert advice.terminal_words("or request_changes swift-falcon to send it back.") == \
+        "or `agentqueue request-changes swift-falcon -m '…'` to send it back."
     assert advice.terminal_words("For code work: add_repo, then edit_task repo_id.", "x-y") == \
         "For code work: add_repo, then edit_task repo_id."
     assert advice.terminal_words("read the task log (agentqueue://tasks/calm-seal/log)") == \
@@ -327,6 +346,9 @@ def test_a_second_request_takes_the_held_line_once_the_first_is_answered(tmp_pat
         lines = services.system.warnings()
         assert len(lines) == 1 and second in lines[0] and first not in lines[0], lines
         assert services.tasks.get(task).status == "WAITING_INPUT" and second in services.tasks.get(task).next_step
+        shown = " ".join(cli_in_process(cli_env(tmp_path / "aq", tmp_path / "user"), "show", task).stdout.split())
+        assert f"next step `agentqueue allow {second}` or `agentqueue deny {second}`" in shown, shown
+        assert first not in shown.split("next step")[1] and "answer_request" not in shown
         services.requests.answer(second, "deny")
         assert services.system.warnings() == [] and services.tasks.get(task).status == "IN_PROGRESS"
     finally:

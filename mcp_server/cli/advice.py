@@ -44,6 +44,8 @@ COMMANDS: dict[str, str] = {
 LEFT_AS_IS = frozenset({"edit_task", "edit_project", "add_repo", "list_repos", "create_agent", "get_policy",
                         "edit_policy", "set_task_status", "create_project", "get_chain_health"})
 
+# What a command needs after the task id that the tool's phrasing leaves out.
+_ARGS = {"request_changes": " -m '…'"}
 _ID = r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+"  # task ids (swift-falcon, swift-falcon-12) always have a hyphen
 # Whole phrasings first (they carry arguments), then a tool with its task id, then a bare tool name.
 _PHRASES: list[tuple[re.Pattern[str], str]] = [
@@ -76,7 +78,7 @@ def terminal_words(text: str | None, task_id: str | None = None) -> str:
         text = pattern.sub(replacement, text)
     target = task_id or "TASK"
     text = _TOOL_TASK.sub(lambda m: f"`{_command(m.group(1))} {target}`", text)
-    text = _TOOL_WITH_ID.sub(lambda m: f"`{_command(m.group(1))} {m.group(2)}`", text)
+    text = _TOOL_WITH_ID.sub(lambda m: f"`{_command(m.group(1))} {m.group(2)}{_ARGS.get(m.group(1), '')}`", text)
     return _BARE_TOOL.sub(lambda m: f"`{_command(m.group(1))}" + (f" {task_id}`" if task_id and
                                                                     _takes_task(m.group(1)) else "`"), text)
 
