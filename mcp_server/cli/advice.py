@@ -191,4 +191,4 @@ def next_step(task: dict[str, Any], error: dict[str, Any] | None, waiting_on: li
     if status == "COMPLETED":
         return (f"Done. `agentqueue diff {tid}` shows its work; `agentqueue request-changes {tid} -m '…'` sends it "
                 "back.")
-    return f"`agentqueue tasks` lists the queue."
+    return "`agentqueue tasks` lists the queue."

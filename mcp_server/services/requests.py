@@ -103,6 +103,8 @@ class Requests:
         waiting = self.store.one("SELECT id, action, description, expires_at FROM permission_requests "
                                  "WHERE task_id = ? AND status = 'pending' ORDER BY created_at, id LIMIT 1",
                                  (row["id"],))
+        if waiting is None:  # the caller saw one still pending in this transaction
+            return
         why = explain("permission_request", "WAITING_INPUT", {
             "task_id": row["id"], "from": "IN_PROGRESS", "request_id": waiting["id"], "action": waiting["action"][:300],
             "description": (waiting["description"] or "")[:200], "expires_at": waiting["expires_at"]})
