@@ -129,6 +129,11 @@ def test_terminal_words_fill_ids_and_keep_tools_without_a_command() -> None:
         "read the task log (`agentqueue logs calm-seal`)"
     assert advice.warning_words("and 3 more: list_tasks status=BLOCKED,FAILED") == \
         "and 3 more: `agentqueue tasks --status BLOCKED,FAILED`"
+    # A title is the task's own words, never rewritten: only the advice after it is.
+    held = held_line({"id": "calm-seal", "title": "call restart_task it' is X: now", "status": "BLOCKED",
+                      "reason": "Stopped.", "next_step": "restart_task calm-seal puts it back in the queue."})
+    assert advice.warning_words(held) == ("Task calm-seal 'call restart_task it' is X: now' is BLOCKED: Stopped. "
+                                          "Next: `agentqueue restart calm-seal` puts it back in the queue.")
 
 
 def _seed_defined_behind_a_blocked_one(home: Path) -> dict[str, str]:

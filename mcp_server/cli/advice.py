@@ -92,12 +92,16 @@ def _takes_task(tool: str) -> bool:
 
 
 _HEAD = re.compile(r"^Task (" + _ID + r") ")
+_HELD = re.compile(r"^Task (" + _ID + r") '.*' is [A-Z_]+: ", re.DOTALL)  # held_line's head, up to its title's end
 
 
 def warning_words(line: str) -> str:
-    """A get_status warning in terminal words: a line about one task fills that task's id into bare tool names."""
-    found = _HEAD.match(line)
-    return terminal_words(line, found.group(1) if found else None)
+    """A get_status warning in terminal words: a line about one task fills that task's id into bare tool names.
+    A held task's title is left as written (its words are the task's, not advice)."""
+    found = _HELD.match(line) or _HEAD.match(line)
+    if found is None:
+        return terminal_words(line)
+    return line[:found.end()] + terminal_words(line[found.end():], found.group(1))
 
 
 # -- did you mean ---------------------------------------------------------------------------------------------
