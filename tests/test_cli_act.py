@@ -177,6 +177,18 @@ def test_show_gives_a_next_step_in_commands_for_every_status_at_40_columns_piped
         step = flat.split("next step", 1)[1]
         assert wanted.format(id=task_id, blocked=ids["BLOCKED"]) in step, (status, step)
         assert not set(re.findall(r"[a-z]+(?:_[a-z]+)+", step.split(" attempts ")[0])) & tools, (status, step)
+    # A READY task held by a paused project or orchestrator: resume is the next step.
+    services = Services(home)
+    try:
+        services.system.set_orchestrator("paused")
+        orchestrator = " ".join(cli_in_process(env, "show", ids["READY"]).stdout.split())
+        project = services.tasks.get(ids["READY"]).project_id
+        services.projects.set_status(project, "PAUSED")
+        held = " ".join(cli_in_process(env, "show", ids["READY"]).stdout.split())
+    finally:
+        services.close()
+    assert "next step The orchestrator is paused: `agentqueue resume` lets it start." in orchestrator
+    assert f"next step Its project is paused: `agentqueue resume {project}` lets it start." in held
     # --json keeps the stored, tool-worded next step (what a model reads).
     data = cli_json_in_process(env, "show", ids["BLOCKED"])
     assert data["next_step"].startswith(f"restart_task {ids['BLOCKED']}")

@@ -155,10 +155,15 @@ def with_suggestions(message: str, store_for: Any) -> str:
 
 
 # -- show's next step -----------------------------------------------------------------------------------------
-def next_step(task: dict[str, Any], error: dict[str, Any] | None, waiting_on: list[dict[str, Any]]) -> str:
+def next_step(task: dict[str, Any], error: dict[str, Any] | None, waiting_on: list[dict[str, Any]],
+              paused: str | None = None) -> str:
     """What a person can do next about `task`, in terminal commands, for every status (`waiting_on`: its
-    dependencies with their statuses, for DEFINED)."""
+    dependencies with their statuses, for DEFINED; `paused`: "project" or "orchestrator" when that holds it)."""
     tid, status = task["id"], task["status"]
+    if status == "READY" and paused == "project":
+        return f"Its project is paused: `agentqueue resume {task['project_id']}` lets it start."
+    if status == "READY" and paused == "orchestrator":
+        return "The orchestrator is paused: `agentqueue resume` lets it start."
     if task.get("next_step"):  # held, waiting for input, or held for approval: the reason's own next step
         return terminal_words(task["next_step"], tid)
     if status in ("FAILED", "BLOCKED", "PAUSED"):

@@ -19,7 +19,7 @@ from .. import paths
 from ..services import candidates
 from ..services.errors import NotFoundError
 from ..services.failures import error_report
-from ..services.system import System, task_warning
+from ..services.system import ORCHESTRATOR_KEY, System, task_warning
 from ..services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
 from ..store.base import Store
 
@@ -117,6 +117,13 @@ def statuses(store: Store, task_ids: list[str]) -> list[dict[str, Any]]:
     found = {r["id"]: r["status"] for r in store.all(
         f"SELECT id, status FROM tasks WHERE id IN ({','.join('?' * len(task_ids))})", task_ids)}
     return [{"id": t, "status": found[t]} for t in task_ids if t in found]
+
+
+def what_holds(store: Store, project_id: str) -> str | None:
+    """"project" when the task's project is paused, "orchestrator" when everything is, else None."""
+    if store.scalar("SELECT status FROM projects WHERE id = ?", (project_id,)) == "PAUSED":
+        return "project"
+    return "orchestrator" if store.get_setting(ORCHESTRATOR_KEY, "running") == "paused" else None
 
 
 def task_status(store: Store, task_id: str) -> str:

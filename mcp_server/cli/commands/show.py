@@ -35,6 +35,7 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         if task["status"] in NEEDS_PERSON and result is not None and result["status"] != "completed":
             error = cli_reads.agent_error(store, task_id)
         waiting_on = cli_reads.statuses(store, task["depends_on"]) if task["status"] == "DEFINED" else []
+        paused = cli_reads.what_holds(store, task["project_id"]) if task["status"] == "READY" else None
     finally:
         store.close()
     log = paths.task_log(home, task_id)
@@ -62,7 +63,7 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         said = f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": ")
         grid.add_row("error", shown(said, "red", multiline=True))
     # Every status has one, in the commands of this terminal (the stored one names tools, for a model).
-    grid.add_row("next step", shown(step_for(task, error, waiting_on), "bold", multiline=True))
+    grid.add_row("next step", shown(step_for(task, error, waiting_on, paused), "bold", multiline=True))
     grid.add_row("attempts", f"{attempts} run(s); retries {task['retry_count']} of {task['max_retries']}")
     if task["branch"]:
         grid.add_row("branch", shown(task["branch"]))
