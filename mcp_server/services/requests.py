@@ -16,6 +16,7 @@ from typing import Any, Literal
 from ..store.db import Store, iso_in, now_iso
 from ..store.models import PermissionRequest
 from .errors import ConflictError, InvalidInputError, NotFoundError
+from .failures import explain
 from .policy import Policies
 from .policy_rules import parse_rule
 from .tasks import Tasks
@@ -96,6 +97,20 @@ class Requests:
                      by + (" (remembered)" if remember else ""), message, resumes=True)
         return self.get(request_id)
 
+    def _point_at_next(self, row: dict[str, Any]) -> None:
+        """A task still waiting on another request: its reason and next step name that one (issue 23: the line
+        `get_status` shows must not send a person to the request they just answered)."""
+        waiting = self.store.one("SELECT id, action, description, expires_at FROM permission_requests "
+                                 "WHERE task_id = ? AND status = 'pending' ORDER BY created_at, id LIMIT 1",
+                                 (row["id"],))
+        if waiting is None:  # the caller saw one still pending in this transaction
+            return
+        why = explain("permission_request", "WAITING_INPUT", {
+            "task_id": row["id"], "from": "IN_PROGRESS", "request_id": waiting["id"], "action": waiting["action"][:300],
+            "description": (waiting["description"] or "")[:200], "expires_at": waiting["expires_at"]})
+        self.store.db.execute("UPDATE tasks SET reason = ?, next_step = ?, updated_at = ? WHERE id = ?",
+                              (why.reason, why.next_step, now_iso(), row["id"]))
+
     def expire(self, request_id: str, reason: str) -> PermissionRequest | None:
         """A request nobody answered in time (`timeout`: the agent goes on with a deny), or whose run
         ended (`run ended`, `restart`: nobody waits any more)."""
@@ -126,6 +141,8 @@ class Requests:
             # The agent goes on, with the answer or with a deny on timeout (unless its run is gone).
             if row["status"] == "WAITING_INPUT" and not still_open and resumes:
                 self.tasks.move(row, "IN_PROGRESS", "answered" if status != "expired" else "timed_out")
+            elif row["status"] == "WAITING_INPUT" and still_open and row["reason"] and request.id in row["reason"]:
+                self._point_at_next(row)  # its reason named the request just answered
             self.store.add_event("request.answered", project_id=request.project_id, task_id=request.task_id,
                                  agent_id=request.agent_id,
                                  payload={"request_id": request.id, "status": status, "decided_by": decided_by,
