@@ -31,7 +31,7 @@ COMMANDS = {"install": "install", "doctor": "doctor", "uninstall": "uninstall", 
             "stop": "stop", "status": "status", "tasks": "tasks", "show": "show", "logs": "logs", "diff": "diff",
             "usage": "usage", "projects": "projects", "board": "board", "chat": "chat", "add": "add",
             "approve": "approve", "request-changes": "act", "restart": "act", "stop-task": "act", "skip": "act",
-            "delete": "act", "pause": "pause", "resume": "pause"}
+            "delete": "act", "pause": "pause", "resume": "pause", "task": "task"}
 
 Run = Callable[[argparse.Namespace, Path], int]
 

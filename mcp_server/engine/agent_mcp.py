@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,3 +20,15 @@ def agentqueue_server(home: Path, toolsets: tuple[str, ...] = ()) -> dict[str, A
     # NO_START: an engine without a daemon (the standalone server) has no socket, and must not get a rival.
     env = {"AGENTQUEUE_HOME": str(home), "AGENTQUEUE_NO_START": "1"}
     return {"mcpServers": {"agentqueue": {"type": "stdio", "command": command[0], "args": command[1:], "env": env}}}
+
+
+def cli_environment(home: Path, task_id: str, search_path: str) -> dict[str, str]:
+    """What every run gets for `agentqueue task …` (the skill's CLI): the home whose daemon to call, never a rival
+    daemon, the task's id (a convenience: the daemon knows the run from the calling process, not from this), and
+    `agentqueue` on PATH, after the run's own programs (this install's interpreter must not shadow the project's)."""
+    script = Path(sys.executable).parent / "agentqueue"
+    parts = [p for p in search_path.split(os.pathsep) if p]
+    if script.is_file() and str(script.parent) not in parts:
+        parts.append(str(script.parent))
+    return {"AGENTQUEUE_HOME": str(home), "AGENTQUEUE_NO_START": "1", "AGENTQUEUE_TASK_ID": task_id,
+            "PATH": os.pathsep.join(parts)}

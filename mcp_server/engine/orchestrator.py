@@ -36,7 +36,7 @@ from . import protected
 from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig, RunResult, RunSpec
 from .hook_runner import HookRunner
-from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
+from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server, cli_environment
 from .best_of import BestOfN
 from .landing import BranchReads, Landing
 from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
@@ -387,8 +387,9 @@ class Engine:
         spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
                                           task_prompt(task, svc.feedback.comments(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools, ready=readiness), mcp)
-        return ReadyRun(task, workspace, agent, spec, planted, {**svc.settings.agent_environment(), **readiness.env},
-                        readiness)
+        env = {**svc.settings.agent_environment(), **readiness.env}
+        env |= cli_environment(self.home, task.id, env.get("PATH", ""))  # `agentqueue task …`, for agents without MCP
+        return ReadyRun(task, workspace, agent, spec, planted, env, readiness)
 
     def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace, Readiness] | None:
         """Before a run, in one worker thread: the command agent's policy, the sandbox, the workspace, the task
@@ -443,7 +444,7 @@ class Engine:
         with self.services.sandbox.around(
                 spec.argv, env, workspace.path, task.project_id, preset=policy.preset.name, actor=f"agent:{agent.id}",
                 task_id=task.id, agent_type=agent.agent_type, branch=workspace.branch,
-                agent_socket=agent.agent_type in TAKES_MCP_CONFIG,
+                agent_socket=True,  # every agent reaches its toolset: through MCP, or `agentqueue task …`
                 masks={workspace.path / rel: content for rel, content in planted.items()},
                 log_line=lambda line: self._log_line(task.id, line)) as (argv, inner_env):
             yield dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), inner_env

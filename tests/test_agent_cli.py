@@ -1,0 +1,134 @@
+"""An agent without MCP queues a follow-up through `agentqueue task create` (issue 24: a skill and a CLI for agents).
+
+The real daemon and the real `claude` CLI on the loopback model mock, given no MCP server at all (a wrapper hands it
+an empty `--mcp-config`): its scripted model runs `agentqueue task create …` through Bash, allowed by a policy rule.
+The daemon knows the run from the calling process (SO_PEERCRED and its lineage), so the follow-up is the task's child,
+one level deeper; the level beyond [engine] max_task_depth is refused and the agent reads the refusal as the
+command's output. A person's shell is a person's client, and a forged AGENTQUEUE_TASK_ID names nobody.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.types import ElicitResult
+
+from agentqueue import daemon, paths
+from agentqueue.store.sqlite import SqliteStore as Store
+
+from .conftest import ok
+from .mock_anthropic import CLI_FOLLOWUP, MockAnthropic
+from .processes import claude_env, wait_for
+from .test_engine_claude import CLAUDE
+
+pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
+              pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
+
+AGENTQUEUE = str(Path(sys.executable).parent / "agentqueue")
+
+
+def without_mcp(tmp_path: Path, claude: str) -> str:
+    """The real claude, handed an empty MCP config in place of the engine's: an agent that has only its shell."""
+    wrapper = tmp_path / "bin" / "claude"
+    wrapper.parent.mkdir()
+    wrapper.write_text('#!/usr/bin/env bash\nargs=()\nnext=0\nfor a in "$@"; do\n'
+                       '  if [ "$next" = 1 ]; then args+=(\'{"mcpServers":{}}\'); next=0; continue; fi\n'
+                       '  [ "$a" = "--mcp-config" ] && next=1\n  args+=("$a")\ndone\n'
+                       f'exec {claude} "${{args[@]}}"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def bash_results(mock: MockAnthropic) -> list[str]:
+    """What each Bash call told the model (its tool results, in order)."""
+    out = []
+    for request in mock.messages_for("cli_followup"):
+        message = request["messages"][-1]
+        if isinstance(message.get("content"), list):
+            out += [json.dumps(b.get("content")) for b in message["content"] if b.get("type") == "tool_result"]
+    return out
+
+
+async def test_an_agent_without_mcp_queues_a_follow_up_through_the_cli_and_the_depth_limit_holds(
+        tmp_path: Path) -> None:
+    mock = MockAnthropic().start()
+    home = tmp_path / "aq"
+    env = claude_env(tmp_path, mock.base_url, without_mcp(tmp_path, CLAUDE), AGENTQUEUE_HOME=str(home),
+                     AGENTQUEUE_POLL_SECONDS="0.1", AGENTQUEUE_MAX_TASK_DEPTH="1")
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = None
+
+    async def person(_context, _params) -> ElicitResult:  # the person approves the policy rule they add
+        return ElicitResult(action="accept", content={"approve": True})
+
+    try:
+        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, 60, "the daemon")
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        async with Client(params, mode="legacy", elicitation_callback=person) as client:
+            await ok(client, "create_project", name="Demo")
+            await ok(client, "add_repo", source="init", name="app", project_id="demo")
+            await ok(client, "edit_policy", project_id="demo", add_rule="Bash(agentqueue task:*)", list="allow")
+            first = await ok(client, "create_task", title="Start", project_id="demo",
+                             description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
+        store = Store(paths.db_path(home))
+
+        def tasks() -> list[dict]:
+            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
+
+        await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
+                       120, "the task and its follow-up to complete")
+        parent, child = tasks()
+        assert parent["id"] == first["id"] and (parent["parent_task_id"], parent["depth"] or 0) == (None, 0)
+        assert (child["title"], child["parent_task_id"], child["depth"]) == (CLI_FOLLOWUP["title"], first["id"], 1)
+        # The agent ran the command in Bash and read its JSON; the follow-up's agent was refused one level deeper,
+        # the refusal being what the command printed.
+        said = bash_results(mock)
+        assert len(said) == 2, said
+        assert f'\\"id\\": \\"{child["id"]}\\"' in said[0] and '\\"parent_task_id\\"' in said[0], said[0]
+        assert "level(s) deep" in said[1] and "agentqueue task:" in said[1], said[1]
+        # The model had no AgentQueue tool: it used the command.
+        offered = [t.get("name", "") for t in mock.messages_for("cli_followup")[0].get("tools") or []]
+        assert "Bash" in offered and not [name for name in offered if name.startswith("mcp__")], offered
+        # Both calls are the agent's, against their tasks, in the audit log.
+        rows = store.all("SELECT actor, task_id, outcome FROM audit_log WHERE action = 'tool:create_task' "
+                         "AND actor LIKE 'agent:%' ORDER BY id")
+        assert [(r["task_id"], r["outcome"]) for r in rows] == [(first["id"], "ok"), (child["id"], "error")]
+
+        # A person's shell is a person's client: AGENTQUEUE_TASK_ID (here forged, naming the follow-up) names nobody.
+        forged = {**env, "AGENTQUEUE_TASK_ID": child["id"]}
+        by_hand = subprocess.run([AGENTQUEUE, "task", "create", "By hand", "-d", "Queued from a shell.",
+                                  "--project", "demo"], env=forged, capture_output=True, text=True, timeout=60)
+        assert by_hand.returncode == 0, by_hand.stderr
+        made = json.loads(by_hand.stdout)
+        row = store.one("SELECT parent_task_id, depth FROM tasks WHERE id = ?", (made["id"],))
+        assert (row["parent_task_id"], row["depth"] or 0) == (None, 0)
+        last = store.all("SELECT actor, task_id FROM audit_log WHERE action = 'tool:create_task' ORDER BY id DESC "
+                         "LIMIT 1")[0]
+        assert not last["actor"].startswith(("agent:", "process:")) and last["task_id"] is None, last
+        listed = subprocess.run([AGENTQUEUE, "task", "list", "--all"], env=forged, capture_output=True, text=True,
+                                timeout=60)
+        assert {t["id"] for t in json.loads(listed.stdout)["tasks"]} >= {first["id"], child["id"], made["id"]}
+    finally:
+        if store is not None:
+            store.close()
+        daemon.stop(home, timeout=15)
+        if server.poll() is None:
+            server.kill()
+        mock.stop()
+
+
+def test_a_refusal_is_one_sentence_and_no_daemon_is_started_for_a_run(tmp_path: Path) -> None:
+    """Inside a run AGENTQUEUE_NO_START is set: with no daemon the command says so and starts none."""
+    env = {**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "aq"), "AGENTQUEUE_NO_START": "1"}
+    done = subprocess.run([AGENTQUEUE, "task", "create", "T", "-d", "x"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("agentqueue task: ") and "AGENTQUEUE_NO_START" in done.stderr, done.stderr
+    assert not (tmp_path / "aq" / "daemon.json").exists()
