@@ -87,14 +87,15 @@ def log_of(services: Services, task_id: str) -> str:
     ".mcp.json", "sub/.mcp.json", ".codex/config.toml", ".gemini/settings.json", ".githooks/pre-commit",
     ".husky/pre-commit", ".pre-commit-config.yaml", ".github/workflows/x.yml", ".GITHUB/Workflows/x.yml",
     ".gitlab-ci.yml", ".circleci/config.yml", "Jenkinsfile", ".envrc", "web/.envrc", ".vscode/tasks.json",
-    ".vscode/settings.json", ".devcontainer/devcontainer.json", "CLAUDE.md", "docs/AGENTS.md", "GEMINI.md"])
+    ".vscode/settings.json", ".devcontainer/devcontainer.json", "CLAUDE.md", "docs/AGENTS.md", "GEMINI.md",
+    ".claude/skills/agentqueue/SKILL.md", ".agents/skills/agentqueue/SKILL.md", "pkg/.agents/skills/x/SKILL.md"])
 def test_protected_paths_are_protected(path: str) -> None:
     assert protected.protected_changes(["src/app.py", path]) == [path]
 
 
 @pytest.mark.parametrize("path", [
     "src/app.py", "README.md", ".claudex/settings.json", "my.claude/x", "docs/.github/workflows/x.yml",
-    ".github/ISSUE_TEMPLATE/bug.md", ".vscode/extensions.json", "CLAUDE.md.bak", "notes/claude.txt", ".gitignore"])
+    ".github/ISSUE_TEMPLATE/bug.md", ".vscode/extensions.json", "CLAUDE.md.bak", "notes/claude.txt", ".gitignore", ".agents/notes.md"])
 def test_ordinary_paths_are_not(path: str) -> None:
     assert protected.protected_changes([path]) == []
 

@@ -406,3 +406,21 @@ def test_a_cli_installed_by_npm_under_tmp_is_shown_with_its_sibling_packages(tmp
     shown = programs({"PATH": ""}, str(modules / ".bin" / "codex"))
     assert modules.resolve() in shown
     assert all(not path.is_relative_to(modules.resolve()) or path == modules.resolve() for path in shown)
+
+
+def test_a_run_cannot_plant_a_skill_in_the_persons_cli_state(services: Services, tmp_path: Path) -> None:
+    """Claude Code's state (~/.claude) is writable for its run, but its skills folder is not: a skill there steers
+    every later session of the person's (issue 24: `agentqueue install --skill --user` is the person's to run)."""
+    home = tmp_path / "person"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    work = tmp_path / "work"
+    work.mkdir()
+    rules = services.sandbox.rules_for(work, None, preset="standard", agent_type="claude-code", env=env)
+    assert home / ".claude" / "skills" in rules.frozen
+    argv = ["/bin/sh", "-c", "echo state > ~/.claude/state.txt; mkdir ~/.claude/skills/agentqueue; "
+                             "echo planted > ~/.claude/skills/SKILL.md; echo done"]
+    with services.sandbox.contained(argv, env, rules, lambda *_: None) as (inner, inner_env):
+        done = subprocess.run(inner, cwd=work, env=inner_env, capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == "done" and "Read-only file system" in done.stderr, done
+    assert (home / ".claude" / "state.txt").read_text() == "state\n"  # the CLI's own state stays writable
+    assert list((home / ".claude" / "skills").iterdir()) == []

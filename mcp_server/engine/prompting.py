@@ -19,6 +19,10 @@ RULES = """Rules:
 - End with a short summary of what you changed and anything left undone."""
 TOOLS_NOTE = """- AgentQueue's own tools (mcp__agentqueue__*) let you queue follow-up tasks (they run after this one
   lands), read and add to the project's notes, and see the queue. Queue only work that is out of scope."""
+# An agent without them has the same through its shell (cli/commands/task.py; each prints JSON).
+CLI_NOTE = """- `agentqueue task create TITLE -d DESCRIPTION` queues a follow-up task (it runs after this one lands);
+  `agentqueue task note …` reads and adds to the project's notes; `agentqueue task --help` lists the rest.
+  Queue only work that is out of scope."""
 
 
 def task_prompt(task: Task, comments: list[Comment] | None = None) -> str:
@@ -89,4 +93,4 @@ def context_for(services: Services, task: Task, workspace: Workspace, agent_tool
     memory = services.memory.context(project.id)
     if memory:
         lines += ["", "# Project memory", memory]
-    return "\n".join(lines) + "\n\n" + RULES + ("\n" + TOOLS_NOTE if agent_tools else "")
+    return "\n".join(lines) + "\n\n" + RULES + "\n" + (TOOLS_NOTE if agent_tools else CLI_NOTE)

@@ -62,6 +62,7 @@ RULES: tuple[Rule, ...] = (
     Rule(".mcp.json", AGENT, anywhere=True, runs=True),
     Rule(".codex", AGENT, anywhere=True, runs=True),
     Rule(".gemini", AGENT, anywhere=True, runs=True),
+    Rule(".agents/skills", AGENT, anywhere=True, runs=True),  # skills of Codex and the open agent-skills standard
     Rule(".cursor", AGENT, anywhere=True),
     Rule(".githooks", GIT_HOOKS, runs=True),
     Rule(".husky", GIT_HOOKS, runs=True),

@@ -74,6 +74,10 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
         real = Path(os.path.realpath(path))
         if real.exists() and real != workdir:
             out += ["--bind", str(real), str(real)]
+    for path in rules.frozen:  # after the writable folders they lie in: the later bind wins
+        real = Path(os.path.realpath(path))
+        if real.exists():
+            out += ["--ro-bind", str(real), str(real)]
     for sock in rules.sockets:
         if _exists(sock):
             out += ["--bind", str(sock), str(sock)]

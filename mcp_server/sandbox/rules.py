@@ -36,6 +36,9 @@ CLI_STATE = {
     "gemini": (".gemini",),
 }
 SHARED_STATE = (".cache", ".npm", ".local/state")
+# Skill folders inside a CLI's writable state: skills steer every later session of the person's (issue 24's
+# `agentqueue install --skill --user` writes one), so a run never plants or changes one.
+USER_SKILLS = (".claude/skills", ".codex/skills")
 # Where each CLI's model lives unless its environment says otherwise.
 DEFAULT_ENDPOINTS = {
     "claude-code": ("api.anthropic.com:443", "statsig.anthropic.com:443", "console.anthropic.com:443"),
@@ -157,6 +160,7 @@ class SandboxRules:
     hidden: tuple[Path, ...] = ()  # secrets and AgentQueue's home: an empty folder or file in their place
     sockets: tuple[Path, ...] = ()  # Unix sockets the run may connect to (the daemon's, for the agent toolset)
     readable: tuple[Path, ...] = ()  # programs under a folder the sandbox makes private (/tmp): shown read-only
+    frozen: tuple[Path, ...] = ()  # inside a writable folder, yet read-only: the person's skills (USER_SKILLS)
     network: str = "allowlist"
     endpoints: tuple[Endpoint, ...] = ()
     masks: Mapping[Path, bytes | None] = field(default_factory=dict)  # files shown with other content (or none)

@@ -25,7 +25,7 @@ from ..settings import Settings
 from . import bwrap
 from .gate import NetworkGate
 from .rules import (
-    REGISTRIES, Endpoint, SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of, project_settings,
+    REGISTRIES, USER_SKILLS, Endpoint, SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of, project_settings,
     secret_paths, state_paths,
 )
 
@@ -108,8 +108,9 @@ class Sandbox:
         if self.decide_install(project_id):
             hosts += REGISTRIES
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
+        frozen = _skills(homes, writable)
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
-                            hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0)),
+                            hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0)), frozen=frozen,
                             network=chosen.network or "allowlist",
                             endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}))
 
@@ -166,6 +167,19 @@ class Sandbox:
             if gate is not None:
                 gate.close()
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _skills(homes: set[Path], writable: list[Path]) -> tuple[Path, ...]:
+    """The person's skill folders that lie inside a folder the run may write (created, so none can be planted)."""
+    found = []
+    for home_dir in homes:
+        for rel in USER_SKILLS:
+            folder = home_dir / rel
+            if any(folder.is_relative_to(w) for w in writable):
+                with contextlib.suppress(OSError):
+                    folder.mkdir(parents=True, exist_ok=True)
+                found.append(folder)
+    return tuple(found)
 
 
 def programs(env: Mapping[str, str], argv0: str | None) -> list[Path]:
