@@ -23,6 +23,11 @@ from ..parser import add_command
 # never trusted as identity.
 TASK_ENV = "AGENTQUEUE_TASK_ID"
 
+# Each action and the `agent` toolset's tools it calls (tests/test_agent_skill.py checks none is left out).
+TOOLS: dict[str, tuple[str, ...]] = {
+    "create": ("create_task",), "list": ("list_tasks",), "show": ("get_task",), "status": ("get_status",),
+    "note": ("list_notes", "read_note", "write_note", "append_note"), "memory": ("write_memory",)}
+
 DESCRIPTION = """\
 The tools a task's agent has (the `agent` toolset), as commands that print JSON. Run
 inside a task's agent, the daemon knows the run from the calling process: a follow-up
