@@ -39,6 +39,7 @@ from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
 from .best_of import BestOfN
 from .landing import BranchReads, Landing
 from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
+from ..notify.follower import Notifier
 from .permissions import PermissionChannel
 from .ports import Ports
 from .prompting import context_for, task_prompt
@@ -124,6 +125,8 @@ class Engine:
                                lambda task_id: task_id in self.running)
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         self.hooks = HookRunner(services, home)
+        # Tells a person when one is needed, from its own thread (notify/); the daemon gives it the board's address.
+        self.notifier = Notifier(services.store, services.settings, owner=self.team.id)
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
@@ -165,6 +168,7 @@ class Engine:
         """Join the daemons on the queue (a lease kept fresh while the engine runs, a daemon's or a standalone
         server's alike), recover, then schedule and run until shutdown; leave at the end."""
         await anyio.to_thread.run_sync(self.team.join)
+        self.notifier.start()
         try:
             async with anyio.create_task_group() as lease:
                 lease.start_soon(self._keep_lease)
@@ -172,6 +176,7 @@ class Engine:
                 lease.cancel_scope.cancel()  # only once every run has settled: they are this engine's to the end
         finally:
             with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.notifier.stop)
                 await anyio.to_thread.run_sync(self.team.leave)
 
     async def _keep_lease(self) -> None:

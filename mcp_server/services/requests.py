@@ -74,6 +74,16 @@ class Requests:
                                  payload={"request_id": request_id, "action": action[:300], "expires_at": expires})
         return self.get(request_id)
 
+    def notified_at(self, request_id: str) -> str | None:
+        """When the request's first notification went out (notify/outbox.py), or None."""
+        return self.store.scalar("SELECT notified_at FROM permission_requests WHERE id = ?", (request_id,))
+
+    def extend(self, request_id: str, timeout_seconds: float) -> None:
+        """A pending request now expires `timeout_seconds` from now (its timeout counts from the first notification)."""
+        with self.store.transaction() as db:
+            db.execute("UPDATE permission_requests SET expires_at = ? WHERE id = ? AND status = 'pending'",
+                       (iso_in(timeout_seconds), request_id))
+
     # -- a person answers -------------------------------------------------------------------------
     def answer(self, request_id: str, decision: str, remember: bool = False, message: str | None = None,
                by: str = "person") -> PermissionRequest:
