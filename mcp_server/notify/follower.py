@@ -85,6 +85,8 @@ class Notifier:
         """Follow events in a daemon thread; nothing (False) when no URL is configured."""
         if not self.config.configured or self._thread is not None:
             return False
+        if self._cursor is None:  # its place now: every event from here on is looked at
+            self._cursor = self._saved_cursor = self.outbox.cursor()
         self.store.on_commit(self._on_commit)
         self._thread = threading.Thread(target=self._loop, name="agentqueue-notify", daemon=True)
         self._thread.start()
@@ -132,7 +134,10 @@ class Notifier:
         if self._cursor is None:
             self._cursor = self._saved_cursor = self.outbox.cursor()
         start = max(self._cursor - LOOKBACK, 0) if self.store.shared else self._cursor
-        events = self.outbox.events_after(start)
+        # The newest id first, then the events up to it: an event committed between the two reads is left for the
+        # next pass instead of being skipped.
+        newest = self.outbox.newest_event()
+        events = self.outbox.events_after(start, newest)
         for event in events:
             if event["id"] in self._seen:
                 continue
@@ -140,8 +145,8 @@ class Notifier:
             self._seen[event["id"]] = None
         while len(self._seen) > 10 * LOOKBACK:
             self._seen.pop(next(iter(self._seen)))
-        newest = max([e["id"] for e in events], default=0)
-        self._cursor = max(self._cursor, newest if events else self.outbox.newest_event())
+        full = len(events) >= self.outbox.BATCH_EVENTS
+        self._cursor = max(self._cursor, events[-1]["id"] if full else newest)
         if self._cursor != self._saved_cursor and time.monotonic() - self._cursor_saved_at >= CURSOR_SAVE_SECONDS:
             self.outbox.set_cursor(self._cursor)
             self._saved_cursor, self._cursor_saved_at = self._cursor, time.monotonic()

@@ -51,10 +51,13 @@ class Outbox:
         with self.store.transaction():
             self.store.set_setting(CURSOR_KEY, str(event_id))
 
-    def events_after(self, event_id: int, limit: int = 200) -> list[dict[str, Any]]:
+    BATCH_EVENTS = 200
+
+    def events_after(self, event_id: int, up_to: int) -> list[dict[str, Any]]:
+        """Events that may become notifications, after `event_id` and up to `up_to`, oldest first."""
         marks = ", ".join("?" for _ in EVENT_TYPES)
-        rows = self.store.all(f"SELECT * FROM events WHERE id > ? AND event_type IN ({marks}) ORDER BY id LIMIT ?",
-                              (event_id, *EVENT_TYPES, limit))
+        rows = self.store.all(f"SELECT * FROM events WHERE id > ? AND id <= ? AND event_type IN ({marks}) "
+                              "ORDER BY id LIMIT ?", (event_id, up_to, *EVENT_TYPES, self.BATCH_EVENTS))
         return [{**r, "payload": json.loads(r["payload"] or "{}")} for r in rows]
 
     def newest_event(self) -> int:
