@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-import anyio
 import pytest
 
 from agentqueue import paths, settings

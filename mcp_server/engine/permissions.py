@@ -50,7 +50,9 @@ def suggested_rule(request: dict[str, Any], action: Action, policy: EffectivePol
 
 
 def _span(seconds: float) -> str:
-    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:g} s"
 
 
 class PermissionChannel:
@@ -117,7 +119,10 @@ class PermissionChannel:
             current = await anyio.to_thread.run_sync(svc.requests.get, opened.id)
             if current.status != "pending":
                 break
-            if not notified and await anyio.to_thread.run_sync(svc.requests.notified_at, opened.id):
+            heard: str | None = None
+            if not notified:
+                heard = await anyio.to_thread.run_sync(svc.requests.notified_at, opened.id)
+            if heard:  # a person was just told: the timeout starts now
                 notified = True
                 deadline = time.monotonic() + timeout
                 await anyio.to_thread.run_sync(svc.requests.extend, opened.id, timeout)
