@@ -93,8 +93,9 @@ async def test_a_permission_request_reaches_a_person_who_answers_from_the_messag
         assert task["id"] in text and "Touch it" in text and "Bash(touch NOTIFIED_MARKER)" in text
         assert f"agentqueue allow {request_id}" in text and f"agentqueue deny {request_id}" in text
         assert f"{board}/tasks/{task['id']}" in text
-        # Its timeout now counts from that notification.
-        assert store.scalar("SELECT notified_at FROM permission_requests WHERE id = ?", (request_id,))
+        # Its timeout now counts from that notification (recorded once the service answered).
+        await wait_for(lambda: store.scalar("SELECT notified_at FROM permission_requests WHERE id = ?", (request_id,)),
+                       10, "the request to be marked as told")
 
         # The person types the command from the message (and confirms at the prompt the policy asks).
         command = re.search(r"agentqueue allow (req-[0-9a-f]+)", text)

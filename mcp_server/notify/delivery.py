@@ -32,6 +32,16 @@ def backoff(attempts: int, base: float = RETRY_BASE_SECONDS) -> float:
     return min(base * 2 ** max(attempts - 1, 0), RETRY_MAX_SECONDS)
 
 
+def warm() -> None:
+    """Import Apprise and load its plugins now (about half a second), so the first message does not wait for it."""
+    try:
+        with _apprise_lock:
+            import apprise
+        apprise.Apprise().add("json://localhost")
+    except Exception:
+        log.exception("could not load Apprise")
+
+
 def send(url: str, message: Message) -> Outcome:
     """Deliver `message` to `url` once; never raises."""
     try:

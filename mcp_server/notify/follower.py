@@ -110,6 +110,7 @@ class Notifier:
             self._wake.set()  # all the engine's thread does: the work is the notifier's own
 
     def _loop(self) -> None:
+        delivery.warm()
         while not self._stopping.is_set():
             self._wake.clear()
             try:
