@@ -286,3 +286,27 @@ async def test_a_dead_receiver_is_retried_and_never_holds_up_a_run(engine_home: 
     assert first.id in text
     row = svc.store.one("SELECT status, attempts FROM notifications")
     assert row["status"] == "sent" and row["attempts"] >= 2
+
+
+async def test_the_notify_test_tool_answers_with_each_result_or_says_how_to_set_one_up(
+        home: Path, receiver: Receiver, tmp_path: Path) -> None:
+    from mcp import Client
+
+    from agentqueue.server.app import build_server
+
+    from .conftest import EVERY_TOOL, fail, ok
+
+    svc = configured(home, [receiver.url])
+    try:
+        async with Client(build_server(svc, EVERY_TOOL)) as client:
+            answer = await ok(client, "notify_test")
+    finally:
+        svc.close()
+    assert answer == {"results": [{"url": f"json://127.0.0.1:{receiver.port}/••••", "ok": True, "error": None}]}
+    bare = Services(tmp_path / "bare")
+    try:
+        async with Client(build_server(bare, EVERY_TOOL)) as client:
+            said = await fail(client, "notify_test")
+    finally:
+        bare.close()
+    assert "No notifier is configured" in said and "[notify] urls" in said

@@ -110,6 +110,10 @@ async def test_a_permission_request_reaches_a_person_who_answers_from_the_messag
                             (task["id"],)) == 1
         assert agent_pid and "denied" not in last_tool_result(mock)  # the model was told the command's output
         assert len(receiver.messages) == 1  # completed is off by default
+        # Answered is answered: `agentqueue deny` afterwards changes nothing and says why.
+        late = subprocess.run([sys.executable, "-m", "agentqueue", "deny", request_id], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert late.returncode == 1 and "already allowed" in late.stderr and "Traceback" not in late.stderr
 
         # `agentqueue notify test` and `doctor` report the notifier, its secrets masked.
         tested = subprocess.run([sys.executable, "-m", "agentqueue", "notify", "test", "--json"], env=env,
