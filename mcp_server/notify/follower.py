@@ -28,6 +28,7 @@ log = logging.getLogger("agentqueue.notify")
 
 POLL_SECONDS = 1.0
 CURSOR_SAVE_SECONDS = 5.0
+STOP_SECONDS = 3.0
 LOOKBACK = 100  # team mode: ids another daemon's transaction took earlier may commit later
 
 
@@ -97,7 +98,8 @@ class Notifier:
         self._stopping.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=delivery.SEND_TIMEOUT + 2)
+            # A send in flight is not waited for long: the thread is a daemon thread, and its claim runs out.
+            self._thread.join(timeout=STOP_SECONDS)
             self._thread = None
         if self._cursor is not None and self._cursor != self._saved_cursor:
             try:
