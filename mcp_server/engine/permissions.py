@@ -142,8 +142,12 @@ class PermissionChannel:
             said = f" They said: {current.message}" if current.message else ""
             return {"behavior": "deny", "message": f"A person denied {action}.{said} Do the task another way, or "
                                                    "finish and say in your summary what you need."}
-        waited = (f"within {_span(timeout)} of being told" if told and notified else
-                  f"within {_span(waits)} (no notifier told anyone: [notify] urls in config.toml would)")
+        if not told:
+            waited = f"within {_span(waits)} (no notifier is configured: [notify] urls in config.toml would tell one)"
+        elif notified:
+            waited = f"within {_span(timeout)} of being told"
+        else:
+            waited = f"within {_span(waits)} (the notifier reached nobody: agentqueue doctor shows why)"
         return {"behavior": "deny", "message": f"Nobody answered the request to run {action} {waited}, so "
                                                "AgentQueue denied it. Do the task another way, or finish and say in "
                                                "your summary what you need."}
