@@ -310,3 +310,21 @@ async def test_the_notify_test_tool_answers_with_each_result_or_says_how_to_set_
     finally:
         bare.close()
     assert "No notifier is configured" in said and "[notify] urls" in said
+
+
+async def test_a_request_answered_before_anyone_was_told_is_not_announced(home: Path, receiver: Receiver) -> None:
+    svc = configured(home, [receiver.url])
+    svc.projects.create("Demo")
+    task = svc.tasks.create("demo", "Asks twice", "SAY hi")
+    notifier = Notifier(svc.store, svc.settings)
+    try:
+        notifier.step()
+        opened = [svc.requests.open(task.id, None, "Bash", {"command": c}, f"Bash({c})", None, None, 60)
+                  for c in ("npm install", "curl example.com")]
+        svc.requests.answer(opened[0].id, "deny")  # answered on the board before the notifier's pass
+        notifier.step()
+    finally:
+        svc.close()
+    (text,) = receiver.texts()
+    assert f"agentqueue allow {opened[1].id}" in text and "Bash(curl example.com)" in text
+    assert opened[0].id not in text

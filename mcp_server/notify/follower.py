@@ -165,6 +165,8 @@ class Notifier:
         task = self.outbox.task_facts(event["task_id"]) if event.get("task_id") else None
         if task is None and kind != "parked":
             return  # deleted since
+        if kind == "permission" and not self.outbox.request_pending((event.get("payload") or {}).get("request_id")):
+            return  # answered or closed already (a restart closes the requests of the runs it ended)
         message = compose(kind, event, task, self.board_url)
         held = mode == "on" and quiet(self.config, self.local_clock())
         self.outbox.add(event, route.urls, "digest" if mode == "digest" else "held" if held else "now", message)

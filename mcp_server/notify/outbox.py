@@ -70,6 +70,10 @@ class Outbox:
             return None
         return TaskFacts(row["id"], row["title"] or "", row["project"] or row["project_id"] or "", row["next_step"])
 
+    def request_pending(self, request_id: str | None) -> bool:
+        return bool(request_id) and self.store.scalar(
+            "SELECT status FROM permission_requests WHERE id = ?", (request_id,)) == "pending"
+
     def project_name(self, project_id: str | None) -> str | None:
         return self.store.scalar("SELECT name FROM projects WHERE id = ?", (project_id,)) if project_id else None
 
