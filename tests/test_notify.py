@@ -328,3 +328,24 @@ async def test_a_request_answered_before_anyone_was_told_is_not_announced(home: 
     (text,) = receiver.texts()
     assert f"agentqueue allow {opened[1].id}" in text and "Bash(curl example.com)" in text
     assert opened[0].id not in text
+
+
+async def test_urls_added_to_a_running_daemons_config_apply_without_a_restart(home: Path, receiver: Receiver) -> None:
+    from agentqueue.settings_reload import Reloader
+
+    paths.private_dir(home)
+    svc = Services(home)  # no [notify] yet: nobody is told
+    svc.projects.create("Demo")
+    task = svc.tasks.create("demo", "Later", "SAY hi")
+    engine = make_engine(svc)
+    reloader = Reloader(home, svc.settings, engine.apply_settings, every=1)
+    try:
+        assert engine.notifier._thread is None
+        (home / "config.toml").write_text(f'[notify]\nurls = ["{receiver.url}"]\n')
+        assert reloader.check()  # what the daemon's reload loop does every second
+        add_event(svc, "task.awaiting_approval", task.id, **{"from": "VERIFYING"})
+        await wait_for(lambda: receiver.messages, 30, "the message")
+    finally:
+        engine.notifier.stop()
+        svc.close()
+    assert f"agentqueue approve {task.id}" in receiver.texts()[0]

@@ -154,6 +154,8 @@ class Engine:
         self.config = EngineConfig.from_settings(settings)
         self.worktree_setup.timeout = self.config.limits.timeout_seconds
         self.queue.check_timeout = int(max(1, min(600, self.config.limits.timeout_seconds)))
+        self.notifier.reload(settings)  # [notify]: the next event uses it; the first URL starts the notifier
+        self.notifier.start()
 
     # -- hooks used by the services ----------------------------------------------------------------
     def stop_task(self, task_id: str) -> bool:
