@@ -67,7 +67,7 @@ class System:
         results = send_test(self.store, self.agents.settings)
         if not results:
             raise ServiceError("No notifier is configured: add [notify] urls = [\"ntfy://ntfy.sh/your-topic\"] (any "
-                               "Apprise URL) to config.toml (the daemon reads it when it starts), then try again.")
+                               "Apprise URL) to config.toml (a running daemon reads it within a second), then try again.")
         return results
 
     def request_restart(self) -> None:
