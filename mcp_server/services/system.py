@@ -67,7 +67,8 @@ class System:
         results = send_test(self.store, self.agents.settings)
         if not results:
             raise ServiceError("No notifier is configured: add [notify] urls = [\"ntfy://ntfy.sh/your-topic\"] (any "
-                               "Apprise URL) to config.toml (a running daemon reads it within a second), then try again.")
+                               "Apprise URL) to config.toml (a running daemon reads it within a second), then try "
+                               "again.")
         return results
 
     def request_restart(self) -> None:
