@@ -84,6 +84,8 @@ async def test_a_permission_request_reaches_a_person_who_answers_from_the_messag
 
         await wait_for(lambda: state() == "WAITING_INPUT", 120, "the agent to ask")
         asked = time.monotonic()
+        assert "its timeout starts when a notification reaches someone" in store.scalar(
+            "SELECT reason FROM tasks WHERE id = ?", (task["id"],))
         # The acceptance bound of issue 22: told within 5 s of the question.
         await wait_for(lambda: receiver.messages, 5, "the permission request's notification")
         told = time.monotonic() - asked

@@ -109,7 +109,7 @@ class PermissionChannel:
         opened = await anyio.to_thread.run_sync(
             lambda: svc.requests.open(task_id, self.agent_id, tool, tool_input, str(action),
                                       request.get("description") or tool_input.get("description"),
-                                      suggested_rule(request, action, policy), waits))
+                                      suggested_rule(request, action, policy), waits, told))
         self.write_log(f"[permission] asked a person about {action} (request {opened.id}, {asked_by}; "
                        + ("the timeout counts from the first notification)" if told else
                           f"no notifier is configured, so it waits {_span(timeout)})"))
