@@ -54,7 +54,8 @@ def queue(services: Services, mock_api: MockAnthropic) -> Services:
 
 def engine_for(services: Services, **limits: float) -> Engine:
     config = EngineConfig(poll_seconds=0.1, rate_limit_backoff=30,
-                          limits=WatchdogLimits(stall_seconds=limits.get("stall", 60), timeout_seconds=120))
+                          limits=WatchdogLimits(stall_seconds=limits.get("stall", 60),
+                                                      timeout_seconds=limits.get("timeout", 120)))
     return Engine(services, services.home, config=config)
 
 

@@ -3,7 +3,7 @@
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from ..apps import BOARD_URI, tool_meta
 from ..store.models import Event
@@ -40,6 +40,18 @@ class UsageTotals(BaseModel):
     cache_write: int
     total: int
     cost_usd: float
+    # Present only when not 0: runs counted up to where they were cut short (killed, stopped, timed out), and runs
+    # of a model of unknown price (their tokens count, their cost is not in cost_usd).
+    partial_runs: int | None = None
+    unpriced_runs: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_marks(self, handler: Any) -> Any:
+        data = handler(self)
+        for key in ("partial_runs", "unpriced_runs"):
+            if isinstance(data, dict) and not data.get(key):
+                data.pop(key, None)
+        return data
 
 
 class TokenUsage(Noted):

@@ -346,11 +346,12 @@ class Engine:
                 result = await runner
                 tg.cancel_scope.cancel()
         duration = time.monotonic() - started
-        log.info("run of %s ended: %s%s after %.1f s, %d tokens, $%.4f", task_id, result.status,
+        log.info("run of %s ended: %s%s after %.1f s, %d tokens%s, $%s", task_id, result.status,
                  f" ({result.error_type})" if result.error_type else "", duration,
-                 int(result.tokens.get("total", 0)), result.cost_usd or 0)
+                 int(result.tokens.get("total", 0)), " (partial)" if result.partial else "",
+                 "?" if result.cost_usd is None else f"{result.cost_usd:.4f}")
         if self.shutting_down and handle.stop_reason == "killed":
-            await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
+            await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace, agent, result)
             return
         queued = await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration,
                                                 ready.readiness)
@@ -500,6 +501,7 @@ class Engine:
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
+            self._paid_for(task, agent, result)  # not its result: the tokens it used were spent all the same
             return None
         read = BranchReads()
         if workspace.repo is not None:
@@ -613,9 +615,17 @@ class Engine:
                         + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
         return None
 
-    def _requeue_after_shutdown(self, task: Task, workspace: Workspace) -> None:
+    def _requeue_after_shutdown(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult) -> None:
         save_wip(self.workspaces, workspace, task.id, self.team.shared)
         self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
+        self._paid_for(task, agent, result)  # no attempt, but what it used was spent
+
+    def _paid_for(self, task: Task, agent: Agent, result: RunResult) -> None:
+        """The ledger row of a run that is no attempt; never in the way of the requeue or take-over around it."""
+        try:
+            self.lifecycle.record_usage(task.id, agent.id, result)
+        except Exception:
+            log.exception("could not record the usage of %s's stopped run", task.id)
 
     def _release(self, task_id: str, agent_id: str) -> None:
         """After a run, whatever its end: the questions it left open expire, and its agent is free again."""

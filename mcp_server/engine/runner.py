@@ -28,6 +28,8 @@ log = logging.getLogger("agentqueue.runner")
 
 # One stream-json line can be a big tool result; a single line beyond this is dropped, not buffered whole.
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# How long a loop kill waits for the end of the response that made the call (its usage complete in the stream).
+LOOP_KILL_GRACE = 1.0
 # Env vars of an outer Claude Code session that would confuse a nested one.
 _DROP_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
 
@@ -111,6 +113,7 @@ class AgentRun:
         self.last_output = time.monotonic()  # the watchdog's stall clock
         self.stderr_tail = bytearray()
         self.loop_message = ""  # why the loop detector killed the run
+        self.loop_kill_at: float | None = None  # when a loop kill that waits for its response's end happens anyway
         self.process: Process | None = None
         self._stdin_lock = anyio.Lock()
         self._log: TextIO | None = None
@@ -165,6 +168,8 @@ class AgentRun:
         paused = 0.0  # time spent waiting for a person: neither a stall nor part of the wall clock
         while self.process.returncode is None:
             now = time.monotonic()
+            if handle.stop_reason is None and self.loop_kill_at is not None and now >= self.loop_kill_at:
+                handle.kill("loop")  # the response that made the looping call never said it ended
             if handle.waiting:
                 paused += 0.2
             elif handle.stop_reason is None:
@@ -260,6 +265,10 @@ class AgentRun:
                 if self.interactive:
                     await self._close_stdin()  # the result is in: let the CLI exit
                 continue
+            if event.kind == "usage":
+                if self.loop_kill_at is not None:
+                    self.handle.kill("loop")  # at the end of the response that made the call: all of it counted
+                continue
             self.write(_format(event))
             if event.kind == "tool_result":
                 self.loops.observe_result(event.text)
@@ -274,10 +283,12 @@ class AgentRun:
                 await self._send(self.channel.encode_message(finding.message))
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
                        + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
-        elif finding.verdict == "kill" and self.handle.stop_reason is None:
+        elif finding.verdict == "kill" and self.handle.stop_reason is None and self.loop_kill_at is None:
+            # Killed once the response that made the call has ended (its usage then whole in the stream, so the run
+            # is paid for to the token), or LOOP_KILL_GRACE later by the watchdog for a CLI that never says so.
             self.loop_message = finding.message
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; killing the run")
-            self.handle.kill("loop")
+            self.loop_kill_at = time.monotonic() + LOOP_KILL_GRACE
 
     async def _read_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None

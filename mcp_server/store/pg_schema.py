@@ -167,7 +167,15 @@ ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
 CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
 """
 
-# Version 16 (sqlite._m16_notifications): notifications, each notifier URL's state, a request's first notice.
+# Version 18 (sqlite._m18_partial_runs; the 16th until merged after 16 and 17): runs paid for up to where they
+# stopped, marked partial.
+PARTIAL_RUNS = """
+ALTER TABLE token_ledger ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE task_results ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+"""
+
+# Version 17 here (sqlite._m16_notifications, issue 22's 16; partial runs merged first): notifications, each
+# notifier URL's state, a request's first notice.
 NOTIFICATIONS = f"""
 CREATE TABLE notifications (
   id {ID}, event_id BIGINT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL, mode TEXT NOT NULL, project_id TEXT,
@@ -183,4 +191,4 @@ ALTER TABLE permission_requests ADD COLUMN notified_at TEXT;
 
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
 MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N,
-                           16: NOTIFICATIONS}
+                           16: PARTIAL_RUNS, 17: NOTIFICATIONS}

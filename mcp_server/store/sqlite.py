@@ -304,10 +304,20 @@ def _m15_best_of_n(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL")
 
 
+def _m18_partial_runs(db: sqlite_utils.Database) -> None:
+    """Version 18 (issue 22; the 16th here until merged after 16 and 17): runs paid for up to where they stopped
+    (design.md "Every run is paid for"). `partial` marks a run whose CLI never gave its final accounting (killed,
+    stopped, timed out, died): its tokens and cost are what its stream showed up to then. Its cost may be NULL: it
+    used a model of unknown price."""
+    db.table("token_ledger").add_column("partial", int, not_null_default=0)
+    db.table("task_results").add_column("partial", int, not_null_default=0)
+
+
 def _m16_notifications(db: sqlite_utils.Database) -> None:
-    """Version 16: notifications when a person is needed (design.md "Notifications"): one row per event and
-    notifier URL (claimed by one daemon, retried with backoff), each URL's last success and error, and when a
-    permission request's first notification went out (its timeout counts from then)."""
+    """Version 16 (issue 22; the 17th here, after partial runs merged first): notifications when a person is needed
+    (design.md "Notifications"): one row per event and notifier URL (claimed by one daemon, retried with backoff),
+    each URL's last success and error, and when a permission request's first notification went out (its timeout
+    counts from then)."""
     db.execute("CREATE TABLE IF NOT EXISTS notifications (id INTEGER PRIMARY KEY, event_id INTEGER NOT NULL, "
                "target TEXT NOT NULL, kind TEXT NOT NULL, mode TEXT NOT NULL, project_id TEXT, task_id TEXT, "
                "request_id TEXT, title TEXT NOT NULL, body TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'pending', "
@@ -323,7 +333,8 @@ def _m16_notifications(db: sqlite_utils.Database) -> None:
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
     _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
-    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n, _m16_notifications]
+    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n, _m18_partial_runs,
+    _m16_notifications]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

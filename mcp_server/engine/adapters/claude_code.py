@@ -3,8 +3,8 @@ questions answered by the engine on the same channel, stdin closed after the res
 
 API failures arrive as `subtype:"success"` with `is_error:true`: they are classified from
 `api_error_status`, the assistant `error` code and `terminal_reason`. Tokens come from
-`result.modelUsage` and cost from `result.total_cost_usd` (never summed from assistant events).
-A run with no `result` event died.
+`result.modelUsage` and cost from `result.total_cost_usd`. A run with no `result` event died (or was
+killed): it is paid for from the stream so far (`MessageUsage`), and its figures are marked partial.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
+from .prices import message_cost
 
 _ERROR_CODES = {
     "authentication_failed": "auth", "oauth_org_not_allowed": "auth", "account_on_hold": "auth",
@@ -44,7 +45,7 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     settings = {"permissions": {"ask": ASKED_TOOLS}}
     argv = [config.binary or "claude", "-p", "--input-format", "stream-json", "--output-format", "stream-json",
             "--verbose", "--strict-mcp-config", "--mcp-config", json.dumps({"mcpServers": servers}),
-            "--permission-mode", "default", "--permission-prompt-tool", "stdio",
+            "--permission-mode", "default", "--permission-prompt-tool", "stdio", "--include-partial-messages",
             "--settings", json.dumps(settings), "--max-turns", str(config.max_turns)]
     # Deny rules on tools it would not ask about are enforced by the CLI itself; the asked tools get our
     # answer (with the rule named, and audited).
@@ -60,29 +61,70 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     return RunSpec(argv=argv, stdin=user_message(prompt), interactive=True)
 
 
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+# Of the partial-message events (`--include-partial-messages`) only these two carry usage; the text deltas between
+# them are skipped before they are parsed.
+_STREAM_PREFIX = '{"type":"stream_event"'
+_USAGE_EVENTS = ('"message_start"', '"message_delta"')
+
+
+class MessageUsage:
+    """The usage of each model response the stream has shown, counted once per message id.
+
+    Consecutive `assistant` events of one response share its `message.id` and each carries a copy of its usage as
+    it stood at `message_start` (output_tokens 1); the response's final output count comes only in its
+    `message_delta` stream event. Counts within a message only grow, so each field keeps the largest value seen."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, tuple[str | None, dict[str, Any]]] = {}
+
+    def see(self, message_id: str | None, model: str | None, usage: Any) -> None:
+        if not message_id or not isinstance(usage, dict):
+            return
+        known_model, counts = self.messages.get(message_id, (None, {}))
+        for key in _USAGE_KEYS:
+            if isinstance(usage.get(key), int):
+                counts[key] = max(counts.get(key, 0), usage[key])
+        if isinstance(usage.get("cache_creation"), dict):
+            counts["cache_creation"] = usage["cache_creation"]
+        self.messages[message_id] = (known_model or model, counts)
+
+    def tokens(self) -> dict[str, int]:
+        sums = {k: sum(int(c.get(k, 0)) for _, c in self.messages.values()) for k in _USAGE_KEYS}
+        return tokens(sums["input_tokens"], sums["output_tokens"], sums["cache_read_input_tokens"],
+                      sums["cache_creation_input_tokens"])
+
+    def cost(self) -> float | None:
+        """Each response priced by its model; None when one that used tokens has a model of unknown price."""
+        total = 0.0
+        for model, counts in self.messages.values():
+            if not any(counts.get(k) for k in _USAGE_KEYS):
+                continue  # nothing used (the CLI's own <synthetic> error messages)
+            cost = message_cost(model, counts)
+            if cost is None:
+                return None
+            total += cost
+        return round(total, 6)
+
+
 class ClaudeCodeParser:
     def __init__(self) -> None:
         self.result: dict[str, Any] | None = None
         self.error_code: str | None = None
         self.texts: list[str] = []
+        self.usage = MessageUsage()
 
     def feed(self, line: str) -> list[AgentEvent]:
+        if line.startswith(_STREAM_PREFIX) and not any(k in line for k in _USAGE_EVENTS):
+            return []  # a text or tool-input delta: the whole block arrives in its assistant event
         event = load_json(line)
         if event is None:
             return [AgentEvent("text", line.rstrip())] if line.strip() else []
         kind = event.get("type")
+        if kind == "stream_event":
+            return self._stream_usage(event)
         if kind == "assistant":
-            message = event.get("message") or {}
-            if event.get("error"):
-                self.error_code = event["error"]
-            out = []
-            for block in message.get("content") or []:
-                if block.get("type") == "text" and block.get("text"):
-                    self.texts.append(block["text"])
-                    out.append(AgentEvent("text", block["text"]))
-                elif block.get("type") == "tool_use":
-                    out.append(AgentEvent("tool_call", tool=block.get("name"), args=block.get("input")))
-            return out
+            return self._assistant(event)
         if kind == "user":
             content = (event.get("message") or {}).get("content")
             if isinstance(content, list):
@@ -106,6 +148,31 @@ class ClaudeCodeParser:
             return [AgentEvent("control", data=event)]
         return []
 
+    def _assistant(self, event: dict[str, Any]) -> list[AgentEvent]:
+        """One completed content block of a model response (text or a tool call), and that response's usage."""
+        message = event.get("message") or {}
+        self.usage.see(message.get("id"), message.get("model"), message.get("usage"))
+        if event.get("error"):
+            self.error_code = event["error"]
+        out = []
+        for block in message.get("content") or []:
+            if block.get("type") == "text" and block.get("text"):
+                self.texts.append(block["text"])
+                out.append(AgentEvent("text", block["text"]))
+            elif block.get("type") == "tool_use":
+                out.append(AgentEvent("tool_call", tool=block.get("name"), args=block.get("input")))
+        return out
+
+    def _stream_usage(self, event: dict[str, Any]) -> list[AgentEvent]:
+        inner = event.get("event") or {}
+        if inner.get("type") == "message_start":
+            message = inner.get("message") or {}
+            self.usage.see(message.get("id"), message.get("model"), message.get("usage"))
+        elif inner.get("type") == "message_delta":
+            self.usage.see(event.get("api_message_id"), None, inner.get("usage"))
+            return [AgentEvent("usage")]  # the response is whole: a kill now leaves nothing of it uncounted
+        return []
+
     def _tokens(self) -> dict[str, int]:
         assert self.result is not None
         models = self.result.get("modelUsage") or {}
@@ -119,13 +186,19 @@ class ClaudeCodeParser:
                       usage.get("cache_creation_input_tokens"))
 
     def finish(self, exit_code: int | None) -> RunResult:
-        if self.result is None:
+        if self.result is None:  # died or killed: what the stream showed it had used is what it cost so far
             return RunResult("failed", summary="\n".join(self.texts)[-2000:], error_type="crashed",
-                             error_message=f"claude exited ({exit_code}) without a result event.")
+                             error_message=f"claude exited ({exit_code}) without a result event.",
+                             tokens=self.usage.tokens(), cost_usd=self.usage.cost(), partial=True)
         res = self.result
         summary = res.get("result") or "\n".join(self.texts)[-2000:]
         common: dict[str, Any] = {"summary": summary or "", "tokens": self._tokens(),
                                   "cost_usd": float(res.get("total_cost_usd") or 0)}
+        seen = self.usage.tokens()
+        if seen["total"] > common["tokens"]["total"]:
+            # A result that accounts for less than the stream showed (an aborted turn reports zeros): the stream
+            # is the better figure, and still a partial one.
+            common.update(tokens=seen, cost_usd=self.usage.cost(), partial=True)
         if not res.get("is_error"):
             return RunResult("completed", **common)
         message = res.get("result") or "; ".join(res.get("errors") or []) or str(res.get("subtype"))

@@ -29,6 +29,7 @@ class CodexParser:
         self.messages: list[str] = []
         self.failure: str | None = None
         self.turns = 0
+        self.in_turn = False  # a turn started and has not completed: its usage never reached the stream
 
     def feed(self, line: str) -> list[AgentEvent]:
         event = load_json(line)
@@ -36,6 +37,9 @@ class CodexParser:
             return [AgentEvent("text", line.rstrip())] if line.strip() else []
         kind = event.get("type")
         item = event.get("item") or {}
+        if kind == "turn.started":
+            self.in_turn = True
+            return []
         if kind == "item.started" and item.get("type") == "command_execution":
             return [AgentEvent("tool_call", tool="shell", args={"command": item.get("command")})]
         if kind == "item.started" and item.get("type") == "mcp_tool_call":
@@ -61,8 +65,10 @@ class CodexParser:
             for key, value in turn.items():
                 self.usage[key] += value
             self.turns += 1
+            self.in_turn = False
             return [AgentEvent("system", "turn completed")]
         if kind == "turn.failed":
+            self.in_turn = False
             self.failure = (event.get("error") or {}).get("message") or "turn failed"
             return [AgentEvent("error", self.failure)]
         if kind == "error":
@@ -74,5 +80,7 @@ class CodexParser:
         if self.failure or exit_code != 0 or not self.turns:
             message = self.failure or f"codex exited with {exit_code} before completing a turn."
             kind = classify_message(message) or "crashed"
-            return RunResult("failed", summary=summary, tokens=self.usage, error_type=kind, error_message=message)
+            # Killed or died mid-turn: the turns it completed are paid for; the one it was in reported nothing.
+            return RunResult("failed", summary=summary, tokens=self.usage, error_type=kind, error_message=message,
+                             partial=self.in_turn)
         return RunResult("completed", summary=summary, tokens=self.usage)

@@ -61,8 +61,9 @@ class GeminiParser:
     def finish(self, exit_code: int | None) -> RunResult:
         summary = "".join(self.text)[-2000:]
         if self.result is None:
+            # Gemini reports usage only in its result event: a run that never got there used an unknown amount.
             return RunResult("failed", summary=summary, error_type="crashed",
-                             error_message=f"gemini exited ({exit_code}) without a result event.")
+                             error_message=f"gemini exited ({exit_code}) without a result event.", partial=True)
         stats = self.result.get("stats") or {}
         usage = tokens(stats.get("input"), stats.get("output_tokens"), stats.get("cached"), 0,
                        stats.get("total_tokens"))
