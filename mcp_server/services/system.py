@@ -61,6 +61,17 @@ class System:
         self.agents = agents
         self.restart = restart  # the daemon's: re-execute itself (absent in standalone and in-memory servers)
 
+    def notify_test(self) -> list[dict[str, Any]]:
+        """A test message to every [notify] URL, now; each one's result (notify/follower.py's send_test)."""
+        from ..notify.follower import send_test  # Apprise and the outbox: only when asked
+
+        results = send_test(self.store, self.agents.settings)
+        if not results:
+            raise ServiceError("No notifier is configured: add [notify] urls = [\"ntfy://ntfy.sh/your-topic\"] (any "
+                               "Apprise URL) to config.toml (a running daemon reads it within a second), then try "
+                               "again.")
+        return results
+
     def request_restart(self) -> None:
         if self.restart is None:
             raise ServiceError(
