@@ -12,7 +12,7 @@ from ..services.task_states import NEEDS_PERSON
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import (
-    Limit, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for,
+    Limit, Name, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for,
     services, tool,
 )
 
@@ -22,7 +22,6 @@ from .registry import (
 # instructions.
 Candidates = Annotated[int | list[str] | None, WithJsonSchema({"type": ["integer", "array"]})]
 Statuses = Annotated[str | list[str] | None, WithJsonSchema({"type": ["string", "array"]})]  # one, or a list
-RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
 
 
 class TaskList(Noted):
@@ -125,12 +124,14 @@ def create_task(
     description: str,  # "self-contained": the instructions say so, at length
     project_id: ProjectId = None,
     priority: Priority = 100,  # lower runs first: said once, in the instructions
-    repo_id: RepoId = None,
+    repo_id: str | None = None,  # the default (or only) repo when omitted: said once, in the instructions
     requires_approval: bool = False,
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Retries = 3,
     agent_type: AgentType | None = None,
     candidates: Candidates = None,
+    capabilities: list[str] | None = None,  # routing: what they mean is said once, in the instructions
+    model: Name | None = None,
 ) -> Task:
     """Queue a task for an agent."""
     svc, parent = services(ctx), client_state(ctx).options.get("task_id")
@@ -140,7 +141,7 @@ def create_task(
         project_id = svc.tasks.get(parent).project_id  # an agent's follow-up stays in its task's project
     return svc.tasks.create(project_for(ctx, project_id), title, description, priority, repo_id, requires_approval,
                             depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth,
-                            candidates=candidates)
+                            candidates=candidates, capabilities=capabilities, model=model)
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))

@@ -167,5 +167,16 @@ ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
 CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
 """
 
+# Version 19 (sqlite._m19_routing_and_instructions): a task's capabilities and model, standing instructions.
+ROUTING_AND_INSTRUCTIONS = """
+ALTER TABLE tasks ADD COLUMN capabilities TEXT;
+ALTER TABLE tasks ADD COLUMN model TEXT;
+ALTER TABLE projects ADD COLUMN instructions TEXT;
+ALTER TABLE agents ADD COLUMN instructions TEXT;
+DROP INDEX IF EXISTS tasks_ready_kind;
+CREATE INDEX tasks_ready_kind ON tasks (agent_type, repo_id, capabilities) WHERE status = 'READY';
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N,
+                       16: ROUTING_AND_INSTRUCTIONS}  # 19 once 16-18 are merged before it
