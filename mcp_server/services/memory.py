@@ -1,9 +1,10 @@
 """Project memory: `memory/MEMORY.md` (long-term) and daily notes `memory/YYYYMM/YYYYMMDD.md`.
 
 Completed tasks append a line to today's note; agents' prompts and the `agent_context` prompt get
-the long-term memory plus the last three days, capped in size (the long-term memory whole, then the newest daily
-text). `write_memory` (and a task's agent, through its toolset) appends to or replaces `MEMORY.md`, capped at
-MEMORY_CAP so it always fits an agent's context; a link placed at its path is replaced, never followed.
+the long-term memory plus the last three days, capped in size (MEMORY.md whole when it is at most half
+the cap, then the newest daily text). `write_memory` (and a task's agent, through its toolset) appends
+to or replaces `MEMORY.md`, capped at MEMORY_CAP so every agent sees all of it; a link placed at its
+path is replaced, never followed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from .projects import Projects
 
 LONG_TERM = "MEMORY.md"  # in a project's memory folder
 CONTEXT_CAP = 8000  # characters of memory put into an agent's context
-MEMORY_CAP = 6000  # characters of MEMORY.md: under CONTEXT_CAP, so every agent sees all of it
+TRIMMED = "[older notes trimmed]\n"
+SEPARATOR = "\n\n---\n\n"
+MEMORY_CAP = 3900  # characters of MEMORY.md: with its heading, half of CONTEXT_CAP at most (context() keeps it whole)
 
 
 class Memory:
@@ -102,16 +105,15 @@ class Memory:
             path = _daily(folder, today - timedelta(days=offset))
             if _read_inside(path).strip():
                 daily.append(_read_inside(path).strip())
-        head = parts[0] if parts else ""
         if daily:
-            recent = "## Recent Daily Notes\n\n" + "\n\n---\n\n".join(daily)
-            room = cap - len(head) - 7  # the long-term memory whole (MEMORY_CAP < cap), then the newest notes
-            if len(recent) > room:
-                recent = "[older notes trimmed]\n" + recent[-max(room - 23, 0):]
-            parts.append(recent)
-        text = "\n\n---\n\n".join(parts)
-        if len(text) > cap:  # a MEMORY.md written past the cap by hand
-            text = "[older memory trimmed]\n" + text[-cap:]
+            parts.append("## Recent Daily Notes\n\n" + "\n\n---\n\n".join(daily))
+        text = SEPARATOR.join(parts)
+        if len(text) > cap:
+            if long_term and daily and len(parts[0]) <= cap // 2:  # MEMORY.md whole, then the newest daily notes
+                keep = cap - len(parts[0]) - len(SEPARATOR) - len(TRIMMED)
+                text = parts[0] + SEPARATOR + TRIMMED + parts[1][-keep:]
+            else:
+                text = "[older memory trimmed]\n" + text[-cap:]
         return text
 
 
