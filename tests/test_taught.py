@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import anyio
+import httpx2 as httpx
 import pytest
 from mcp import Client
 
-from agentqueue import prompts
+from agentqueue import paths, prompts
 from agentqueue.engine.orchestrator import Engine, EngineConfig
 from agentqueue.engine.prompting import RULES
 from agentqueue.server.app import build_server
@@ -28,6 +29,7 @@ from agentqueue.services.memory import MEMORY_CAP
 from agentqueue.tools import SPECS
 
 from .conftest import db_snapshot, fail, ok
+from .test_board import board  # noqa: F401  (fixture: a daemon with project demo and command agent worker)
 from .test_toolsets import tokens
 
 pytestmark = pytest.mark.anyio
@@ -292,3 +294,18 @@ def test_the_scheduler_honours_capabilities() -> None:
     assert [(a.agent_id, a.task_id) for a in schedule(state)] == [("plain", "any-job")]
     state = QueueState((ProjectState("p", max_concurrent_agents=5),), tasks, (gpu, plain))
     assert {(a.agent_id, a.task_id) for a in schedule(state)} == {("gpu-box", "gpu-job"), ("plain", "any-job")}
+
+
+# -- the board -----------------------------------------------------------------------------------------------------
+@pytest.mark.daemon
+def test_the_board_shows_standing_instructions_and_capabilities(board) -> None:  # noqa: F811 (the board fixture)
+    board.call("edit_project", project_id="demo", instructions="Write tests first. <script>alert(1)</script>")
+    board.call("edit_agent", agent_id="worker", instructions="Small commits.", capabilities=["gpu"])
+    headers = {"Authorization": f"Bearer {paths.token_path(board.home).read_text().strip()}"}
+    project = httpx.get(f"{board.base}/projects/demo", headers=headers)
+    assert project.status_code == 200 and 'id="project-instructions"' in project.text
+    assert "Write tests first. &lt;script&gt;" in project.text and "<script>alert" not in project.text
+    agents = httpx.get(f"{board.base}/agents", headers=headers).text
+    assert "Standing instructions: Small commits." in agents and "capabilities: gpu" in agents
+    board.call("edit_project", project_id="demo", instructions="")
+    assert 'id="project-instructions"' not in httpx.get(f"{board.base}/projects/demo", headers=headers).text
