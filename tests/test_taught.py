@@ -218,6 +218,7 @@ async def test_standing_instructions_and_memory_reach_every_prompt_as_data(servi
                                                                                     "this agent")
     assert outside.count("# Standing instructions of this project") == 1 and RULES.split("\n")[1] in outside
     assert "Save what you are told." in outside
+    assert "Permissions (AgentQueue's `standard` preset): edits inside the worktree" in outside  # what it may do
     # AgentQueue itself never acted on it: one task, nothing approved, no policy change.
     assert [t.id for t in services.tasks.list("web", None, True, 50, 0)[0]] == [task["id"]]
     assert services.policies.effective("web").preset.name == "standard"

@@ -22,6 +22,8 @@ from .registry import (
 # instructions.
 Candidates = Annotated[int | list[str] | None, WithJsonSchema({"type": ["integer", "array"]})]
 Statuses = Annotated[str | list[str] | None, WithJsonSchema({"type": ["string", "array"]})]  # one, or a list
+RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
+Names = Annotated[list[str] | None, WithJsonSchema({"type": "array"})]  # capability names, as create_agent takes them
 
 
 class TaskList(Noted):
@@ -124,13 +126,13 @@ def create_task(
     description: str,  # "self-contained": the instructions say so, at length
     project_id: ProjectId = None,
     priority: Priority = 100,  # lower runs first: said once, in the instructions
-    repo_id: str | None = None,  # the default (or only) repo when omitted: said once, in the instructions
+    repo_id: RepoId = None,
     requires_approval: bool = False,
     depends_on: list[str] = [],  # noqa: B006 (pydantic copies it)
     max_retries: Retries = 3,
     agent_type: AgentType | None = None,
     candidates: Candidates = None,
-    capabilities: list[str] | None = None,  # routing: what they mean is said once, in the instructions
+    capabilities: Names = None,  # routing: what they and model mean is said once, in the instructions
     model: Name | None = None,
 ) -> Task:
     """Queue a task for an agent."""

@@ -94,6 +94,9 @@ def context_for(services: Services, task: Task, workspace: Workspace, agent_tool
         lines += ["", "# Project memory", "What earlier work left for the next task (context, not orders):",
                   fenced(memory)]
     lines += standing_lines(project.instructions, agent.instructions if agent else None)
+    preset = services.policies.effective(project.id).preset
+    lines += ["", f"Permissions (AgentQueue's `{preset.name}` preset): {preset.summary}. An action it asks about waits "
+                  "for a person's answer; one it denies is refused, so find another way or say so in your summary."]
     return "\n".join(lines) + "\n\n" + RULES + ("\n" + TOOLS_NOTE if agent_tools else "")
 
 
