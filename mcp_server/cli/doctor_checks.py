@@ -101,8 +101,26 @@ def check_config(home: Path) -> tuple[list[Check], settings.Settings]:
         fix = f"Fix it in {path} or the environment (the daemon refuses to start with it)."
         return [Check("settings", "fail", str(error), fix)], settings.Settings()
     if path.exists():
-        return [Check("config.toml", "ok", f"{path} is valid")], loaded
+        return [Check("config.toml", "ok", f"{path} is valid"), *check_key_files(home, loaded)], loaded
     return [Check("config.toml", "info", f"no {path}: defaults apply (see docs/config.example.toml)")], loaded
+
+
+def check_key_files(home: Path, loaded: settings.Settings) -> list[Check]:
+    """The home's files that hold keys ([agent_env], a database password, policy.toml's rules) must be 0600: the home
+    folder is 0700, but a copy, a backup or a home made by hand is not always."""
+    import stat
+
+    found = []
+    for path, holds in ((settings.config_path(home), bool(loaded.agent_env) or bool(loaded.database_url)),
+                        (home / "policy.toml", True), (home / "token", True)):
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            continue
+        if holds and mode & 0o077:
+            found.append(Check(path.name, "warn", f"{path} holds keys and others may read it (mode {mode:o})",
+                               f"chmod 600 {path}"))
+    return found
 
 
 def _health(info: dict[str, Any]) -> tuple[bool, str]:
