@@ -310,3 +310,18 @@ def test_the_board_shows_standing_instructions_and_capabilities(board) -> None: 
     assert "Standing instructions: Small commits." in agents and "capabilities: gpu" in agents
     board.call("edit_project", project_id="demo", instructions="")
     assert 'id="project-instructions"' not in httpx.get(f"{board.base}/projects/demo", headers=headers).text
+
+
+def test_each_cli_gets_the_model_where_it_takes_it() -> None:
+    """The model a run resolves (the task's, else the agent's) reaches each CLI as its own flag, a command as
+    $AGENTQUEUE_MODEL; the orchestrator's override is exercised end to end above with command agents."""
+    from agentqueue.engine.adapters import claude_code, codex, command, gemini
+    from agentqueue.engine.adapters.base import AgentConfig
+
+    for module, agent_type, flag in ((claude_code, "claude-code", "--model"), (codex, "codex", "-m"),
+                                     (gemini, "gemini", "-m")):
+        argv = module.build(AgentConfig(agent_type, binary=agent_type, model="big-model"), "p", "", None).argv
+        assert argv[argv.index(flag) + 1] == "big-model", agent_type
+    spec = command.build(AgentConfig("command", command="true", model="big-model"), "p", "", None)
+    assert spec.env == {"AGENTQUEUE_MODEL": "big-model"}
+    assert command.build(AgentConfig("command", command="true"), "p", "", None).env == {}
