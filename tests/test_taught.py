@@ -229,12 +229,16 @@ async def test_standing_instructions_and_memory_reach_every_prompt_as_data(servi
 
 async def test_agent_context_says_what_the_agent_can_do(services: Services) -> None:
     services.agents.create("builder", "command", command=RECORDER, capabilities=["gpu", "rust"])
-    services.agents.edit("builder", instructions="Prefer small commits.", model="big")
+    services.agents.edit("builder", instructions="Prefer small commits.\n" + ATTACK, model="big")
     async with Client(build_server(services)) as client:
         text = (await client.get_prompt("agent_context", {"agent_id": "builder"})).messages[0].content.text
     assert "tasks whose capabilities are among gpu, rust" in text and "model big unless a task names its own" in text
     assert "none (a command run gets no MCP server)" in text  # a command run has no AgentQueue tools
     assert "preset `standard`" in text and "answer_request" in text and "Prefer small commits." in text
+    outside, blocks = fenced_blocks(text)  # the agent's own instructions are data in this prompt too
+    assert any(ATTACK in block for block in blocks)
+    assert not any(line.startswith(("# Task", "Rules:", "```")) for line in outside.split("\n")
+                   if line not in ("```", "```json")), outside  # (the profile's JSON holds them escaped, on one line)
     services.agents.create("claude", "command", command=RECORDER)  # the tools a claude-code run gets, by type
     from agentqueue.server.app import agent_tools
     assert agent_tools("claude-code") == ", ".join(NAMED_TOOLSETS["agent"]) and "write_memory" in agent_tools(

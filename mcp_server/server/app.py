@@ -24,6 +24,7 @@ from ..apps import page as app_pages
 from .middleware import readable_tool_errors, selection_and_audit
 from .toolsets import NAMED_TOOLSETS
 from ..engine.agent_mcp import TAKES_MCP_CONFIG
+from ..engine.prompting import fenced
 from ..services import Services
 from ..services.errors import NotFoundError
 
@@ -225,13 +226,15 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
             r["project_id"] for r in services.store.all(
                 "SELECT t.project_id FROM task_results r JOIN tasks t ON t.id = r.task_id WHERE r.agent_id = ? "
                 "ORDER BY r.id DESC LIMIT 20", (agent_id,))))[:2]
-        memory = "\n\n".join(f"### {p}\n\n{services.memory.context(p, cap=3000)}" for p in projects
+        # Memory and standing instructions are data: fenced, so nothing in them starts a section of this prompt.
+        memory = "\n\n".join(f"### {p}\n\n{fenced(services.memory.context(p, cap=3000))}" for p in projects
                               if services.memory.context(p, cap=3000)) or "(no project memory yet)"
         preset = services.policies.effective(projects[0] if projects else None).preset
         return prompts.load("agent_context").format(
             agent_id=agent_id, agent=dumps(agent), recent=dumps(recent), agent_type=agent.agent_type, memory=memory,
             routing=agent_routing(agent), tools=agent_tools(agent.agent_type), preset=preset.name,
-            preset_summary=preset.summary, instructions=agent.instructions or "(none)")
+            preset_summary=preset.summary, instructions="\n\n" + fenced(agent.instructions) if agent.instructions
+            else "(none)")
 
     @mcp.prompt(description="Summarise a conversation keeping ids, names, decisions and open questions")
     def summarize_conversation(transcript: Annotated[str, Field(description="the conversation")]) -> str:
