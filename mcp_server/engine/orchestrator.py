@@ -146,6 +146,12 @@ class Engine:
                                       discard_branch=self.best_of.discard)
         services.store.on_commit(self._on_commit)
 
+    def apply_settings(self, settings: Settings) -> None:
+        """config.toml was edited and reloaded (settings_reload.py): new runs, passes and checks use its values."""
+        self.config = EngineConfig.from_settings(settings)
+        self.worktree_setup.timeout = self.config.limits.timeout_seconds
+        self.queue.check_timeout = int(max(1, min(600, self.config.limits.timeout_seconds)))
+
     # -- hooks used by the services ----------------------------------------------------------------
     def stop_task(self, task_id: str) -> bool:
         handle = self.running.get(task_id)
