@@ -12,8 +12,8 @@ from ..services.task_states import NEEDS_PERSON
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import (
-    Limit, Name, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for,
-    services, tool,
+    Limit, Name, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter,
+    project_for, services, tool,
 )
 
 

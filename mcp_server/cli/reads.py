@@ -26,7 +26,8 @@ from ..store.base import Store
 
 # A task's fields as get_task gives them (store.models.Task), in that order: the row's other columns stay out.
 TASK_FIELDS = ("id", "project_id", "title", "description", "status", "priority", "repo_id", "branch",
-               "assigned_agent", "agent_type", "capabilities", "model", "depends_on", "dependents", "retry_count", "max_retries",
+               "assigned_agent", "agent_type", "capabilities", "model", "depends_on", "dependents", "retry_count",
+               "max_retries",
                "requires_approval", "pr_url", "resume_after", "reason", "next_step", "parent_task_id",
                "best_of", "pick", "chosen", "candidate_of", "candidates",
                "pending_requests", "sandbox_denials", "warning", "created_at", "updated_at")
