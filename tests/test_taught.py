@@ -254,7 +254,9 @@ async def test_notes_mode_files_free_text_and_confirms_in_one_line(services: Ser
 
 
 # -- routing -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("store_backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
 async def test_capabilities_route_tasks_and_a_task_model_overrides_the_agents(services: Services) -> None:
+    # On both stores: the scheduler's capability filter is SQL (services/routing.covers_sql).
     services.projects.create("Web", max_concurrent_agents=1)
     services.repos.add("web", "init", name="site")
     services.agents.create("plain", "command", command=RECORDER)
