@@ -26,7 +26,8 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
         return QueueState((), (), (), paused)
     # Agents this daemon may run: unlabelled ones, and those whose label it has.
     labels = team.labels
-    agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"], tuple(json.loads(a["capabilities"] or "[]")))
+    agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"],
+                             tuple(sorted(json.loads(a["capabilities"] or "[]"))))  # sorted: one kind per set
                    for a in store.all(
                        "SELECT id, agent_type, repo_id, capabilities FROM agents WHERE state = 'IDLE' AND paused = 0 "
                        f"AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
