@@ -6,7 +6,8 @@ every start. Precedence: an `AGENTQUEUE_*` environment variable, then the file, 
 A bad value is refused with one sentence naming where it came from, the key and what is expected.
 
     [engine]     poll_seconds, task_timeout, stall_seconds, max_turns, rate_limit_backoff,
-                 rate_limit_max_backoff, pr_poll_seconds   (durations: 90, "90s", "10m", "1h"),
+                 rate_limit_max_backoff, pr_poll_seconds,
+                 login_check_seconds                       (durations: 90, "90s", "10m", "1h"),
                  max_task_depth                            (how deep agents may queue follow-ups)
     [cli]        claude, codex, gemini, gh                 (paths of the CLIs)
     [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
@@ -293,6 +294,7 @@ FIELDS: tuple[Field, ...] = (
     Field("engine", "rate_limit_backoff", "AGENTQUEUE_RATE_LIMIT_BACKOFF", _seconds(0), "engine", 60.0),
     Field("engine", "rate_limit_max_backoff", "AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", _seconds(0), "engine", 900.0),
     Field("engine", "pr_poll_seconds", "AGENTQUEUE_PR_POLL_SECONDS", _seconds(1), "engine", 60.0),
+    Field("engine", "login_check_seconds", "AGENTQUEUE_LOGIN_CHECK_SECONDS", _seconds(0.1), "engine", 30.0),
     Field("engine", "max_task_depth", "AGENTQUEUE_MAX_TASK_DEPTH", _whole(0), "engine", 3),
     *(Field("cli", key, env_name, _executable, "cli", searches_path=True) for key, (env_name, _) in CLI_KEYS.items()),
     Field("server", "port", "AGENTQUEUE_PORT", _port, "port"),

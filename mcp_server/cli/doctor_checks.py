@@ -368,6 +368,36 @@ def check_clis(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | N
     return checks
 
 
+# -- agent logins ---------------------------------------------------------------------------------------
+def check_logins(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | None) -> list[Check]:
+    """For each registered agent kind, the real, minimal login check the engine uses to resume a parked kind
+    (services/login_probe.py), with the daemon's own environment when it can be read. Nothing registered: nothing
+    to check (and nothing slow)."""
+    from ..services.login_probe import check_login
+    from ..services.parking import PARKABLE
+
+    types = sorted((_registered_agent_types(home) or set()) & set(PARKABLE))
+    if not types:
+        return []
+    environ = _daemon_environ(daemon.get("pid")) if daemon else None
+    if environ is not None:
+        try:
+            loaded = settings.load(home, environ=environ)
+        except settings.ConfigError:
+            pass  # reported by the config check
+    env = loaded.agent_environment(environ)  # what an agent run starts from: [agent_env] over the daemon's own
+    cli_of = {agent_type: key for key, agent_type in AGENT_CLIS.items()}
+    checks = []
+    for agent_type in types:
+        found = loaded.find(cli_of[agent_type], environ=environ if environ is not None else os.environ)
+        result = check_login(agent_type, found, env)
+        level = "ok" if result.ok else "fail" if result.ok is False else "warn"
+        fix = result.fix if result.ok is False else None if result.ok else (
+            "Check that the agent can reach its API and log in; a task's log shows what the CLI says.")
+        checks.append(Check(f"{agent_type} login", level, result.detail, fix))
+    return checks
+
+
 # -- client configs -------------------------------------------------------------------------------------
 def _entry_runs(entry: dict[str, Any]) -> tuple[bool, str]:
     """Run the entry's command with `--version` in place of `mcp`, under a GUI client's minimal environment."""
@@ -468,6 +498,7 @@ def run_checks(home: Path) -> list[Check]:
     checks += check_team(home, loaded)
     checks += check_sandbox(home, loaded)
     checks += check_clis(home, loaded, daemon)
+    checks += check_logins(home, loaded, daemon)
     checks += check_clients(home)
     return checks
 

@@ -137,7 +137,8 @@ def last_result(store: Store, task_id: str) -> tuple[int, dict[str, Any] | None]
     return attempts, {
         "status": row["status"], "summary": row["summary"], "files_changed": json.loads(row["files_changed"] or "[]"),
         "error_type": row["error_type"], "error_message": row["error_message"], "warning": row.get("warning"),
-        "tokens": {k: int(row[k] or 0) for k in TOKEN_FIELDS}, "cost_usd": float(row["cost_usd"] or 0.0),
+        "tokens": {k: int(row[k] or 0) for k in TOKEN_FIELDS},
+        "cost_usd": None if row["cost_usd"] is None else float(row["cost_usd"]), "partial": bool(row.get("partial")),
         "duration_s": None if row["duration_s"] is None else float(row["duration_s"]), "agent_id": row["agent_id"],
         "attempt": int(row["attempt"]), "created_at": row["created_at"],
     }

@@ -167,7 +167,21 @@ ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
 CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
 """
 
-# Version 19 (sqlite._m19_routing_and_instructions): a task's capabilities and model, standing instructions.
+# Version 16 (sqlite._m16_partial_runs): runs paid for up to where they stopped, marked partial.
+PARTIAL_RUNS = """
+ALTER TABLE token_ledger ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE task_results ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+"""
+
+# Version 17 (sqlite._m17_parked_agents): agent kinds parked for the whole queue.
+PARKED_AGENTS = """
+CREATE TABLE parked_agents (
+  agent_type TEXT NOT NULL, account TEXT NOT NULL, reason TEXT NOT NULL, until TEXT, message TEXT, fix TEXT,
+  parked_at TEXT NOT NULL, resumed_at TEXT, streak BIGINT, next_check TEXT, checks BIGINT, owner TEXT,
+  PRIMARY KEY (agent_type, account));
+"""
+
+# Version 18 here, 19 once merged (sqlite._m19_routing_and_instructions): routing and standing instructions.
 ROUTING_AND_INSTRUCTIONS = """
 ALTER TABLE tasks ADD COLUMN capabilities TEXT;
 ALTER TABLE tasks ADD COLUMN model TEXT;
@@ -179,4 +193,5 @@ CREATE INDEX tasks_ready_kind ON tasks (agent_type, repo_id, capabilities) WHERE
 
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
 MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N,
-                       16: ROUTING_AND_INSTRUCTIONS}  # 19 once 16-18 are merged before it
+                           16: PARTIAL_RUNS, 17: PARKED_AGENTS,
+                           18: ROUTING_AND_INSTRUCTIONS}  # issue 23's migration 19, version 18 until 18 lands

@@ -304,9 +304,30 @@ def _m15_best_of_n(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL")
 
 
+def _m16_partial_runs(db: sqlite_utils.Database) -> None:
+    """Version 16 (issue 22): runs paid for up to where they stopped
+    (design.md "Every run is paid for"). `partial` marks a run whose CLI never gave its final accounting (killed,
+    stopped, timed out, died): its tokens and cost are what its stream showed up to then. Its cost may be NULL: it
+    used a model of unknown price."""
+    db.table("token_ledger").add_column("partial", int, not_null_default=0)
+    db.table("task_results").add_column("partial", int, not_null_default=0)
+
+
+def _m17_parked_agents(db: sqlite_utils.Database) -> None:
+    """Version 17: agent kinds parked for the whole queue (design.md "Logins and quotas for the whole queue"): a
+    login that fails or a usage limit stops every task of the kind until a check, a reset time or a person resumes
+    it. One row per kind and account (the credentials a daemon gives that kind); kept after it resumes (resumed_at
+    set) so the next limit backs off further."""
+    db.table("parked_agents").create(
+        {"agent_type": str, "account": str, "reason": str, "until": str, "message": str, "fix": str,
+         "parked_at": str, "resumed_at": str, "streak": int, "next_check": str, "checks": int, "owner": str},
+        pk=("agent_type", "account"), not_null={"agent_type", "account", "reason", "parked_at"},
+    )
+
+
 def _m19_routing_and_instructions(db: sqlite_utils.Database) -> None:
-    """Version 19 (issue 23): a task's routing (the capabilities it needs, the model it runs with) and the standing
-    instructions of projects and agents (text added to every prompt of theirs).
+    """Version 19 of issue 23 (18 on this branch, after 16-17): a task's routing (the capabilities it needs, the
+    model it runs with) and the standing instructions of projects and agents (text added to every prompt of theirs).
 
     A task's capabilities are stored as ",a,b," (sorted, each wrapped in commas) so the scheduler's query can test
     "every one is the agent's" with nested REPLACE, the same SQL on SQLite and PostgreSQL; NULL needs none."""
@@ -323,8 +344,8 @@ def _m19_routing_and_instructions(db: sqlite_utils.Database) -> None:
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
     _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
-    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n,
-    _m19_routing_and_instructions]  # 19: numbered as issue 23's slice; its place once 16-18 land
+    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n, _m16_partial_runs,
+    _m17_parked_agents, _m19_routing_and_instructions]  # 19: issue 23's number; version 18 until 18 lands
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

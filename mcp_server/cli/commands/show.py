@@ -86,7 +86,9 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
 
 def _result_rows(grid: Any, result: dict[str, Any]) -> None:
     """The last run: how it ended, what it cost, its warning, summary and files."""
-    cost = f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
+    cost = " · cost unknown (no price for its model)" if result["cost_usd"] is None else \
+        f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
+    cost += " · partial: counted up to where the run was cut short" if result.get("partial") else ""
     took = f" · {duration(result['duration_s'])}" if result["duration_s"] is not None else ""
     label = result["status"] + (f" ({result['error_type']})" if result["error_type"] else "")
     grid.add_row("last result", shown(f"{label} · attempt {result['attempt']}{took} · "

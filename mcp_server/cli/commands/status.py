@@ -95,6 +95,7 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
         "agents": status["agents"],
         "running": running,
         "merge_queue": status.get("merge_queue", []),
+        "parked": status.get("parked", []),  # agent kinds parked (a login, a limit); each is a warning line too
         "warnings": warnings,
     }
 
