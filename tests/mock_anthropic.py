@@ -21,7 +21,7 @@ Scenarios:
   ping_pong    Bash `echo ping`, `echo pong`, alternating forever
   busy_then_hang  Bash `echo working` until STEPS[n] (default 2) tool results are in, then never answers
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
-  cli_followup Bash `agentqueue task create` with CLI_FOLLOWUP, then "Tool said: <result>"
+  cli_followup Bash `agentqueue task create` with CLI_FOLLOWUP, then `agentqueue task memory`, then "Tool said: …"
   chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
   edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line. Sent back by
@@ -54,6 +54,8 @@ FOLLOWUP = {"title": "Follow-up from the agent", "description": "SCENARIO:follow
 CLI_FOLLOWUP = {"title": "Follow-up through the CLI", "description": "SCENARIO:cli_followup Queued through the CLI."}
 CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP['title']}' "
                         f"--description '{CLI_FOLLOWUP['description']}'")
+CLI_MEMORY = "Run make check before landing."
+CLI_COMMANDS = (CLI_FOLLOWUP_COMMAND, f"agentqueue task memory '{CLI_MEMORY}'")
 
 
 def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) -> list[tuple[str, Any]]:
@@ -98,11 +100,11 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
     elif scenario == "followup":
         blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
-    elif scenario == "cli_followup" and not answered_tool:
-        blocks = [("tool_use", {"name": "Bash", "input": {"command": CLI_FOLLOWUP_COMMAND,
-                                                          "description": "queue a follow-up"}})]
+    elif scenario == "cli_followup" and len(_tool_results(messages)) < len(CLI_COMMANDS):
+        blocks = [("tool_use", {"name": "Bash", "input": {"command": CLI_COMMANDS[len(_tool_results(messages))],
+                                                          "description": "agentqueue task"}})]
     elif scenario == "cli_followup":
-        blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
+        blocks = [("text", f"Tool said: {_tool_results(messages)[0]}")]
     elif scenario == "edit_region":
         blocks = _edit_region(text, messages)
     elif scenario in ("write_file", "slow_write") and not answered_tool:

@@ -23,7 +23,7 @@ from agentqueue import daemon, paths
 from agentqueue.store.sqlite import SqliteStore as Store
 
 from .conftest import ok
-from .mock_anthropic import CLI_FOLLOWUP, MockAnthropic
+from .mock_anthropic import CLI_FOLLOWUP, CLI_MEMORY, MockAnthropic
 from .processes import claude_env, wait_for
 from .test_engine_claude import CLAUDE
 
@@ -90,9 +90,13 @@ async def test_an_agent_without_mcp_queues_a_follow_up_through_the_cli_and_the_d
         # The agent ran the command in Bash and read its JSON; the follow-up's agent was refused one level deeper,
         # the refusal being what the command printed.
         said = bash_results(mock)
-        assert len(said) == 2, said
+        assert len(said) == 4, said
         assert f'\\"id\\": \\"{child["id"]}\\"' in said[0] and '\\"parent_task_id\\"' in said[0], said[0]
-        assert "level(s) deep" in said[1] and "agentqueue task:" in said[1], said[1]
+        assert "level(s) deep" in said[2] and "agentqueue task:" in said[2], said[2]
+        # Each agent wrote the project's memory through `agentqueue task memory`, scoped to its task's project.
+        assert all('\\"mode\\": \\"append\\"' in said[i] for i in (1, 3)), said
+        workspace = Path(store.scalar("SELECT workspace FROM projects WHERE id = 'demo'"))
+        assert (workspace / "memory" / "MEMORY.md").read_text().count(CLI_MEMORY) == 2
         # The model had no AgentQueue tool: it used the command.
         offered = [t.get("name", "") for t in mock.messages_for("cli_followup")[0].get("tools") or []]
         assert "Bash" in offered and not [name for name in offered if name.startswith("mcp__")], offered

@@ -120,6 +120,22 @@ def orchestrator_control(ctx: Context, action: Literal["pause", "resume", "statu
     return OrchestratorState(state=state, running_tasks=system.running_tasks(), unparked=unparked)
 
 
+class NotifierResult(BaseModel):
+    url: str  # secrets masked
+    ok: bool
+    error: str | None = None
+
+
+class NotifyTest(BaseModel):
+    results: list[NotifierResult]
+
+
+@tool()
+def notify_test(ctx: Context) -> NotifyTest:
+    """Send a test notification to every [notify] URL in config.toml; each one's result."""
+    return NotifyTest(results=[NotifierResult(**r) for r in services(ctx).system.notify_test()])
+
+
 class Restarting(BaseModel):
     status: Literal["restarting"]
 

@@ -30,8 +30,9 @@ Every read command takes --json; `agentqueue COMMAND --help` describes one."""
 COMMANDS = {"install": "install", "doctor": "doctor", "uninstall": "uninstall", "serve": "serve", "mcp": "mcp",
             "stop": "stop", "status": "status", "tasks": "tasks", "show": "show", "logs": "logs", "diff": "diff",
             "usage": "usage", "projects": "projects", "board": "board", "chat": "chat", "add": "add",
-            "approve": "approve", "request-changes": "act", "restart": "act", "stop-task": "act", "skip": "act",
-            "delete": "act", "pause": "pause", "resume": "pause", "task": "task"}
+            "approve": "approve", "allow": "answer", "deny": "answer", "request-changes": "act", "restart": "act",
+            "stop-task": "act", "skip": "act", "delete": "act", "pause": "pause", "resume": "pause", "notify": "notify",
+            "task": "task"}
 
 Run = Callable[[argparse.Namespace, Path], int]
 

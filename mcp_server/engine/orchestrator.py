@@ -41,6 +41,7 @@ from .best_of import BestOfN
 from .landing import BranchReads, Landing
 from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .parking import QueueParking
+from ..notify.follower import Notifier
 from .permissions import PermissionChannel
 from .ports import Ports
 from .prompting import context_for, task_prompt
@@ -142,6 +143,8 @@ class Engine:
         self.parking = QueueParking(services, (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff),
                                     self.config.login_check_seconds, owner=self.team.id)
         self.hooks = HookRunner(services, home)
+        # Tells a person when one is needed, from its own thread (notify/); the daemon gives it the board's address.
+        self.notifier = Notifier(services.store, services.settings, owner=self.team.id)
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
@@ -157,6 +160,8 @@ class Engine:
         self.queue.check_timeout = int(max(1, min(600, self.config.limits.timeout_seconds)))
         self.parking.backoff = (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff)
         self.parking.check_seconds = self.config.login_check_seconds
+        self.notifier.reload(settings)  # [notify]: the next event uses it; the first URL starts the notifier
+        self.notifier.start()
 
     # -- hooks used by the services ----------------------------------------------------------------
     def stop_task(self, task_id: str) -> bool:
@@ -191,6 +196,7 @@ class Engine:
         """Join the daemons on the queue (a lease kept fresh while the engine runs, a daemon's or a standalone
         server's alike), recover, then schedule and run until shutdown; leave at the end."""
         await anyio.to_thread.run_sync(self.team.join)
+        self.notifier.start()
         try:
             async with anyio.create_task_group() as lease:
                 lease.start_soon(self._keep_lease)
@@ -198,6 +204,7 @@ class Engine:
                 lease.cancel_scope.cancel()  # only once every run has settled: they are this engine's to the end
         finally:
             with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.notifier.stop)
                 await anyio.to_thread.run_sync(self.team.leave)
 
     async def _keep_lease(self) -> None:
@@ -384,9 +391,12 @@ class Engine:
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, ("agent",)) if tools else None
         planted = self._planted(task.id, agent.agent_type, workspace)
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
+        config = self._agent_config(agent, task.project_id, project_settings=planted == {})
+        config.model = task.model or config.model  # a task's model overrides its agent's for this run
+        spec = BUILDERS[agent.agent_type](config,
                                           task_prompt(task, svc.feedback.comments(task.id)),
-                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness), mcp)
+                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness,
+                                                      agent=agent), mcp)
         env = {**svc.settings.agent_environment(), **readiness.env}
         env |= cli_environment(self.home, task.id, env.get("PATH", ""))  # `agentqueue task …`, for agents without MCP
         return ReadyRun(task, workspace, agent, spec, planted, env, readiness)

@@ -237,9 +237,12 @@ _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
         f"Change the policy (get_policy, edit_policy) or the agent, then restart_task {d['task_id']}."),
     "permission_request": lambda d: Reason(
         f"The agent asks to run {d['action']}" + (f" ({d['description']})" if d.get("description") else "")
-        + f"; it waits for a person (request {d['request_id']}, until {d['expires_at']}).",
+        + f"; it waits for a person (request {d['request_id']}, "
+        + ("its timeout starts when a notification reaches someone)." if d.get("told_first")
+           else f"until {d['expires_at']})."),
         f"answer_request request_id={d['request_id']} decision=allow or deny (remember=true keeps the answer as a "
-        f"rule for this project); unanswered by {d['expires_at']} it is denied."),
+        "rule for this project); " + ("unanswered, it is denied once its timeout after the notification runs out."
+                                      if d.get("told_first") else f"unanswered by {d['expires_at']} it is denied.")),
     "stopped": lambda d: Reason(f"Stopped with stop_task (it was {d.get('from')}).",
                                 f"restart_task {d['task_id']} puts it back in the queue; skip_task {d['task_id']} "
                                 "marks it done so its dependents run."),

@@ -55,8 +55,10 @@ class Requests:
 
     # -- the agent asks ---------------------------------------------------------------------------
     def open(self, task_id: str, agent_id: str | None, tool: str, tool_input: dict[str, Any], action: str,
-             description: str | None, suggested_rule: str | None, timeout_seconds: float) -> PermissionRequest:
-        """Record the question and put the task WAITING_INPUT, in one transaction."""
+             description: str | None, suggested_rule: str | None, timeout_seconds: float,
+             told_first: bool = False) -> PermissionRequest:
+        """Record the question and put the task WAITING_INPUT, in one transaction. `told_first`: a notifier tells a
+        person, and the timeout starts from that (engine/permissions.py), so the task's reason says so."""
         request_id = f"req-{secrets.token_hex(4)}"
         created, expires = now_iso(), iso_in(timeout_seconds)
         with self.store.transaction() as db:
@@ -70,10 +72,21 @@ class Requests:
             if row["status"] == "IN_PROGRESS":
                 self.tasks.move(row, "WAITING_INPUT", "permission_request",
                                  details={"request_id": request_id, "action": action[:300],
-                                          "description": (description or "")[:200], "expires_at": expires})
+                                          "description": (description or "")[:200], "expires_at": expires,
+                                          "told_first": told_first})
             self.store.add_event("request.created", project_id=row["project_id"], task_id=task_id, agent_id=agent_id,
                                  payload={"request_id": request_id, "action": action[:300], "expires_at": expires})
         return self.get(request_id)
+
+    def notified_at(self, request_id: str) -> str | None:
+        """When the request's first notification went out (notify/outbox.py), or None."""
+        return self.store.scalar("SELECT notified_at FROM permission_requests WHERE id = ?", (request_id,))
+
+    def extend(self, request_id: str, timeout_seconds: float) -> None:
+        """A pending request now expires `timeout_seconds` from now (its timeout counts from the first notification)."""
+        with self.store.transaction() as db:
+            db.execute("UPDATE permission_requests SET expires_at = ? WHERE id = ? AND status = 'pending'",
+                       (iso_in(timeout_seconds), request_id))
 
     # -- a person answers -------------------------------------------------------------------------
     def answer(self, request_id: str, decision: str, remember: bool = False, message: str | None = None,
