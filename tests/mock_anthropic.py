@@ -96,15 +96,8 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
             "description": "Queued from agentqueue chat."}})]
     elif scenario == "chat_create":
         blocks = [("text", f"Created: {_tool_results(messages)[-1]}")]
-    elif scenario == "followup" and not answered_tool:
-        blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
-    elif scenario == "followup":
-        blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
-    elif scenario == "cli_followup" and len(_tool_results(messages)) < len(CLI_COMMANDS):
-        blocks = [("tool_use", {"name": "Bash", "input": {"command": CLI_COMMANDS[len(_tool_results(messages))],
-                                                          "description": "agentqueue task"}})]
-    elif scenario == "cli_followup":
-        blocks = [("text", f"Tool said: {_tool_results(messages)[0]}")]
+    elif scenario in ("followup", "cli_followup"):
+        blocks = _followup(scenario, messages)
     elif scenario == "edit_region":
         blocks = _edit_region(text, messages)
     elif scenario in ("write_file", "slow_write") and not answered_tool:
@@ -114,6 +107,18 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("text", "Done: the task is finished.")]
     return blocks
 
+
+
+def _followup(scenario: str, messages: list[Any]) -> list[tuple[str, Any]]:
+    """followup: AgentQueue's create_task as an MCP tool; cli_followup: `agentqueue task create`, then
+    `agentqueue task memory`, through Bash. Then what the first call said."""
+    results = _tool_results(messages)
+    if scenario == "followup" and not results:
+        return [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]
+    if scenario == "cli_followup" and len(results) < len(CLI_COMMANDS):
+        return [("tool_use", {"name": "Bash", "input": {"command": CLI_COMMANDS[len(results)],
+                                                        "description": "agentqueue task"}})]
+    return [("text", f"Tool said: {results[-1] if scenario == 'followup' else results[0]}")]
 
 
 def _edit_region(text: str, messages: list[Any]) -> list[tuple[str, Any]]:

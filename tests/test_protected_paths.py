@@ -95,7 +95,8 @@ def test_protected_paths_are_protected(path: str) -> None:
 
 @pytest.mark.parametrize("path", [
     "src/app.py", "README.md", ".claudex/settings.json", "my.claude/x", "docs/.github/workflows/x.yml",
-    ".github/ISSUE_TEMPLATE/bug.md", ".vscode/extensions.json", "CLAUDE.md.bak", "notes/claude.txt", ".gitignore", ".agents/notes.md"])
+    ".github/ISSUE_TEMPLATE/bug.md", ".vscode/extensions.json", "CLAUDE.md.bak", "notes/claude.txt", ".gitignore",
+    ".agents/notes.md"])
 def test_ordinary_paths_are_not(path: str) -> None:
     assert protected.protected_changes([path]) == []
 

@@ -70,14 +70,7 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
             out += ["--ro-bind", "/dev/null", str(real)]
     workdir = Path(os.path.realpath(rules.workdir))
     out += ["--bind" if rules.workdir_writable else "--ro-bind", str(workdir), str(workdir)]
-    for path in rules.writable:
-        real = Path(os.path.realpath(path))
-        if real.exists() and real != workdir:
-            out += ["--bind", str(real), str(real)]
-    for path in rules.frozen:  # after the writable folders they lie in: the later bind wins
-        real = Path(os.path.realpath(path))
-        if real.exists():
-            out += ["--ro-bind", str(real), str(real)]
+    out += _state_binds(rules, workdir)
     for sock in rules.sockets:
         if _exists(sock):
             out += ["--bind", str(sock), str(sock)]
@@ -91,6 +84,20 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
         relay = [sys.executable, "-I", "-S", str(INNER), str(bridge), str(PROXY_PORT), *map(str, rules.forwards), "--"]
         return out + relay + argv
     return out + argv
+
+
+def _state_binds(rules: SandboxRules, workdir: Path) -> list[str]:
+    """The writable folders besides the worktree, then the frozen ones inside them (the later bind wins)."""
+    out: list[str] = []
+    for path in rules.writable:
+        real = Path(os.path.realpath(path))
+        if real.exists() and real != workdir:
+            out += ["--bind", str(real), str(real)]
+    for path in rules.frozen:
+        real = Path(os.path.realpath(path))
+        if real.exists():
+            out += ["--ro-bind", str(real), str(real)]
+    return out
 
 
 def _mask(target: Path, content: bytes | None, bridge: Path | None) -> list[str]:

@@ -25,8 +25,8 @@ from ..settings import Settings
 from . import bwrap
 from .gate import NetworkGate
 from .rules import (
-    REGISTRIES, USER_SKILLS, Endpoint, SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of, project_settings,
-    secret_paths, state_paths,
+    REGISTRIES, USER_SKILLS, Endpoint, SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of,
+    project_settings, secret_paths, state_paths,
 )
 
 log = logging.getLogger("agentqueue.sandbox")
