@@ -100,6 +100,13 @@ def test_bad_rules_are_refused_with_how_to_write_them(text: str, needle: str) ->
     ("standard", bash("make deploy"), "ask"),  # unknown commands ask
     ("standard", agent_action("WebFetch", {"url": "https://example.com"}, ROOT), "ask"),
     ("standard", agent_action("mcp__agentqueue__create_task", {}, ROOT), "allow"),
+    # The same toolset through the CLI (issue 24): the daemon's gate then decides as for the MCP tool.
+    ("standard", bash("agentqueue task create 'Fix it' --description 'Self-contained: what, where.'"), "allow"),
+    ("standard", bash("agentqueue task note append Decisions -m 'Use X.'"), "allow"),
+    ("standard", bash("agentqueue task list && curl https://example.com"), "ask"),
+    ("standard", bash("agentqueue install --skill --user"), "ask"),
+    ("standard", bash("agentqueue approve swift-falcon"), "ask"),
+    ("readonly", bash("agentqueue task create x -d y"), "deny"),
     ("standard", tool_action("run_command", "pytest -q"), "allow"),
     ("standard", tool_action("run_command", "rm -rf build"), "ask"),
     ("standard", tool_action("delete_project", "web"), "ask"),

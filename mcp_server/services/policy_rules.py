@@ -296,7 +296,7 @@ PRESETS: dict[str, Preset] = {
                     "pushes and anything outside the worktree ask",
         agent_default="ask", tool_default="allow",
         allow=[*(f"{t}(./**)" for t in EDIT_TOOLS), "Read(./**)", "Glob(./**)", "Grep(./**)", "LS(./**)",
-               "TodoWrite", "Task", "mcp__agentqueue",
+               "TodoWrite", "Task", "mcp__agentqueue", "Bash(agentqueue task:*)",  # the toolset, by MCP or the CLI
                *(f"Bash({c}:*)" for c in SAFE_COMMANDS),
                *(f"tool:run_command:{c}:*" for c in SAFE_COMMANDS)],
         ask=["WebFetch", "WebSearch", *(f"Bash({c}:*)" for c in ASK_COMMANDS),
