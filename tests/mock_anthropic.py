@@ -21,7 +21,7 @@ Scenarios:
   ping_pong    Bash `echo ping`, `echo pong`, alternating forever
   busy_then_hang  Bash `echo working` until STEPS[n] (default 2) tool results are in, then never answers
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
-  cli_followup Bash `agentqueue task create` with CLI_FOLLOWUP, then `agentqueue task memory`, then "Tool said: …"
+  cli_followup Bash: each of CLI_COMMANDS (`agentqueue task create` with CLI_FOLLOWUP, …), then "Tool said: …"
   chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
   edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line. Sent back by
@@ -55,7 +55,8 @@ CLI_FOLLOWUP = {"title": "Follow-up through the CLI", "description": "SCENARIO:c
 CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP['title']}' "
                         f"--description '{CLI_FOLLOWUP['description']}'")
 CLI_MEMORY = "Run make check before landing."
-CLI_COMMANDS = (CLI_FOLLOWUP_COMMAND, f"agentqueue task memory '{CLI_MEMORY}'")
+# The last is a person's decision, which a run's connection is refused whatever the policy allows.
+CLI_COMMANDS = (CLI_FOLLOWUP_COMMAND, f"agentqueue task memory '{CLI_MEMORY}'", "agentqueue approve swift-falcon")
 
 
 def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) -> list[tuple[str, Any]]:
@@ -110,8 +111,8 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
 
 
 def _followup(scenario: str, messages: list[Any]) -> list[tuple[str, Any]]:
-    """followup: AgentQueue's create_task as an MCP tool; cli_followup: `agentqueue task create`, then
-    `agentqueue task memory`, through Bash. Then what the first call said."""
+    """followup: AgentQueue's create_task as an MCP tool; cli_followup: each of CLI_COMMANDS through Bash. Then
+    what the first call said."""
     results = _tool_results(messages)
     if scenario == "followup" and not results:
         return [("tool_use", {"name": "mcp__agentqueue__create_task", "input": FOLLOWUP})]

@@ -4,7 +4,9 @@ The real daemon and the real `claude` CLI on the loopback model mock, given no M
 an empty `--mcp-config`): its scripted model runs `agentqueue task create …` through Bash, allowed by a policy rule.
 The daemon knows the run from the calling process (SO_PEERCRED and its lineage), so the follow-up is the task's child,
 one level deeper; the level beyond [engine] max_task_depth is refused and the agent reads the refusal as the
-command's output. A person's shell is a person's client, and a forged AGENTQUEUE_TASK_ID names nobody.
+command's output. Each agent writes MEMORY.md with `agentqueue task memory`, and is refused a person's decision
+(`agentqueue approve`) though the policy allows the command. A person's shell is a person's client, and a forged
+AGENTQUEUE_TASK_ID names nobody.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ async def test_an_agent_without_mcp_queues_a_follow_up_through_the_cli_and_the_d
         async with Client(params, mode="legacy", elicitation_callback=person) as client:
             await ok(client, "create_project", name="Demo")
             await ok(client, "add_repo", source="init", name="app", project_id="demo")
-            await ok(client, "edit_policy", project_id="demo", add_rule="Bash(agentqueue task:*)", list="allow")
+            for rule in ("Bash(agentqueue task:*)", "Bash(agentqueue approve:*)"):
+                await ok(client, "edit_policy", project_id="demo", add_rule=rule, list="allow")
             first = await ok(client, "create_task", title="Start", project_id="demo",
                              description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
         store = Store(paths.db_path(home))
@@ -90,11 +93,13 @@ async def test_an_agent_without_mcp_queues_a_follow_up_through_the_cli_and_the_d
         # The agent ran the command in Bash and read its JSON; the follow-up's agent was refused one level deeper,
         # the refusal being what the command printed.
         said = bash_results(mock)
-        assert len(said) == 4, said
+        assert len(said) == 6, said
         assert f'\\"id\\": \\"{child["id"]}\\"' in said[0] and '\\"parent_task_id\\"' in said[0], said[0]
-        assert "level(s) deep" in said[2] and "agentqueue task:" in said[2], said[2]
+        assert "level(s) deep" in said[3] and "agentqueue task:" in said[3], said[3]
         # Each agent wrote the project's memory through `agentqueue task memory`, scoped to its task's project.
-        assert all('\\"mode\\": \\"append\\"' in said[i] for i in (1, 3)), said
+        assert all('\\"mode\\": \\"append\\"' in said[i] for i in (1, 4)), said
+        # A person's decision through the terminal is refused to a run, though the policy allowed the command.
+        assert all("person's decision" in said[i] for i in (2, 5)), said
         workspace = Path(store.scalar("SELECT workspace FROM projects WHERE id = 'demo'"))
         assert (workspace / "memory" / "MEMORY.md").read_text().count(CLI_MEMORY) == 2
         # The model had no AgentQueue tool: it used the command.
