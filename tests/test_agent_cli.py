@@ -12,7 +12,6 @@ AGENTQUEUE_TASK_ID names nobody.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,12 +131,3 @@ async def test_an_agent_without_mcp_queues_a_follow_up_through_the_cli_and_the_d
             server.kill()
         mock.stop()
 
-
-def test_a_refusal_is_one_sentence_and_no_daemon_is_started_for_a_run(tmp_path: Path) -> None:
-    """Inside a run AGENTQUEUE_NO_START is set: with no daemon the command says so and starts none."""
-    env = {**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "aq"), "AGENTQUEUE_NO_START": "1"}
-    done = subprocess.run([AGENTQUEUE, "task", "create", "T", "-d", "x"], env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.startswith("agentqueue task: ") and "AGENTQUEUE_NO_START" in done.stderr, done.stderr
-    assert not (tmp_path / "aq" / "daemon.json").exists()

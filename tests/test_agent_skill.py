@@ -1,15 +1,17 @@
 """`agentqueue install --skill`: the skill that teaches agents `agentqueue task …`, added by a person to a repository
 or to their own skills (issue 24), and the `task` commands covering the whole `agent` toolset.
 
-Real git repositories and the real command in this process (`cli.run`); the daemon-backed commands themselves are
-driven by a real agent in test_agent_cli.py.
+Real git repositories and the real command (in this process with `cli.run`, or as the process an agent starts);
+the daemon-backed commands themselves are driven by a real agent in test_agent_cli.py.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,15 @@ def test_every_agent_tool_has_a_task_command() -> None:
     assert set(NAMED_TOOLSETS["agent"]) <= covered, set(NAMED_TOOLSETS["agent"]) - covered
     code, said, _ = agentqueue("task", "--help")
     assert code == 0 and all(action in said for action in TOOLS)
+
+
+@pytest.mark.integration
+def test_a_refusal_is_one_sentence_and_no_daemon_is_started_for_a_run(tmp_path: Path) -> None:
+    """Inside a run AGENTQUEUE_NO_START is set: with no daemon the command says so and starts none."""
+    env = {**os.environ, "AGENTQUEUE_HOME": str(tmp_path / "aq"), "AGENTQUEUE_NO_START": "1"}
+    agentqueue_bin = str(Path(sys.executable).parent / "agentqueue")
+    done = subprocess.run([agentqueue_bin, "task", "create", "T", "-d", "x"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("agentqueue task: ") and "AGENTQUEUE_NO_START" in done.stderr, done.stderr
+    assert not (tmp_path / "aq" / "daemon.json").exists()
