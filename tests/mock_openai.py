@@ -11,6 +11,7 @@ Behaviour is chosen by a `SCENARIO:<name>` marker anywhere in the text of the re
 
 - `write_file`: turn 1 answers with an `exec_command` function call running `WRITE_FILE_COMMAND`;
   once the request carries that call's `function_call_output`, turn 2 answers "Done.".
+- `cli_followup`: the same with `CLI_FOLLOWUP_COMMAND` (`agentqueue task create`, a follow-up in this scenario).
 - `rate_limit`: HTTP 429 with an OpenAI-style error body and `Retry-After: 0`.
 - anything else / no marker: one plain assistant message, `DEFAULT_TEXT`.
 
@@ -52,6 +53,10 @@ WRITE_FILE_COMMAND = f"echo hello > {WRITE_FILE_NAME}"
 WRITE_FILE_CONTENT = "hello\n"
 WRITE_FILE_CALL_ID = "call_mock_write_file"
 FINAL_TEXT = "Done."
+CLI_FOLLOWUP_TITLE = "Codex follow-up through the CLI"
+CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP_TITLE}' --agent-type codex "
+                        "--description 'SCENARIO:cli_followup Queued by Codex through the CLI.'")
+CLI_CALL_ID = "call_mock_cli"
 DEFAULT_TEXT = "Hello from mock."
 RATE_LIMIT_MESSAGE = "Rate limit reached for gpt-mock on requests per min (RPM): Limit 1, Used 1, Requested 1."
 
@@ -156,6 +161,12 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["retry-after"] = self.server.mock.retry_after
             return self._json(429, {"error": {"message": RATE_LIMIT_MESSAGE, "type": "requests", "param": None,
                                               "code": "rate_limit_exceeded"}}, headers)
+        if scenario == "cli_followup":  # an agent without MCP queues a follow-up through `agentqueue task create`
+            if _has_call_output(body, CLI_CALL_ID):
+                return self._stream(body, [self._message(FINAL_TEXT)], "final")
+            call = {"type": "function_call", "id": "fc_mock_cli", "status": "completed", "name": "exec_command",
+                    "call_id": CLI_CALL_ID, "arguments": json.dumps({"cmd": CLI_FOLLOWUP_COMMAND})}
+            return self._stream(body, [call], "tool_call")
         if scenario == "write_file":
             if _has_call_output(body, WRITE_FILE_CALL_ID):
                 return self._stream(body, [self._message(FINAL_TEXT)], "final")

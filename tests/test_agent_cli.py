@@ -6,12 +6,13 @@ The daemon knows the run from the calling process (SO_PEERCRED and its lineage),
 one level deeper; the level beyond [engine] max_task_depth is refused and the agent reads the refusal as the
 command's output. Each agent writes MEMORY.md with `agentqueue task memory`, and is refused a person's decision
 (`agentqueue approve`) though the policy allows the command. A person's shell is a person's client, and a forged
-AGENTQUEUE_TASK_ID names nobody.
+AGENTQUEUE_TASK_ID names nobody. The real `codex` (no MCP at all) does the same through its `bash -lc` shell.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,15 +24,18 @@ from mcp.types import ElicitResult
 from agentqueue import daemon, paths
 from agentqueue.store.sqlite import SqliteStore as Store
 
+from . import mock_openai
 from .conftest import ok
 from .mock_anthropic import CLI_FOLLOWUP, CLI_MEMORY, MockAnthropic
 from .processes import claude_env, wait_for
 from .test_engine_claude import CLAUDE
+from .third_party import npm_bin
 
 pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
 
 AGENTQUEUE = str(Path(sys.executable).parent / "agentqueue")
+CODEX = npm_bin("codex")
 
 
 def without_mcp(tmp_path: Path, claude: str) -> str:
@@ -131,3 +135,53 @@ async def test_an_agent_without_mcp_queues_a_follow_up_through_the_cli_and_the_d
             server.kill()
         mock.stop()
 
+
+
+def call_outputs(api: mock_openai.MockOpenAI) -> list[str]:
+    """What each of Codex's shell calls printed, as the model was told it."""
+    return list(dict.fromkeys(str(i.get("output")) for body in api.requests for i in body.get("input") or []
+                              if isinstance(i, dict) and i.get("type") == "function_call_output"))
+
+
+@pytest.mark.skipif(CODEX is None, reason="codex CLI not installed (.ci/run installs it)")
+async def test_codex_which_has_no_agentqueue_tools_queues_a_follow_up_through_the_cli(tmp_path: Path) -> None:
+    """Codex is given no MCP server by the engine: the CLI is its only way to the queue."""
+    api = mock_openai.MockOpenAI().start()
+    home = tmp_path / "aq"
+    env = {**os.environ, **mock_openai.codex_home(tmp_path, api.base_url), "AGENTQUEUE_CODEX_BIN": CODEX,
+           "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_POLL_SECONDS": "0.1", "AGENTQUEUE_MAX_TASK_DEPTH": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = None
+    try:
+        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, 60, "the daemon")
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        async with Client(params, mode="legacy") as client:
+            await ok(client, "create_project", name="Demo")
+            await ok(client, "add_repo", source="init", name="app", project_id="demo")
+            await ok(client, "create_agent", name="codex", agent_type="codex")
+            first = await ok(client, "create_task", title="Start", project_id="demo", agent_type="codex",
+                             description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
+        store = Store(paths.db_path(home))
+
+        def tasks() -> list[dict]:
+            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
+
+        try:
+            await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
+                           120, "the task and its follow-up to complete")
+        except AssertionError as error:
+            logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
+            raise AssertionError(f"{error}: {tasks()} {call_outputs(api)}\n{logs}") from None
+        parent, child = tasks()
+        assert (child["title"], child["parent_task_id"], child["depth"]) == \
+            (mock_openai.CLI_FOLLOWUP_TITLE, first["id"], 1)
+        said = call_outputs(api)
+        assert len(said) == 2 and child["id"] in said[0] and "level(s) deep" in said[1], said
+    finally:
+        if store is not None:
+            store.close()
+        daemon.stop(home, timeout=15)
+        if server.poll() is None:
+            server.kill()
+        api.stop()

@@ -22,13 +22,22 @@ def agentqueue_server(home: Path, toolsets: tuple[str, ...] = ()) -> dict[str, A
     return {"mcpServers": {"agentqueue": {"type": "stdio", "command": command[0], "args": command[1:], "env": env}}}
 
 
-def cli_environment(home: Path, task_id: str, search_path: str) -> dict[str, str]:
+# Sourced by non-interactive bash through BASH_ENV (see the file): keeps `agentqueue` on PATH in login shells.
+PATH_SCRIPT = Path(__file__).with_name("agent_path.sh")
+
+
+def cli_environment(home: Path, task_id: str, env: dict[str, str]) -> dict[str, str]:
     """What every run gets for `agentqueue task …` (the skill's CLI): the home whose daemon to call, never a rival
     daemon, the task's id (a convenience: the daemon knows the run from the calling process, not from this), and
-    `agentqueue` on PATH, after the run's own programs (this install's interpreter must not shadow the project's)."""
+    `agentqueue` on PATH, after the run's own programs (this install's interpreter must not shadow the project's),
+    kept there in a login shell through BASH_ENV unless the run's environment sets its own."""
     script = Path(sys.executable).parent / "agentqueue"
-    parts = [p for p in search_path.split(os.pathsep) if p]
-    if script.is_file() and str(script.parent) not in parts:
-        parts.append(str(script.parent))
-    return {"AGENTQUEUE_HOME": str(home), "AGENTQUEUE_NO_START": "1", "AGENTQUEUE_TASK_ID": task_id,
-            "PATH": os.pathsep.join(parts)}
+    parts = [p for p in env.get("PATH", "").split(os.pathsep) if p]
+    out = {"AGENTQUEUE_HOME": str(home), "AGENTQUEUE_NO_START": "1", "AGENTQUEUE_TASK_ID": task_id}
+    if script.is_file():
+        if str(script.parent) not in parts:
+            parts.append(str(script.parent))
+        out["AGENTQUEUE_BIN_DIR"] = str(script.parent)
+        if not env.get("BASH_ENV"):
+            out["BASH_ENV"] = str(PATH_SCRIPT)
+    return out | {"PATH": os.pathsep.join(parts)}

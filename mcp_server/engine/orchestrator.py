@@ -398,7 +398,7 @@ class Engine:
                                           context_for(svc, task, workspace, agent_tools=tools, ready=readiness,
                                                       agent=agent), mcp)
         env = {**svc.settings.agent_environment(), **readiness.env}
-        env |= cli_environment(self.home, task.id, env.get("PATH", ""))  # `agentqueue task …`, for agents without MCP
+        env |= cli_environment(self.home, task.id, env)  # `agentqueue task …`, for agents without MCP
         return ReadyRun(task, workspace, agent, spec, planted, env, readiness)
 
     def _start(self, task_id: str, agent: Agent) -> tuple[Task, Workspace, Readiness] | None:
