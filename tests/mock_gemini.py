@@ -32,6 +32,7 @@ Behaviour of the chat requests is chosen by a `SCENARIO:<name>` marker in the us
   only with `--approval-mode yolo` (or an allow rule for it); with `auto_edit` headless runs get just
   list_directory, read_file, grep_search, glob, replace, write_file, web_fetch, google_web_search, ... and
   the mock answers 400 naming the tools it got.
+- `cli_followup`: the same with `CLI_FOLLOWUP_COMMAND` (`agentqueue task create`, a follow-up in this scenario).
 - `rate_limit`: HTTP 429 `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": ...}}` without
   `details`, which the CLI classifies as a retryable quota error (retries: see `gemini_home`).
 - anything else / no marker: `DEFAULT_TEXT`, streamed in two chunks.
@@ -61,6 +62,9 @@ WRITE_FILE_NAME = "gemini_hello.txt"
 WRITE_FILE_COMMAND = f"echo hello > {WRITE_FILE_NAME}"
 WRITE_FILE_CONTENT = "hello\n"
 FINAL_TEXT = "Done."
+CLI_FOLLOWUP_TITLE = "Gemini follow-up through the CLI"
+CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP_TITLE}' --agent-type gemini "
+                        "--description 'SCENARIO:cli_followup Queued by Gemini through the CLI.'")
 DEFAULT_TEXT = "Hello from mock."
 ROUTER_SCORE = 10
 RATE_LIMIT_MESSAGE = "Too many requests for gemini-mock (mock rate limit)."
@@ -176,6 +180,12 @@ class _Handler(BaseHTTPRequestHandler):
         scenario = scenario_of(body)
         if scenario == "rate_limit":
             return self._error(429, "RESOURCE_EXHAUSTED", RATE_LIMIT_MESSAGE)
+        if scenario == "cli_followup":  # an agent without MCP queues a follow-up through `agentqueue task create`
+            if any(r.get("name") == SHELL_TOOL for r in function_responses(body)):
+                return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
+            call = {"functionCall": {"name": SHELL_TOOL,
+                                     "args": {"command": CLI_FOLLOWUP_COMMAND, "description": "Queue a follow-up."}}}
+            return self._answer(stream, [[call]], "tool_call")
         if scenario == "write_file":
             if any(r.get("name") == SHELL_TOOL for r in function_responses(body)):
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")

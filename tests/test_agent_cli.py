@@ -6,7 +6,7 @@ The daemon knows the run from the calling process (SO_PEERCRED and its lineage),
 one level deeper; the level beyond [engine] max_task_depth is refused and the agent reads the refusal as the
 command's output. Each agent writes MEMORY.md with `agentqueue task memory`, and is refused a person's decision
 (`agentqueue approve`) though the policy allows the command. A person's shell is a person's client, and a forged
-AGENTQUEUE_TASK_ID names nobody. The real `codex` (no MCP at all) does the same through its `bash -lc` shell.
+AGENTQUEUE_TASK_ID names nobody. The real `codex` and `gemini` (no MCP at all) do the same through their shells.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mcp.types import ElicitResult
 from agentqueue import daemon, paths
 from agentqueue.store.sqlite import SqliteStore as Store
 
-from . import mock_openai
+from . import mock_gemini, mock_openai
 from .conftest import ok
 from .mock_anthropic import CLI_FOLLOWUP, CLI_MEMORY, MockAnthropic
 from .processes import claude_env, wait_for
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytes
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
 
 AGENTQUEUE = str(Path(sys.executable).parent / "agentqueue")
-CODEX = npm_bin("codex")
+CODEX, GEMINI = npm_bin("codex"), npm_bin("gemini")
 
 
 def without_mcp(tmp_path: Path, claude: str) -> str:
@@ -177,6 +177,58 @@ async def test_codex_which_has_no_agentqueue_tools_queues_a_follow_up_through_th
         assert (child["title"], child["parent_task_id"], child["depth"]) == \
             (mock_openai.CLI_FOLLOWUP_TITLE, first["id"], 1)
         said = call_outputs(api)
+        assert len(said) == 2 and child["id"] in said[0] and "level(s) deep" in said[1], said
+    finally:
+        if store is not None:
+            store.close()
+        daemon.stop(home, timeout=15)
+        if server.poll() is None:
+            server.kill()
+        api.stop()
+
+
+def shell_outputs(api: mock_gemini.MockGemini) -> list[str]:
+    """What each of Gemini's shell calls printed, as the model was told it."""
+    return list(dict.fromkeys(json.dumps(r.get("response")) for body in api.requests if isinstance(body, dict)
+                              for r in mock_gemini.function_responses(body)))
+
+
+@pytest.mark.skipif(GEMINI is None, reason="gemini CLI not installed (npm @google/gemini-cli)")
+async def test_gemini_which_has_no_agentqueue_tools_queues_a_follow_up_through_the_cli(tmp_path: Path) -> None:
+    """Gemini is given no MCP server by the engine either: the CLI is its way to the queue."""
+    api = mock_gemini.MockGemini().start()
+    home = tmp_path / "aq"
+    # Not the mock's TMPDIR: the daemon's gate sockets go under it, and this one is too long for AF_UNIX.
+    gemini = {k: v for k, v in mock_gemini.gemini_home(tmp_path, api.base_url).items() if k != "TMPDIR"}
+    env = {**os.environ, **gemini, "AGENTQUEUE_GEMINI_BIN": GEMINI, "AGENTQUEUE_HOME": str(home),
+           "AGENTQUEUE_POLL_SECONDS": "0.1", "AGENTQUEUE_MAX_TASK_DEPTH": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = None
+    try:
+        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, 60, "the daemon")
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        async with Client(params, mode="legacy") as client:
+            await ok(client, "create_project", name="Demo")
+            await ok(client, "add_repo", source="init", name="app", project_id="demo")
+            await ok(client, "create_agent", name="gemini", agent_type="gemini")
+            first = await ok(client, "create_task", title="Start", project_id="demo", agent_type="gemini",
+                             description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
+        store = Store(paths.db_path(home))
+
+        def tasks() -> list[dict]:
+            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
+
+        try:
+            await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
+                           120, "the task and its follow-up to complete")
+        except AssertionError as error:
+            logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
+            raise AssertionError(f"{error}: {tasks()} {shell_outputs(api)}\n{logs}") from None
+        parent, child = tasks()
+        assert (child["title"], child["parent_task_id"], child["depth"]) == \
+            (mock_gemini.CLI_FOLLOWUP_TITLE, first["id"], 1)
+        said = shell_outputs(api)
         assert len(said) == 2 and child["id"] in said[0] and "level(s) deep" in said[1], said
     finally:
         if store is not None:
