@@ -83,8 +83,14 @@
     svg.innerHTML = paths.join("");
   }
 
+  // A project paused or resumed, the orchestrator paused or resumed: the header's status and buttons follow.
+  var refreshState = coalesced(function () { return refresh(location.pathname + location.search, "project-state"); });
+
   function onKanbanChange(change) {
-    if (!change.task_id) return;
+    if (!change.task_id) {
+      if (/^(project|orchestrator)\./.test(change.event_type || "")) refreshState();
+      return;
+    }
     if (change.event_type === "task.deleted") {
       var gone = document.getElementById("card-" + change.task_id);
       if (gone) gone.remove();
@@ -162,6 +168,25 @@
     var form = e.detail.elt.closest ? e.detail.elt.closest("form") : null;
     if (form && e.detail.successful && e.detail.xhr.responseText.indexOf("flash ok") >= 0) form.reset();
   });
+  // -- flash messages: a success clears itself after FLASH_MS (not while the pointer rests on it), an error
+  // stays until the next action; the region keeps its aria-live, so a screen reader still reads each one.
+  var FLASH_MS = 8000, flashTimer = null;
+  function clearFlash() { var flash = document.getElementById("flash"); if (flash) flash.innerHTML = ""; }
+  function clearFlashLater() {
+    clearTimeout(flashTimer);
+    var flash = document.getElementById("flash");
+    if (flash && flash.querySelector(".flash.ok")) flashTimer = setTimeout(clearFlash, FLASH_MS);
+  }
+  document.body.addEventListener("htmx:beforeRequest", function () { clearTimeout(flashTimer); clearFlash(); });
+  document.body.addEventListener("htmx:afterSwap", function (e) {
+    if (e.detail.target && e.detail.target.id === "flash") clearFlashLater();
+  });
+  var flashRegion = document.getElementById("flash");
+  if (flashRegion) {
+    flashRegion.addEventListener("mouseenter", function () { clearTimeout(flashTimer); });
+    flashRegion.addEventListener("mouseleave", clearFlashLater);
+  }
+
   document.addEventListener("DOMContentLoaded", function () { drawLinks(); connect(); });
   window.addEventListener("resize", drawLinks);
   document.body.addEventListener("htmx:afterSwap", function () { if (kanban()) { countColumns(); drawLinks(); } });
