@@ -168,7 +168,7 @@
     var form = e.detail.elt.closest ? e.detail.elt.closest("form") : null;
     if (form && e.detail.successful && e.detail.xhr.responseText.indexOf("flash ok") >= 0) form.reset();
   });
-  // -- flash messages: a success clears itself after FLASH_MS (not while the pointer rests on it), an error
+  // -- flash messages: a success clears itself after FLASH_MS, an error
   // stays until the next action; the region keeps its aria-live, so a screen reader still reads each one.
   var FLASH_MS = 8000, flashTimer = null;
   function clearFlash() { var flash = document.getElementById("flash"); if (flash) flash.innerHTML = ""; }
@@ -181,11 +181,6 @@
   document.body.addEventListener("htmx:afterSwap", function (e) {
     if (e.detail.target && e.detail.target.id === "flash") clearFlashLater();
   });
-  var flashRegion = document.getElementById("flash");
-  if (flashRegion) {
-    flashRegion.addEventListener("mouseenter", function () { clearTimeout(flashTimer); });
-    flashRegion.addEventListener("mouseleave", clearFlashLater);
-  }
 
   document.addEventListener("DOMContentLoaded", function () { drawLinks(); connect(); });
   window.addEventListener("resize", drawLinks);
