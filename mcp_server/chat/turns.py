@@ -17,6 +17,8 @@ from ..engine.adapters.claude_code import ClaudeCodeParser
 from .claude import EXITED, SERVER, ClaudeProcess, Line
 
 Permission = Literal["allow", "deny", "always"]
+SYNTHETIC = "<synthetic>"  # the model name on messages claude writes itself (such as "API Error: …")
+TOOL_SEARCH = "ToolSearch"  # Claude Code's deferred-tool lookup: a step towards a tool call, not one of its own
 
 # What to do next, per failure kind of services.failures (the engine's classification).
 NEXT_STEPS = {
@@ -96,12 +98,19 @@ class Conversation:
         self.total_cost = 0.0
         self.session_id: str | None = None
         self.warned_mcp = False
+        self.retry_noted = False
+        self.streamed_usage: dict[str, dict[str, int]] = {}
+        self.streaming = ""
+        self.searches: dict[str, dict[str, Any]] = {}
 
     def turn(self, message: str, view: View) -> TurnResult:
         out = TurnResult()
         parser = ClaudeCodeParser()  # the engine's reading of results and errors
         streamed: set[str] = set()  # message ids whose text already arrived as deltas
         tools: dict[str, dict[str, Any]] = {}
+        self.retry_noted = False  # a 429 is told once a turn, however often claude retries it
+        self.streamed_usage = {}  # per model message, from the stream (an interrupted turn)
+        self.searches = {}  # ToolSearch calls, folded into the tool they find
         started = time.monotonic()
         if not self.process.send(message):
             return self._ended(out)
@@ -144,6 +153,7 @@ class Conversation:
         parser.feed(item.raw)
         kind = event.get("type")
         if kind == "stream_event":
+            self._stream_usage(event)
             delta = (event.get("event") or {}).get("delta") or {}
             if delta.get("type") == "text_delta" and delta.get("text"):
                 streamed.add(str(event.get("api_message_id") or ""))
@@ -152,6 +162,8 @@ class Conversation:
         elif kind == "assistant":
             message = event.get("message") or {}
             for block in message.get("content") or []:
+                if message.get("model") == SYNTHETIC and str(block.get("text") or "").startswith("API Error"):
+                    continue  # claude's own wording of a failed request: the turn's error says it, with the next step
                 if block.get("type") == "text" and block.get("text") and str(message.get("id")) not in streamed:
                     out.text += block["text"]
                     view.text(block["text"])
@@ -160,6 +172,9 @@ class Conversation:
                             "result": None, "is_error": False}
                     tools[str(block.get("id"))] = call
                     out.tool_calls.append(call)
+                    if call["name"] == TOOL_SEARCH:  # shown with the tool it finds, not as a step of its own
+                        self.searches[str(block.get("id"))] = call
+                        continue
                     view.tool_call(call["name"], call["input"])
         elif kind == "user":
             content = (event.get("message") or {}).get("content")
@@ -171,6 +186,11 @@ class Conversation:
                     call = tools.get(str(block.get("tool_use_id")))
                     if call is not None:
                         call["result"], call["is_error"] = summary, bool(block.get("is_error"))
+                    search = self.searches.pop(str(block.get("tool_use_id")), None)
+                    if search is not None and not block.get("is_error"):
+                        continue  # the search found the tool: its call line follows
+                    if search is not None:
+                        view.tool_call(search["name"], search["input"])
                     view.tool_result(summary, bool(block.get("is_error")))
         elif kind == "system":
             self._system(event, view)
@@ -190,10 +210,24 @@ class Conversation:
                 self.warned_mcp = True
                 view.note(f"AgentQueue's MCP server is {ours[0].get('status')} in claude: the queue's tools are "
                           "missing. `agentqueue doctor` says why.")
-        elif subtype == "api_retry":
-            view.note(f"The model API answered {event.get('error_status')} ({event.get('error')}); retry "
-                      f"{event.get('attempt')}/{event.get('max_retries')} in "
-                      f"{int(event.get('retry_delay_ms') or 0) / 1000:.1f} s…")
+        elif subtype == "api_retry" and not self.retry_noted:  # once: claude may retry ten times
+            self.retry_noted = True
+            view.note(f"The model API answered {event.get('error_status')} ({event.get('error')}); claude retries "
+                      f"by itself (up to {event.get('max_retries')} times). Ctrl-C stops waiting.")
+
+    def _stream_usage(self, event: dict[str, Any]) -> None:
+        """Each model message's tokens as they stream (message_start, then message_delta's output count): what
+        an interrupted turn used, since its result then reports none."""
+        inner = event.get("event") or {}
+        usage = inner.get("usage") or (inner.get("message") or {}).get("usage")
+        if inner.get("type") not in ("message_start", "message_delta") or not isinstance(usage, dict):
+            return
+        if inner.get("type") == "message_start":  # a delta belongs to the message started last
+            self.streaming = str((inner.get("message") or {}).get("id") or len(self.streamed_usage))
+        mine = self.streamed_usage.setdefault(self.streaming, {})
+        for key, value in usage_of({"usage": usage}).items():
+            if value:
+                mine[key] = value
 
     def _control(self, event: dict[str, Any], view: View) -> None:
         request_id = str(event.get("request_id"))
@@ -223,6 +257,8 @@ class Conversation:
         total = float(event.get("total_cost_usd") or 0.0)
         out.cost_usd, self.total_cost = max(total - self.total_cost, 0.0), total
         out.usage = usage_of(event)
+        if out.interrupted and not any(out.usage.values()):  # what the stream said so far
+            out.usage = {key: sum(m.get(key, 0) for m in self.streamed_usage.values()) for key in out.usage}
         if not out.text and isinstance(event.get("result"), str) and not event.get("is_error"):
             out.text = event["result"]
         if event.get("is_error") and not (out.interrupted and event.get("subtype") == "error_during_execution"):

@@ -12,7 +12,9 @@
 
   // The x axis spans the data's days plus one on each side (one day of data alone would span years), in
   // whole days, labelled as days in UTC (the ledger's days are UTC dates).
-  function dayRange(u, min, max) { return [min - DAY, max + DAY]; }
+  // From the data itself: uPlot widens a single point's range on its own before asking.
+  var first = Math.min.apply(null, usage.x), last = Math.max.apply(null, usage.x);
+  function dayRange() { return [first - DAY, last + DAY]; }
   function dayLabels(u, splits) {
     return splits.map(function (s) { var d = new Date(s * 1000); return months[d.getUTCMonth()] + " " + d.getUTCDate(); });
   }
