@@ -11,6 +11,7 @@ Scenarios:
   prompt_too_long  HTTP 400 "prompt is too long" on every request
   hang         never answers (until the mock stops)
   stall        never answers while the person's newest words hold the marker; later turns get a plain answer
+  midway       starts its answer (usage and "Thinking it over…") then holds while the newest words hold the marker
   loop         the same Bash call forever
   slow_write   waits SLOW_SECONDS, then like write_file
   hook_create_task  calls AgentQueue's MCP tool create_task (HOOK_TASK), then "Created."
@@ -268,6 +269,8 @@ class MockAnthropic:
         if scenario == "hang" or (scenario == "stall" and "SCENARIO:stall" in _newest_user_text(messages)):
             self.stopping.wait(600)
             return None
+        if scenario == "midway" and "SCENARIO:midway" in _newest_user_text(messages):
+            return self._begin_and_hold(handler, request)
         if scenario == "slow_write" and not answered_tool:
             self.stopping.wait(SLOW_SECONDS)
         if scenario == "edit_region" and answered_tool and "Sent back by the merge queue" not in text:
@@ -275,6 +278,22 @@ class MockAnthropic:
         blocks = _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
+
+    def _begin_and_hold(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        """A streamed answer that starts (message_start with USAGE, a first text delta) and never ends."""
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.end_headers()
+        handler.wfile.write(_sse("message_start", {"type": "message_start", "message": {
+            "id": f"msg_mock_{next(self.ids)}", "type": "message", "role": "assistant", "model": request.get("model"),
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": USAGE}})
+            + _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}})
+            + _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "text_delta", "text": "Thinking it over…"}}))
+        handler.wfile.flush()
+        self.stopping.wait(600)
+        handler.close_connection = True
 
     def _together(self, text: str, timeout: float = 60) -> None:
         """Wait until as many runs as the prompt's TOGETHER[n] (told apart by their LINE[...]) have asked."""
