@@ -20,6 +20,7 @@ Scenarios:
   write_tool   the Write tool creates written.txt, then "Done."
   ping_pong    Bash `echo ping`, `echo pong`, alternating forever
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
+  search_create  ToolSearch for create_task (run claude with ENABLE_TOOL_SEARCH=true), then chat_create's call
   chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
   edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line. Sent back by
@@ -97,6 +98,19 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("text", "Done: the task is finished.")]
     return blocks
 
+
+
+def _search_create(text: str, messages: list[Any]) -> list[tuple[str, Any]]:
+    results = _tool_results(messages)
+    titles = re.findall(r"TITLE\[(.*?)\]", text)
+    if not results:
+        return [("tool_use", {"name": "ToolSearch", "input": {"query": "select:mcp__agentqueue__create_task",
+                                                              "max_results": 1}})]
+    if len(results) == 1:
+        return [("tool_use", {"name": "mcp__agentqueue__create_task", "input": {
+            "project_id": "demo", "title": titles[-1] if titles else "Untitled",
+            "description": "Queued from agentqueue chat."}})]
+    return [("text", f"Created: {results[-1]}")]
 
 
 def _edit_region(text: str, messages: list[Any]) -> list[tuple[str, Any]]:
@@ -275,7 +289,9 @@ class MockAnthropic:
             self.stopping.wait(SLOW_SECONDS)
         if scenario == "edit_region" and answered_tool and "Sent back by the merge queue" not in text:
             self._together(text)
-        blocks = _blocks(scenario, text, messages, answered_tool)
+        # search_create: as with ENABLE_TOOL_SEARCH, find create_task with ToolSearch, then call it.
+        blocks = _search_create(text, messages) if scenario == "search_create" else \
+            _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
 

@@ -1,7 +1,7 @@
 """`agentqueue chat`'s rough edges of issue 23, with the REAL `claude` CLI on the loopback model mock: the footer
 fits 80 columns, an interrupted turn shows its tokens, a 429 is told once with the next step, and `-p` keeps
-errors off stdout. ToolSearch folding is checked on claude's own event lines (the mock cannot make claude
-defer a tool)."""
+errors off stdout, and a ToolSearch step shows as the tool line it leads to (on a pty, and on recorded event
+lines for a search that fails)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,25 @@ def test_a_429_is_told_once_with_the_next_step_and_p_keeps_errors_off_stdout(liv
         chat.wait("you › ", 2)
         assert chat.leave() == 0
     assert screen.count("claude retries by itself") == 1 and screen.count("API Error") == 1, screen
+
+
+@pytest.mark.usefixtures("mock_api")
+@pytest.mark.daemon
+@pytest.mark.real_cli
+@pytest.mark.integration
+@pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")
+def test_a_toolsearch_step_shows_as_the_tool_line_it_leads_to_on_a_pty(live: LiveDaemon) -> None:  # noqa: F811
+    live.env["ENABLE_TOOL_SEARCH"] = "true"  # claude defers MCP tools and offers ToolSearch to find them
+    with Chat(live) as chat:
+        chat.wait("you › ")
+        chat.say("SCENARIO:search_create TITLE[Found by search]")
+        screen = chat.wait("Created: ")
+        chat.wait("you › ", 2)
+        assert chat.leave() == 0
+    assert "⚙ create_task  project_id=demo  title=Found by search" in screen, screen
+    assert "ToolSearch" not in screen and "select:" not in screen, screen  # one line: the tool it led to
+    titles = {t["title"] for t in live.call("list_tasks", project_id="demo", include_completed=True)["tasks"]}
+    assert "Found by search" in titles
 
 
 class Recorded:

@@ -46,7 +46,8 @@ def overview(svc: Services) -> dict[str, Any]:
     return {"projects": [{"project": p, "tokens": (tokens.get(p.id) or {}).get("total", 0),
                           "cost": (tokens.get(p.id) or {}).get("cost_usd", 0.0),
                           "running": [r for r in running if r["project_id"] == p.id],
-                          "columns": {name: sum(p.task_counts.get(s, 0) for s in statuses) for name, statuses in COLUMNS},
+                          "columns": {name: sum(p.task_counts.get(s, 0) for s in statuses)
+                                      for name, statuses in COLUMNS},
                           "sandbox": svc.sandbox.weakened(p.id)} for p in projects],
             "orchestrator": svc.system.orchestrator_state(), "running": running,
             "pending_requests": len(svc.requests.list("pending", limit=500)),

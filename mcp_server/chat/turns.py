@@ -160,38 +160,9 @@ class Conversation:
                 out.text += delta["text"]
                 view.text(delta["text"])
         elif kind == "assistant":
-            message = event.get("message") or {}
-            for block in message.get("content") or []:
-                if message.get("model") == SYNTHETIC and str(block.get("text") or "").startswith("API Error"):
-                    continue  # claude's own wording of a failed request: the turn's error says it, with the next step
-                if block.get("type") == "text" and block.get("text") and str(message.get("id")) not in streamed:
-                    out.text += block["text"]
-                    view.text(block["text"])
-                elif block.get("type") == "tool_use":
-                    call = {"name": short_name(str(block.get("name"))), "input": block.get("input") or {},
-                            "result": None, "is_error": False}
-                    tools[str(block.get("id"))] = call
-                    out.tool_calls.append(call)
-                    if call["name"] == TOOL_SEARCH:  # shown with the tool it finds, not as a step of its own
-                        self.searches[str(block.get("id"))] = call
-                        continue
-                    view.tool_call(call["name"], call["input"])
+            self._assistant(event.get("message") or {}, out, streamed, tools, view)
         elif kind == "user":
-            content = (event.get("message") or {}).get("content")
-            for block in content if isinstance(content, list) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    extra = event.get("tool_use_result")
-                    structured = extra.get("structuredContent") if isinstance(extra, dict) else None
-                    summary = summarize(block.get("content"), structured)
-                    call = tools.get(str(block.get("tool_use_id")))
-                    if call is not None:
-                        call["result"], call["is_error"] = summary, bool(block.get("is_error"))
-                    search = self.searches.pop(str(block.get("tool_use_id")), None)
-                    if search is not None and not block.get("is_error"):
-                        continue  # the search found the tool: its call line follows
-                    if search is not None:
-                        view.tool_call(search["name"], search["input"])
-                    view.tool_result(summary, bool(block.get("is_error")))
+            self._tool_results(event, tools, view)
         elif kind == "system":
             self._system(event, view)
         elif kind == "control_request":
@@ -200,6 +171,44 @@ class Conversation:
             self._result(event, out, parser)
             return True
         return False
+
+    def _assistant(self, message: dict[str, Any], out: TurnResult, streamed: set[str],
+                   tools: dict[str, dict[str, Any]], view: View) -> None:
+        """A model message: its text (unless it already streamed) and one line per tool call."""
+        for block in message.get("content") or []:
+            if message.get("model") == SYNTHETIC and str(block.get("text") or "").startswith("API Error"):
+                continue  # claude's own wording of a failed request: the turn's error says it, with the next step
+            if block.get("type") == "text" and block.get("text") and str(message.get("id")) not in streamed:
+                out.text += block["text"]
+                view.text(block["text"])
+            elif block.get("type") == "tool_use":
+                call = {"name": short_name(str(block.get("name"))), "input": block.get("input") or {},
+                        "result": None, "is_error": False}
+                tools[str(block.get("id"))] = call
+                out.tool_calls.append(call)
+                if call["name"] == TOOL_SEARCH:  # shown with the tool it finds, not as a step of its own
+                    self.searches[str(block.get("id"))] = call
+                    continue
+                view.tool_call(call["name"], call["input"])
+
+    def _tool_results(self, event: dict[str, Any], tools: dict[str, dict[str, Any]], view: View) -> None:
+        """The tools' answers, one line each (a ToolSearch that found its tool: none, its call line follows)."""
+        content = (event.get("message") or {}).get("content")
+        for block in content if isinstance(content, list) else []:
+            if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                continue
+            extra = event.get("tool_use_result")
+            structured = extra.get("structuredContent") if isinstance(extra, dict) else None
+            summary = summarize(block.get("content"), structured)
+            call = tools.get(str(block.get("tool_use_id")))
+            if call is not None:
+                call["result"], call["is_error"] = summary, bool(block.get("is_error"))
+            search = self.searches.pop(str(block.get("tool_use_id")), None)
+            if search is not None and not block.get("is_error"):
+                continue
+            if search is not None:
+                view.tool_call(search["name"], search["input"])
+            view.tool_result(summary, bool(block.get("is_error")))
 
     def _system(self, event: dict[str, Any], view: View) -> None:
         subtype = event.get("subtype")
