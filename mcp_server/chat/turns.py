@@ -99,8 +99,6 @@ class Conversation:
         self.session_id: str | None = None
         self.warned_mcp = False
         self.retry_noted = False
-        self.streamed_usage: dict[str, dict[str, int]] = {}
-        self.streaming = ""
         self.searches: dict[str, dict[str, Any]] = {}
 
     def turn(self, message: str, view: View) -> TurnResult:
@@ -109,7 +107,6 @@ class Conversation:
         streamed: set[str] = set()  # message ids whose text already arrived as deltas
         tools: dict[str, dict[str, Any]] = {}
         self.retry_noted = False  # a 429 is told once a turn, however often claude retries it
-        self.streamed_usage = {}  # per model message, from the stream (an interrupted turn)
         self.searches = {}  # ToolSearch calls, folded into the tool they find
         started = time.monotonic()
         if not self.process.send(message):
@@ -153,7 +150,6 @@ class Conversation:
         parser.feed(item.raw)
         kind = event.get("type")
         if kind == "stream_event":
-            self._stream_usage(event)
             delta = (event.get("event") or {}).get("delta") or {}
             if delta.get("type") == "text_delta" and delta.get("text"):
                 streamed.add(str(event.get("api_message_id") or ""))
@@ -224,20 +220,6 @@ class Conversation:
             view.note(f"The model API answered {event.get('error_status')} ({event.get('error')}); claude retries "
                       f"by itself (up to {event.get('max_retries')} times). Ctrl-C stops waiting.")
 
-    def _stream_usage(self, event: dict[str, Any]) -> None:
-        """Each model message's tokens as they stream (message_start, then message_delta's output count): what
-        an interrupted turn used, since its result then reports none."""
-        inner = event.get("event") or {}
-        usage = inner.get("usage") or (inner.get("message") or {}).get("usage")
-        if inner.get("type") not in ("message_start", "message_delta") or not isinstance(usage, dict):
-            return
-        if inner.get("type") == "message_start":  # a delta belongs to the message started last
-            self.streaming = str((inner.get("message") or {}).get("id") or len(self.streamed_usage))
-        mine = self.streamed_usage.setdefault(self.streaming, {})
-        for key, value in usage_of({"usage": usage}).items():
-            if value:
-                mine[key] = value
-
     def _control(self, event: dict[str, Any], view: View) -> None:
         request_id = str(event.get("request_id"))
         request = event.get("request") or {}
@@ -266,8 +248,10 @@ class Conversation:
         total = float(event.get("total_cost_usd") or 0.0)
         out.cost_usd, self.total_cost = max(total - self.total_cost, 0.0), total
         out.usage = usage_of(event)
-        if out.interrupted and not any(out.usage.values()):  # what the stream said so far
-            out.usage = {key: sum(m.get(key, 0) for m in self.streamed_usage.values()) for key in out.usage}
+        if out.interrupted and not any(out.usage.values()):
+            # claude reports no usage for an interrupted turn: the engine's count of what the stream showed so far
+            streamed = parser.usage.tokens()
+            out.usage = {key: streamed[key] for key in out.usage}
         if not out.text and isinstance(event.get("result"), str) and not event.get("is_error"):
             out.text = event["result"]
         if event.get("is_error") and not (out.interrupted and event.get("subtype") == "error_during_execution"):

@@ -15,9 +15,11 @@ from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask
 from .workspaces import Workspaces
 
 
-def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> QueueState:
+def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
+                     parked: frozenset[str] = frozenset()) -> QueueState:
     """What the scheduler needs, and no more (see the module's docstring); inside the caller's claim transaction
-    the rows it reads to claim are locked (SKIP LOCKED on PostgreSQL)."""
+    the rows it reads to claim are locked (SKIP LOCKED on PostgreSQL). `parked`: agent kinds given no task (their
+    login failed or their limit is used up: engine/parking.py); their tasks stay READY for when they resume."""
     store = services.store
     lock = store.claim_lock
     paused = services.system.orchestrator_state() == "paused"
@@ -25,11 +27,13 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
         return QueueState((), (), (), paused)
     # Agents this daemon may run: unlabelled ones, and those whose label it has.
     labels = team.labels
+    held = sorted(parked)
+    not_parked = f"AND agent_type NOT IN ({', '.join('?' for _ in held)}) " if held else ""
     agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"], tuple(json.loads(a["capabilities"] or "[]")))
                    for a in store.all(
                        "SELECT id, agent_type, repo_id, capabilities FROM agents WHERE state = 'IDLE' AND paused = 0 "
-                       f"AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
-                       "ORDER BY id LIMIT 500" + lock, tuple(labels)))
+                       f"{not_parked}AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
+                       "ORDER BY id LIMIT 500" + lock, (*held, *labels)))
     if not agents:
         return QueueState((), (), agents, paused)
     usage = services.usage.window_totals(24)

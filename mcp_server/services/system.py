@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, UTC
 from typing import TYPE_CHECKING, Any
 
 from .errors import ServiceError
+from .parking import Parking, parked_line
 from .task_states import CLAIMED, EXPLAINED, STATUS_NAMES, in_clause, ordered
 
 if TYPE_CHECKING:
@@ -60,6 +61,17 @@ class System:
         self.agents = agents
         self.restart = restart  # the daemon's: re-execute itself (absent in standalone and in-memory servers)
 
+    def notify_test(self) -> list[dict[str, Any]]:
+        """A test message to every [notify] URL, now; each one's result (notify/follower.py's send_test)."""
+        from ..notify.follower import send_test  # Apprise and the outbox: only when asked
+
+        results = send_test(self.store, self.agents.settings)
+        if not results:
+            raise ServiceError("No notifier is configured: add [notify] urls = [\"ntfy://ntfy.sh/your-topic\"] (any "
+                               "Apprise URL) to config.toml (a running daemon reads it within a second), then try "
+                               "again.")
+        return results
+
     def request_restart(self) -> None:
         if self.restart is None:
             raise ServiceError(
@@ -76,6 +88,10 @@ class System:
     def running_tasks(self) -> int:
         claimed, params = in_clause(CLAIMED)
         return int(self.store.scalar(f"SELECT coalesce(sum(n), 0) FROM task_counts WHERE {claimed}", params))
+
+    def unpark(self) -> list[dict[str, Any]]:
+        """A person resumes the queue: every parked agent kind too (services/parking.py); the kinds resumed."""
+        return Parking(self.store).resume("person")
 
     def set_orchestrator(self, state: str) -> str:
         """'paused' stops new task runs and llm hook actions; running agents finish."""
@@ -106,7 +122,8 @@ class System:
         if ready and self.orchestrator_state() == "paused":
             warnings.append(f"The orchestrator is paused with {ready} READY task(s); "
                             "orchestrator_control action=resume starts them.")
-        return warnings + self._held_warnings() + self._no_change_warnings()
+        parked = [parked_line(row) for row in Parking(self.store).status()]
+        return parked + warnings + self._held_warnings() + self._no_change_warnings()
 
     def _held_warnings(self) -> list[str]:
         """Every task that carries a reason and next step (EXPLAINED: held, or waiting for input), the newest first,
@@ -170,6 +187,8 @@ class System:
             "orchestrator": {"state": self.orchestrator_state(), "running_tasks": self.running_tasks()},
             "warnings": self.warnings(),
             "merge_queue": self.merge_queue(),
+            # Agent kinds given no task until a login check, a reset time or `agentqueue resume` (parking.py).
+            "parked": Parking(self.store).status(),
             **({"daemons": self.daemons()} if self.store.shared else {}),
         }
 

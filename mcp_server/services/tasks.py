@@ -587,8 +587,8 @@ class Tasks:
             status=row["status"], summary=row["summary"], files_changed=json.loads(row["files_changed"] or "[]"),
             error_type=row["error_type"], error_message=row["error_message"], warning=row.get("warning"),
             tokens=tokens,
-            cost_usd=row["cost_usd"] or 0.0, duration_s=row["duration_s"], agent_id=row["agent_id"],
-            attempt=row["attempt"], created_at=row["created_at"],
+            cost_usd=row["cost_usd"], partial=bool(row.get("partial")), duration_s=row["duration_s"],
+            agent_id=row["agent_id"], attempt=row["attempt"], created_at=row["created_at"],
         )
 
     def _held_code(self, row: dict[str, Any]) -> str | None:

@@ -175,7 +175,8 @@ class TaskResult(BaseModel):
     error_message: str | None = None
     warning: str | None = Field(None, description="e.g. finished without changing any file")
     tokens: Tokens = Field(default_factory=Tokens)
-    cost_usd: float = 0.0
+    cost_usd: float | None = Field(0.0, description="null: a model of unknown price")
+    partial: bool = Field(False, description="cut short: tokens and cost up to where it stopped")
     duration_s: float | None = None
     agent_id: str | None = None
     attempt: int
