@@ -119,9 +119,7 @@ class Board:
 
     def _flash(self, request: Request, ok: bool, message: str) -> HTMLResponse:
         response = self.render(request, "_flash.html", ok=ok, message=message)
-        # "global": found from the document, since the live feed may have replaced the clicked button (a panel or
-        # header refreshed by the change this very action made) before its answer arrives.
-        response.headers["HX-Retarget"] = "global #flash"
+        response.headers["HX-Retarget"] = "#flash"
         response.headers["HX-Reswap"] = "innerHTML"
         return response
 

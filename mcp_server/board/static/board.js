@@ -120,12 +120,32 @@
   function refresh(url, id) {
     return fetch(url, {credentials: "same-origin"})
       .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) { return html === null ? null : idle(document.getElementById(id)).then(function () { return html; }); })
       .then(function (html) {
         if (html === null) return;
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
         var old = document.getElementById(id);
         if (fresh && old) { old.replaceWith(fresh); htmx.process(fresh); }
       });
+  }
+
+  // Resolves once no htmx request made from inside `element` is in flight: a button the person just clicked
+  // must stay in the page until its answer (the flash) is swapped in, or htmx drops that answer. The change
+  // the click made often arrives on the feed before the click's own answer does.
+  function idle(element) {
+    return new Promise(function (resolve) {
+      if (!element || !(element.classList.contains("htmx-request") || element.querySelector(".htmx-request"))) {
+        resolve();
+        return;
+      }
+      var settle = function () {
+        document.body.removeEventListener("htmx:afterRequest", settle);
+        clearTimeout(guard);
+        setTimeout(resolve, 0);
+      };
+      var guard = setTimeout(settle, 10000);
+      document.body.addEventListener("htmx:afterRequest", settle);
+    });
   }
 
   var onTaskChange = coalesced(function () {
