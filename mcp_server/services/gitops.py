@@ -317,7 +317,8 @@ class Checkout:
     def commit_leftovers(self, message: str) -> str | None:
         """commit_all for a task's worktree, lean: one status when there is nothing to commit (the usual case:
         the agent committed its work); returns the new commit, or None."""
-        if not self.run_bytes("status", "--porcelain", "-z", "--untracked-files=all"):
+        # A read only (git's --no-optional-locks): the stat data it refreshes is not written back on the landing's path.
+        if not self.run_bytes("status", "--porcelain", "-z", "--untracked-files=all", env={"GIT_OPTIONAL_LOCKS": "0"}):
             return None
         committed, sha = self.commit_all(message)
         return sha if committed else None
