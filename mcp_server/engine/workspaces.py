@@ -309,8 +309,9 @@ class Workspaces:
         while ends > 0 and lines[ends - 1].startswith("^"):
             ends -= 1
         bases, shas = [line[1:] for line in lines[ends:]], lines[ends - 4:ends] if ends >= 4 + hooks else []
-        if len(shas) != 4 or not all(_SHA.fullmatch(line) for line in (*shas, *bases)) or \
-                sorted(shas[:2]) != sorted(shas[2:]):
+        # Each name is resolved on its own: a landing that moves the default branch meanwhile may show in `A...B` and
+        # not in the first line. `old` is the first read either way; the compare-and-swap from it guards the move.
+        if len(shas) != 4 or not all(_SHA.fullmatch(line) for line in (*shas, *bases)):
             raise gitops.GitError(f"git rev-parse in {checkout.path} gave an answer AgentQueue cannot read.")
         old, tip = shas[0], shas[1]
         if not bases:
