@@ -131,61 +131,6 @@ def test_the_users_commit_on_main_while_a_landing_builds_is_kept(svc: Services,
     assert sorted(git(repo, "ls-tree", "--name-only", "main").split()) == ["a.txt", "mine.txt"]
 
 
-def counted_merges(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every merge-tree a landing runs, by the task tip it merges."""
-    merges: list[str] = []
-    real = Workspaces._merge_commit
-
-    def merge(main, workspace, default, old, tip):  # noqa: ANN001, ANN202
-        merges.append(tip)
-        return real(main, workspace, default, old, tip)
-
-    monkeypatch.setattr(Workspaces, "_merge_commit", staticmethod(merge))
-    return merges
-
-
-@pytest.mark.parametrize("moved_by", [None, "another landing", "the person"])
-def test_a_merge_built_beside_the_reads_is_landed_only_while_main_is_where_it_was_built_from(
-        svc: Services, monkeypatch: pytest.MonkeyPatch, moved_by: str | None) -> None:
-    """The engine builds a merge's commit when it reads the tips (Workspaces.tips with build): the landing moves
-    main to it when main has not moved since, and builds again from main's new tip when it has: lands once."""
-    workspaces, first, second, repo = two_tasks(svc)
-    commit_file(repo, "mine.txt", "the person's\n", "the person's first commit")  # both tasks need a merge now
-    merges = counted_merges(monkeypatch)
-    tips = workspaces.tips(first, build=True)
-    assert tips.base == "merge" and isinstance(tips.built, str) and merges == [tips.tip]
-    if moved_by == "another landing":
-        assert workspaces.land(second).merged
-    elif moved_by == "the person":
-        commit_file(repo, "later.txt", "the person's\n", "the person's second commit")
-    moved = sha(repo, "main")
-    landing = workspaces.land(first, files=["a.txt"], check_clean=False, tips=tips)
-    assert landing.merged and landing.sha == sha(repo, "main") and landing.base_sha == moved
-    if moved_by is None:
-        assert landing.sha == tips.built and landing.attempts == 1
-        assert merges == [tips.tip]  # built once, beside the reads
-    else:  # built again from the new tip: once more when the move was this daemon's, after a refused move else
-        assert landing.sha != tips.built and merges.count(tips.tip) == 2
-        assert landing.attempts == (1 if moved_by == "another landing" else 2)
-    log = git(repo, "log", "--format=%s", "main").splitlines()
-    assert log.count("work of a") == 1 and log.count("the person's first commit") == 1
-    files = set(git(repo, "ls-tree", "--name-only", "main").split())
-    assert {"a.txt", "mine.txt"} <= files and ("b.txt" in files) == (moved_by == "another landing")
-    assert porcelain(repo) == ""
-
-
-def test_a_conflict_found_beside_the_reads_changes_nothing(svc: Services) -> None:
-    workspaces, first, _, repo = two_tasks(svc, same_file=True)
-    commit_file(repo, "same.txt", "the person's\n", "the person's commit")
-    before, tip = sha(repo, "main"), sha(first.path, "HEAD")
-    tips = workspaces.tips(first, build=True)
-    assert isinstance(tips.built, Landing) and tips.built.conflicts == ["same.txt"]
-    landing = workspaces.land(first, files=["same.txt"], check_clean=False, tips=tips)
-    assert not landing.merged and landing.conflicts == ["same.txt"]
-    assert sha(repo, "main") == before and sha(first.path, "HEAD") == tip
-    assert porcelain(first.path) == "" and porcelain(repo) == ""
-
-
 SHIM = """#!/bin/sh
 printf '%s\\n' "$*" >> {log}
 exec {git} "$@"

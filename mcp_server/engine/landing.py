@@ -58,17 +58,15 @@ class Landing:
         self.send_back_conflict = send_back_conflict
 
     # -- a finished run --------------------------------------------------------------------------
-    def read_branch(self, task: Task, workspace: Workspace, build: bool = False) -> BranchReads:
+    def read_branch(self, task: Task, workspace: Workspace) -> BranchReads:
         """The finished run's leftovers committed, and what its landing reads of the branch: the changes, the
         protected-path rules and both tips, all read at once beside the leftovers' `status` (they only read
-        commits, the index and config); read again, one after another, when that status found leftovers.
-        `build`: the branch lands right after (a completed run, no checks): its merge commit is built beside the
-        reads too, off to the side as the landing builds it (Workspaces.tips)."""
+        commits, the index and config); read again, one after another, when that status found leftovers."""
         lands_here = not task.requires_approval and not self.team.shared  # else no tips are needed (a PR, origin)
         # The tips' rev-parse also gives the hooks folder the rules need (one command fewer than a `git config` of
         # their own). It is submitted before the rules, so a pool that runs tasks in order never has a rules read
         # waiting for a tips read that no worker has started.
-        tips = _READS.submit(self.workspaces.tips, workspace, build) if lands_here else None
+        tips = _READS.submit(self.workspaces.tips, workspace) if lands_here else None
         hooks = _hooks_of(tips) if tips else None
         futures = (_READS.submit(self.workspaces.changes, workspace),
                    _READS.submit(protected.landing_rules, workspace.path, hooks), tips)

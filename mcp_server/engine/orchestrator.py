@@ -474,19 +474,17 @@ class Engine:
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
             return None
+        read = BranchReads()
+        if workspace.repo is not None:
+            try:
+                read = self.landing.read_branch(task, workspace)
+            except ServiceError as error:
+                log.warning("could not commit leftovers of %s: %s", task.id, error)
         config = ready.config if ready else None  # the repo's .agentqueue.toml as the run started with it
         checks: list[Check] = []
         if result.status == "completed" and workspace.repo is not None and not task.requires_approval \
                 and not task.candidate_of:
             checks = self.queue.checks(task, config)  # run by the queue, on the branch brought up to date
-        read = BranchReads()
-        if workspace.repo is not None:
-            # A completed run with no checks lands right after these reads: its merge is built beside them.
-            lands = result.status == "completed" and not checks and not task.candidate_of
-            try:
-                read = self.landing.read_branch(task, workspace, build=lands)
-            except ServiceError as error:
-                log.warning("could not commit leftovers of %s: %s", task.id, error)
         verified = result.status == "completed" and not checks and not task.candidate_of \
             and self._verified(task, workspace, result, ready)
         if verified:

@@ -88,9 +88,6 @@ class Tips:
     # The repository's hooks folder as `rev-parse --git-path hooks` gave it in the task's worktree (core.hooksPath
     # resolved by git, else its own hooks folder), read in the same command; None when not asked for.
     hooks: str | None = None
-    # What the default branch moves to from `old`, built when the tips were read (a merge commit, or its conflict),
-    # when the caller asked for it; the landing uses it while the default branch is still at `old`.
-    built: str | Landing | None = None
 
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -283,18 +280,12 @@ class Workspaces:
         checkout = gitops.Checkout(workspace.path, known=True)
         return checkout.branch_changes(workspace.repo.default_branch, workspace.branch)
 
-    def tips(self, workspace: Workspace, build: bool = False) -> Tips:
+    def tips(self, workspace: Workspace) -> Tips:
         """Both tips and how they relate, and the repository's hooks folder, in one command run in the task's
-        worktree (refs are shared by every worktree); the caller may read them beside other reads. `build`: a
-        merge's commit (or its conflict) is built right after, off to the side (objects only: no ref, index or
-        worktree), so the landing that follows only moves the default branch."""
-        repo, branch = workspace.repo, workspace.branch
-        assert repo is not None and branch is not None
-        tips = self._tips(gitops.Checkout(workspace.path, known=True), repo, branch, hooks=True)
-        if build and tips.base == "merge":
-            main = gitops.Checkout(self.checkout_of(repo), known=True)
-            tips.built = self._merge_commit(main, workspace, repo.default_branch, tips.old, tips.tip)
-        return tips
+        worktree (refs are shared by every worktree); the caller may read them beside other reads."""
+        assert workspace.repo is not None and workspace.branch is not None
+        tree = gitops.Checkout(workspace.path, known=True)
+        return self._tips(tree, workspace.repo, workspace.branch, hooks=True)
 
     def _tips(self, checkout: gitops.Checkout, repo: Repo, branch: str, hooks: bool = False) -> Tips:
         seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
@@ -433,8 +424,7 @@ class Workspaces:
                 old, seen = latest, moves
                 if base != "merge":
                     base = main.run("merge-base", "--end-of-options", old, tip)
-            early = tips.built if attempt == 1 and old == tips.old else None  # built beside the reads
-            built = early or self._landed_commit(main, workspace, default, old, tip, base)
+            built = self._landed_commit(main, workspace, default, old, tip, base)
             if isinstance(built, Landing):
                 return built  # a conflict: nothing moved, the branch is kept as it was
             if built not in (old, tip):
@@ -484,23 +474,12 @@ class Workspaces:
             return tip
         if base == tip:
             return old  # nothing new to land: the default branch stays where it is
-        merged = Workspaces._merge_commit(main, workspace, default, old, tip)
-        if merged is not None:
-            return merged
-        # A git without merge-tree --write-tree: merge in the worktree, as before.
-        tree_checkout = gitops.Checkout(workspace.path, known=True)
-        outcome = Workspaces._merge_default_into_branch(tree_checkout, old, default)
-        return outcome if outcome is not None else tree_checkout.run("rev-parse", "--verify", "HEAD")
-
-    @staticmethod
-    def _merge_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str,
-                      tip: str) -> str | Landing | None:
-        """The merge commit of `old` into the task's `tip`, built off to the side by merge-tree and commit-tree (only
-        objects are written), or its conflict; None when git has no merge-tree --write-tree (older than 2.38)."""
         try:
             tree, conflicts = main.merge_tree(tip, old)
-        except gitops.GitError:
-            return None
+        except gitops.GitError:  # a git without merge-tree --write-tree: merge in the worktree, as before
+            tree_checkout = gitops.Checkout(workspace.path, known=True)
+            outcome = Workspaces._merge_default_into_branch(tree_checkout, old, default)
+            return outcome if outcome is not None else tree_checkout.run("rev-parse", "--verify", "HEAD")
         if tree is None:
             return Landing(merged=False, conflicts=conflicts,
                            message=f"The task branch conflicts with '{default}' in {', '.join(conflicts)}; "
