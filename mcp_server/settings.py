@@ -363,6 +363,25 @@ def load(home: Path, environ: Mapping[str, str] | None = None) -> Settings:
     return settings
 
 
+def store_url(home: Path, environ: Mapping[str, str] | None = None) -> str | None:
+    """Only where the store is (`[team] database_url`), for a terminal read or `stop` that must work while another
+    key of config.toml is bad; raises ConfigError only when this key itself cannot be read."""
+    env = os.environ if environ is None else environ
+    if env.get("AGENTQUEUE_DATABASE_URL", "").strip():
+        return _database_url(env["AGENTQUEUE_DATABASE_URL"], "AGENTQUEUE_DATABASE_URL")
+    path = config_path(home)
+    try:
+        with path.open("rb") as handle:
+            team = tomllib.load(handle).get("team")
+    except FileNotFoundError:
+        return None
+    except (OSError, tomllib.TOMLDecodeError):
+        load(home, env)  # raises the one-sentence error doctor gives
+        raise
+    raw = team.get("database_url") if isinstance(team, dict) else None
+    return None if raw is None else _database_url(raw, f"{path} [team] database_url")
+
+
 def _pick(spec: Field, data: dict[str, Any], path: Path, env: Mapping[str, str]) -> tuple[Any, str, str] | None:
     """(raw value, where it came from for an error, source for `describe`) of a field that is set, else None."""
     if spec.env and env.get(spec.env, "").strip():

@@ -94,7 +94,7 @@ async def _serve(home: Path, options: dict[str, Any]) -> None:
         message = services.agents.bootstrap_default()
         if message:
             log.info(message)
-        built = build(services, options)
+        built = build(services, {**options, "cwd": os.getcwd()})  # the client started this process in its folder
         mcp, notifier = built.mcp, built.notifier
         with contextlib.ExitStack() as stack:
             try:

@@ -204,7 +204,11 @@ def test_install_records_the_cli_paths_the_terminal_finds(tmp_path: Path) -> Non
     config = home / "config.toml"
     config.write_text('# mine\n[engine]\ntask_timeout = "2h"\n\n[cli]  # pinned by hand\n'
                       f'gh = "{bin_dir / "my-gh"}"\n\n[agent_env]\nFOO = "bar"\n')
+    config.chmod(0o644)  # written by hand with the usual umask, an [agent_env] key in it
     env = cli_env(home, tmp_path / "user", PATH=f"{bin_dir}:/usr/bin:/bin")
+    doctor = cli_in_process(env, "doctor", width=400)  # a long temporary path wraps anywhere at 80 columns
+    assert f"{config} holds keys and others may read it (mode 644)" in doctor.stdout
+    assert f"chmod 600 {config}" in doctor.stdout
     preview = cli_in_process(env, "install", "cursor", "--dry-run")
     assert "Would record" in preview.stdout and "task_timeout" in config.read_text()
     assert "claude = " not in config.read_text()
@@ -215,6 +219,8 @@ def test_install_records_the_cli_paths_the_terminal_finds(tmp_path: Path) -> Non
     assert data["cli"] == {"gh": str(bin_dir / "my-gh"), "claude": str(bin_dir / "claude")}  # the user's gh kept
     assert data["engine"] == {"task_timeout": "2h"} and data["agent_env"] == {"FOO": "bar"}
     assert config.read_text().startswith("# mine\n")
+    assert mode(config) == 0o600  # rewritten: the owner's bits only (issue 23: files that hold keys are 0600)
+    assert "holds keys" not in cli_in_process(env, "doctor", width=400).stdout
     loaded = settings.load(home, environ={"PATH": "/usr/bin:/bin"})  # what a GUI-started daemon sees
     assert loaded.find("claude", environ={"PATH": "/usr/bin:/bin"}) == str(bin_dir / "claude")
     again = cli_in_process(env, "install", "cursor", "--remove")

@@ -182,3 +182,28 @@ def test_logs_follow_prints_each_line_as_the_agent_writes_it(live: LiveDaemon, t
         if follower.poll() is None:
             follower.kill()
             follower.wait()
+
+
+def test_a_bad_config_edit_gets_its_sentence_and_stop_still_stops_the_daemon(live: LiveDaemon, tmp_path: Path) -> None:
+    """Issue 23: a bad value in config.toml after the daemon started turned every read into a traceback, and
+    `stop` could not stop the daemon. Reads now say the value's sentence once and still answer; stop still
+    lists the agents it interrupts, asks, and stops."""
+    task = live.call("create_task", project_id="demo", title="Long one",
+                     description=f"SAY working\nWAITFOR {signals(tmp_path) / 'never'}")
+    live.wait_status(task["id"], "IN_PROGRESS")
+    (live.home / "config.toml").write_text("[engine]\ntask_timeout = \"abc\"\n")
+    sentence = "[engine] task_timeout = 'abc' is not a duration"
+    for args in (["status"], ["tasks"], ["show", task["id"]], ["logs", task["id"]]):
+        ran = cli_in_process(live.env, *args)
+        assert ran.returncode == 0 and "Traceback" not in ran.stderr, (args, ran.stderr)
+        assert ran.stderr.count(sentence) == 1 and "agentqueue doctor" in ran.stderr, (args, ran.stderr)
+        assert task["id"] in ran.stdout, (args, ran.stdout)
+    for args in (["usage"], ["diff", task["id"]]):  # these load the whole settings: the sentence, exit 1, no more
+        ran = cli_in_process(live.env, *args)
+        assert ran.returncode == 1 and sentence in ran.stderr and "Traceback" not in ran.stderr, (args, ran.stderr)
+        assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    refused = cli_in_process(live.env, "stop")  # no terminal to ask: the agents are still listed
+    assert refused.returncode == 1 and task["id"] in refused.stdout and "--force" in refused.stderr
+    forced = cli_in_process(live.env, "stop", "--force")
+    assert forced.returncode == 0 and "Stopped the AgentQueue daemon" in forced.stdout, forced.stdout + forced.stderr
+    assert live.process.wait(timeout=20) == 0

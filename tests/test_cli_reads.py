@@ -11,6 +11,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -230,6 +231,7 @@ def test_the_task_list_wraps_only_titles_and_shows_them_inert(tmp_path: Path) ->
     svc = Services(home)
     project = svc.projects.create("A project with a rather long name that is long").id
     first = svc.tasks.create(project, "Short", "d").id
+    time.sleep(0.005)  # created_at has milliseconds: two tasks of one millisecond list in their (random) ids' order
     title = "Words that wrap around [red]markup[/red] \u202e and averyveryverylongwordthatcannotfitinthecolumn"
     second = svc.tasks.create(project, title, "d", depends_on=[first]).id
     svc.tasks.set_status(first, "BLOCKED")

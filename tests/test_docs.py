@@ -51,3 +51,31 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     assert blocks[1].strip() == ".ci/run"
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
     assert ci[-1].endswith(".venv/bin/python -m pytest") and "pip install" in ci[-1]
+
+
+def _readme_toml(marker: str) -> str:
+    """The README's ```toml block whose first line is `marker`."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    return next(block for block in re.findall(r"```toml\n(.*?)```", readme, re.S) if block.startswith(marker))
+
+
+def test_the_readmes_policy_and_roots_examples_are_what_agentqueue_reads(tmp_path: Path) -> None:
+    """Issue 23: policy.toml's syntax and `[files] roots` are documented with examples; each one is read by the
+    real parsers and decides as the README says."""
+    from agentqueue import settings
+    from agentqueue.services.policy import Policies
+    from agentqueue.services.policy_rules import Action
+
+    (tmp_path / "policy.toml").write_text(_readme_toml("# $AGENTQUEUE_HOME/policy.toml"))
+    policies = Policies(tmp_path)
+    everywhere, web = policies.effective(None), policies.effective("web-app")
+    assert everywhere.preset.name == "standard" and web.preset.name == "autonomous"
+    assert everywhere.ask_timeout == 7200
+    assert everywhere.decide(Action("Bash", "npm test -- --watch")).decision == "allow"
+    assert everywhere.decide(Action("Bash", "npm test && rm -rf /")).decision == "deny"  # each simple command
+    assert everywhere.decide(Action("Bash", "git push origin main")).decision == "ask"
+    assert web.decide(Action("Bash", "rm -rf build")).decision == "deny"  # the global deny holds in the project
+    assert web.decide(Action("Bash", "docker compose up")).decision == "allow"
+
+    (tmp_path / "config.toml").write_text(_readme_toml("# $AGENTQUEUE_HOME/config.toml\n[files]"))
+    assert settings.load(tmp_path, environ={}).roots == [Path("~/code").expanduser(), Path("/srv/repos")]

@@ -176,3 +176,26 @@ def test_doctor_and_uninstall_help_say_what_they_do() -> None:
     for command in ("doctor", "uninstall"):
         done = cli_in_process(dict(os.environ), command, "--help")
         assert done.returncode == 0 and len(done.stdout.split("\n\n")[1]) > 60, done.stdout
+
+
+def test_uninstall_says_how_to_remove_the_install_the_readme_made(tmp_path: Path) -> None:
+    """Issue 23: uninstall's closing advice matches the README's install (a venv and a link in ~/.local/bin)."""
+    from agentqueue.cli.commands.uninstall import removal_advice
+
+    user, base = tmp_path / "user", Path("/usr")
+    venv = user / ".agentqueue-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "agentqueue").write_text("#!/bin/sh\n")
+    assert removal_advice(venv, base, user) == ("`rm -r ~/.agentqueue-venv` (its venv), or `pip uninstall "
+                                                "agentqueue` in it.")
+    (user / ".local" / "bin").mkdir(parents=True)
+    (user / ".local" / "bin" / "agentqueue").symlink_to(venv / "bin" / "agentqueue")
+    advice = removal_advice(venv, base, user)
+    assert advice == "`rm -r ~/.agentqueue-venv ~/.local/bin/agentqueue` (its venv and the link on your PATH)."
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert "rm -r ~/.agentqueue-venv ~/.local/bin/agentqueue" in readme  # the same words in both places
+    assert removal_advice(user / ".local" / "pipx" / "venvs" / "agentqueue", base, user) == \
+        "`pipx uninstall agentqueue`."
+    assert removal_advice(user / ".local" / "share" / "uv" / "tools" / "agentqueue", base, user) == \
+        "`uv tool uninstall agentqueue`."
+    assert removal_advice(base, base, user) == "`pip uninstall agentqueue`."

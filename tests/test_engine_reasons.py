@@ -189,3 +189,36 @@ async def test_the_daemon_log_tells_the_life_of_each_task(services: Services, li
     assert "It failed 1 time and has no retries left (max_retries=0)" in blocked
     assert services.tasks.get(bad.id).reason in blocked
     assert "Traceback" not in text
+
+
+async def test_a_project_whose_add_repo_failed_warns_everywhere_its_tasks_run_in_a_scratch_folder(
+        services: Services, tmp_path: Path) -> None:
+    """Issue 23: the model's add_repo failed and its next create_task ran anyway, in the project's scratch folder;
+    it ended COMPLETED, "files changed none", and the file sat where nobody would look. Decision: such a task still
+    runs (a project without a repo is how non-code work runs), and says where, everywhere a person or model looks."""
+    services.projects.create("Demo")
+    services.agents.create("worker", "command", command=AGENT_COMMAND)
+    async with Client(build_server(services)) as client:
+        failed = await client.call_tool("add_repo", {"project_id": "demo", "source": "link",
+                                                     "path": str(tmp_path / "no-such-checkout")})
+        assert failed.is_error
+        task = await ok(client, "create_task", project_id="demo", title="Fix the bug",
+                        description="WRITE fix.py print('fixed')")
+        workspace = services.projects.get("demo").workspace
+        assert task["repo_id"] is None and "has no repo" in task["warning"] and workspace in task["warning"]
+        assert "add_repo" in task["warning"]
+        await run_until_final(services, make_engine(services), task["id"])
+        assert status(services, task["id"]) == "COMPLETED"
+        assert (Path(workspace) / "fix.py").exists()  # where the warning says it is
+        result = (await ok(client, "get_task_result", task_id=task["id"]))["result"]
+        assert result["warning"] == task["warning"]
+        warnings = (await ok(client, "get_status"))["warnings"]
+        assert any(w.startswith(f"Task {task['id']} completed in its project's scratch folder") for w in warnings)
+
+    from .cli_helpers import cli_env, cli_in_process
+    shown = cli_in_process(cli_env(services.home, tmp_path / "user"), "show", task["id"], width=200)
+    assert shown.returncode == 0 and shown.stdout.count("has no repo") == 1 and workspace in shown.stdout
+
+    # Acted on: once the project has a repo, its tasks no longer say it has none.
+    services.repos.add("demo", "link", path=str(make_repo(tmp_path / "mine")), name="mine")
+    assert services.tasks.get(task["id"]).warning is None

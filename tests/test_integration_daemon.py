@@ -287,3 +287,44 @@ def test_a_client_launch_against_a_running_daemon_loads_nothing_heavy(live_home:
     loaded = imported(err) - imported(bare.stderr)
     assert "agentqueue.daemon.relay" in loaded, err[-2000:]
     assert not {m for n in loaded for m in (n, n.split(".")[0])} & HEAVY_FOR_A_LAUNCH, sorted(loaded)
+
+
+def plugin_in(home: Path, cwd: Path) -> StdioServerParameters:
+    """The plugin as a client launches it from a folder (Claude Code: the project the person opened)."""
+    return StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=plugin_env(home),
+                                 cwd=str(cwd))
+
+
+async def test_a_clients_folder_resolves_relative_paths_and_keeps_its_active_project(live_home: Path,
+                                                                                     tmp_path: Path) -> None:
+    """Issue 23: `add_repo path="."` means the folder the person's client runs in (it was refused, and the data
+    folder is no answer); and a client's next connection from the same folder starts with the active project it
+    set, while another folder or another client does not."""
+    from mcp_types import Implementation
+
+    from .git_fixtures import make_repo
+
+    app, elsewhere = make_repo(tmp_path / "code" / "app"), tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    live_home.mkdir()
+    (live_home / "config.toml").write_text(f'[files]\nroots = ["{tmp_path}"]\n')  # the folders it may use
+    cursor, desktop = Implementation(name="cursor", version="1"), Implementation(name="claude-desktop", version="1")
+    async with Client(plugin_in(live_home, app), client_info=cursor) as client:
+        await call(client, "create_project", {"name": "App"})
+        repo = await call(client, "add_repo", {"project_id": "app", "source": "link", "path": "."})
+        assert Path(repo["checkout_path"]) == app.resolve() or repo["checkout_path"] == str(app)
+        sub = await client.call_tool("create_project", {"name": "Docs", "workspace": "../../notes"})
+        assert not sub.is_error and sub.structured_content["workspace"] == str(tmp_path / "notes")
+        await call(client, "set_active_project", {"project_id": "app"})
+    async with Client(plugin_in(live_home, app), client_info=cursor) as again:  # the same client, same folder
+        task = await call(again, "create_task", {"title": "T", "description": "runs in app"})
+        assert task["project_id"] == "app"
+    for where, who in ((elsewhere, cursor), (app, desktop)):  # another folder; another client
+        async with Client(plugin_in(live_home, where), client_info=who) as other:
+            refused = await other.call_tool("create_task", {"title": "T", "description": "which project?"})
+            assert refused.is_error and "No project_id given" in refused.content[0].text
+    async with Client(plugin_in(live_home, app), client_info=cursor) as cleared:  # clearing is remembered too
+        await call(cleared, "set_active_project", {})
+    async with Client(plugin_in(live_home, app), client_info=cursor) as after:
+        refused = await after.call_tool("create_task", {"title": "T", "description": "which project?"})
+        assert refused.is_error and "No project_id given" in refused.content[0].text

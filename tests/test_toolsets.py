@@ -293,3 +293,10 @@ def test_every_tool_is_short() -> None:
     for spec in SPECS.values():
         doc = (spec.fn.__doc__ or "").strip()
         assert doc and len(doc) <= 120 and "\n" not in doc, (spec.name, doc)
+
+
+def test_a_preamble_cannot_claim_a_folder_or_an_identity() -> None:
+    """The folder relative paths resolve against (and the remembered active project's key) is read from the
+    kernel by the daemon; a plugin's preamble that names one, or an actor or task, is ignored."""
+    claimed = {"cwd": "/etc", "actor": "agent:x", "task_id": "t-1", "read_only": True}
+    assert socket_options(claimed, None) == {"read_only": True}

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from ..services.call_policy import CallDecision
 from ..services.errors import ServiceError, os_limit_error
 from ..services.limits import MAX_NAME, quoted
-from .state import client_state
+from .state import client_state, with_caller_paths
 
 DECLINED = "Declined: nothing was changed."
 
@@ -124,6 +124,7 @@ async def gate(ctx: Context) -> Approval | Elicit[Approval]:
     refuse_oversized_ids(arguments)
     record = CURRENT_CALL.get() or CallRecord(name, arguments)
     state = client_state(ctx)
+    arguments = with_caller_paths(name, arguments, state)  # judged as the tool will use them
     from .registry import SPECS  # the registry imports this module
 
     spec = SPECS.get(name)

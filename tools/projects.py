@@ -10,6 +10,7 @@ from ..store.models import Project
 from .registry import (
     Agents, Command, Limit, Name, Noted, Offset, PathText, Tokens, Weight, client_state, services, tool,
 )
+from .state import caller_path, remembered_key
 
 
 VerifyCommand = Command | None  # what it does is said once, in the instructions (the merge queue runs it)
@@ -52,7 +53,8 @@ def create_project(
     verify_command: VerifyCommand = None,
 ) -> Project:
     """Create a project: a queue with its own workspace."""
-    return services(ctx).projects.create(name, credit_weight, max_concurrent_agents, budget_limit, workspace,
+    return services(ctx).projects.create(name, credit_weight, max_concurrent_agents, budget_limit,
+                                         caller_path(ctx, workspace),
                                          auto_create_channels, verify_command)
 
 
@@ -107,4 +109,8 @@ def set_active_project(ctx: Context, project_id: str | None = None) -> ActivePro
         warning = "This HTTP client has no session id, so nothing is remembered: pass project_id to each tool."
     else:
         state.active_project = project_id
+        key = remembered_key(ctx.request_context, state)
+        if key is not None:  # the client's next connection from this folder starts with it
+            with state.services.store.transaction():
+                state.services.store.set_setting(key, project_id or "")
     return ActiveProject(active_project=project_id, name=name, warning=warning)

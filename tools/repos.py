@@ -10,6 +10,7 @@ from pydantic import Field
 
 from ..store.models import Repo
 from .registry import Name, Noted, PathText, ProjectId, project_filter, project_for, services, tool
+from .state import caller_path
 
 log = logging.getLogger("agentqueue.tools")
 
@@ -40,7 +41,8 @@ def add_repo(
         except Exception:  # a client that cannot take progress must not fail the clone
             log.debug("could not report clone progress", exc_info=True)
 
-    return services(ctx).repos.add(project_for(ctx, project_id), source, url, path, name, default_branch,
+    return services(ctx).repos.add(project_for(ctx, project_id), source, url, caller_path(ctx, path), name,
+                                   default_branch,
                                    progress if source == "clone" else None)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,7 @@ class ClientState:
 
     services: Services
     active_project: str | None = None
+    restored: bool = False  # whether the client's remembered active project was looked up (restore_active_project)
     # HTTP serves many sessions from one lifespan: each Mcp-Session-Id gets its own state.
     sessions: dict[str, ClientState] = field(default_factory=dict)
     # False when the transport gives no stable identity (sessionless HTTP): nothing is remembered.
@@ -106,18 +108,73 @@ def client_state(ctx: Context) -> ClientState:
     return state_for(ctx.request_context)
 
 
-def actor_of(request_context: ServerRequestContext[Any, Any], state: ClientState) -> str:
-    """Who is calling, for the audit log: the run the daemon found the connection to come from, else
-    `client:<clientInfo name>` (`http:<name>` over HTTP, where the bearer token is the credential)."""
-    if isinstance(state.options.get("actor"), str):
-        return state.options["actor"]
+def client_name(request_context: ServerRequestContext[Any, Any]) -> str | None:
+    """The client's own name (its clientInfo), if it gave one."""
     params = request_context.session.client_params
     name = params.client_info.name if params is not None else None
     if not name and isinstance(request_context.meta, dict):  # a 2026 request may carry it in _meta
         info = request_context.meta.get(CLIENT_INFO_META_KEY)
         name = info.get("name") if isinstance(info, dict) else None
+    return name or None
+
+
+def actor_of(request_context: ServerRequestContext[Any, Any], state: ClientState) -> str:
+    """Who is calling, for the audit log: the run the daemon found the connection to come from, else
+    `client:<clientInfo name>` (`http:<name>` over HTTP, where the bearer token is the credential)."""
+    if isinstance(state.options.get("actor"), str):
+        return state.options["actor"]
+    name = client_name(request_context)
     via_http = getattr(request_context.request, "headers", None) is not None
     return f"{'http' if via_http else 'client'}:{name or 'unknown'}"
+
+
+def caller_path(ctx: Context, path: str | None) -> str | None:
+    """`path` with a relative one resolved against the folder the person's client runs in (the daemon read it from
+    the kernel); left as given where that folder is unknown (HTTP, an agent), for the service to refuse."""
+    return resolved_against(client_state(ctx).options.get("cwd"), path)
+
+
+def resolved_against(cwd: Any, path: str | None) -> str | None:
+    if not path or not isinstance(path, str) or not path.strip() or os.path.isabs(os.path.expanduser(path.strip())):
+        return path
+    return os.path.normpath(os.path.join(cwd, path.strip())) if isinstance(cwd, str) and os.path.isabs(cwd) else path
+
+
+# The folder arguments resolved against the caller's folder, by tool: the policy gate must judge the folder the
+# tool will use, never the daemon's own working directory.
+CALLER_PATHS = {"add_repo": "path", "create_project": "workspace"}
+
+
+def with_caller_paths(name: str, arguments: dict[str, Any], state: ClientState) -> dict[str, Any]:
+    key = CALLER_PATHS.get(name)
+    if key is None or not isinstance(arguments.get(key), str):
+        return arguments
+    return {**arguments, key: resolved_against(state.options.get("cwd"), arguments[key])}
+
+
+# The settings key of a client's remembered active project: one per client name and folder (issue 23).
+ACTIVE_KEY = "active_project:{name}:{cwd}"
+
+
+def remembered_key(request_context: ServerRequestContext[Any, Any], state: ClientState) -> str | None:
+    """Where this connection's active project is kept between its client's connections: a person's client with a
+    name and a folder only (an agent's, or one without, keeps it for the connection)."""
+    cwd, name = state.options.get("cwd"), client_name(request_context)
+    if not state.persistent or state.options.get("actor") or not isinstance(cwd, str) or not name:
+        return None
+    return ACTIVE_KEY.format(name=name[:200], cwd=cwd[:4096])
+
+
+def restore_active_project(request_context: ServerRequestContext[Any, Any], state: ClientState) -> None:
+    """At a connection's first tool call: the active project its client last set in this folder, if it still
+    exists (a worker thread: it reads the store)."""
+    state.restored = True
+    key = remembered_key(request_context, state)
+    if key is None or state.active_project is not None:
+        return
+    project = state.services.store.get_setting(key)
+    if project and state.services.store.scalar("SELECT 1 FROM projects WHERE id = ?", (project,)):
+        state.active_project = project
 
 
 def services(ctx: Context) -> Services:

@@ -50,6 +50,7 @@ class TerminalView:
         self.lock = threading.RLock()  # the queue watcher prints from its own thread
         self.at_line_start = True
         self.prompting = False
+        self.leaving = False  # Ctrl-D answered a question: the chat ends once the reply is over
 
     def _print(self, text: Text | str, end: str = "\n") -> None:
         """A Text is printed as built (its parts made visible by whoever built it); a str is made visible."""
@@ -89,6 +90,8 @@ class TerminalView:
         try:
             return input(choices).strip().lower()
         except EOFError:
+            self.leaving = True
+            self.note("(Ctrl-D: no. The chat ends when this reply is over.)")
             return ""
         finally:
             self.at_line_start = True

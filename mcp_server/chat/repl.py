@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,9 @@ def _interactive(home: Path, project: str | None, conversation: Conversation, cl
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
-        pass
+        keys = None
+    else:
+        keys = TypeAhead.of(sys.stdin)
     view = TerminalView()
     watcher = QueueWatcher(home, view.announce)
     scope = f" · project {project}" if project else ""
@@ -107,6 +110,8 @@ def _interactive(home: Path, project: str | None, conversation: Conversation, cl
     watcher.start()
     status = 0
     try:
+        if keys is not None:
+            keys.hold()
         while True:
             view.prompting = True
             try:
@@ -137,11 +142,58 @@ def _interactive(home: Path, project: str | None, conversation: Conversation, cl
             else:
                 status = 1
                 break
+            if view.leaving:  # Ctrl-D at a question during the reply: it was a no, and the person leaves
+                break
     finally:
         watcher.stop()
+        if keys is not None:
+            keys.release()
     if conversation.session_id:
         view.note("Bye. `agentqueue chat --resume` continues this conversation.")
     return status
+
+
+class TypeAhead:
+    """The terminal between prompts reads key by key (no line discipline; echo and Ctrl-C as they were).
+
+    In the terminal's own (canonical) mode a Ctrl-D typed while a reply streams becomes a NUL byte when readline
+    switches the terminal for the next prompt, so the chat sat at its prompt after the person had left. Typed key
+    by key it stays the byte 0x04, which readline reads at the empty prompt as the end of input. Readline
+    restores the mode it found after each prompt, so setting it once holds for the whole chat."""
+
+    def __init__(self, fd: int, saved: list[Any]) -> None:
+        self.fd = fd
+        self.saved = saved
+
+    @classmethod
+    def of(cls, stream: Any) -> TypeAhead | None:
+        import termios
+
+        try:
+            fd = stream.fileno()
+            return cls(fd, termios.tcgetattr(fd)) if os.isatty(fd) else None
+        except (OSError, ValueError, termios.error):
+            return None
+
+    def hold(self) -> None:
+        import termios
+
+        mode = list(self.saved)
+        mode[3] &= ~termios.ICANON  # echo stays: readline echoes only if the mode it finds does
+        mode[6] = list(mode[6])
+        mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
+        try:
+            termios.tcsetattr(self.fd, termios.TCSANOW, mode)  # TCSANOW: what was typed ahead is kept
+        except termios.error:
+            pass
+
+    def release(self) -> None:
+        import termios
+
+        try:
+            termios.tcsetattr(self.fd, termios.TCSANOW, self.saved)
+        except termios.error:
+            pass
 
 
 def _command(home: Path, text: str, view: Any, watcher: Any) -> str | None:

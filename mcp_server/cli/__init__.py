@@ -103,6 +103,7 @@ def run_mcp(standalone: bool, options: dict[str, Any]) -> None:
 def _run_command(args: argparse.Namespace, home: Path) -> int:
     """Run the command; a refusal is one sentence on stderr and exit status 1, never a traceback."""
     from ..services.errors import ServiceError
+    from ..settings import ConfigError
     from ..store.base import StoreOpenError  # not store.db: that imports sqlite-utils, which a read does not need
     from ..visible import visible
     from .output import CliError
@@ -111,6 +112,10 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
         return args.run(args, home)
     except (CliError, ServiceError, StoreOpenError) as error:  # the message may quote a title, a branch, git's words
         print(f"agentqueue {args.command}: {visible(str(error), multiline=True)}", file=sys.stderr)
+        return 1
+    except ConfigError as error:  # config.toml's own words: the key, the value and what it takes
+        print(f"agentqueue {args.command}: {visible(str(error), multiline=True)} Fix the file (`agentqueue doctor` "
+              "checks it), then run the command again.", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

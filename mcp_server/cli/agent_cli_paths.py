@@ -81,8 +81,8 @@ def record(home: Path, found: dict[str, str] | None = None, dry_run: bool = Fals
     home.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(new_text, encoding="utf-8")
-    if path.exists():
-        os.chmod(tmp, path.stat().st_mode & 0o777)
+    # It may hold [agent_env] keys: a new file is 0600, and a rewrite keeps the owner's bits only.
+    os.chmod(tmp, path.stat().st_mode & 0o700 if path.exists() else 0o600)
     os.replace(tmp, path)
     return (f"Recorded in {path} [cli]: {summary}\n"
             "  (a daemon started by a GUI client, with a minimal PATH, finds the CLIs there)")

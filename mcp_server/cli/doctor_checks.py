@@ -98,11 +98,30 @@ def check_config(home: Path) -> tuple[list[Check], settings.Settings]:
     try:
         loaded = settings.load(home)
     except settings.ConfigError as error:
-        fix = f"Fix it in {path} or the environment (the daemon refuses to start with it)."
+        fix = (f"Fix it in {path} or the environment (a daemon refuses to start with it; a running one keeps the "
+               "settings it has until the file is valid).")
         return [Check("settings", "fail", str(error), fix)], settings.Settings()
     if path.exists():
-        return [Check("config.toml", "ok", f"{path} is valid")], loaded
+        return [Check("config.toml", "ok", f"{path} is valid"), *check_key_files(home, loaded)], loaded
     return [Check("config.toml", "info", f"no {path}: defaults apply (see docs/config.example.toml)")], loaded
+
+
+def check_key_files(home: Path, loaded: settings.Settings) -> list[Check]:
+    """The home's files that hold keys ([agent_env], a database password, policy.toml's rules) must be 0600: the home
+    folder is 0700, but a copy, a backup or a home made by hand is not always."""
+    import stat
+
+    found = []
+    for path, holds in ((settings.config_path(home), bool(loaded.agent_env) or bool(loaded.database_url)),
+                        (home / "policy.toml", True), (home / "token", True)):
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            continue
+        if holds and mode & 0o077:
+            found.append(Check(path.name, "warn", f"{path} holds keys and others may read it (mode {mode:o})",
+                               f"chmod 600 {path}"))
+    return found
 
 
 def _health(info: dict[str, Any]) -> tuple[bool, str]:
@@ -151,6 +170,87 @@ def check_daemon(home: Path) -> tuple[list[Check], dict[str, Any] | None]:
                             f"the daemon runs AgentQueue {info['version']}, this CLI is {__version__}.",
                             "Restart it to run the installed version: `agentqueue stop && agentqueue serve`."))
     return checks, info
+
+
+def _started(info: dict[str, Any]) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(info.get("started_at")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def check_settings_applied(home: Path, daemon: dict[str, Any] | None, wait: float = 3.0) -> list[Check]:
+    """Whether the running daemon runs with config.toml and policy.toml as they are now (settings_reload.py)."""
+    import time
+
+    from .. import settings_reload as reload
+
+    if daemon is None:
+        return []
+    pid = daemon.get("pid")
+    restart = f"Restart the daemon: {reload.RESTART_COMMAND}."
+    status = reload.read_status(home)
+    deadline = time.monotonic() + wait
+    while status is not None and status.get("pid") == pid and _unapplied(home, status) and status.get(
+            "reload_seconds") and time.monotonic() < deadline:  # an edit of the last second: let its poll come
+        time.sleep(0.2)
+        status = reload.read_status(home)
+    if status is None or status.get("pid") != pid:
+        started = _started(daemon)
+        newer = [name for name in reload.FILES if started is not None and (home / name).exists()
+                 and (home / name).stat().st_mtime > started]
+        if newer:
+            return [Check("settings applied", "fail",
+                          f"the daemon (pid {pid}) started before {' and '.join(newer)} was last edited, and it does "
+                          "not say which settings it runs with (it predates settings reload): it may still use the "
+                          "old [agent_env], paths and limits.", restart)]
+        return [Check("settings applied", "info", f"the daemon (pid {pid}) started after the last edit of "
+                                                  "config.toml and policy.toml")]
+    checks = []
+    for name in reload.FILES:
+        entry = (status.get("files") or {}).get(name) or {}
+        current = reload.digest(home / name)
+        if current == entry.get("applied"):
+            continue
+        keys = reload.changed_keys(entry.get("keys") or {}, reload.key_fingerprints(home / name))
+        what = f" ({', '.join(keys)})" if keys else ""
+        if entry.get("error") and entry.get("error_digest") == current:
+            keeps = ("every tool call and agent question is refused until it is fixed" if name == reload.POLICY_NAME
+                     else "the daemon keeps running with the settings it had")
+            checks.append(Check(f"{name} applied", "fail", f"the daemon (pid {pid}) refused the last edit of "
+                                                           f"{name}{what}: {entry['error']}",
+                                f"Fix {home / name}; {keeps}, and applies the file within seconds once it is valid."))
+        elif not status.get("reload_seconds"):
+            checks.append(Check(f"{name} applied", "fail",
+                                f"the daemon (pid {pid}) started before {name} was last edited{what} and does not "
+                                "reload settings (AGENTQUEUE_RELOAD_SECONDS=0): it still runs with the old ones.",
+                                restart))
+        else:
+            checks.append(Check(f"{name} applied", "fail",
+                                f"the daemon (pid {pid}) has not applied the last edit of {name}{what}: its reload "
+                                f"looks stuck (see {paths.logs_dir(home) / 'agentqueue.log'}).", restart))
+    for key in status.get("restart_needed") or []:
+        checks.append(Check("restart needed", "fail",
+                            f"restart needed: {key} changed in config.toml after the daemon (pid {pid}) started; "
+                            f"it keeps the old value ({reload.RESTART_NEEDED.get(key, 'bound at start')}).", restart))
+    if not checks:
+        how = "reloads them within a second" if status.get("reload_seconds") else "does not reload them"
+        checks.append(Check("settings applied", "ok", f"the daemon runs with config.toml and policy.toml as they "
+                                                      f"are now (it {how})"))
+    return checks
+
+
+def _unapplied(home: Path, status: dict[str, Any]) -> bool:
+    """An edit the daemon has neither applied nor refused yet."""
+    from .. import settings_reload as reload
+
+    for name in reload.FILES:
+        entry = (status.get("files") or {}).get(name) or {}
+        if reload.digest(home / name) not in (entry.get("applied"), entry.get("error_digest")):
+            return True
+    return False
 
 
 def check_token(home: Path) -> list[Check]:
@@ -363,6 +463,7 @@ def run_checks(home: Path) -> list[Check]:
     checks += config_checks
     daemon_checks, daemon = check_daemon(home)
     checks += daemon_checks
+    checks += check_settings_applied(home, daemon)
     checks += check_token(home)
     checks += check_team(home, loaded)
     checks += check_sandbox(home, loaded)

@@ -10,6 +10,7 @@ task_states, failures and system import nothing heavy.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,7 +19,7 @@ from .. import paths
 from ..services import candidates
 from ..services.errors import NotFoundError
 from ..services.failures import error_report
-from ..services.system import System
+from ..services.system import System, task_warning
 from ..services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
 from ..store.base import Store
 
@@ -27,7 +28,7 @@ TASK_FIELDS = ("id", "project_id", "title", "description", "status", "priority",
                "assigned_agent", "agent_type", "depends_on", "dependents", "retry_count", "max_retries",
                "requires_approval", "pr_url", "resume_after", "reason", "next_step", "parent_task_id",
                "best_of", "pick", "chosen", "candidate_of", "candidates",
-               "pending_requests", "sandbox_denials", "created_at", "updated_at")
+               "pending_requests", "sandbox_denials", "warning", "created_at", "updated_at")
 REQUEST_FIELDS = ("id", "task_id", "project_id", "agent_id", "tool", "input", "action", "description",
                   "suggested_rule", "status", "decided_by", "message", "created_at", "expires_at", "answered_at")
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write", "total")
@@ -35,14 +36,27 @@ TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write", "total")
 
 def open_store_for_reading(home: Path) -> Store:
     """The home's store for a read: refuses (rather than creating an empty one) when there is none."""
-    from .. import settings
     from .output import CliError
     from ..store.reader import open_read_store
 
     if not paths.db_path(home).exists():
         raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
                        "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
-    return open_read_store(paths.db_path(home), settings.load(home).database_url)
+    return open_read_store(paths.db_path(home), read_settings_url(home))
+
+
+def read_settings_url(home: Path) -> str | None:
+    """The store's URL for a read. A bad value elsewhere in config.toml is said once on stderr (the daemon keeps
+    running on the settings it has) and does not stop the read."""
+    from .. import settings
+    from ..visible import visible
+
+    try:
+        return settings.load(home).database_url
+    except settings.ConfigError as error:
+        print(f"agentqueue: {visible(str(error), multiline=True)} (`agentqueue doctor` checks the file.)",
+              file=sys.stderr)
+        return settings.store_url(home)
 
 
 def _task_row(store: Store, task_id: str) -> dict[str, Any]:
@@ -105,6 +119,7 @@ def task(store: Store, task_id: str) -> dict[str, Any]:
             "SELECT task_id FROM task_dependencies WHERE depends_on = ? ORDER BY task_id", (task_id,))],
         "requires_approval": bool(row["requires_approval"]), "pending_requests": pending, "sandbox_denials": refused,
         "candidates": candidates.listing(store, row) if row.get("best_of") else [],
+        "warning": task_warning(store, row),
     }
     return {k: extra[k] if k in extra else row.get(k) for k in TASK_FIELDS}
 

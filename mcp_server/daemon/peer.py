@@ -7,6 +7,7 @@ engine started); `/proc/<pid>/status` gives each parent. Nothing here trusts wha
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 
@@ -23,6 +24,14 @@ def peer_pid(sock: socket.socket) -> int | None:
     except OSError:
         return None
     return pid or None
+
+
+def cwd_of(pid: int) -> str | None:
+    """The folder the process runs in (a person's client started its plugin there), where the OS says."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
 
 
 def parent_of(pid: int) -> int | None:

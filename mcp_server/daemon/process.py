@@ -24,7 +24,7 @@ import anyio.abc
 from anyio.abc import SocketListener
 from mcp.server import MCPServer
 
-from .. import __version__, logs, paths
+from .. import __version__, logs, paths, settings_reload
 from .. import home_lock as home_lock_module
 from ..server.app import build
 from ..server.resources import Notifier
@@ -95,14 +95,17 @@ class Daemon:
         self.stopping = anyio.Event()
         self.restart_requested = False
         self._tasks: anyio.abc.TaskGroup | None = None  # the daemon's task group, while it serves
+        self.reload_every = settings_reload.DEFAULT_RELOAD_SECONDS  # how often config.toml and policy.toml are read
 
     async def run(self) -> None:
+        self.reload_every = settings_reload.reload_seconds()  # a bad AGENTQUEUE_RELOAD_SECONDS stops here, clearly
         with home_lock(self.home):
             services = Services(self.home, restart=self._restart)
             try:
                 await self._run(services)
             finally:
                 paths.daemon_info_path(self.home).unlink(missing_ok=True)
+                settings_reload.status_path(self.home).unlink(missing_ok=True)
                 services.close()
                 log.info("daemon stopped")
 
@@ -131,6 +134,7 @@ class Daemon:
             if http is not None:
                 tg.start_soon(http.serve)
             tg.start_soon(self._housekeeping, services, notifier)
+            tg.start_soon(self._reload_settings, services, engine)
             await tg.start(self._watch_signals)
             self._announce(http.url if http else None)
             tg.start_soon(engine.run)
@@ -226,6 +230,26 @@ class Daemon:
                 if analysed:
                     log.info("query planner statistics refreshed for %s", ", ".join(analysed))
             await anyio.sleep(0.25)
+
+    async def _reload_settings(self, services: Services, engine: Engine) -> None:
+        """Edits of config.toml and policy.toml apply to new runs without a restart (settings_reload.py)."""
+        every = self.reload_every
+        try:
+            reloader = await anyio.to_thread.run_sync(lambda: settings_reload.Reloader(
+                self.home, services.settings, engine.apply_settings, every=every))
+        except OSError as error:  # settings_applied.json cannot be written: doctor will say it cannot tell
+            log.warning("settings reload is off: %s", error)
+            return
+        if not every:
+            log.info("settings reload is off (AGENTQUEUE_RELOAD_SECONDS=0): edits of config.toml and policy.toml "
+                     "need a restart")
+            return
+        while True:
+            await anyio.sleep(every)
+            try:
+                await anyio.to_thread.run_sync(reloader.check)
+            except Exception:  # noqa: BLE001 — the reload must never take the daemon down; it looks again later
+                log.exception("settings reload failed; the daemon keeps its settings")
 
     async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

@@ -21,7 +21,7 @@ from mcp.server.stdio import stdio_server
 from ..line_splitter import LineSplitter
 from ..server.app import CONNECTION_OPTIONS
 from ..server.toolsets import decode_preamble, socket_options
-from .peer import lineage, peer_pid
+from .peer import cwd_of, lineage, peer_pid
 
 log = logging.getLogger("agentqueue.daemon")
 
@@ -93,17 +93,28 @@ def is_disconnect(error: BaseException) -> bool:
 RunOfPid = Callable[[int], "tuple[str, str | None] | None"]
 
 
-def run_of_peer(stream: SocketStream, run_of_pid: RunOfPid | None) -> tuple[str, str | None] | None:
-    """The engine's run the connecting process belongs to (it or one of its ancestors is the run's process).
+def identify_peer(stream: SocketStream, run_of_pid: RunOfPid | None) -> tuple[tuple[str, str | None] | None,
+                                                                            str | None]:
+    """(the engine's run the connecting process belongs to, else None; a person's client's folder, else None).
+
+    The folder is what the kernel says of the plugin process (its client started it there), never what the peer
+    claims: a relative path the person's model gives (`add_repo path="."`) is resolved against it.
+    """
+    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    pid = peer_pid(raw) if raw is not None else None
+    if pid is None:
+        return None, None
+    run = _run_of(pid, run_of_pid)
+    return run, cwd_of(pid) if run is None else None
+
+
+def _run_of(pid: int, run_of_pid: RunOfPid | None) -> tuple[str, str | None] | None:
+    """The engine's run `pid` belongs to (it or one of its ancestors is the run's process).
 
     A process this daemon started outside a run (a verify command, a hook's shell step, run_command) is no
     person either: it is `process:<pid>`, and is offered no person's decision.
     """
     if run_of_pid is None:
-        return None
-    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-    pid = peer_pid(raw) if raw is not None else None
-    if pid is None:
         return None
     chain = lineage(pid)
     found = next((run for p in chain if (run := run_of_pid(p)) is not None), None)
@@ -121,8 +132,11 @@ async def serve_connection(mcp: MCPServer, stream: SocketStream, run_of_pid: Run
         # who the kernel says it is: a process of one of the engine's runs is that run's agent or hook, never a
         # person, whatever its preamble claims. The daemon's own flags limit HTTP clients.
         preamble = await pipe.preamble()
-        run = await anyio.to_thread.run_sync(run_of_peer, stream, run_of_pid)  # reads /proc and the store
-        CONNECTION_OPTIONS.set(socket_options(preamble, run))
+        run, cwd = await anyio.to_thread.run_sync(identify_peer, stream, run_of_pid)  # reads /proc and the store
+        options = socket_options(preamble, run)
+        if cwd:
+            options["cwd"] = cwd
+        CONNECTION_OPTIONS.set(options)
         async with stream, stdio_server(stdin=pipe, stdout=pipe) as (read, write):  # type: ignore[arg-type]
             await lowlevel.run(read, write, lowlevel.create_initialization_options())
     except Exception as error:

@@ -26,6 +26,7 @@ from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
+from ..services.system import no_repo_warning
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
 from ..services.repo_config import Check, declared_checks
@@ -97,6 +98,19 @@ class ReadyRun:
 MASKED_AGENTS = ("codex", "gemini")
 
 
+def completed_warning(task: Task, workspace: Workspace, result: RunResult, read: BranchReads) -> str | None:
+    """What a completed run's result warns of: no file changed in its repo, or no repo at all (a scratch folder)."""
+    if result.status != "completed":
+        return None
+    if workspace.repo is None:
+        return no_repo_warning(task.project_id, str(workspace.path))
+    if read.listed == []:
+        warning = f"The agent finished without changing any file in repo '{workspace.repo.id}'."
+        log.warning("task %s: %s", task.id, warning)
+        return warning
+    return None
+
+
 class Engine:
     def __init__(self, services: Services, home: Path, flush: Callable[[], Awaitable[None]] | None = None,
                  config: EngineConfig | None = None, on_log: Callable[[str], None] | None = None) -> None:
@@ -131,6 +145,12 @@ class Engine:
         services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks,
                                       discard_branch=self.best_of.discard)
         services.store.on_commit(self._on_commit)
+
+    def apply_settings(self, settings: Settings) -> None:
+        """config.toml was edited and reloaded (settings_reload.py): new runs, passes and checks use its values."""
+        self.config = EngineConfig.from_settings(settings)
+        self.worktree_setup.timeout = self.config.limits.timeout_seconds
+        self.queue.check_timeout = int(max(1, min(600, self.config.limits.timeout_seconds)))
 
     # -- hooks used by the services ----------------------------------------------------------------
     def stop_task(self, task_id: str) -> bool:
@@ -489,11 +509,8 @@ class Engine:
             and self._verified(task, workspace, result, ready)
         if verified:
             read.rules = read.tips = None  # the verify command ran in the worktree: they are read again
-        warning = None
-        if result.status == "completed" and read.listed == [] and workspace.repo is not None:
-            warning = f"The agent finished without changing any file in repo '{workspace.repo.id}'."
-            log.warning("task %s: %s", task.id, warning)
-        self.lifecycle.record_attempt(task.id, agent.id, result, duration, read.files, warning)
+        self.lifecycle.record_attempt(task.id, agent.id, result, duration, read.files,
+                                      completed_warning(task, workspace, result, read))
         if result.status != "completed":
             self._failed(task, agent, result)
         elif not self.lifecycle.running(task.id):

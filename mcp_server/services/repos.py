@@ -115,7 +115,9 @@ class Repos:
             if self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)):
                 raise ConflictError(f"A repo with id '{repo_id}' already exists. Pass another `name`.")
             if path is not None and not Path(path).expanduser().is_absolute():
-                raise InvalidInputError(f"path must be absolute (got {path!r}).")
+                raise InvalidInputError(f"path must be absolute (got {path!r}): this connection does not say which "
+                                        "folder its client runs in (an HTTP client, or not Linux). Give the full "
+                                        "path, e.g. /home/you/code/app.")
             target = Path(path).expanduser() if path else Path(project.workspace) / "repos" / repo_id
             created = False
             if source == "clone":

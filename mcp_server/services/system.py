@@ -38,6 +38,22 @@ def sent_back_why(payload: dict[str, Any]) -> str:
     return f"{what} ({payload.get('attempt')} of {payload.get('cap')})"
 
 
+def no_repo_warning(project_id: str, workspace: str | None) -> str:
+    """What a task of a project with no repo carries (issue 23): a model whose add_repo failed should not find out
+    from a COMPLETED task whose file sits where nobody looks."""
+    return (f"Project '{project_id}' has no repo: this task runs in the project's scratch folder {workspace}, not in "
+            "a git repo, so nothing it writes lands anywhere. For code work: add_repo, then edit_task repo_id.")
+
+
+def task_warning(store: Any, row: dict[str, Any]) -> str | None:
+    """A task's `warning`: the no-repo one while its project has no repo (a task resolves its repo when claimed)."""
+    if row["repo_id"] is not None:
+        return None
+    project = store.one("SELECT workspace FROM projects p WHERE id = ? AND NOT EXISTS "
+                        "(SELECT 1 FROM repos WHERE project_id = p.id)", (row["project_id"],))
+    return no_repo_warning(row["project_id"], project["workspace"]) if project else None
+
+
 class System:
     def __init__(self, store: Store, agents: Agents, restart: Callable[[], None] | None = None) -> None:
         self.store = store
@@ -126,7 +142,10 @@ class System:
             "AND r.attempt = (SELECT max(attempt) FROM task_results WHERE task_id = t.id) "
             "ORDER BY r.created_at DESC LIMIT ?", (since.replace("+00:00", "Z"), HELD_LINES + 1))
         lines = [f"Task {r['id']} completed with no change in repo {r['repo_id']}: read its log; "
-                 "restart_task to run it again." for r in rows[:HELD_LINES]]
+                 "restart_task to run it again." if r["repo_id"] else
+                 f"Task {r['id']} completed in its project's scratch folder, not in a git repo (the project has no "
+                 "repo): nothing landed. For code work: add_repo, edit_task repo_id, restart_task."
+                 for r in rows[:HELD_LINES]]
         if len(rows) > HELD_LINES:
             lines.append("and more tasks completed with no change: get_task_result shows each one's warning.")
         return lines

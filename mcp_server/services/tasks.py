@@ -20,6 +20,7 @@ from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import error_report, explain, move_note
 from .ids import TaskIds
 from .projects import Projects
+from .system import task_warning
 from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, QUEUED, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES,
                           STOPPABLE, check_transition, in_clause, list_filter, parse_statuses)
 
@@ -101,7 +102,7 @@ class Tasks:
             (task_id,))]
         return Task(**{**row, "requires_approval": bool(row["requires_approval"])},
                     depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending,
-                    sandbox_denials=refused,
+                    sandbox_denials=refused, warning=task_warning(self.store, row),
                     candidates=[Candidate(**c) for c in candidates.listing(self.store, row)] if row["best_of"] else [])
 
     def exists(self, task_id: str) -> bool:

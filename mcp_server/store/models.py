@@ -123,6 +123,7 @@ class Task(BaseModel):
     pending_requests: list[PermissionRequest] = Field(default_factory=list,
                                                       description="the agent's questions waiting for answer_request")
     sandbox_denials: list[str] = Field(default_factory=list)  # what the OS sandbox refused its runs, newest first
+    warning: str | None = Field(None, description="its project has no repo: where it runs instead")
     created_at: str
     updated_at: str
 

@@ -74,22 +74,29 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         grid.add_row("dependents", shown(", ".join(task["dependents"])))
     _best_of_rows(grid, task)
     if result is not None:
-        cost = f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
-        took = f" · {duration(result['duration_s'])}" if result["duration_s"] is not None else ""
-        label = result["status"] + (f" ({result['error_type']})" if result["error_type"] else "")
-        grid.add_row("last result", shown(f"{label} · attempt {result['attempt']}{took} · "
-                                           f"{result['tokens']['total']:,} tokens{cost}"))
-        if result["warning"]:
-            grid.add_row("warning", shown(result["warning"], "yellow", multiline=True))
-        if result["summary"]:
-            grid.add_row("summary", shown(result["summary"].strip()[-1200:], multiline=True))
-        files = result["files_changed"]
-        grid.add_row("files changed", shown(", ".join(files)) if files else "none")
+        _result_rows(grid, result)
+    if task["warning"] and (result is None or result["warning"] != task["warning"]):
+        grid.add_row("warning", shown(task["warning"], "yellow", multiline=True))
     grid.add_row("log", shown(f"{log}  (agentqueue logs {task['id']})") if log.exists() else "none yet")
     out.print(grid)
     out.print(Text("description", style="dim"))
     out.print(shown(task["description"].strip()[:2000], multiline=True))
     return 0
+
+
+def _result_rows(grid: Any, result: dict[str, Any]) -> None:
+    """The last run: how it ended, what it cost, its warning, summary and files."""
+    cost = f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
+    took = f" · {duration(result['duration_s'])}" if result["duration_s"] is not None else ""
+    label = result["status"] + (f" ({result['error_type']})" if result["error_type"] else "")
+    grid.add_row("last result", shown(f"{label} · attempt {result['attempt']}{took} · "
+                                       f"{result['tokens']['total']:,} tokens{cost}"))
+    if result["warning"]:
+        grid.add_row("warning", shown(result["warning"], "yellow", multiline=True))
+    if result["summary"]:
+        grid.add_row("summary", shown(result["summary"].strip()[-1200:], multiline=True))
+    files = result["files_changed"]
+    grid.add_row("files changed", shown(", ".join(files)) if files else "none")
 
 
 def _best_of_rows(grid: Any, task: dict[str, Any]) -> None:

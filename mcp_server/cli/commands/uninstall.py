@@ -10,6 +10,7 @@ else) unless --purge, which also deletes the data directory.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -175,9 +176,31 @@ def uninstall(home: Path, yes: bool = False, purge: bool = False) -> int:
         print(f"Deleted {home}.")
     elif home.exists():
         print(f"Your data is kept in {home}; `agentqueue uninstall --purge` (or deleting it) removes it.")
-    print("To remove the program too: `pip uninstall agentqueue` in its venv (or `pipx uninstall agentqueue`, "
-          "`uv tool uninstall agentqueue`).")
+    print(f"To remove the program too: {removal_advice(Path(sys.prefix), Path(sys.base_prefix), Path.home())}")
     return 1 if problems else 0
+
+
+def removal_advice(prefix: Path, base_prefix: Path, user_home: Path) -> str:
+    """The command that removes this very install, as the README installed it (a venv and a link on PATH) or as
+    pipx, uv or pip did."""
+    if "pipx" in prefix.parts and "venvs" in prefix.parts:
+        return "`pipx uninstall agentqueue`."
+    if "uv" in prefix.parts and "tools" in prefix.parts:
+        return "`uv tool uninstall agentqueue`."
+    if prefix == base_prefix:
+        return "`pip uninstall agentqueue`."
+    link = user_home / ".local" / "bin" / "agentqueue"
+    try:
+        linked = link.is_symlink() and Path(os.path.realpath(link)).is_relative_to(os.path.realpath(prefix))
+    except OSError:
+        linked = False
+
+    def shown(path: Path) -> str:
+        return f"~/{path.relative_to(user_home)}" if path.is_relative_to(user_home) else str(path)
+
+    if linked:
+        return f"`rm -r {shown(prefix)} {shown(link)}` (its venv and the link on your PATH)."
+    return f"`rm -r {shown(prefix)}` (its venv), or `pip uninstall agentqueue` in it."
 
 
 def _prune(plan: RepoPlan, purge: bool) -> int:
