@@ -6,7 +6,8 @@ every start. Precedence: an `AGENTQUEUE_*` environment variable, then the file, 
 A bad value is refused with one sentence naming where it came from, the key and what is expected.
 
     [engine]     poll_seconds, task_timeout, stall_seconds, max_turns, rate_limit_backoff,
-                 rate_limit_max_backoff, pr_poll_seconds   (durations: 90, "90s", "10m", "1h"),
+                 rate_limit_max_backoff, pr_poll_seconds,
+                 login_check_seconds                       (durations: 90, "90s", "10m", "1h"),
                  max_task_depth                            (how deep agents may queue follow-ups)
     [cli]        claude, codex, gemini, gh                 (paths of the CLIs)
     [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
@@ -24,6 +25,10 @@ A bad value is refused with one sentence naming where it came from, the key and 
                  network = "allowlist" | "open" | "off"   (what runs reach; the model endpoint is always allowed)
                  hosts = ["github.com", "host:port", …]    (added to the allowlist)
                  writable = ["~/.m2", …]                   (folders runs may write besides the worktree)
+    [notify]     urls = ["ntfy://…", …]                    (Apprise URLs told when a person is needed)
+                 permission, approval, blocked, failed, parked, completed = "on" | "off" | "digest"
+                 quiet_hours = "22:00-07:00", digest_interval, board_url, [notify.projects."name"]
+                                                           (notify/config.py)
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .notify.config import KEYS as NOTIFY_KEYS, NotifyConfigError, parse_key as parse_notify_key
 from .sandbox.rules import SandboxConfigError, SandboxSettings, parse_settings
 
 CONFIG_NAME = "config.toml"
@@ -57,6 +63,7 @@ _HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_SHOWN_HOST = re.compile(r"(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:.]+\])(:\d+)?")
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 Parser = Callable[[Any, str], Any]  # (raw value, where it came from) -> the value, or a ConfigError
 _FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -84,6 +91,7 @@ class Settings:
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)  # [sandbox]: walls around every run
     # [mcp] toolsets: what a connection that names none lists at first; its model may enable the rest.
     toolsets: list[str] = field(default_factory=lambda: ["default"])
+    notify: dict[str, Any] = field(default_factory=dict)  # [notify], each key as notify/config.py read it
     sources: dict[str, str] = field(default_factory=dict)  # "engine.task_timeout" -> "config.toml" | "env NAME"
 
     def search_path(self, environ: Mapping[str, str] | None = None) -> str:
@@ -269,6 +277,16 @@ def _labels(raw: Any, where: str) -> list[str]:
     return [x for x in labels if x]
 
 
+def _notify(key: str) -> Parser:
+    """A `[notify]` key, read by notify/config.py."""
+    def parse(raw: Any, where: str) -> Any:
+        try:
+            return parse_notify_key(key, raw, where)
+        except NotifyConfigError as error:
+            raise ConfigError(str(error)) from None
+    return parse
+
+
 @dataclass(frozen=True)
 class Field:
     """One setting: `[section] key` in config.toml, the variable that overrides it, and how a raw value is read."""
@@ -293,6 +311,7 @@ FIELDS: tuple[Field, ...] = (
     Field("engine", "rate_limit_backoff", "AGENTQUEUE_RATE_LIMIT_BACKOFF", _seconds(0), "engine", 60.0),
     Field("engine", "rate_limit_max_backoff", "AGENTQUEUE_RATE_LIMIT_MAX_BACKOFF", _seconds(0), "engine", 900.0),
     Field("engine", "pr_poll_seconds", "AGENTQUEUE_PR_POLL_SECONDS", _seconds(1), "engine", 60.0),
+    Field("engine", "login_check_seconds", "AGENTQUEUE_LOGIN_CHECK_SECONDS", _seconds(0.1), "engine", 30.0),
     Field("engine", "max_task_depth", "AGENTQUEUE_MAX_TASK_DEPTH", _whole(0), "engine", 3),
     *(Field("cli", key, env_name, _executable, "cli", searches_path=True) for key, (env_name, _) in CLI_KEYS.items()),
     Field("server", "port", "AGENTQUEUE_PORT", _port, "port"),
@@ -304,14 +323,16 @@ FIELDS: tuple[Field, ...] = (
     Field("team", "database_url", "AGENTQUEUE_DATABASE_URL", _database_url, "database_url"),
     Field("team", "labels", "AGENTQUEUE_LABELS", _labels, "labels"),
     Field("team", "lease_seconds", "AGENTQUEUE_LEASE_SECONDS", _seconds(1), "lease_seconds"),
+    *(Field("notify", key, "AGENTQUEUE_NOTIFY_URLS" if key == "urls" else None, _notify(key), "notify")
+      for key in NOTIFY_KEYS),
 )
-_KEYED = ("engine", "cli")  # Settings attributes that are dicts of their section's keys
+_KEYED = ("engine", "cli", "notify")  # Settings attributes that are dicts of their section's keys
 # (key, default, environment variable) of each [engine] field.
 ENGINE_KEYS: list[tuple[str, Any, str | None]] = [(f.key, f.default, f.env) for f in FIELDS if f.section == "engine"]
 # Every section config.toml may have, with its keys (None: any name, [agent_env]); [sandbox] is read by its own parser.
 SECTIONS: dict[str, set[str] | None] = {
     section: {f.key for f in FIELDS if f.section == section}
-    for section in ("engine", "cli", "env", "agent_env", "server", "audit", "files", "mcp", "team")}
+    for section in ("engine", "cli", "env", "agent_env", "server", "audit", "files", "mcp", "team", "notify")}
 SECTIONS["agent_env"] = None
 SECTIONS["sandbox"] = {"required", "network", "hosts", "writable"}
 
@@ -465,6 +486,9 @@ def describe(settings: Settings) -> list[dict[str, str]]:
                  "source": settings.sources.get("team.labels", "default")})
     rows.append({"key": "team.lease_seconds", "value": f"{settings.lease_seconds:g}",
                  "source": settings.sources.get("team.lease_seconds", "default")})
+    rows.append({"key": "notify.urls", "value": ", ".join(map(mask_url, settings.notify.get("urls", ()))) or
+                 "(none: nobody is told when a person is needed)", "source": settings.sources.get("notify.urls",
+                                                                                                   "default")})
     rows.append({"key": "sandbox.required", "value": str(settings.sandbox.required is not False).lower(),
                  "source": settings.sources.get("sandbox.required", "default")})
     rows.append({"key": "sandbox.network", "value": settings.sandbox.network or "allowlist",
@@ -479,3 +503,14 @@ def describe(settings: Settings) -> list[dict[str, str]]:
 def redact_url(url: str) -> str:
     """A database URL with its password hidden, for logs and `doctor`."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1••••@", url)
+
+
+def mask_url(url: str) -> str:
+    """A notifier URL with its secrets hidden: only the scheme and a host name stay (a token in the host's place,
+    as in tgram://TOKEN/…, goes too)."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0].split("?", 1)[0]
+    host = host.rsplit("@", 1)[-1]  # user:password@ goes
+    if not _SHOWN_HOST.fullmatch(host):
+        host = "••••"
+    return f"{scheme}://{host}/••••" if rest.strip("/") != host else f"{scheme}://{host}"

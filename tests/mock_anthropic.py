@@ -2,7 +2,8 @@
 
 The scenario is chosen by a marker in the conversation (`SCENARIO:<name>`), so one mock serves
 many tasks at once. Every response reports the same usage (USAGE), so a test can predict the
-tokens Claude Code reports: requests × USAGE.
+tokens Claude Code reports: requests × USAGE. The mock also keeps what it served (`served`, `served_tokens`):
+a test of a run cut short compares the ledger with that, not with a count it assumes.
 
 Scenarios:
   write_file   Bash `echo … > claude_hello.txt`, then "Done."
@@ -18,6 +19,7 @@ Scenarios:
                "Tool said: <the last tool result>" (so a test sees what the model was told)
   write_tool   the Write tool creates written.txt, then "Done."
   ping_pong    Bash `echo ping`, `echo pong`, alternating forever
+  busy_then_hang  Bash `echo working` until STEPS[n] (default 2) tool results are in, then never answers
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
   chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
@@ -27,6 +29,9 @@ Scenarios:
                With TOGETHER[n] in the prompt, a first run writes only once n runs (distinct LINE[...]) have
                asked, so all n branches leave the same main and the ones that land later conflict
   (none)       a plain text answer
+
+`outage` (status, headers) answers every request of every scenario with that error (401 a refused key, 429 a
+limit), the token counter too, until it is set back to None: the API failing for the whole queue.
 """
 
 from __future__ import annotations
@@ -49,8 +54,9 @@ FOLLOWUP = {"title": "Follow-up from the agent", "description": "SCENARIO:follow
 def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) -> list[tuple[str, Any]]:
     """What the model answers in a scenario: text, or a tool call (once, or until the tool has answered)."""
     blocks: list[tuple[str, Any]]
-    if scenario == "loop":
-        blocks = [("tool_use", {"name": "Bash", "input": {"command": "echo same", "description": "again"}})]
+    if scenario in ("loop", "busy_then_hang"):  # the same call each time (busy_then_hang's last request hangs)
+        command = "echo same" if scenario == "loop" else "echo working"
+        blocks = [("tool_use", {"name": "Bash", "input": {"command": command, "description": "again"}})]
     elif scenario == "hook_create_task" and not answered_tool:
         blocks = [("tool_use", {"name": "mcp__agentqueue__create_task", "input": HOOK_TASK})]
     elif scenario == "run_cmd":
@@ -179,9 +185,12 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 class MockAnthropic:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.served: list[dict[str, Any]] = []  # each response written whole: its id, model, usage and request
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.ids = itertools.count(1)
+        # An outage of the whole API (every scenario): (HTTP status, extra headers), until set back to None.
+        self.outage: tuple[int, dict[str, str]] | None = None
         mock = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -227,6 +236,21 @@ class MockAnthropic:
         with self.lock:
             return [r for r in self.requests if f"SCENARIO:{scenario}" in json.dumps(r.get("messages"))]
 
+    def served_tokens(self, needle: str) -> dict[str, int]:
+        """The tokens of every response served to a request whose conversation holds `needle`, in the ledger's
+        terms (input without the cache; total the sum of the four)."""
+        with self.lock:
+            usages = [s["usage"] for s in self.served if needle in json.dumps(s["request"].get("messages"))]
+        out = {"input": sum(u["input_tokens"] for u in usages), "output": sum(u["output_tokens"] for u in usages),
+               "cache_read": sum(u["cache_read_input_tokens"] for u in usages),
+               "cache_write": sum(u["cache_creation_input_tokens"] for u in usages)}
+        return {**out, "total": sum(out.values())}
+
+    def _record(self, message_id: str, request: dict[str, Any]) -> None:
+        with self.lock:
+            self.served.append({"id": message_id, "model": request.get("model"), "usage": dict(USAGE),
+                                "request": request})
+
     # -- behaviour ----------------------------------------------------------------------------
     @staticmethod
     def _json(handler: BaseHTTPRequestHandler, code: int, payload: dict[str, Any],
@@ -241,6 +265,12 @@ class MockAnthropic:
         handler.wfile.write(data)
 
     def handle(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        outage = self.outage
+        if outage is not None and handler.path.startswith("/v1/messages"):
+            if not handler.path.startswith("/v1/messages/count_tokens"):
+                with self.lock:
+                    self.requests.append(request)
+            return self._refuse(handler, *outage)
         if handler.path.startswith("/v1/messages/count_tokens"):
             return self._json(handler, 200, {"input_tokens": 123})
         if not handler.path.startswith("/v1/messages"):
@@ -265,7 +295,9 @@ class MockAnthropic:
         if scenario == "prompt_too_long":
             return self._json(handler, 400, {"type": "error", "error": {
                 "type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}})
-        if scenario == "hang" or (scenario == "stall" and "SCENARIO:stall" in _newest_user_text(messages)):
+        steps = re.search(r"STEPS\[(\d+)\]", text)
+        if scenario == "hang" or (scenario == "stall" and "SCENARIO:stall" in _newest_user_text(messages)) or (
+                scenario == "busy_then_hang" and len(_tool_results(messages)) >= (int(steps[1]) if steps else 2)):
             self.stopping.wait(600)
             return None
         if scenario == "slow_write" and not answered_tool:
@@ -275,6 +307,13 @@ class MockAnthropic:
         blocks = _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
+
+    def _refuse(self, handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str]) -> None:
+        """The API's answer during an outage: 401 a key it does not take, 429 a limit (with the given headers)."""
+        kind, message = {401: ("authentication_error", "invalid x-api-key"),
+                         429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")
+                         }.get(status, ("api_error", "unavailable"))
+        self._json(handler, status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
 
     def _together(self, text: str, timeout: float = 60) -> None:
         """Wait until as many runs as the prompt's TOGETHER[n] (told apart by their LINE[...]) have asked."""
@@ -293,9 +332,10 @@ class MockAnthropic:
         if not request.get("stream"):
             content = [{"type": "text", "text": v} if k == "text" else
                        {"type": "tool_use", "id": f"toolu_{next(self.ids)}", **v} for k, v in blocks]
-            return self._json(handler, 200, {"id": message_id, "type": "message", "role": "assistant",
-                                             "model": request.get("model"), "content": content, "stop_reason": stop,
-                                             "stop_sequence": None, "usage": USAGE})
+            self._json(handler, 200, {"id": message_id, "type": "message", "role": "assistant",
+                                      "model": request.get("model"), "content": content, "stop_reason": stop,
+                                      "stop_sequence": None, "usage": USAGE})
+            return self._record(message_id, request)
         handler.send_response(200)
         handler.send_header("content-type", "text/event-stream")
         handler.send_header("cache-control", "no-cache")
@@ -325,6 +365,7 @@ class MockAnthropic:
         handler.wfile.write(b"".join(out))
         handler.wfile.flush()
         handler.close_connection = True
+        self._record(message_id, request)
 
 
 def _newest_user_text(messages: list[dict[str, Any]]) -> str:

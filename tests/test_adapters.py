@@ -106,3 +106,131 @@ def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
     assert gemini.build(AgentConfig("gemini", preset="readonly"), "x", "", None).argv[4] == "plan"
     spec = command.build(AgentConfig("command", command="python3 -c 'print(1)'"), "p", "", None)
     assert spec.argv == ["python3", "-c", "print(1)"] and spec.stdin == b"p"
+
+
+# -- every run is paid for (issue 22): a run with no result event, from the usage its stream showed ----------------
+def without_result(name: str) -> list[str]:
+    """A captured stream as it stood before its result event: what a run killed at that moment had printed."""
+    return [line for line in (STREAMS / name).read_text().splitlines() if '"type":"result"' not in line]
+
+
+def test_a_killed_claude_run_counts_each_message_once_with_its_final_output() -> None:
+    """Recorded from the real CLI (--include-partial-messages) on the mock, killed while its third request hung: two
+    responses, each shown by a message_start, an assistant event (output 1, the start's copy) and a message_delta
+    (output 42, the final count)."""
+    parser = PARSERS["claude-code"]()
+    events = [e for line in without_result("claude_stream_killed_partial_messages.jsonl") for e in parser.feed(line)]
+    result = parser.finish(143)
+    assert result.status == "failed" and result.error_type == "crashed" and result.partial
+    assert result.tokens == {"input": 200, "output": 84, "cache_read": 50, "cache_write": 100, "total": 434}
+    # claude-opus-5-5 at $4 / $20 / $0.20 cache read / $5 cache write per MTok: what the CLI itself charges (0.00299
+    # for the same tokens in claude_stream_mcp_tool_allowed.jsonl's result).
+    assert result.cost_usd == pytest.approx(0.00299)
+    assert [e.tool for e in events if e.kind == "tool_call"] == ["Bash", "Bash"]  # the deltas are no events
+
+
+@pytest.mark.parametrize(("name", "messages"), [
+    ("claude_stream_error_max_turns.jsonl", 1),  # one response in two assistant events (text, tool_use)
+    ("claude_stream_mcp_tool_allowed.jsonl", 2),  # msg_mock_1 twice, then msg_mock_3
+])
+def test_assistant_events_that_share_a_message_id_are_one_response(name: str, messages: int) -> None:
+    parser = PARSERS["claude-code"]()
+    lines = without_result(name)
+    assistant = [json.loads(line) for line in lines if '"type":"assistant"' in line]
+    assert len(assistant) > messages  # the same message id comes more than once
+    for line in lines:
+        parser.feed(line)
+    result = parser.finish(1)
+    # Without partial messages only the start's usage is there (output 1 a response): counted once per id.
+    assert result.partial and result.tokens == {"input": 100 * messages, "output": messages,
+                                                "cache_read": 25 * messages, "cache_write": 50 * messages,
+                                                "total": 176 * messages}
+
+
+def test_a_result_is_the_figure_when_it_came() -> None:
+    """The usage seen on the way never replaces or adds to a result's: the result counts the whole run."""
+    _, result = parse("claude_stream_mcp_tool_allowed.jsonl", "claude-code", 0)
+    assert not result.partial and result.tokens["output"] == 84 and result.cost_usd == pytest.approx(0.00299)
+
+
+def test_an_aborted_turn_whose_result_counts_nothing_keeps_what_the_stream_showed() -> None:
+    """An interrupted turn's result reports zero usage (claude_stream_interrupt.jsonl); the responses the stream had
+    shown were used all the same."""
+    parser = PARSERS["claude-code"]()
+    for line in without_result("claude_stream_killed_partial_messages.jsonl"):
+        parser.feed(line)
+    for line in (STREAMS / "claude_stream_interrupt.jsonl").read_text().splitlines():
+        parser.feed(line)
+    result = parser.finish(1)
+    assert parser.result is not None and parser.result["modelUsage"] == {}
+    assert result.partial and result.tokens["total"] == 434 and result.cost_usd == pytest.approx(0.00299)
+
+
+def test_a_model_of_unknown_price_records_its_tokens_and_no_cost() -> None:
+    parser = PARSERS["claude-code"]()
+    for line in without_result("claude_stream_killed_partial_messages.jsonl"):
+        parser.feed(line.replace("claude-opus-5-5", "claude-unreleased-9"))
+    result = parser.finish(143)
+    assert result.partial and result.tokens["total"] == 434 and result.cost_usd is None
+
+
+def test_a_run_that_used_nothing_costs_nothing() -> None:
+    parser = PARSERS["claude-code"]()
+    for line in without_result("claude_stream_not_logged_in.jsonl"):  # the CLI's own <synthetic> message
+        parser.feed(line)
+    result = parser.finish(1)
+    assert result.partial and result.tokens["total"] == 0 and result.cost_usd == 0
+
+
+def test_prices_know_snapshots_and_long_prompts_and_nothing_else() -> None:
+    from agentqueue.engine.adapters.prices import message_cost, price_of
+
+    assert price_of("claude-haiku-4-5-20251001") is price_of("claude-haiku-4-5") is not None
+    assert price_of("claude-opus-5-5[1m]") is price_of("claude-opus-5-5")
+    assert price_of("claude-opus-4-9") is None and price_of("gpt-5") is None and price_of(None) is None
+    usage = {"input_tokens": 1_000_000, "output_tokens": 0}
+    assert message_cost("claude-sonnet-4-5", usage) == pytest.approx(6.0)  # over 200K: the long-context rate
+    assert message_cost("claude-sonnet-4-5", {"input_tokens": 1000}) == pytest.approx(0.003)
+    hour = {"cache_creation_input_tokens": 1000, "cache_creation": {"ephemeral_1h_input_tokens": 400}}
+    assert message_cost("claude-opus-5-5", hour) == pytest.approx((600 * 5 + 400 * 8) / 1e6)
+
+
+def test_a_codex_run_killed_mid_turn_keeps_its_finished_turns_and_is_partial() -> None:
+    parser = PARSERS["codex"]()
+    lines = (STREAMS / "codex_exec_json_tool.jsonl").read_text().splitlines()
+    for line in [*lines, '{"type":"turn.started"}', '{"type":"item.started","item":{"id":"i9","type":'
+                 '"command_execution","command":"sleep 600","status":"in_progress"}}']:
+        parser.feed(line)
+    result = parser.finish(-15)
+    assert result.status == "failed" and result.partial and result.tokens["total"] == 284
+    _, whole = parse("codex_exec_json_tool.jsonl", "codex", 0)
+    assert not whole.partial
+
+
+def test_a_gemini_run_without_its_result_is_partial() -> None:
+    parser = PARSERS["gemini"]()
+    for line in without_result("gemini_stream_json_tool.jsonl"):
+        parser.feed(line)
+    result = parser.finish(-15)
+    assert result.partial and result.tokens["total"] == 0  # Gemini reports usage only in its result
+
+
+@pytest.mark.anyio
+async def test_a_claude_process_that_dies_without_its_result_keeps_what_it_used(tmp_path: Path) -> None:
+    """Not killed: a process that prints a run's stream up to its third request, then exits with an error and no
+    result event. The runner's result holds the two responses' usage, partial; nothing was cut short by us."""
+    import sys
+
+    from agentqueue.engine.runner import RunHandle, run_agent
+    from agentqueue.engine.watchdog import WatchdogLimits
+    from agentqueue.engine.adapters.base import RunSpec
+
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text("\n".join(without_result("claude_stream_killed_partial_messages.jsonl")) + "\n")
+    script = f"import sys; sys.stdout.write(open({str(stream)!r}).read()); sys.stdout.flush(); sys.exit(1)"
+    spec = RunSpec(argv=[sys.executable, "-c", script], stdin=None)
+    handle = RunHandle()
+    result = await run_agent(spec, tmp_path, PARSERS["claude-code"](), handle, tmp_path / "task.log",
+                             WatchdogLimits(stall_seconds=30, timeout_seconds=60))
+    assert handle.stop_reason is None and result.error_type == "crashed" and "(1)" in result.error_message
+    assert result.partial and result.tokens["total"] == 434 and result.cost_usd == pytest.approx(0.00299)

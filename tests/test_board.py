@@ -739,3 +739,27 @@ def test_every_http_connection_sends_small_responses_at_once() -> None:
         return nodelay
 
     assert asyncio.run(accept_one()) != 0
+
+
+@pytest.mark.daemon
+def test_the_board_says_which_figures_hold_partial_or_unpriced_runs(board: LiveDaemon) -> None:
+    """Issue 22: a run cut short is counted up to where it stopped, and the projects, usage and task pages say so;
+    a run of a model with no known price shows its cost as unknown."""
+    import sqlite3
+
+    task = board.call("create_task", project_id="demo", title="Cut short", description="d")["id"]
+    with closing(sqlite3.connect(paths.db_path(board.home))) as db, db:
+        db.execute("INSERT INTO token_ledger (project_id, task_id, agent_id, input, output, cache_read, cache_write, "
+                   "total, cost_usd, timestamp, partial) VALUES ('demo', ?, 'worker', 100, 42, 25, 50, 217, NULL, "
+                   "strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 1)", (task,))
+        db.execute("INSERT INTO task_results (task_id, attempt, agent_id, status, error_type, input, output, "
+                   "cache_read, cache_write, total, cost_usd, duration_s, created_at, partial) VALUES "
+                   "(?, 1, 'worker', 'failed', 'stalled', 100, 42, 25, 50, 217, NULL, 12.5, "
+                   "strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 1)", (task,))
+    person, _ = logged_in(board)
+    with closing(person):
+        overview, usage, page = person.get("/"), person.get("/usage"), person.get(f"/tasks/{task}")
+    assert "incl. 1 partial" in overview.text and "+ 1 unpriced" in overview.text
+    assert "incl. 1 partial" in usage.text and "+ 1 unpriced" in usage.text
+    attempts = page.text.split("<summary>Attempts (", 1)[1]  # the worker may have run it too: its own row is whole
+    assert ">217 <span" in attempts and ">partial</span>" in attempts and ">unknown</span>" in attempts

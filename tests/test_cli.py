@@ -383,7 +383,8 @@ def test_show_gives_a_held_tasks_reason_and_next_step(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     flat = " ".join(shown.stdout.split())
     assert "reason Set to BLOCKED with set_task_status" in flat
-    assert f"next step restart_task {ids['BLOCKED']}" in flat
+    # The terminal names its own command; the stored next step (for a model, --json) names the tool (issue 23).
+    assert f"next step `agentqueue restart {ids['BLOCKED']}`" in flat and "restart_task" not in flat
     data = json.loads(cli_in_process(env, "show", ids["BLOCKED"], "--json").stdout)
     assert data["task"]["status"] == "BLOCKED" and data["reason"] == data["task"]["reason"]
     assert data["next_step"].startswith("restart_task") and data["attempts"] == 0 and data["result"] is None

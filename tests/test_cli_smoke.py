@@ -95,6 +95,20 @@ def test_the_queue_commands_against_a_daemon(tmp_path: Path) -> None:
         links = json.loads(board.stdout)
         assert links["login_url"].startswith(links["board"].removesuffix("/") + "/login?code=")
 
+        listed = as_a_person(env, "projects")
+        assert listed.returncode == 0 and "demo  ACTIVE" in listed.stdout and "repos: app" in listed.stdout
+        added = as_a_person(env, "add", "Later", "--after", task)  # waits on the task: it never runs here
+        assert added.returncode == 0 and "DEFINED, waiting on " + task in added.stdout, added.stderr
+        later = added.stdout.split()[1]
+        assert as_a_person(env, "stop-task", later).stdout.startswith(f"Stopped {later}: DEFINED -> BLOCKED")
+        assert as_a_person(env, "restart", later).stdout.startswith(f"Restarted {later}: BLOCKED -> DEFINED")
+        as_a_person(env, "stop-task", later)
+        assert as_a_person(env, "skip", later).stdout.startswith(f"Skipped {later}")
+        assert as_a_person(env, "delete", later, "--yes").stdout.startswith(f"Deleted {later}")
+        sent = as_a_person(env, "request-changes", task, "-m", "SAY once more")
+        assert sent.returncode == 0 and sent.stdout.startswith(f"Sent {task} back"), sent.stderr
+        live.wait_status(task, "AWAITING_APPROVAL")
+
         paused = as_a_person(env, "pause")
         assert paused.returncode == 0 and "Orchestrator paused" in paused.stdout
         resumed = as_a_person(env, "resume")

@@ -133,6 +133,17 @@ def test_rate_limit_fails_fast_as_rate_limit(tmp_path: Path, api: mock.MockOpenA
     else:  # 0.169.0's default stream_max_retries is 5: "Reconnecting... 1/5" .. "5/5", 6 requests
         assert len(retries) >= 1 and len(api.requests) == len(retries) + 1
 
+    # Issue 22: the engine parks codex agents at the first error event, before the CLI's own retries.
+    early = CodexParser()
+    seen = 0
+    for line in (line for line in proc.stdout.splitlines() if line.strip()):
+        early.feed(line)
+        seen += 1
+        if early.account_error:
+            break
+    assert early.account_error is not None and early.account_error.kind == "rate_limit"
+    first_error = next(n for n, e in enumerate(events, 1) if e["type"] in ("error", "turn.failed"))
+    assert seen == first_error, (seen, first_error)
     result = parse(proc.stdout, proc.returncode)
     assert result.status == "failed"
     assert result.error_type == "rate_limit", result

@@ -54,7 +54,8 @@ def queue(services: Services, mock_api: MockAnthropic) -> Services:
 
 def engine_for(services: Services, **limits: float) -> Engine:
     config = EngineConfig(poll_seconds=0.1, rate_limit_backoff=30,
-                          limits=WatchdogLimits(stall_seconds=limits.get("stall", 60), timeout_seconds=120))
+                          limits=WatchdogLimits(stall_seconds=limits.get("stall", 60),
+                                                      timeout_seconds=limits.get("timeout", 120)))
     return Engine(services, services.home, config=config)
 
 
@@ -101,11 +102,16 @@ async def test_claude_writes_a_file_that_lands_on_the_default_branch(queue: Serv
     assert "task.started" in kinds and "task.completed" in kinds
 
 
-async def test_rate_limit_pauses_the_task_with_a_classification(queue: Services) -> None:
+async def test_rate_limit_parks_the_agent_kind_with_a_classification(queue: Services) -> None:
+    """Issue 22: a limit parks claude-code agents for the whole queue (tests/test_parking.py); the task waits READY."""
     task = queue.tasks.create("demo", "Limited", "SCENARIO:rate_limit do anything", repo_id="app")
-    await run_until(engine_for(queue), lambda: queue.tasks.get(task.id).status in ("PAUSED", "BLOCKED", "COMPLETED"))
-    paused = queue.tasks.get(task.id)
-    assert paused.status == "PAUSED" and paused.resume_after is not None and paused.retry_count == 0
+    engine = engine_for(queue)
+    await run_until(engine, lambda: bool(queue.parking.parked()) and not engine.running)
+    waiting = queue.tasks.get(task.id)
+    assert waiting.status == "READY" and waiting.retry_count == 0
+    parked = queue.parking.parked()
+    assert [(p["agent_type"], p["reason"]) for p in parked] == [("claude-code", "rate_limit")]
+    assert parked[0]["until"] is not None  # no reset time given: the backoff's end
     error = queue.tasks.agent_error(task.id)
     assert error["error_type"] == "Rate limited" and "429" in error["error_message"]
 
@@ -159,13 +165,30 @@ async def test_the_watchdog_warns_the_model_in_the_same_run_then_kills(queue: Se
     assert queue.tasks.agent_error(task.id)["error_type"] == "Loop detected"
 
 
+async def test_a_refused_key_parks_claude_agents_with_the_fix_and_spends_no_retry(queue: Services) -> None:
+    """A bad key (401) fails the same way for every task: issue 22 parks the kind (tests/test_parking.py) instead of
+    blocking the task; the run is recorded once, with its error, and the fix says how to log in."""
+    task = queue.tasks.create("demo", "Doomed", "SCENARIO:auth do anything", repo_id="app", max_retries=3)
+    engine = engine_for(queue)
+    await run_until(engine, lambda: bool(queue.parking.parked()) and not engine.running)
+    waiting = queue.tasks.get(task.id)
+    assert waiting.status == "READY" and waiting.retry_count == 0
+    attempts, result = queue.tasks.results(task.id)
+    assert attempts == 1 and result is not None and result.error_type == "auth"
+    assert queue.store.scalar("SELECT count(*) FROM token_ledger WHERE task_id = ?", (task.id,)) == 1
+    events = queue.events.recent(20, event_type="queue.parked")
+    assert len(events) == 1 and events[0].payload["reason"] == "auth"
+    for needle in ("claude auth login", "ANTHROPIC_API_KEY", "[agent_env]", "config.toml", "agentqueue resume"):
+        assert needle in events[0].payload["fix"], (needle, events[0].payload["fix"])
+    assert queue.tasks.agent_error(task.id)["error_type"] == "Authentication error"
+
+
 @pytest.mark.parametrize(("scenario", "label", "needles"), [
-    ("auth", "Authentication error", ("claude auth login", "ANTHROPIC_API_KEY", "[agent_env]", "config.toml")),
     ("prompt_too_long", "Prompt too long", ("Split the task", "edit_task")),
 ])
 async def test_a_failure_a_retry_cannot_fix_blocks_at_once_with_the_fix(queue: Services, scenario: str, label: str,
                                                                        needles: tuple[str, ...]) -> None:
-    """A bad key (401) or an over-long prompt fails the same way every time: no retry, no tokens spent on one."""
+    """An over-long prompt fails the same way every time: no retry, no tokens spent on one."""
     task = queue.tasks.create("demo", "Doomed", f"SCENARIO:{scenario} do anything", repo_id="app", max_retries=3)
     await run_until(engine_for(queue), lambda: queue.tasks.get(task.id).status in ("BLOCKED", "COMPLETED", "PAUSED"))
     held = queue.tasks.get(task.id)

@@ -67,10 +67,20 @@ async def test_codex_task_lands_its_file_with_exact_tokens(codex_queue: Services
     assert "[tool] shell" in engine.log_path(task.id).read_text()
 
 
-async def test_codex_rate_limit_pauses_the_task(codex_queue: Services) -> None:
+async def test_codex_rate_limit_parks_codex_agents_and_the_task_stays_ready(codex_queue: Services) -> None:
+    """Issue 22: a limit parks the agent kind for the whole queue (engine/parking.py), the task waits READY."""
     task = codex_queue.tasks.create("demo", "Limited", "SCENARIO:rate_limit anything", repo_id="app")
-    await run_until_settled(codex_queue, task.id)
-    assert codex_queue.tasks.get(task.id).status == "PAUSED"
+    engine = Engine(codex_queue, codex_queue.home, config=EngineConfig(poll_seconds=0.1, rate_limit_backoff=30))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(90):
+            while not codex_queue.parking.parked() or engine.running:
+                await anyio.sleep(0.1)
+        await engine.shutdown()
+        tg.cancel_scope.cancel()
+    current = codex_queue.tasks.get(task.id)
+    assert current.status == "READY" and current.retry_count == 0
+    assert [(p["agent_type"], p["reason"]) for p in codex_queue.parking.parked()] == [("codex", "rate_limit")]
     assert codex_queue.tasks.agent_error(task.id)["error_type"] == "Rate limited"
 
 

@@ -142,6 +142,15 @@ def test_rate_limit_fails_fast_as_rate_limit(tmp_path: Path, api: mock.MockGemin
     assert run.error_type == "rate_limit", run
     assert mock.RATE_LIMIT_MESSAGE in (run.error_message or "")
     assert run.tokens["total"] == mock.expected_stats("router")["total_tokens"]
+    # Issue 22: the engine parks gemini agents at the CLI's first "Attempt 1 failed" line on stderr, not after
+    # its retries (engine/parking.py).
+    early = GeminiParser()
+    for line in proc.stderr.splitlines():
+        early.feed_stderr(line)
+        if early.account_error:
+            break
+    assert early.account_error is not None and early.account_error.kind == "rate_limit"
+    assert early.account_error.message.startswith("Attempt 1 failed"), early.account_error
 
 
 @pytest.mark.real_cli

@@ -187,6 +187,27 @@ async def test_token_usage_for_a_project_and_a_task(client, ledger):
     assert (await ok(client, "get_token_usage"))["total"]["total"] == 80
 
 
+async def test_token_usage_says_which_figures_hold_partial_or_unpriced_runs(client, services, ledger):
+    """A run cut short counts what it used, marked partial; a model of unknown price counts its tokens and no cost.
+    The figures say so (partial_runs, unpriced_runs), where they hold such runs and only there."""
+    stamp = now_iso()
+    with services.store.transaction():
+        services.usage.record(project_id="q", task_id=ledger["t3"], agent_id="claude", partial=True, timestamp=stamp,
+                              tokens={"input": 100, "output": 42, "cache_read": 25, "cache_write": 50, "total": 217},
+                              cost_usd=0.0015)
+        services.usage.record(project_id="q", task_id=ledger["t3"], agent_id="claude", partial=True, timestamp=stamp,
+                              tokens={"input": 10, "output": 0, "cache_read": 0, "cache_write": 0, "total": 10},
+                              cost_usd=None)
+    usage = await ok(client, "get_token_usage", since_hours=24)
+    assert usage["total"]["total"] == 1440 + 227 and usage["total"]["cost_usd"] == pytest.approx(0.18 + 0.0015)
+    assert usage["total"]["partial_runs"] == 2 and usage["total"]["unpriced_runs"] == 1
+    rows = {b["project_id"]: b for b in usage["breakdown"]}
+    assert rows["q"]["partial_runs"] == 2 and rows["q"]["unpriced_runs"] == 1 and rows["q"]["runs"] == 3
+    assert "partial_runs" not in rows["p"] and "unpriced_runs" not in rows["p"]
+    whole = await ok(client, "get_token_usage", project_id="p")
+    assert "partial_runs" not in whole["total"] and "unpriced_runs" not in whole["total"]
+
+
 async def test_token_usage_is_zero_when_nothing_was_spent(client):
     usage = await ok(client, "get_token_usage")
     assert usage == {"total": {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0, "total": 0,

@@ -127,7 +127,10 @@ async def test_a_task_changing_a_protected_path_waits_for_approval_then_approve_
         shown = run_cli(cli_env(svc.home, tmp_path / "person"), "show", task.id)
         assert shown.returncode == 0, shown.stderr
         flat = " ".join(shown.stdout.split())
-        assert f"reason It changes protected paths: {path}" in flat and f"approve_task {task.id}" in flat
+        assert f"reason It changes protected paths: {path}" in flat
+        # The terminal names its own commands (issue 23); the tool's next_step above keeps the tools' names.
+        assert f"`agentqueue approve {task.id}`" in flat and f"`agentqueue diff {task.id}`" in flat
+        assert f"`agentqueue request-changes {task.id} -m '…'`" in flat and "approve_task" not in flat
 
         approved = await anyio.to_thread.run_sync(svc.tasks.approve, task.id)
     assert approved.status == "COMPLETED" and approved.reason is None and approved.next_step is None

@@ -3,7 +3,7 @@
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from ..apps import BOARD_URI, tool_meta
 from ..store.models import Event
@@ -27,6 +27,8 @@ class Status(Noted):
     daemons: list[dict[str, Any]] | None = None  # team mode: the daemons sharing the queue
     # Per repo: what is landing, what waits, what was sent back to its agent and why (design.md "Merge queue").
     merge_queue: list[dict[str, Any]] = Field(default_factory=list)
+    # Agent kinds parked for the whole queue: {agent_type, reason, until, message, fix, since, account}.
+    parked: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class EventList(Noted):
@@ -40,6 +42,18 @@ class UsageTotals(BaseModel):
     cache_write: int
     total: int
     cost_usd: float
+    # Present only when not 0: runs counted up to where they were cut short (killed, stopped, timed out), and runs
+    # of a model of unknown price (their tokens count, their cost is not in cost_usd).
+    partial_runs: int | None = None
+    unpriced_runs: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_marks(self, handler: Any) -> Any:
+        data = handler(self)
+        for key in ("partial_runs", "unpriced_runs"):
+            if isinstance(data, dict) and not data.get(key):
+                data.pop(key, None)
+        return data
 
 
 class TokenUsage(Noted):
@@ -50,6 +64,14 @@ class TokenUsage(Noted):
 class OrchestratorState(BaseModel):
     state: Literal["running", "paused"]
     running_tasks: int
+    unparked: list[str] | None = None  # resume only: the agent kinds it unparked (a failed login, a usage limit)
+
+    @model_serializer(mode="wrap")
+    def _unparked_on_resume(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("unparked") is None:
+            data.pop("unparked", None)
+        return data
 
 
 @tool(read_only=True, meta=tool_meta(BOARD_URI))
@@ -94,7 +116,24 @@ def orchestrator_control(ctx: Context, action: Literal["pause", "resume", "statu
     system = services(ctx).system
     state = system.orchestrator_state() if action == "status" else system.set_orchestrator(
         "paused" if action == "pause" else "running")
-    return OrchestratorState(state=state, running_tasks=system.running_tasks())
+    unparked = [row["agent_type"] for row in system.unpark()] if action == "resume" else None
+    return OrchestratorState(state=state, running_tasks=system.running_tasks(), unparked=unparked)
+
+
+class NotifierResult(BaseModel):
+    url: str  # secrets masked
+    ok: bool
+    error: str | None = None
+
+
+class NotifyTest(BaseModel):
+    results: list[NotifierResult]
+
+
+@tool()
+def notify_test(ctx: Context) -> NotifyTest:
+    """Send a test notification to every [notify] URL in config.toml; each one's result."""
+    return NotifyTest(results=[NotifierResult(**r) for r in services(ctx).system.notify_test()])
 
 
 class Restarting(BaseModel):

@@ -45,11 +45,14 @@ def overview(svc: Services) -> dict[str, Any]:
                             "JOIN tasks t ON t.id = a.current_task ORDER BY a.name")
     return {"projects": [{"project": p, "tokens": (tokens.get(p.id) or {}).get("total", 0),
                           "cost": (tokens.get(p.id) or {}).get("cost_usd", 0.0),
+                          "partial_runs": (tokens.get(p.id) or {}).get("partial_runs", 0),
+                          "unpriced_runs": (tokens.get(p.id) or {}).get("unpriced_runs", 0),
                           "running": [r for r in running if r["project_id"] == p.id],
                           "sandbox": svc.sandbox.weakened(p.id)} for p in projects],
             "orchestrator": svc.system.orchestrator_state(), "running": running,
             "pending_requests": len(svc.requests.list("pending", limit=500)),
-            "sandbox": svc.sandbox.weakened(None), "merge_queue": svc.system.merge_queue()}
+            "sandbox": svc.sandbox.weakened(None), "merge_queue": svc.system.merge_queue(),
+            "parked": svc.parking.status()}
 
 
 def kanban(svc: Services, project_id: str, query: str = "", agent: str = "", column: str | None = None,
@@ -136,7 +139,7 @@ def _elapsed(since: str | None) -> str:
 def task_page(svc: Services, task_id: str) -> dict[str, Any]:
     task = svc.tasks.get(task_id)
     attempts = svc.store.all("SELECT attempt, status, summary, error_type, error_message, total, cost_usd, "
-                             "duration_s, created_at FROM task_results WHERE task_id = ? ORDER BY id DESC",
+                             "partial, duration_s, created_at FROM task_results WHERE task_id = ? ORDER BY id DESC",
                              (task_id,))
     diff: dict[str, Any] | None = None
     diff_note = None
@@ -179,7 +182,8 @@ def log_tail(svc: Services, task_id: str, offset: int | None = None) -> tuple[st
 def usage_by_day(svc: Services, days: int = 30) -> dict[str, Any]:
     rows = svc.store.all(
         "SELECT substr(timestamp, 1, 10) AS day, coalesce(project_id, '(none)') AS project, sum(total) AS tokens, "
-        "sum(cost_usd) AS cost FROM token_ledger WHERE timestamp >= date('now', ?) GROUP BY day, project ORDER BY day",
+        "sum(cost_usd) AS cost, sum(partial) AS partial_runs, count(*) - count(cost_usd) AS unpriced_runs "
+        "FROM token_ledger WHERE timestamp >= date('now', ?) GROUP BY day, project ORDER BY day",
         (f"-{days} days",))
     dates = sorted({r["day"] for r in rows})
     projects = sorted({r["project"] for r in rows})

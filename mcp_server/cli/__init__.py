@@ -111,7 +111,7 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
     try:
         return args.run(args, home)
     except (CliError, ServiceError, StoreOpenError) as error:  # the message may quote a title, a branch, git's words
-        print(f"agentqueue {args.command}: {visible(str(error), multiline=True)}", file=sys.stderr)
+        print(f"agentqueue {args.command}: {visible(_refusal(str(error), home), multiline=True)}", file=sys.stderr)
         return 1
     except ConfigError as error:  # config.toml's own words: the key, the value and what it takes
         print(f"agentqueue {args.command}: {visible(str(error), multiline=True)} Fix the file (`agentqueue doctor` "
@@ -121,6 +121,19 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
         return 130
     except BrokenPipeError:  # `agentqueue logs x | head`
         return 0
+
+
+def _refusal(message: str, home: Path) -> str:
+    """A refusal as the terminal says it: the commands instead of the tools it names, and for an unknown task or
+    project id the closest ones."""
+    from .advice import terminal_words, with_suggestions
+    from .reads import open_store_for_reading
+
+    import re
+
+    about = re.match(r"Task '([\w-]{1,100})' ", message)  # a refusal about one task: its bare tool names take its id
+    return with_suggestions(terminal_words(message, about.group(1) if about else None),
+                            lambda: open_store_for_reading(home))
 
 
 if __name__ == "__main__":

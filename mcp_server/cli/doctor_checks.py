@@ -291,6 +291,47 @@ def check_team(home: Path, loaded: settings.Settings) -> list[Check]:
     return [Check("team database", "ok", f"{where} (schema {version}); daemons sharing it: {members}")]
 
 
+# -- notifications -----------------------------------------------------------------------------------
+def check_notify(home: Path, loaded: settings.Settings) -> list[Check]:
+    """Each [notify] URL (secrets masked) with its last success and last error, from the store."""
+    urls = list(loaded.notify.get("urls", ()))
+    urls += [u for p in loaded.notify.get("projects", {}).values() for u in p.get("urls", ()) if u not in urls]
+    if not urls:
+        return [Check("notifications", "info", "no [notify] urls: nobody is told when a task needs a person, and "
+                      "permission requests wait 24 h before they are denied",
+                      'add [notify] urls = ["ntfy://ntfy.sh/your-topic"] (any Apprise URL) to config.toml')]
+    states: dict[str, dict[str, Any]] = {}
+    if paths.db_path(home).exists() or loaded.database_url:
+        from ..notify.outbox import target_of, target_states
+        from ..store.reader import open_read_store
+
+        try:
+            store = open_read_store(paths.db_path(home), loaded.database_url)
+            try:
+                states = {row["target"]: row for row in target_states(store)}
+            finally:
+                store.close()
+        except Exception:  # an old store without the table, a database that does not answer: no history
+            states = {}
+        states = {url: states[target_of(url)] for url in urls if target_of(url) in states}
+    return [_notifier(url, states.get(url)) for url in urls]
+
+
+def _notifier(url: str, state: dict[str, Any] | None) -> Check:
+    name = f"notifier {settings.mask_url(url)}"
+    if state is None:
+        return Check(name, "info", "nothing sent yet", "agentqueue notify test sends a test message")
+    ok_at, error_at = state.get("last_ok_at"), state.get("last_error_at")
+    waiting = f"; {state['waiting']} message(s) waiting" if state.get("waiting") else ""
+    lost = f"; {state['given_up']} given up after retries" if state.get("given_up") else ""
+    if error_at and (not ok_at or error_at > ok_at):
+        return Check(name, "warn", f"last error {error_at}: {state.get('last_error')}; last success "
+                     f"{ok_at or 'never'}{waiting}{lost}",
+                     "check the URL and the service, then run agentqueue notify test")
+    return Check(name, "ok", f"last success {ok_at}" + (f"; last error {error_at}" if error_at else "") + waiting
+                 + lost)
+
+
 # -- the CLIs the daemon runs -----------------------------------------------------------------------
 def _registered_agent_types(home: Path) -> set[str] | None:
     """The agent types registered in the store (None when there is no store yet)."""
@@ -365,6 +406,36 @@ def check_clis(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | N
                                 f"in {settings.config_path(home)}."))
         else:
             checks.append(Check(key, "ok", detail))
+    return checks
+
+
+# -- agent logins ---------------------------------------------------------------------------------------
+def check_logins(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | None) -> list[Check]:
+    """For each registered agent kind, the real, minimal login check the engine uses to resume a parked kind
+    (services/login_probe.py), with the daemon's own environment when it can be read. Nothing registered: nothing
+    to check (and nothing slow)."""
+    from ..services.login_probe import check_login
+    from ..services.parking import PARKABLE
+
+    types = sorted((_registered_agent_types(home) or set()) & set(PARKABLE))
+    if not types:
+        return []
+    environ = _daemon_environ(daemon.get("pid")) if daemon else None
+    if environ is not None:
+        try:
+            loaded = settings.load(home, environ=environ)
+        except settings.ConfigError:
+            pass  # reported by the config check
+    env = loaded.agent_environment(environ)  # what an agent run starts from: [agent_env] over the daemon's own
+    cli_of = {agent_type: key for key, agent_type in AGENT_CLIS.items()}
+    checks = []
+    for agent_type in types:
+        found = loaded.find(cli_of[agent_type], environ=environ if environ is not None else os.environ)
+        result = check_login(agent_type, found, env)
+        level = "ok" if result.ok else "fail" if result.ok is False else "warn"
+        fix = result.fix if result.ok is False else None if result.ok else (
+            "Check that the agent can reach its API and log in; a task's log shows what the CLI says.")
+        checks.append(Check(f"{agent_type} login", level, result.detail, fix))
     return checks
 
 
@@ -467,7 +538,9 @@ def run_checks(home: Path) -> list[Check]:
     checks += check_token(home)
     checks += check_team(home, loaded)
     checks += check_sandbox(home, loaded)
+    checks += check_notify(home, loaded)
     checks += check_clis(home, loaded, daemon)
+    checks += check_logins(home, loaded, daemon)
     checks += check_clients(home)
     return checks
 

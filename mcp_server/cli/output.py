@@ -66,9 +66,15 @@ def status_text(status: str) -> Text:
 
 def open_services(home: Path) -> Services:
     """The store of `home` for reading; refuses (rather than creating an empty one) when there is none."""
-    if not paths.db_path(home).exists():
-        raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
-                       "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
+    from .. import settings
+    from .reads import no_data
+
+    try:
+        url = settings.store_url(home)  # a team's PostgreSQL queue has no file in the home
+    except settings.ConfigError:
+        url = "?"  # Services says the file's own sentence, once
+    if not url and not paths.db_path(home).exists():
+        raise CliError(no_data(home))
     from ..services import Services
 
     return Services(home)
@@ -82,6 +88,16 @@ def call_daemon_tool(home: Path, tool: str, arguments: dict[str, Any]) -> dict[s
         return call_tool(home, tool, arguments, ask=terminal_asker())
     except (ToolError, DaemonError) as error:
         raise CliError(str(error)) from None
+
+
+def say(text: str) -> None:
+    """One outcome line, made visible and wrapped to the run's width between words: an id is never cut, and a
+    narrow terminal never breaks a word where it happens to reach the edge."""
+    import shutil
+    import textwrap
+
+    width = _width or shutil.get_terminal_size().columns
+    print(textwrap.fill(visible(text), max(20, width), break_long_words=False, break_on_hyphens=False))
 
 
 def print_json(value: Any) -> None:

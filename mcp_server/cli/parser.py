@@ -29,8 +29,9 @@ Every read command takes --json; `agentqueue COMMAND --help` describes one."""
 # daemon, reading the queue, acting on it).
 COMMANDS = {"install": "install", "doctor": "doctor", "uninstall": "uninstall", "serve": "serve", "mcp": "mcp",
             "stop": "stop", "status": "status", "tasks": "tasks", "show": "show", "logs": "logs", "diff": "diff",
-            "usage": "usage", "board": "board", "chat": "chat", "approve": "approve", "pause": "pause",
-            "resume": "pause"}
+            "usage": "usage", "projects": "projects", "board": "board", "chat": "chat", "add": "add",
+            "approve": "approve", "allow": "answer", "deny": "answer", "request-changes": "act", "restart": "act",
+            "stop-task": "act", "skip": "act", "delete": "act", "pause": "pause", "resume": "pause", "notify": "notify"}
 
 Run = Callable[[argparse.Namespace, Path], int]
 

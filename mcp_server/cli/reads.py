@@ -19,13 +19,15 @@ from .. import paths
 from ..services import candidates
 from ..services.errors import NotFoundError
 from ..services.failures import error_report
-from ..services.system import System, task_warning
+from ..services.routing import capability_list, covers
+from ..services.system import ORCHESTRATOR_KEY, System, task_warning
 from ..services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
 from ..store.base import Store
 
 # A task's fields as get_task gives them (store.models.Task), in that order: the row's other columns stay out.
 TASK_FIELDS = ("id", "project_id", "title", "description", "status", "priority", "repo_id", "branch",
-               "assigned_agent", "agent_type", "depends_on", "dependents", "retry_count", "max_retries",
+               "assigned_agent", "agent_type", "capabilities", "model", "depends_on", "dependents", "retry_count",
+               "max_retries",
                "requires_approval", "pr_url", "resume_after", "reason", "next_step", "parent_task_id",
                "best_of", "pick", "chosen", "candidate_of", "candidates",
                "pending_requests", "sandbox_denials", "warning", "created_at", "updated_at")
@@ -34,15 +36,27 @@ REQUEST_FIELDS = ("id", "task_id", "project_id", "agent_id", "tool", "input", "a
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write", "total")
 
 
+def no_data(home: Path) -> str:
+    return (f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
+            "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
+
+
+def store_exists(home: Path) -> tuple[bool, str | None]:
+    """(whether the home has a store to read, its database URL): a team's PostgreSQL queue (`[team] database_url`)
+    always has one, a home of its own has one once its SQLite file exists."""
+    url = read_settings_url(home)
+    return bool(url) or paths.db_path(home).exists(), url
+
+
 def open_store_for_reading(home: Path) -> Store:
     """The home's store for a read: refuses (rather than creating an empty one) when there is none."""
     from .output import CliError
     from ..store.reader import open_read_store
 
-    if not paths.db_path(home).exists():
-        raise CliError(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install claude-code`) "
-                       "or start the daemon (`agentqueue serve`); set AGENTQUEUE_HOME if your data lives elsewhere.")
-    return open_read_store(paths.db_path(home), read_settings_url(home))
+    exists, url = store_exists(home)
+    if not exists:
+        raise CliError(no_data(home))
+    return open_read_store(paths.db_path(home), url)
 
 
 def read_settings_url(home: Path) -> str | None:
@@ -98,6 +112,22 @@ def task_list(store: Store, project_id: str | None = None, status: str | None = 
     return {"tasks": tasks, "total": total, "hidden_completed": hidden}
 
 
+def statuses(store: Store, task_ids: list[str]) -> list[dict[str, Any]]:
+    """[{id, status}] of these tasks (a DEFINED task's dependencies), in the order given."""
+    if not task_ids:
+        return []
+    found = {r["id"]: r["status"] for r in store.all(
+        f"SELECT id, status FROM tasks WHERE id IN ({','.join('?' * len(task_ids))})", task_ids)}
+    return [{"id": t, "status": found[t]} for t in task_ids if t in found]
+
+
+def what_holds(store: Store, project_id: str) -> str | None:
+    """"project" when the task's project is paused, "orchestrator" when everything is, else None."""
+    if store.scalar("SELECT status FROM projects WHERE id = ?", (project_id,)) == "PAUSED":
+        return "project"
+    return "orchestrator" if store.get_setting(ORCHESTRATOR_KEY, "running") == "paused" else None
+
+
 def task_status(store: Store, task_id: str) -> str:
     """A task's status (what `logs -f` polls), or get_task's refusal for an unknown id."""
     return str(_task_row(store, task_id)["status"])
@@ -120,6 +150,7 @@ def task(store: Store, task_id: str) -> dict[str, Any]:
         "requires_approval": bool(row["requires_approval"]), "pending_requests": pending, "sandbox_denials": refused,
         "candidates": candidates.listing(store, row) if row.get("best_of") else [],
         "warning": task_warning(store, row),
+        "capabilities": capability_list(row.get("capabilities")),
     }
     return {k: extra[k] if k in extra else row.get(k) for k in TASK_FIELDS}
 
@@ -134,7 +165,8 @@ def last_result(store: Store, task_id: str) -> tuple[int, dict[str, Any] | None]
     return attempts, {
         "status": row["status"], "summary": row["summary"], "files_changed": json.loads(row["files_changed"] or "[]"),
         "error_type": row["error_type"], "error_message": row["error_message"], "warning": row.get("warning"),
-        "tokens": {k: int(row[k] or 0) for k in TOKEN_FIELDS}, "cost_usd": float(row["cost_usd"] or 0.0),
+        "tokens": {k: int(row[k] or 0) for k in TOKEN_FIELDS},
+        "cost_usd": None if row["cost_usd"] is None else float(row["cost_usd"]), "partial": bool(row.get("partial")),
         "duration_s": None if row["duration_s"] is None else float(row["duration_s"]), "agent_id": row["agent_id"],
         "attempt": int(row["attempt"]), "created_at": row["created_at"],
     }
@@ -161,13 +193,16 @@ class AgentRows:
 
     def list(self, limit: int = 50, offset: int = 0) -> tuple[list[Any], int]:
         total = int(self.store.scalar("SELECT count(*) FROM agents"))
-        rows = self.store.all("SELECT id, name, agent_type, state, current_task, repo_id FROM agents "
+        rows = self.store.all("SELECT id, name, agent_type, state, current_task, repo_id, capabilities FROM agents "
                               "ORDER BY created_at, id LIMIT ? OFFSET ?", (limit, offset))
-        return [SimpleNamespace(**r) for r in rows], total
+        return [SimpleNamespace(**{**r, "capabilities": json.loads(r["capabilities"] or "[]")}) for r in rows], total
 
-    def can_run(self, agent: Any, task_agent_type: str | None, task_repo_id: str | None) -> bool:
+    def can_run(self, agent: Any, task_agent_type: str | None, task_repo_id: str | None,
+                task_capabilities: str | None = None) -> bool:
         # Agents.can_run, word for word (that module imports pydantic).
         if task_agent_type and agent.agent_type != task_agent_type:
+            return False
+        if not covers(agent.capabilities, task_capabilities):
             return False
         return not (agent.repo_id and task_repo_id and agent.repo_id != task_repo_id)
 

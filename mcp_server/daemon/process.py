@@ -125,6 +125,7 @@ class Daemon:
         engine = Engine(services, self.home, flush=notifier.flush, on_log=on_log)
         listener = await self._open_socket()
         http = self._http_side(services, mcp, live, metrics)
+        engine.notifier.default_board_url = http.url.removesuffix("/mcp") if http else None  # messages link the board
         async with anyio.create_task_group() as tg:
             self._tasks = tg
             if paths.restart_marker(self.home).exists():  # a restart that got here is done

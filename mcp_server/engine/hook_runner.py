@@ -357,7 +357,8 @@ class HookRunner:
                     outcome: Any) -> None:
         with self.services.store.transaction():
             self.services.usage.record(project_id=hook.project_id, hook_id=hook.id, tokens=outcome.tokens,
-                                       cost_usd=outcome.cost_usd, timestamp=now_iso())
+                                       cost_usd=outcome.cost_usd, timestamp=now_iso(),
+                                       partial=getattr(outcome, "partial", False))
         self.services.hooks.finish_run(hook, run_id, status, context=results, prompt=prompt, response=response,
                                        tokens=int(outcome.tokens.get("total", 0)))
 

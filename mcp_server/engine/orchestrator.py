@@ -40,6 +40,8 @@ from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server
 from .best_of import BestOfN
 from .landing import BranchReads, Landing
 from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
+from .parking import QueueParking
+from ..notify.follower import Notifier
 from .permissions import PermissionChannel
 from .ports import Ports
 from .prompting import context_for, task_prompt
@@ -57,7 +59,7 @@ log = logging.getLogger("agentqueue.engine")
 # Events after which a scheduling pass may find something new to start.
 WAKING_EVENTS = frozenset({"task.created", "task.ready", "task.restarted", "task.updated", "task.status_overridden",
                            "task.changes_requested", "orchestrator.resumed", "project.created", "project.resumed",
-                           "project.updated", "agent.created", "agent.updated", "agent.resumed"})
+                           "project.updated", "agent.created", "agent.updated", "agent.resumed", "queue.resumed"})
 RESCAN_SECONDS = 30.0  # a pass even when nothing woke the engine (a rolling budget window frees a project)
 
 
@@ -70,6 +72,7 @@ class EngineConfig:
     rate_limit_max_backoff: float = 900
     max_turns: int = 50
     pr_poll_seconds: float = 60
+    login_check_seconds: float = 30  # the first check of a kind parked on a failed login (engine/parking.py)
     limits: WatchdogLimits = field(default_factory=WatchdogLimits)
 
     @classmethod
@@ -77,7 +80,7 @@ class EngineConfig:
         e = settings.engine
         return cls(poll_seconds=e["poll_seconds"], rate_limit_backoff=e["rate_limit_backoff"],
                    rate_limit_max_backoff=e["rate_limit_max_backoff"], max_turns=int(e["max_turns"]),
-                   pr_poll_seconds=e["pr_poll_seconds"],
+                   pr_poll_seconds=e["pr_poll_seconds"], login_check_seconds=e["login_check_seconds"],
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
@@ -137,7 +140,11 @@ class Engine:
         self.best_of = BestOfN(services, self.lifecycle, self.workspaces, self.queue, self._log_line,
                                lambda task_id: task_id in self.running)
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
+        self.parking = QueueParking(services, (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff),
+                                    self.config.login_check_seconds, owner=self.team.id)
         self.hooks = HookRunner(services, home)
+        # Tells a person when one is needed, from its own thread (notify/); the daemon gives it the board's address.
+        self.notifier = Notifier(services.store, services.settings, owner=self.team.id)
         self.shutting_down = False
         self._poked = True
         self._last_pr_poll = 0.0
@@ -151,6 +158,10 @@ class Engine:
         self.config = EngineConfig.from_settings(settings)
         self.worktree_setup.timeout = self.config.limits.timeout_seconds
         self.queue.check_timeout = int(max(1, min(600, self.config.limits.timeout_seconds)))
+        self.parking.backoff = (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff)
+        self.parking.check_seconds = self.config.login_check_seconds
+        self.notifier.reload(settings)  # [notify]: the next event uses it; the first URL starts the notifier
+        self.notifier.start()
 
     # -- hooks used by the services ----------------------------------------------------------------
     def stop_task(self, task_id: str) -> bool:
@@ -185,6 +196,7 @@ class Engine:
         """Join the daemons on the queue (a lease kept fresh while the engine runs, a daemon's or a standalone
         server's alike), recover, then schedule and run until shutdown; leave at the end."""
         await anyio.to_thread.run_sync(self.team.join)
+        self.notifier.start()
         try:
             async with anyio.create_task_group() as lease:
                 lease.start_soon(self._keep_lease)
@@ -192,6 +204,7 @@ class Engine:
                 lease.cancel_scope.cancel()  # only once every run has settled: they are this engine's to the end
         finally:
             with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.notifier.stop)
                 await anyio.to_thread.run_sync(self.team.leave)
 
     async def _keep_lease(self) -> None:
@@ -222,6 +235,7 @@ class Engine:
                     await self.hooks.run_forever()
 
             tg.start_soon(hooks_loop)
+            tg.start_soon(self._check_logins)
             while not self.shutting_down:
                 # Schedule only when something that can start a run happened (or, as a safety net, now
                 # and then: a budget window that slid); otherwise a tick is the few cheap periodic checks.
@@ -240,10 +254,21 @@ class Engine:
                     waited += 0.02
             hooks_scope.cancel()  # the hook runner goes with the engine; runs in flight finish first
 
+    async def _check_logins(self) -> None:
+        """Agent kinds parked on a failed login come back once a real check shows the login works (parking.py)."""
+        while not self.shutting_down:
+            try:
+                if await self.parking.check_logins():
+                    self._poked = True
+            except Exception:
+                log.exception("login check failed")
+            await anyio.sleep(min(1.0, self.config.poll_seconds * 5))
+
     def tick(self, full: bool = True) -> list[tuple[str, str]]:
-        """Resume due PAUSED tasks, check PRs (every 60 s), and with `full` schedule and claim; returns the
-        runs to start."""
+        """Resume due PAUSED tasks and parked kinds, check PRs (every 60 s), and with `full` schedule and claim;
+        returns the runs to start."""
         self.lifecycle.resume_due()
+        self.parking.resume_due()
         if time.monotonic() - self._last_pr_poll >= self.config.pr_poll_seconds:
             self._last_pr_poll = time.monotonic()
             self.landing.poll_pull_requests()
@@ -263,8 +288,8 @@ class Engine:
         return claims
 
     def queue_state(self) -> QueueState:
-        """The scheduler's read model (queue_state.py)."""
-        return read_queue_state(self.services, self.team, self.workspaces)
+        """The scheduler's read model (queue_state.py), without the agent kinds parked for this daemon's accounts."""
+        return read_queue_state(self.services, self.team, self.workspaces, self.parking.held())
 
     # -- one run ---------------------------------------------------------------------------------
     async def execute(self, task_id: str, agent_id: str) -> None:
@@ -339,11 +364,15 @@ class Engine:
                 result = await runner
                 tg.cancel_scope.cancel()
         duration = time.monotonic() - started
-        log.info("run of %s ended: %s%s after %.1f s, %d tokens, $%.4f", task_id, result.status,
+        log.info("run of %s ended: %s%s after %.1f s, %d tokens%s, $%s", task_id, result.status,
                  f" ({result.error_type})" if result.error_type else "", duration,
-                 int(result.tokens.get("total", 0)), result.cost_usd or 0)
+                 int(result.tokens.get("total", 0)), " (partial)" if result.partial else "",
+                 "?" if result.cost_usd is None else f"{result.cost_usd:.4f}")
         if self.shutting_down and handle.stop_reason == "killed":
-            await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace)
+            await anyio.to_thread.run_sync(self._requeue_after_shutdown, task, workspace, agent, result)
+            return
+        if self.parking.parks(agent.agent_type, result):
+            await anyio.to_thread.run_sync(self._park, task, workspace, agent, result, duration)
             return
         queued = await anyio.to_thread.run_sync(self._finish, task, workspace, agent, result, duration,
                                                 ready.readiness)
@@ -362,9 +391,12 @@ class Engine:
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, ("agent",)) if tools else None
         planted = self._planted(task.id, agent.agent_type, workspace)
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
+        config = self._agent_config(agent, task.project_id, project_settings=planted == {})
+        config.model = task.model or config.model  # a task's model overrides its agent's for this run
+        spec = BUILDERS[agent.agent_type](config,
                                           task_prompt(task, svc.feedback.comments(task.id)),
-                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness), mcp)
+                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness,
+                                                      agent=agent), mcp)
         return ReadyRun(task, workspace, agent, spec, planted, {**svc.settings.agent_environment(), **readiness.env},
                         readiness)
 
@@ -493,6 +525,7 @@ class Engine:
         if not self.lifecycle.owns(task.id):
             # Another daemon took the run over (this one's lease ran out): its rerun is the one that lands.
             log.warning("run of %s ended after another daemon took it over: its result is dropped", task.id)
+            self._paid_for(task, agent, result)  # not its result: the tokens it used were spent all the same
             return None
         read = BranchReads()
         if workspace.repo is not None:
@@ -606,9 +639,29 @@ class Engine:
                         + f": {(outcome.stderr or outcome.stdout).strip()[-500:]}")
         return None
 
-    def _requeue_after_shutdown(self, task: Task, workspace: Workspace) -> None:
+    def _requeue_after_shutdown(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult) -> None:
         save_wip(self.workspaces, workspace, task.id, self.team.shared)
         self.lifecycle.requeue(task.id, "shutdown", count_retry=False)
+        self._paid_for(task, agent, result)  # no attempt, but what it used was spent
+
+    def _paid_for(self, task: Task, agent: Agent, result: RunResult) -> None:
+        """The ledger row of a run that is no attempt; never in the way of the requeue or take-over around it."""
+        try:
+            self.lifecycle.record_usage(task.id, agent.id, result)
+        except Exception:
+            log.exception("could not record the usage of %s's stopped run", task.id)
+
+    def _park(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float) -> None:
+        """A run that met a failed login or a usage limit: its kind parks for the whole queue and its task goes back
+        to READY with its work saved, no retry counted, like a shutdown's (engine/parking.py)."""
+        if not self.lifecycle.owns(task.id):
+            return
+        self.lifecycle.record_attempt(task.id, agent.id, result, duration, [])
+        save_wip(self.workspaces, workspace, task.id, self.team.shared)
+        self.parking.park_run(agent.agent_type, result)
+        self.lifecycle.requeue(task.id, "parked", count_retry=False)
+        self._log_line(task.id, f"[queue] {agent.agent_type} agents are parked ({result.error_type}); this task is "
+                                "READY again and runs when they resume.")
 
     def _release(self, task_id: str, agent_id: str) -> None:
         """After a run, whatever its end: the questions it left open expire, and its agent is free again."""

@@ -4,6 +4,9 @@ Each tool call the CLI asks about becomes an action (`Bash(npm test)`, `Edit(/tr
 that the project's policy decides. allow and deny are answered at once. ask opens a permission
 request (the task goes WAITING_INPUT, the agent process waits) and polls it until a person answers
 or it expires; an expired request is a deny the model is told about. Every decision is audited.
+Nobody is denied before someone was told: with a notifier configured the timeout counts from the
+request's first notification (quiet hours hold it, so it may wait all night); without one, the default
+timeout is UNTOLD_ASK_TIMEOUT (24 h) unless policy.toml sets ask_timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 import anyio
 
 from ..services import Services
-from ..services.policy import EffectivePolicy
+from ..notify.config import NotifyConfig
+from ..services.policy import UNTOLD_ASK_TIMEOUT, EffectivePolicy
 from ..services.policy_rules import COMMAND_TOOLS, Action, agent_action, split_action
 from .adapters.claude_code import control_response, user_message
 
@@ -43,6 +47,12 @@ def suggested_rule(request: dict[str, Any], action: Action, policy: EffectivePol
         parts = [str(p) for p in split_action(action) if policy.decide(p).decision != "allow"]
         return "\n".join(dict.fromkeys(parts)) or str(action)
     return str(action)
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:g} s"
 
 
 class PermissionChannel:
@@ -91,18 +101,31 @@ class PermissionChannel:
         assert self.task_id is not None
         task_id = self.task_id
         svc = self.services
-        timeout = svc.policies.effective(self.project_id).ask_timeout
+        policy = svc.policies.effective(self.project_id)
+        told = await anyio.to_thread.run_sync(self._notifies)
+        timeout = policy.ask_timeout if told or policy.ask_timeout_set else UNTOLD_ASK_TIMEOUT
+        # Until its first notification goes out, a request waits as long as one nobody is told about.
+        waits = max(UNTOLD_ASK_TIMEOUT, timeout) if told else timeout
         opened = await anyio.to_thread.run_sync(
             lambda: svc.requests.open(task_id, self.agent_id, tool, tool_input, str(action),
                                       request.get("description") or tool_input.get("description"),
-                                      suggested_rule(request, action, svc.policies.effective(self.project_id)),
-                                      timeout))
-        self.write_log(f"[permission] asked a person about {action} (request {opened.id}, {asked_by})")
-        deadline = time.monotonic() + timeout
+                                      suggested_rule(request, action, policy), waits, told))
+        self.write_log(f"[permission] asked a person about {action} (request {opened.id}, {asked_by}; "
+                       + ("the timeout counts from the first notification)" if told else
+                          f"no notifier is configured, so it waits {_span(timeout)})"))
+        deadline = time.monotonic() + waits
+        notified = not told
         while True:
             current = await anyio.to_thread.run_sync(svc.requests.get, opened.id)
             if current.status != "pending":
                 break
+            heard: str | None = None
+            if not notified:
+                heard = await anyio.to_thread.run_sync(svc.requests.notified_at, opened.id)
+            if heard:  # a person was just told: the timeout starts now
+                notified = True
+                deadline = time.monotonic() + timeout
+                await anyio.to_thread.run_sync(svc.requests.extend, opened.id, timeout)
             if time.monotonic() >= deadline:
                 expired = await anyio.to_thread.run_sync(svc.requests.expire, opened.id, "timeout")
                 if expired is None:  # answered meanwhile: read the answer
@@ -119,9 +142,21 @@ class PermissionChannel:
             said = f" They said: {current.message}" if current.message else ""
             return {"behavior": "deny", "message": f"A person denied {action}.{said} Do the task another way, or "
                                                    "finish and say in your summary what you need."}
-        return {"behavior": "deny", "message": f"Nobody answered the request to run {action} within "
-                                               f"{timeout / 60:.0f} min, so AgentQueue denied it. Do the task another "
-                                               "way, or finish and say in your summary what you need."}
+        if not told:
+            waited = f"within {_span(waits)} (no notifier is configured: [notify] urls in config.toml would tell one)"
+        elif notified:
+            waited = f"within {_span(timeout)} of being told"
+        else:
+            waited = f"within {_span(waits)} (the notifier reached nobody: agentqueue doctor shows why)"
+        return {"behavior": "deny", "message": f"Nobody answered the request to run {action} {waited}, so "
+                                               "AgentQueue denied it. Do the task another way, or finish and say in "
+                                               "your summary what you need."}
+
+    def _notifies(self) -> bool:
+        """Whether a notifier tells a person about this project's permission requests."""
+        name = self.services.store.scalar("SELECT name FROM projects WHERE id = ?", (self.project_id,))
+        route = NotifyConfig.from_values(self.services.settings.notify).route(self.project_id, name)
+        return route.mode("permission") != "off"
 
     def _audit(self, action: Action, tool_input: dict[str, Any], decision: str, decided_by: str,
                started: float) -> None:

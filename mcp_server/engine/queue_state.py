@@ -10,14 +10,17 @@ import json
 
 from ..services import Services
 from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
+from ..services.routing import capability_list, covers_sql
 from ..services.team import Team
 from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask
 from .workspaces import Workspaces
 
 
-def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> QueueState:
+def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
+                     parked: frozenset[str] = frozenset()) -> QueueState:
     """What the scheduler needs, and no more (see the module's docstring); inside the caller's claim transaction
-    the rows it reads to claim are locked (SKIP LOCKED on PostgreSQL)."""
+    the rows it reads to claim are locked (SKIP LOCKED on PostgreSQL). `parked`: agent kinds given no task (their
+    login failed or their limit is used up: engine/parking.py); their tasks stay READY for when they resume."""
     store = services.store
     lock = store.claim_lock
     paused = services.system.orchestrator_state() == "paused"
@@ -25,11 +28,14 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
         return QueueState((), (), (), paused)
     # Agents this daemon may run: unlabelled ones, and those whose label it has.
     labels = team.labels
-    agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"], tuple(json.loads(a["capabilities"] or "[]")))
+    held = sorted(parked)
+    not_parked = f"AND agent_type NOT IN ({', '.join('?' for _ in held)}) " if held else ""
+    agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"],
+                             tuple(sorted(json.loads(a["capabilities"] or "[]"))))  # sorted: one kind per set
                    for a in store.all(
                        "SELECT id, agent_type, repo_id, capabilities FROM agents WHERE state = 'IDLE' AND paused = 0 "
-                       f"AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
-                       "ORDER BY id LIMIT 500" + lock, tuple(labels)))
+                       f"{not_parked}AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
+                       "ORDER BY id LIMIT 500" + lock, (*held, *labels)))
     if not agents:
         return QueueState((), (), agents, paused)
     usage = services.usage.window_totals(24)
@@ -48,7 +54,7 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
         if team.shared and team.others_alive() else []
     not_here = f" AND (repo_id IS NULL OR repo_id NOT IN ({', '.join('?' for _ in absent)}))" if absent else ""
     tasks: dict[str, ReadyTask] = {}
-    kinds = {(a.agent_type, a.repo_id) for a in agents}
+    kinds = {(a.agent_type, a.repo_id, a.capabilities) for a in agents}
     # A task sent back to its agent (merge queue: READY with assigned_agent set) waits for that agent while it is
     # busy; it is read only when that agent is idle here, or gone or paused (then any agent may take it).
     idle = tuple(a.id for a in agents)
@@ -64,15 +70,19 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces) -> 
         room = min(len(agents), project.max_concurrent_agents - project.running)
         if project.paused or room <= 0 or (project.budget_limit and project.tokens_24h >= project.budget_limit):
             continue
-        for agent_type, repo_id in kinds:  # each kind of idle agent sees its own best candidates
+        for agent_type, repo_id, capabilities in kinds:  # each kind of idle agent sees its own best candidates
+            # Only tasks whose capabilities this kind has all of: a task no idle agent can serve never fills the window.
+            covered, needs = covers_sql(capabilities)
             for t in store.all(
-                    "SELECT id, project_id, priority, created_at, agent_type, repo_id, assigned_agent FROM tasks "
-                    "WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
-                    f"AND (? IS NULL OR repo_id = ?){not_here}{pinned} ORDER BY priority, created_at, id LIMIT ?"
-                    + lock, (project.id, agent_type, repo_id, repo_id, *absent, *idle, *owned, room)):
+                    "SELECT id, project_id, priority, created_at, agent_type, repo_id, assigned_agent, capabilities "
+                    "FROM tasks WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
+                    f"AND (? IS NULL OR repo_id = ?) AND {covered}{not_here}{pinned} "
+                    "ORDER BY priority, created_at, id LIMIT ?"
+                    + lock, (project.id, agent_type, repo_id, repo_id, *needs, *absent, *idle, *owned, room)):
                 tasks[t["id"]] = ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"],
                                            t["agent_type"], t["repo_id"],
-                                           t["assigned_agent"] if t["assigned_agent"] in idle else None)
+                                           t["assigned_agent"] if t["assigned_agent"] in idle else None,
+                                           tuple(capability_list(t["capabilities"])))
     runs = store.one("SELECT avg(total) AS avg FROM (SELECT total FROM token_ledger WHERE task_id IS NOT NULL "
                      "ORDER BY id DESC LIMIT 200) AS recent") or {}  # the recent runs' size, without reading every row
     return QueueState(projects, tuple(tasks.values()), agents, paused, int(runs.get("avg") or 10_000) or 10_000,

@@ -28,6 +28,8 @@ log = logging.getLogger("agentqueue.runner")
 
 # One stream-json line can be a big tool result; a single line beyond this is dropped, not buffered whole.
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# How long a loop kill waits for the end of the response that made the call (its usage complete in the stream).
+LOOP_KILL_GRACE = 1.0
 # Env vars of an outer Claude Code session that would confuse a nested one.
 _DROP_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
 
@@ -37,7 +39,7 @@ class RunHandle:
     """What the engine keeps of a live run so stop_task can kill it from any thread."""
 
     pid: int | None = None
-    stop_reason: str | None = None  # killed | lease_lost | timeout | stalled | loop
+    stop_reason: str | None = None  # killed | lease_lost | timeout | stalled | loop | parked
     started: float = field(default_factory=time.monotonic)
     waiting: int = 0  # questions out to a person: the watchdog's clocks stand still meanwhile
     waited_until: float = 0.0  # when the last answer came back (silence before it is not a stall)
@@ -85,6 +87,7 @@ KILL_MESSAGES = {
     "timeout": "The run exceeded its {timeout:.0f} s wall-clock limit and was killed.",
     "stalled": "No output for {stall:.0f} s; the run was killed.",
     "loop": "{loop}",
+    "parked": "{parked}",
 }
 
 
@@ -111,6 +114,7 @@ class AgentRun:
         self.last_output = time.monotonic()  # the watchdog's stall clock
         self.stderr_tail = bytearray()
         self.loop_message = ""  # why the loop detector killed the run
+        self.loop_kill_at: float | None = None  # when a loop kill that waits for its response's end happens anyway
         self.process: Process | None = None
         self._stdin_lock = anyio.Lock()
         self._log: TextIO | None = None
@@ -165,6 +169,8 @@ class AgentRun:
         paused = 0.0  # time spent waiting for a person: neither a stall nor part of the wall clock
         while self.process.returncode is None:
             now = time.monotonic()
+            if handle.stop_reason is None and self.loop_kill_at is not None and now >= self.loop_kill_at:
+                handle.kill("loop")  # the response that made the looping call never said it ended
             if handle.waiting:
                 paused += 0.2
             elif handle.stop_reason is None:
@@ -190,11 +196,16 @@ class AgentRun:
         result = self.parser.finish(process.returncode)
         if tail.strip():
             self.write("[stderr] " + tail.decode("utf-8", errors="replace")[-2000:])
-        if handle.stop_reason:
+        found = getattr(self.parser, "account_error", None)
+        if handle.stop_reason == "parked" and found is not None:
+            # Stopped at the first error line: the login or the limit is the failure, not the stop.
+            result.status, result.error_type, result.error_message = "failed", found.kind, found.message
+            result.resets_at = found.resets_at
+        elif handle.stop_reason:
             result.status = "failed"
             result.error_type = handle.stop_reason
             result.error_message = KILL_MESSAGES[handle.stop_reason].format(
-                timeout=limits.timeout_seconds, stall=limits.stall_seconds, loop=self.loop_message)
+                timeout=limits.timeout_seconds, stall=limits.stall_seconds, loop=self.loop_message, parked="")
         elif result.status == "failed" and result.error_type == "crashed" and tail.strip():
             result.error_message = f"{result.error_message} stderr: {tail.decode(errors='replace')[-500:]}"
         self.write(f"[done] {result.status}"
@@ -260,11 +271,24 @@ class AgentRun:
                 if self.interactive:
                     await self._close_stdin()  # the result is in: let the CLI exit
                 continue
+            if event.kind == "usage":
+                if self.loop_kill_at is not None:
+                    self.handle.kill("loop")  # at the end of the response that made the call: all of it counted
+                continue
             self.write(_format(event))
             if event.kind == "tool_result":
                 self.loops.observe_result(event.text)
             elif event.kind == "tool_call":
                 await self._observe_call(event)
+        self._stop_if_parked()
+
+    def _stop_if_parked(self) -> None:
+        """A failed login or a usage limit in the stream (the parser's `account_error`): stop the run now, not after
+        the CLI's own retries; the engine parks the agent kind (engine/parking.py)."""
+        found = getattr(self.parser, "account_error", None)
+        if found is not None and self.handle.stop_reason is None:
+            self.write(f"[queue] {found.kind} at the first error line: stopping the run ({found.message[:300]})")
+            self.handle.kill("parked")
 
     async def _observe_call(self, event: AgentEvent) -> None:
         """The loop detector's verdict on a tool call: a warning (to the agent when it can be told) or a kill."""
@@ -274,13 +298,21 @@ class AgentRun:
                 await self._send(self.channel.encode_message(finding.message))
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
                        + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
-        elif finding.verdict == "kill" and self.handle.stop_reason is None:
+        elif finding.verdict == "kill" and self.handle.stop_reason is None and self.loop_kill_at is None:
+            # Killed once the response that made the call has ended (its usage then whole in the stream, so the run
+            # is paid for to the token), or LOOP_KILL_GRACE later by the watchdog for a CLI that never says so.
             self.loop_message = finding.message
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; killing the run")
-            self.handle.kill("loop")
+            self.loop_kill_at = time.monotonic() + LOOP_KILL_GRACE
 
     async def _read_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
+        feed = getattr(self.parser, "feed_stderr", None)  # a CLI that reports its HTTP errors on stderr
+        lines = LineSplitter(64 * 1024)
         async for chunk in self.process.stderr:
             self.stderr_tail.extend(chunk)
             del self.stderr_tail[:-20_000]
+            if feed is not None:
+                for line in lines.feed(chunk):
+                    feed(line.decode("utf-8", errors="replace"))
+                self._stop_if_parked()

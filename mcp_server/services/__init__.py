@@ -30,6 +30,7 @@ class Services:
         from .hooks import Hooks
         from .memory import Memory
         from .notes import Notes
+        from .parking import Parking
         from .policy import Policies
         from .policy_rules import Action
         from .projects import Projects
@@ -67,6 +68,7 @@ class Services:
         self.memory = Memory(self.projects)
         self.hooks = Hooks(self.store, self.projects)
         self.requests = Requests(self.store, self.tasks, self.policies)
+        self.parking = Parking(self.store)  # agent kinds parked for the whole queue (a login, a usage limit)
         self.team = Team(self.store, home, self.settings)  # this daemon among those sharing the queue
         self.call_policy = CallPolicy(self)
 

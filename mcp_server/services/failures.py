@@ -28,13 +28,15 @@ ANY_LOGIN = ("log the agent CLI in as the user the daemon runs as (`claude auth 
 # error_type -> (label, suggested fix). The engine records error_type on each task result.
 FAILURE_KINDS: dict[str, tuple[str, str]] = {
     "auth": ("Authentication error",
-             f"The agent CLI is not logged in or its API key is wrong: {ANY_LOGIN} {CONFIG_HINT}, "
-             "then restart_task."),
+             f"The agent CLI is not logged in or its API key is wrong: {ANY_LOGIN} {CONFIG_HINT}. Its agent kind is "
+             "parked: it resumes by itself once a login check passes, or with `agentqueue resume` (a task held "
+             "BLOCKED for it needs restart_task)."),
     "rate_limit": ("Rate limited",
-                   "The model API is rate-limiting; the task resumes by itself after a backoff. "
-                   "Lower max_concurrent_agents if it keeps happening."),
+                   "The model API is rate-limiting; the agent kind is parked and its tasks resume by themselves at "
+                   "the limit's reset time or after a backoff. Lower max_concurrent_agents if it keeps happening."),
     "quota": ("Quota exhausted",
-              "The account's usage quota is used up; wait for it to reset or raise the limit, then restart_task."),
+              "The account's usage quota is used up; the agent kind is parked until it resets (or a backoff) and "
+              "resumes by itself, `agentqueue resume` tries sooner; raise the limit if it keeps happening."),
     "prompt_too_long": ("Prompt too long",
                         "The task description plus context is over the model's window: split the task "
                         "into smaller tasks or trim the description (edit_task), then restart_task."),
@@ -235,9 +237,12 @@ _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
         f"Change the policy (get_policy, edit_policy) or the agent, then restart_task {d['task_id']}."),
     "permission_request": lambda d: Reason(
         f"The agent asks to run {d['action']}" + (f" ({d['description']})" if d.get("description") else "")
-        + f"; it waits for a person (request {d['request_id']}, until {d['expires_at']}).",
+        + f"; it waits for a person (request {d['request_id']}, "
+        + ("its timeout starts when a notification reaches someone)." if d.get("told_first")
+           else f"until {d['expires_at']})."),
         f"answer_request request_id={d['request_id']} decision=allow or deny (remember=true keeps the answer as a "
-        f"rule for this project); unanswered by {d['expires_at']} it is denied."),
+        "rule for this project); " + ("unanswered, it is denied once its timeout after the notification runs out."
+                                      if d.get("told_first") else f"unanswered by {d['expires_at']} it is denied.")),
     "stopped": lambda d: Reason(f"Stopped with stop_task (it was {d.get('from')}).",
                                 f"restart_task {d['task_id']} puts it back in the queue; skip_task {d['task_id']} "
                                 "marks it done so its dependents run."),

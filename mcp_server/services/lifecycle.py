@@ -80,10 +80,20 @@ class Lifecycle:
                 "summary": result.summary, "files_changed": json.dumps(files_changed),
                 "error_type": result.error_type, "error_message": result.error_message, "warning": warning,
                 **{k: int(result.tokens.get(k, 0)) for k in ("input", "output", "cache_read", "cache_write", "total")},
-                "cost_usd": float(result.cost_usd or 0), "duration_s": round(duration_s, 3), "created_at": stamp,
+                "cost_usd": result.cost_usd, "duration_s": round(duration_s, 3), "created_at": stamp,
+                "partial": int(getattr(result, "partial", False)),
             })
             self.usage.record(project_id=row["project_id"], task_id=task_id, agent_id=agent_id,
-                              tokens=result.tokens, cost_usd=result.cost_usd or 0, timestamp=stamp)
+                              tokens=result.tokens, cost_usd=result.cost_usd, timestamp=stamp,
+                              partial=getattr(result, "partial", False))
+
+    def record_usage(self, task_id: str, agent_id: str | None, result: Any) -> None:
+        """Only the ledger row of a run that counts as no attempt (stopped by the daemon's shutdown, or taken over by
+        another daemon): the tokens it used were paid for all the same."""
+        row = self.tasks.require(task_id)
+        with self.store.transaction():
+            self.usage.record(project_id=row["project_id"], task_id=task_id, agent_id=agent_id, tokens=result.tokens,
+                              cost_usd=result.cost_usd, timestamp=now_iso(), partial=result.partial)
 
     def free_agent(self, agent_id: str, task_id: str | None = None) -> None:
         """The agent is IDLE again after the run of `task_id`, unless that run was taken over meanwhile (then the

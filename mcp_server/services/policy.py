@@ -42,7 +42,9 @@ from .policy_rules import (
 
 POLICY_NAME = "policy.toml"
 _STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
-DEFAULT_ASK_TIMEOUT = 1800.0
+DEFAULT_ASK_TIMEOUT = 1800.0  # counted from the request's first notification when a notifier is configured
+# With no notifier nobody is told a question is out: unless the policy sets ask_timeout, it waits this long.
+UNTOLD_ASK_TIMEOUT = 86400.0
 # `sandbox` is read by mcp_server/sandbox (the walls, not the questions): kept as written, checked there.
 _KEYS = {"preset", "ask_timeout", "allow", "ask", "deny", "sandbox"}
 
@@ -111,6 +113,7 @@ class EffectivePolicy:
     preset: Preset
     ask_timeout: float
     rules: dict[Decision, list[tuple[Rule, str]]]
+    ask_timeout_set: bool = False  # policy.toml sets ask_timeout (else it is DEFAULT_ASK_TIMEOUT)
     # Verdicts already worked out: the same few actions recur on every call (AgentQueue's own tools, a command
     # agent's command, the sandbox's install check), and a command's verdict walks every rule per simple command.
     _verdicts: dict[Action, Verdict] = field(default_factory=dict, repr=False, compare=False)
@@ -422,7 +425,8 @@ class Policies:
                     rules[decision] += [(r, source) for r in scope.rules[decision]]
         for decision in DECISIONS:
             rules[decision] += [(parse_rule(r), f"preset {preset.name}") for r in getattr(preset, decision)]
-        return EffectivePolicy(preset, timeout, rules)
+        timeout_set = any(s is not None and s.ask_timeout for s in (project, global_scope))
+        return EffectivePolicy(preset, timeout, rules, timeout_set)
 
     def decide(self, action: Action, project_id: str | None = None) -> Verdict:
         return self.effective(project_id).decide(action)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from ..store.db import Store, iso_in, now_iso
 from ..store.models import PermissionRequest
 from .errors import ConflictError, InvalidInputError, NotFoundError
+from .failures import explain
 from .policy import Policies
 from .policy_rules import parse_rule
 from .tasks import Tasks
@@ -54,8 +55,10 @@ class Requests:
 
     # -- the agent asks ---------------------------------------------------------------------------
     def open(self, task_id: str, agent_id: str | None, tool: str, tool_input: dict[str, Any], action: str,
-             description: str | None, suggested_rule: str | None, timeout_seconds: float) -> PermissionRequest:
-        """Record the question and put the task WAITING_INPUT, in one transaction."""
+             description: str | None, suggested_rule: str | None, timeout_seconds: float,
+             told_first: bool = False) -> PermissionRequest:
+        """Record the question and put the task WAITING_INPUT, in one transaction. `told_first`: a notifier tells a
+        person, and the timeout starts from that (engine/permissions.py), so the task's reason says so."""
         request_id = f"req-{secrets.token_hex(4)}"
         created, expires = now_iso(), iso_in(timeout_seconds)
         with self.store.transaction() as db:
@@ -69,10 +72,21 @@ class Requests:
             if row["status"] == "IN_PROGRESS":
                 self.tasks.move(row, "WAITING_INPUT", "permission_request",
                                  details={"request_id": request_id, "action": action[:300],
-                                          "description": (description or "")[:200], "expires_at": expires})
+                                          "description": (description or "")[:200], "expires_at": expires,
+                                          "told_first": told_first})
             self.store.add_event("request.created", project_id=row["project_id"], task_id=task_id, agent_id=agent_id,
                                  payload={"request_id": request_id, "action": action[:300], "expires_at": expires})
         return self.get(request_id)
+
+    def notified_at(self, request_id: str) -> str | None:
+        """When the request's first notification went out (notify/outbox.py), or None."""
+        return self.store.scalar("SELECT notified_at FROM permission_requests WHERE id = ?", (request_id,))
+
+    def extend(self, request_id: str, timeout_seconds: float) -> None:
+        """A pending request now expires `timeout_seconds` from now (its timeout counts from the first notification)."""
+        with self.store.transaction() as db:
+            db.execute("UPDATE permission_requests SET expires_at = ? WHERE id = ? AND status = 'pending'",
+                       (iso_in(timeout_seconds), request_id))
 
     # -- a person answers -------------------------------------------------------------------------
     def answer(self, request_id: str, decision: str, remember: bool = False, message: str | None = None,
@@ -95,6 +109,20 @@ class Requests:
         self._settle(request, "allowed" if decision == "allow" else "denied",
                      by + (" (remembered)" if remember else ""), message, resumes=True)
         return self.get(request_id)
+
+    def _point_at_next(self, row: dict[str, Any]) -> None:
+        """A task still waiting on another request: its reason and next step name that one (issue 23: the line
+        `get_status` shows must not send a person to the request they just answered)."""
+        waiting = self.store.one("SELECT id, action, description, expires_at FROM permission_requests "
+                                 "WHERE task_id = ? AND status = 'pending' ORDER BY created_at, id LIMIT 1",
+                                 (row["id"],))
+        if waiting is None:  # the caller saw one still pending in this transaction
+            return
+        why = explain("permission_request", "WAITING_INPUT", {
+            "task_id": row["id"], "from": "IN_PROGRESS", "request_id": waiting["id"], "action": waiting["action"][:300],
+            "description": (waiting["description"] or "")[:200], "expires_at": waiting["expires_at"]})
+        self.store.db.execute("UPDATE tasks SET reason = ?, next_step = ?, updated_at = ? WHERE id = ?",
+                              (why.reason, why.next_step, now_iso(), row["id"]))
 
     def expire(self, request_id: str, reason: str) -> PermissionRequest | None:
         """A request nobody answered in time (`timeout`: the agent goes on with a deny), or whose run
@@ -126,6 +154,8 @@ class Requests:
             # The agent goes on, with the answer or with a deny on timeout (unless its run is gone).
             if row["status"] == "WAITING_INPUT" and not still_open and resumes:
                 self.tasks.move(row, "IN_PROGRESS", "answered" if status != "expired" else "timed_out")
+            elif row["status"] == "WAITING_INPUT" and still_open and row["reason"] and request.id in row["reason"]:
+                self._point_at_next(row)  # its reason named the request just answered
             self.store.add_event("request.answered", project_id=request.project_id, task_id=request.task_id,
                                  agent_id=request.agent_id,
                                  payload={"request_id": request.id, "status": status, "decided_by": decided_by,

@@ -12,7 +12,9 @@ from datetime import datetime, timedelta, UTC
 from typing import TYPE_CHECKING, Any
 
 from .errors import ServiceError
+from .parking import Parking, parked_line
 from .task_states import CLAIMED, EXPLAINED, STATUS_NAMES, in_clause, ordered
+from .routing import capability_list
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -60,6 +62,17 @@ class System:
         self.agents = agents
         self.restart = restart  # the daemon's: re-execute itself (absent in standalone and in-memory servers)
 
+    def notify_test(self) -> list[dict[str, Any]]:
+        """A test message to every [notify] URL, now; each one's result (notify/follower.py's send_test)."""
+        from ..notify.follower import send_test  # Apprise and the outbox: only when asked
+
+        results = send_test(self.store, self.agents.settings)
+        if not results:
+            raise ServiceError("No notifier is configured: add [notify] urls = [\"ntfy://ntfy.sh/your-topic\"] (any "
+                               "Apprise URL) to config.toml (a running daemon reads it within a second), then try "
+                               "again.")
+        return results
+
     def request_restart(self) -> None:
         if self.restart is None:
             raise ServiceError(
@@ -77,6 +90,10 @@ class System:
         claimed, params = in_clause(CLAIMED)
         return int(self.store.scalar(f"SELECT coalesce(sum(n), 0) FROM task_counts WHERE {claimed}", params))
 
+    def unpark(self) -> list[dict[str, Any]]:
+        """A person resumes the queue: every parked agent kind too (services/parking.py); the kinds resumed."""
+        return Parking(self.store).resume("person")
+
     def set_orchestrator(self, state: str) -> str:
         """'paused' stops new task runs and llm hook actions; running agents finish."""
         if state != self.orchestrator_state():
@@ -89,24 +106,28 @@ class System:
         warnings = []
         # The kinds of agent READY tasks need (a handful), from a partial index; rows are read only for
         # the kinds no agent can run.
-        kinds = self.store.all("SELECT DISTINCT agent_type, repo_id FROM tasks WHERE status = 'READY'")
+        kinds = self.store.all("SELECT DISTINCT agent_type, repo_id, capabilities FROM tasks WHERE status = 'READY'")
         agents, _ = self.agents.list(limit=500)
-        orphans = [k for k in kinds if not any(self.agents.can_run(a, k["agent_type"], k["repo_id"]) for a in agents)]
+        orphans = [k for k in kinds if not any(self.agents.can_run(a, k["agent_type"], k["repo_id"], k["capabilities"])
+                                               for a in agents)]
         if orphans:
             stuck = [self.store.one("SELECT count(*) AS n, min(id) AS example FROM tasks WHERE status = 'READY' "
-                                    "AND agent_type IS ? AND repo_id IS ?", (k["agent_type"], k["repo_id"])) or {}
+                                    "AND agent_type IS ? AND repo_id IS ? AND capabilities IS ?",
+                                    (k["agent_type"], k["repo_id"], k["capabilities"])) or {}
                      for k in orphans]  # an aggregate always has its one row
-            need = (f" (e.g. '{stuck[0]['example']}' needs agent_type {orphans[0]['agent_type']})"
-                    if orphans[0]["agent_type"] else "")
-            warnings.append(
-                f"{sum(r['n'] for r in stuck)} READY task(s) have no agent that can run them{need}. "
-                "create_agent registers one (claude-code, codex, gemini or command)."
-            )
+            first, needs = orphans[0], capability_list(orphans[0]["capabilities"])
+            wanted = ([f"agent_type {first['agent_type']}"] if first["agent_type"] else []) + (
+                [f"capabilities {', '.join(needs)}"] if needs else [])
+            need = f" (e.g. '{stuck[0]['example']}' needs {' and '.join(wanted)})" if wanted else ""
+            fix = ("create_agent registers one (claude-code, codex, gemini or command)" + (
+                "; edit_agent capabilities=[...] gives an agent capabilities" if needs else "") + ".")
+            warnings.append(f"{sum(r['n'] for r in stuck)} READY task(s) have no agent that can run them{need}. {fix}")
         ready = self.store.scalar("SELECT coalesce(sum(n), 0) FROM task_counts WHERE status = 'READY'")
         if ready and self.orchestrator_state() == "paused":
             warnings.append(f"The orchestrator is paused with {ready} READY task(s); "
                             "orchestrator_control action=resume starts them.")
-        return warnings + self._held_warnings() + self._no_change_warnings()
+        parked = [parked_line(row) for row in Parking(self.store).status()]
+        return parked + warnings + self._held_warnings() + self._no_change_warnings()
 
     def _held_warnings(self) -> list[str]:
         """Every task that carries a reason and next step (EXPLAINED: held, or waiting for input), the newest first,
@@ -170,6 +191,8 @@ class System:
             "orchestrator": {"state": self.orchestrator_state(), "running_tasks": self.running_tasks()},
             "warnings": self.warnings(),
             "merge_queue": self.merge_queue(),
+            # Agent kinds given no task until a login check, a reset time or `agentqueue resume` (parking.py).
+            "parked": Parking(self.store).status(),
             **({"daemons": self.daemons()} if self.store.shared else {}),
         }
 

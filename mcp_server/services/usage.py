@@ -9,15 +9,20 @@ from ..store.db import Store
 from .errors import InvalidInputError
 from .limits import MAX_HOURS, check_range
 
+# partial_runs: runs counted up to where they stopped (design.md "Every run is paid for"); unpriced_runs: runs of a
+# model whose price is unknown, whose tokens count and whose cost is left out of cost_usd. Each is there only when
+# it is not 0, so a ledger of whole, priced runs reads as it always did.
 _SUMS = ("sum(input) AS input, sum(output) AS output, sum(cache_read) AS cache_read, "
-         "sum(cache_write) AS cache_write, sum(total) AS total, sum(cost_usd) AS cost_usd")
-_KEYS = ("input", "output", "cache_read", "cache_write", "total", "cost_usd")
+         "sum(cache_write) AS cache_write, sum(total) AS total, sum(cost_usd) AS cost_usd, "
+         "sum(partial) AS partial_runs, count(*) - count(cost_usd) AS unpriced_runs")
+_MARKS = ("partial_runs", "unpriced_runs")
+_KEYS = ("input", "output", "cache_read", "cache_write", "total", "cost_usd", *_MARKS)
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: (row.get(k) or 0) for k in _KEYS}
-    out["cost_usd"] = round(float(out["cost_usd"]), 6)
-    return out
+    out: dict[str, int | float] = {k: int(row.get(k) or 0) for k in _KEYS}
+    out["cost_usd"] = round(float(row.get("cost_usd") or 0), 6)
+    return {k: v for k, v in out.items() if v or k not in _MARKS}
 
 
 def since_iso(hours: float) -> str:
@@ -29,12 +34,15 @@ class Usage:
         self.store = store
 
     def record(self, *, project_id: str | None, task_id: str | None = None, agent_id: str | None = None,
-               hook_id: str | None = None, tokens: dict[str, int], cost_usd: float, timestamp: str) -> None:
-        """Append one run's usage; call inside `transaction()`."""
+               hook_id: str | None = None, tokens: dict[str, int], cost_usd: float | None, timestamp: str,
+               partial: bool = False) -> None:
+        """Append one run's usage; call inside `transaction()`. cost_usd None: a model of unknown price. partial: the
+        run stopped before its CLI's final accounting, so these are its figures up to then."""
         self.store.db["token_ledger"].insert({
             "project_id": project_id, "task_id": task_id, "agent_id": agent_id, "hook_id": hook_id,
             **{k: int(tokens.get(k, 0)) for k in ("input", "output", "cache_read", "cache_write", "total")},
-            "cost_usd": float(cost_usd), "timestamp": timestamp,
+            "cost_usd": None if cost_usd is None else float(cost_usd), "timestamp": timestamp,
+            "partial": int(partial),
         })
 
     def summary(self, project_id: str | None = None, task_id: str | None = None,

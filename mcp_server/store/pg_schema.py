@@ -167,5 +167,44 @@ ALTER TABLE projects ADD COLUMN best_of_pick TEXT;
 CREATE INDEX tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL;
 """
 
+# Version 16 (sqlite._m16_partial_runs): runs paid for up to where they stopped, marked partial.
+PARTIAL_RUNS = """
+ALTER TABLE token_ledger ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE task_results ADD COLUMN partial BIGINT NOT NULL DEFAULT 0;
+"""
+
+# Version 17 (sqlite._m17_parked_agents): agent kinds parked for the whole queue.
+PARKED_AGENTS = """
+CREATE TABLE parked_agents (
+  agent_type TEXT NOT NULL, account TEXT NOT NULL, reason TEXT NOT NULL, until TEXT, message TEXT, fix TEXT,
+  parked_at TEXT NOT NULL, resumed_at TEXT, streak BIGINT, next_check TEXT, checks BIGINT, owner TEXT,
+  PRIMARY KEY (agent_type, account));
+"""
+
+# Version 18 (sqlite._m18_notifications): notifications, each notifier URL's state, a request's first notice.
+NOTIFICATIONS = f"""
+CREATE TABLE notifications (
+  id {ID}, event_id BIGINT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL, mode TEXT NOT NULL, project_id TEXT,
+  task_id TEXT, request_id TEXT, title TEXT NOT NULL, body TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'pending',
+  attempts BIGINT NOT NULL DEFAULT 0, next_at TEXT, claimed_by TEXT, claimed_until TEXT, created_at TEXT NOT NULL,
+  sent_at TEXT, last_error TEXT, UNIQUE (event_id, target));
+CREATE INDEX notifications_pending ON notifications (status, target, next_at);
+CREATE TABLE notify_targets (
+  target TEXT PRIMARY KEY, shown TEXT NOT NULL, last_ok_at TEXT, last_error_at TEXT, last_error TEXT,
+  last_digest_at TEXT);
+ALTER TABLE permission_requests ADD COLUMN notified_at TEXT;
+"""
+
+# Version 19 (sqlite._m19_routing_and_instructions): routing and standing instructions.
+ROUTING_AND_INSTRUCTIONS = """
+ALTER TABLE tasks ADD COLUMN capabilities TEXT;
+ALTER TABLE tasks ADD COLUMN model TEXT;
+ALTER TABLE projects ADD COLUMN instructions TEXT;
+ALTER TABLE agents ADD COLUMN instructions TEXT;
+DROP INDEX IF EXISTS tasks_ready_kind;
+CREATE INDEX tasks_ready_kind ON tasks (agent_type, repo_id, capabilities) WHERE status = 'READY';
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
-MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N}
+MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N,
+                           16: PARTIAL_RUNS, 17: PARKED_AGENTS, 18: NOTIFICATIONS, 19: ROUTING_AND_INSTRUCTIONS}

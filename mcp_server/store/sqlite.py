@@ -304,11 +304,65 @@ def _m15_best_of_n(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS tasks_candidate_of ON tasks (candidate_of) WHERE candidate_of IS NOT NULL")
 
 
+def _m16_partial_runs(db: sqlite_utils.Database) -> None:
+    """Version 16 (issue 22): runs paid for up to where they stopped
+    (design.md "Every run is paid for"). `partial` marks a run whose CLI never gave its final accounting (killed,
+    stopped, timed out, died): its tokens and cost are what its stream showed up to then. Its cost may be NULL: it
+    used a model of unknown price."""
+    db.table("token_ledger").add_column("partial", int, not_null_default=0)
+    db.table("task_results").add_column("partial", int, not_null_default=0)
+
+
+def _m17_parked_agents(db: sqlite_utils.Database) -> None:
+    """Version 17: agent kinds parked for the whole queue (design.md "Logins and quotas for the whole queue"): a
+    login that fails or a usage limit stops every task of the kind until a check, a reset time or a person resumes
+    it. One row per kind and account (the credentials a daemon gives that kind); kept after it resumes (resumed_at
+    set) so the next limit backs off further."""
+    db.table("parked_agents").create(
+        {"agent_type": str, "account": str, "reason": str, "until": str, "message": str, "fix": str,
+         "parked_at": str, "resumed_at": str, "streak": int, "next_check": str, "checks": int, "owner": str},
+        pk=("agent_type", "account"), not_null={"agent_type", "account", "reason", "parked_at"},
+    )
+
+
+def _m18_notifications(db: sqlite_utils.Database) -> None:
+    """Version 18 (issue 22): notifications when a person is needed
+    (design.md "Notifications"): one row per event and notifier URL (claimed by one daemon, retried with backoff),
+    each URL's last success and error, and when a permission request's first notification went out (its timeout
+    counts from then)."""
+    db.execute("CREATE TABLE IF NOT EXISTS notifications (id INTEGER PRIMARY KEY, event_id INTEGER NOT NULL, "
+               "target TEXT NOT NULL, kind TEXT NOT NULL, mode TEXT NOT NULL, project_id TEXT, task_id TEXT, "
+               "request_id TEXT, title TEXT NOT NULL, body TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'pending', "
+               "attempts INTEGER NOT NULL DEFAULT 0, next_at TEXT, claimed_by TEXT, claimed_until TEXT, "
+               "created_at TEXT NOT NULL, sent_at TEXT, last_error TEXT, UNIQUE (event_id, target))")
+    db.execute("CREATE INDEX IF NOT EXISTS notifications_pending ON notifications (status, target, next_at)")
+    db.execute("CREATE TABLE IF NOT EXISTS notify_targets (target TEXT PRIMARY KEY, shown TEXT NOT NULL, "
+               "last_ok_at TEXT, last_error_at TEXT, last_error TEXT, last_digest_at TEXT)")
+    db.table("permission_requests").add_column("notified_at", str)
+
+
+def _m19_routing_and_instructions(db: sqlite_utils.Database) -> None:
+    """Version 19 (issue 23): a task's routing (the capabilities it needs, the
+    model it runs with) and the standing instructions of projects and agents (text added to every prompt of theirs).
+
+    A task's capabilities are stored as ",a,b," (sorted, each wrapped in commas) so the scheduler's query can test
+    "every one is the agent's" with nested REPLACE, the same SQL on SQLite and PostgreSQL; NULL needs none."""
+    db.table("tasks").add_column("capabilities", str)
+    db.table("tasks").add_column("model", str)
+    db.table("projects").add_column("instructions", str)
+    db.table("agents").add_column("instructions", str)
+    # get_status' kinds of READY task (services/system.py warnings) now include what they need: still one index.
+    db.execute("DROP INDEX IF EXISTS tasks_ready_kind")
+    db.execute("CREATE INDEX tasks_ready_kind ON tasks (agent_type, repo_id, capabilities) WHERE status = 'READY'")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
     _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
-    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n]
+    _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n, _m16_partial_runs,
+    _m17_parked_agents, _m18_notifications,
+    _m19_routing_and_instructions]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -14,8 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     command = add_command(
         sub, "doctor", "check the setup and say how to fix each problem", run,
         "Check git and its identity, gh, each agent CLI (as the daemon finds it), the daemon and whether it runs "
-        "with config.toml and policy.toml as they are now, the token file's mode and every client config that "
-        "points at AgentQueue. Exit status 1 on a problem.")
+        "with config.toml and policy.toml as they are now, the token file's mode, every client config that "
+        "points at AgentQueue and each [notify] URL. Exit status 1 on a problem.")
     json_flag(command)
 
 

@@ -1,5 +1,6 @@
 """`agentqueue pause [PROJECT]` and `resume [PROJECT]`: one project (pause_project/resume_project) or, with no
-project, the whole orchestrator (orchestrator_control), through the daemon. Running agents finish."""
+project, the whole orchestrator (orchestrator_control), through the daemon. Running agents finish. `resume` with no
+project also unparks every agent kind parked on a failed login or a usage limit (services/parking.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def run(args: argparse.Namespace, home: Path) -> int:
                        + ". `agentqueue resume` starts them again.")
         else:
             message = f"Orchestrator {result['state']}: READY tasks start as agents free up."
+            unparked = result.get("unparked") or []
+            message += (f" Unparked agent kind(s) {', '.join(unparked)}: their tasks start again." if unparked
+                        else " No agent kind was parked.")
     if args.json:
         print_json(result)
     else:

@@ -9,6 +9,7 @@ from typing import Any
 from ... import paths
 from ...services.task_states import NEEDS_PERSON
 from .. import reads as cli_reads
+from ..advice import next_step as step_for, terminal_words
 from ..output import console, duration, print_json, shown, status_text
 from ..parser import add_command, json_flag
 
@@ -33,6 +34,8 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         error = None
         if task["status"] in NEEDS_PERSON and result is not None and result["status"] != "completed":
             error = cli_reads.agent_error(store, task_id)
+        waiting_on = cli_reads.statuses(store, task["depends_on"]) if task["status"] == "DEFINED" else []
+        paused = cli_reads.what_holds(store, task["project_id"]) if task["status"] == "READY" else None
     finally:
         store.close()
     log = paths.task_log(home, task_id)
@@ -56,13 +59,11 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         grid.add_row("agent", shown(task["assigned_agent"]))
     if reason:
         grid.add_row("reason", shown(reason, "yellow", multiline=True))
-    if next_step:
-        grid.add_row("next step", shown(next_step, "bold", multiline=True))
     if error and not reason:
         said = f"{error.get('error_type') or ''}: {error.get('error_message') or ''}".strip(": ")
         grid.add_row("error", shown(said, "red", multiline=True))
-        if error.get("suggested_fix"):
-            grid.add_row("fix", shown(error["suggested_fix"], multiline=True))
+    # Every status has one, in the commands of this terminal (the stored one names tools, for a model).
+    grid.add_row("next step", shown(step_for(task, error, waiting_on, paused), "bold", multiline=True))
     grid.add_row("attempts", f"{attempts} run(s); retries {task['retry_count']} of {task['max_retries']}")
     if task["branch"]:
         grid.add_row("branch", shown(task["branch"]))
@@ -74,9 +75,9 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
         grid.add_row("dependents", shown(", ".join(task["dependents"])))
     _best_of_rows(grid, task)
     if result is not None:
-        _result_rows(grid, result)
+        _result_rows(grid, result, task["id"])
     if task["warning"] and (result is None or result["warning"] != task["warning"]):
-        grid.add_row("warning", shown(task["warning"], "yellow", multiline=True))
+        grid.add_row("warning", shown(terminal_words(task["warning"], task["id"]), "yellow", multiline=True))
     grid.add_row("log", shown(f"{log}  (agentqueue logs {task['id']})") if log.exists() else "none yet")
     out.print(grid)
     out.print(Text("description", style="dim"))
@@ -84,15 +85,17 @@ def show(home: Path, task_id: str, as_json: bool) -> int:
     return 0
 
 
-def _result_rows(grid: Any, result: dict[str, Any]) -> None:
+def _result_rows(grid: Any, result: dict[str, Any], task_id: str) -> None:
     """The last run: how it ended, what it cost, its warning, summary and files."""
-    cost = f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
+    cost = " · cost unknown (no price for its model)" if result["cost_usd"] is None else \
+        f" · ${result['cost_usd']:.4f}" if result["cost_usd"] else ""
+    cost += " · partial: counted up to where the run was cut short" if result.get("partial") else ""
     took = f" · {duration(result['duration_s'])}" if result["duration_s"] is not None else ""
     label = result["status"] + (f" ({result['error_type']})" if result["error_type"] else "")
     grid.add_row("last result", shown(f"{label} · attempt {result['attempt']}{took} · "
                                        f"{result['tokens']['total']:,} tokens{cost}"))
     if result["warning"]:
-        grid.add_row("warning", shown(result["warning"], "yellow", multiline=True))
+        grid.add_row("warning", shown(terminal_words(result["warning"], task_id), "yellow", multiline=True))
     if result["summary"]:
         grid.add_row("summary", shown(result["summary"].strip()[-1200:], multiline=True))
     files = result["files_changed"]

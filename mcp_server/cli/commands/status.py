@@ -16,6 +16,7 @@ from ... import __version__, paths
 from ...services.task_states import CLAIMED, STATUS_NAMES, WORKING, in_clause
 from ...visible import visible
 from .. import reads as cli_reads
+from ..advice import warning_words
 from ..output import STYLES, console, duration, print_json, seconds_since
 from ..parser import add_command, json_flag
 
@@ -75,7 +76,8 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
     running = running_tasks(store)
     warnings = list(status["warnings"])
     # Recovery requeues every claimed task, one that waited for input too (it is not in the working list).
-    left = running_tasks(store, CLAIMED) if not daemon["running"] else []
+    # On a team's shared queue the other daemons' runs are theirs, not left behind by this home's daemon.
+    left = running_tasks(store, CLAIMED) if not daemon["running"] and not store.shared else []
     if left:
         warnings.append(f"{len(left)} task(s) were running when the daemon stopped; they are recovered "
                         "(work kept) when it starts again: `agentqueue serve`.")
@@ -95,6 +97,7 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
         "agents": status["agents"],
         "running": running,
         "merge_queue": status.get("merge_queue", []),
+        "parked": status.get("parked", []),  # agent kinds parked (a login, a limit); each is a warning line too
         "warnings": warnings,
     }
 
@@ -168,20 +171,27 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
         parts.append(Text(f"HTTP {visible(str(data['daemon']['http_url']))}", style="dim"))
     lead = f"tasks {data['tasks']['total']}: "
     parts.append(Text.assemble((lead, "bold"), _counts(data["tasks"]["by_status"], width - len(lead), len(lead))))
-    if data["projects"]:
+    id_width = max([7, *(len(visible(p["id"])) for p in data["projects"])])
+    if data["projects"] and id_width + 6 + 20 + 6 > width:  # a narrow terminal: one block per project
+        parts.extend(_project_blocks(data["projects"], width))
+    elif data["projects"]:
         # Only the counts wrap: ids, states and the column names are never cut.
         projects = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         projects.add_column("project", min_width=7, max_width=30, no_wrap=True, overflow="ellipsis")
         projects.add_column("state", min_width=6, no_wrap=True)
         projects.add_column("tasks", min_width=5)
-        id_width = min(30, max(7, *(len(visible(p["id"])) for p in data["projects"])))
+        id_width = min(30, id_width)
         counts_width = max(20, width - id_width - 6 - 6)  # two column gaps of 3
         for project in data["projects"]:
             projects.add_row(Text(visible(project["id"])),
                              Text(visible(project["status"]), "yellow" if project["status"] == "PAUSED" else ""),
                              _counts(project["task_counts"], counts_width))
         parts.append(projects)
-    if data["running"]:
+    widest = max([0, *(len(visible(r["agent_id"] or "-")) + len(visible(r["task_id"])) + len(r["status"])
+                       for r in data["running"])])
+    if data["running"] and widest + 7 + 5 + 12 > width:  # a narrow terminal: one block per run
+        parts.extend(_running_blocks(data["running"], width))
+    elif data["running"]:
         running = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         running.add_column("running agent", min_width=13, no_wrap=True, overflow="ellipsis", max_width=20)
         running.add_column("task", min_width=4, no_wrap=True)
@@ -201,8 +211,35 @@ def render(data: dict[str, Any], width: int = 80) -> RenderableType:
     else:
         parts.append(Text("agents: none registered (create_agent adds one)", style="yellow"))
     for warning in data["warnings"]:
-        parts.append(Text(f"! {visible(warning, multiline=True)}", style="yellow"))
+        parts.append(Text(f"! {visible(warning_words(warning), multiline=True)}", style="yellow"))
     return Group(*parts)
+
+
+def _project_blocks(projects: list[dict[str, Any]], width: int) -> list[Text]:
+    """The projects for a narrow terminal: `id  STATE`, then its counts indented (ids and states never cut)."""
+    from rich.text import Text
+
+    lines: list[Text] = [Text("projects", style="bold")]
+    for project in projects:
+        lines.append(Text.assemble(visible(project["id"]), "  ",
+                                   (visible(project["status"]), "yellow" if project["status"] == "PAUSED" else "")))
+        counts = _counts(project["task_counts"], width - 2, 2)
+        lines.append(Text.assemble("  ", counts))
+    return lines
+
+
+def _running_blocks(rows: list[dict[str, Any]], width: int) -> list[RenderableType]:
+    """The running agents for a narrow terminal: `task  STATUS  elapsed`, then `agent: title` indented."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    lines: list[RenderableType] = [Text("running", style="bold")]
+    for row in rows:
+        lines.append(Text.assemble(visible(row["task_id"]), "  ", (row["status"], STYLES.get(row["status"], "")),
+                                   "  ", duration(row["elapsed_s"])))
+        lines.append(Padding(Text(f"{visible(row['agent_id'] or '-')}: {visible(row['title'])}", overflow="fold"),
+                             (0, 0, 0, 2)))
+    return lines
 
 
 def _no_data(home: Path) -> dict[str, Any]:
@@ -210,7 +247,8 @@ def _no_data(home: Path) -> dict[str, Any]:
 
 
 def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
-    if not paths.db_path(home).exists():
+    exists, url = cli_reads.store_exists(home)  # a team's PostgreSQL queue has no file in the home
+    if not exists:
         if as_json:
             print_json(_no_data(home))
         else:
@@ -219,7 +257,9 @@ def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
             console().print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
                                          "claude-code`) or start the daemon (`agentqueue serve`).")))
         return 0
-    store = cli_reads.open_store_for_reading(home)
+    from ...store.reader import open_read_store
+
+    store = open_read_store(paths.db_path(home), url)
     try:
         if as_json:
             print_json(collect(home, store))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,17 +22,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     command.add_argument("--force", action="store_true", help="stop even though agents are running, without asking")
 
 
-def running_agents(home: Path) -> list[dict[str, Any]]:
-    """The claimed tasks (what stopping the daemon interrupts: a run waiting for input too), read from the store."""
-    if not paths.db_path(home).exists():
-        return []
+def running_agents(home: Path, pid: int | None = None) -> list[dict[str, Any]]:
+    """The claimed tasks (what stopping the daemon interrupts: a run waiting for input too), read from the store. On
+    a team's shared queue, only the runs of this home's daemon (`pid`): the other daemons' runs go on."""
     from ...services.task_states import CLAIMED
-    from ..reads import open_store_for_reading
+    from ...store.reader import open_read_store
+    from ..reads import store_exists
     from .status import running_tasks
 
-    store = open_store_for_reading(home)
+    exists, url = store_exists(home)  # a team's PostgreSQL queue has no file in the home
+    if not exists:
+        return []
+    store = open_read_store(paths.db_path(home), url)
     try:
-        return running_tasks(store, CLAIMED)
+        rows = running_tasks(store, CLAIMED)
+        if store.shared and pid is not None:
+            # A claim's owner is the daemon's id, host:pid:random (services/team.py).
+            ours = f"{socket.gethostname()}:{pid}:"
+            owners = {r["id"]: r["owner"] for r in store.all(
+                f"SELECT id, owner FROM tasks WHERE id IN ({','.join('?' * len(rows))})", [r["task_id"] for r in rows])
+                } if rows else {}
+            rows = [r for r in rows if (owners.get(r["task_id"]) or "").startswith(ours)]
+        return rows
     finally:
         store.close()
 
@@ -41,10 +53,11 @@ def run(args: argparse.Namespace, home: Path) -> int:
     from ...daemon_client import running_daemon
     from ...daemon_client import stop as stop_daemon
 
-    if running_daemon(home) is None:
+    info = running_daemon(home)
+    if info is None:
         print(f"No AgentQueue daemon is running for {home}.")
         return 1
-    running = running_agents(home)
+    running = running_agents(home, info.get("pid"))
     if running:
         print(f"Stopping the daemon interrupts {len(running)} running agent(s):")
         for row in running:

@@ -46,12 +46,36 @@ def tasks(home: Path, project: str | None, status: str | None, show_all: bool, a
                              + (f" with status {status}" if status else "") + "."
                              + (f" {hidden} completed task(s) hidden: --all shows them." if hidden else "")))
         return 0
-    out.print(_task_table(out, items), no_wrap=True, overflow="ignore", crop=False)
+    if _table_width(items) + 5 > out.width:  # too narrow for the table (it would overflow): one block per task
+        out.print(_task_blocks(items))
+    else:
+        out.print(_task_table(out, items), no_wrap=True, overflow="ignore", crop=False)
     footer = f"{len(items)} of {total} task(s)" if total > len(items) else f"{total} task(s)"
     if hidden:
         footer += f"; {hidden} completed hidden (--all shows them)"
     out.print(Text(footer, style="dim"))
     return 0
+
+
+def _table_width(items: list[dict[str, Any]]) -> int:
+    """The columns the table needs before its titles (as `_task_table` lays them out)."""
+    return (max(4, *(len(visible(t["id"])) for t in items)) + min(20, max(7, *(len(visible(t["project_id"]))
+            for t in items))) + max(6, *(len(t["status"]) for t in items)) + 3 + 4 * 3)
+
+
+def _task_blocks(items: list[dict[str, Any]]) -> Any:
+    """The tasks for a narrow terminal: `id  STATUS  pri N  project` (words that wrap whole), the title indented."""
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for t in items:
+        parts.append(Text.assemble(visible(t["id"]), "  ", (visible(t["status"]), STYLES.get(t["status"], "")),
+                                   f"  pri {t['priority']}  ", visible(t["project_id"])))
+        after = f"  (after {', '.join(t['depends_on'])})" if t["depends_on"] else ""
+        parts.append(Padding(Text(visible(t["title"] + after), overflow="fold"), (0, 0, 0, 2)))
+    return Group(*parts)
 
 
 def _task_table(console: Console, items: list[dict[str, Any]]) -> Text:

@@ -22,6 +22,19 @@ def run(args: argparse.Namespace, home: Path) -> int:
     return usage(home, args.project, args.task, args.since, args.json)
 
 
+def included(total: dict[str, int | float]) -> str:
+    """What the figures hold besides whole runs: runs cut short (counted up to where they stopped), runs of a model
+    with no known price (their tokens count, their cost does not)."""
+    parts = []
+    if total.get("partial_runs"):
+        parts.append(f"* includes {total['partial_runs']} partial run(s): killed, stopped or timed out, counted up to "
+                     "where they stopped")
+    if total.get("unpriced_runs"):
+        parts.append(f"+? the cost leaves out {total['unpriced_runs']} run(s) of a model with no known price "
+                     "(their tokens are counted)")
+    return "\n".join(parts)
+
+
 def usage(home: Path, project: str | None, task: str | None, since: float | None, as_json: bool) -> int:
     services = open_services(home)
     try:
@@ -46,6 +59,9 @@ def usage(home: Path, project: str | None, task: str | None, since: float | None
     out.print(Text.assemble(("Token usage", "bold"), visible(f" ({scope}{window}): "), f"{total['total']:,} tokens",
                                 f" · ${total['cost_usd']:.4f}", (f"  (in {total['input']:,} · out {total['output']:,}"
                                 f" · cache read {total['cache_read']:,} · write {total['cache_write']:,})", "dim")))
+    note = included(total)
+    if note:
+        out.print(Text(note, style="dim"))
     if not summary["breakdown"]:
         out.print(Text("No runs recorded" + (" in that window." if since else " yet."), style="dim"))
         return 0
@@ -56,7 +72,8 @@ def usage(home: Path, project: str | None, task: str | None, since: float | None
     for name in ("runs", "tokens", "cost $"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     for row in summary["breakdown"]:
-        table.add_row(*[shown(str(row[k] or "-")) for k in group], str(row["runs"]), f"{row['total']:,}",
-                      f"{row['cost_usd']:.4f}")
+        marks = "*" if row.get("partial_runs") else ""
+        table.add_row(*[shown(str(row[k] or "-")) for k in group], str(row["runs"]), f"{row['total']:,}{marks}",
+                      f"{row['cost_usd']:.4f}" + ("+?" if row.get("unpriced_runs") else ""))
     out.print(table)
     return 0

@@ -6,7 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done"]
+# "usage": a model response has ended and its usage is complete in the stream (Claude's message_delta).
+EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done", "usage"]
 
 TOKEN_KEYS = ("input", "output", "cache_read", "cache_write", "total")
 
@@ -40,9 +41,13 @@ class RunResult:
     status: Literal["completed", "failed"]
     summary: str = ""
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: it used tokens of a model whose price is unknown
     error_type: str | None = None
     error_message: str | None = None
+    # The run ended without the CLI's final accounting (killed, stopped, timed out, or died): tokens and cost are
+    # what its stream showed it had used up to then.
+    partial: bool = False
+    resets_at: float | None = None  # a limit's reset time (epoch seconds), when the CLI said it (adapters/limits.py)
 
 
 @dataclass
@@ -87,7 +92,9 @@ def classify_message(text: str) -> str | None:
 
 
 class Parser(Protocol):
-    """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit."""
+    """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit. A parser that recognises a
+    failed login or a usage limit sets `account_error` (adapters/limits.py) at that line: the runner stops the run
+    there, before the CLI's own retries."""
 
     def feed(self, line: str) -> list[AgentEvent]: ...
 

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
+from .limits import AccountError, limit_kind, reset_time, resets_in_event
+
+
+def account_error(message: str, event: dict[str, Any] | None = None) -> AccountError | None:
+    """A failed login or a limit in a Codex error text ("unexpected status 401 Unauthorized", "429 Too Many
+    Requests", "You've hit your usage limit … try again in 2 hours"); None for any other error."""
+    kind = classify_message(message)
+    if kind == "auth":
+        return AccountError("auth", message)
+    if kind in ("rate_limit", "quota") or "usage limit" in message.lower():
+        resets = resets_in_event(event) if event else None
+        return AccountError("quota" if kind == "quota" else limit_kind(message), message,
+                            resets if resets is not None else reset_time(message))
+    return None
 
 
 # Codex asks no host about single calls: each preset maps to its sandbox (in `exec`, nothing is asked).
@@ -29,6 +44,8 @@ class CodexParser:
         self.messages: list[str] = []
         self.failure: str | None = None
         self.turns = 0
+        self.in_turn = False  # a turn started and has not completed: its usage never reached the stream
+        self.account_error: AccountError | None = None  # a failed login or a limit, at its first error line
 
     def feed(self, line: str) -> list[AgentEvent]:
         event = load_json(line)
@@ -36,6 +53,9 @@ class CodexParser:
             return [AgentEvent("text", line.rstrip())] if line.strip() else []
         kind = event.get("type")
         item = event.get("item") or {}
+        if kind == "turn.started":
+            self.in_turn = True
+            return []
         if kind == "item.started" and item.get("type") == "command_execution":
             return [AgentEvent("tool_call", tool="shell", args={"command": item.get("command")})]
         if kind == "item.started" and item.get("type") == "mcp_tool_call":
@@ -61,18 +81,42 @@ class CodexParser:
             for key, value in turn.items():
                 self.usage[key] += value
             self.turns += 1
+            self.in_turn = False
             return [AgentEvent("system", "turn completed")]
         if kind == "turn.failed":
+            self.in_turn = False
             self.failure = (event.get("error") or {}).get("message") or "turn failed"
+            self._account(self.failure, event)
             return [AgentEvent("error", self.failure)]
-        if kind == "error":
+        if kind == "error":  # "Reconnecting... 1/5 (unexpected status 401 …)": the first of the CLI's retries
+            self._account(event.get("message") or "", event)
             return [AgentEvent("system", event.get("message") or "")]
+        self._used_up(event.get("rate_limits"))
         return []
+
+    def _used_up(self, limits: Any) -> None:
+        """A rate-limit snapshot (`rate_limits`: primary/secondary windows) with a window used up parks the kind."""
+        for window in (limits.values() if isinstance(limits, dict) else ()):
+            if isinstance(window, dict) and float(window.get("used_percent") or 0) >= 100:
+                self._account("usage limit reached (rate limit window used up)", window)
+
+    def feed_stderr(self, line: str) -> None:
+        """Codex logs its HTTP errors on stderr too: a 401 or a limit there parks the kind as well."""
+        if re.search(r"\b(401|403|429)\b|usage limit|api key", line, re.IGNORECASE):
+            self._account(line.strip())
+
+    def _account(self, message: str, event: dict[str, Any] | None = None) -> None:
+        if self.account_error is None and message:
+            self.account_error = account_error(message, event)
 
     def finish(self, exit_code: int | None) -> RunResult:
         summary = "\n".join(self.messages)[-2000:]
         if self.failure or exit_code != 0 or not self.turns:
             message = self.failure or f"codex exited with {exit_code} before completing a turn."
             kind = classify_message(message) or "crashed"
-            return RunResult("failed", summary=summary, tokens=self.usage, error_type=kind, error_message=message)
+            # Killed or died mid-turn: the turns it completed are paid for; the one it was in reported nothing.
+            found = account_error(message) if kind in ("auth", "rate_limit", "quota") else None
+            return RunResult("failed", summary=summary, tokens=self.usage, error_type=found.kind if found else kind,
+                             error_message=message, resets_at=found.resets_at if found else None,
+                             partial=self.in_turn)
         return RunResult("completed", summary=summary, tokens=self.usage)

@@ -8,9 +8,11 @@ message, so the error is classified from the text before it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
+from .limits import AccountError, reset_time
 
 RATE_LIMIT_ADVICE = "\nPlease wait and try again later."
 
@@ -40,6 +42,7 @@ class GeminiParser:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.result: dict[str, Any] | None = None
+        self.account_error: AccountError | None = None  # a failed login or a limit, at its first error line
 
     def feed(self, line: str) -> list[AgentEvent]:
         event = load_json(line)
@@ -55,19 +58,36 @@ class GeminiParser:
             return [AgentEvent("tool_result", text=str(event.get("output"))[:2000])]
         if kind == "result":
             self.result = event
+            if event.get("status") != "success":
+                self._account((event.get("error") or {}).get("message") or "")
             return [AgentEvent("system", f"result: {event.get('status')}")]
         return []
+
+    def feed_stderr(self, line: str) -> None:
+        """Gemini retries a 429 by itself for minutes, saying so only on stderr ("Attempt 1 failed with status 429.
+        Retrying with backoff..."): that first line parks the kind."""
+        # Only a refused key or a limit: a 5xx is left to the CLI's own retries.
+        if re.search(r"\b(401|403|429)\b|api key not valid|too many requests|resource_exhausted", line, re.IGNORECASE):
+            self._account(line.strip())
+
+    def _account(self, message: str) -> None:
+        kind = classify_error(message) if message else None
+        if self.account_error is None and kind in ("auth", "rate_limit", "quota"):
+            self.account_error = AccountError(kind, message,  # type: ignore[arg-type]
+                                              reset_time(message) if kind != "auth" else None)
 
     def finish(self, exit_code: int | None) -> RunResult:
         summary = "".join(self.text)[-2000:]
         if self.result is None:
+            # Gemini reports usage only in its result event: a run that never got there used an unknown amount.
             return RunResult("failed", summary=summary, error_type="crashed",
-                             error_message=f"gemini exited ({exit_code}) without a result event.")
+                             error_message=f"gemini exited ({exit_code}) without a result event.", partial=True)
         stats = self.result.get("stats") or {}
         usage = tokens(stats.get("input"), stats.get("output_tokens"), stats.get("cached"), 0,
                        stats.get("total_tokens"))
         if self.result.get("status") != "success":
             message = (self.result.get("error") or {}).get("message") or "gemini reported an error"
-            return RunResult("failed", summary=summary, tokens=usage, error_type=classify_error(message) or "crashed",
-                             error_message=message)
+            kind = classify_error(message) or "crashed"
+            return RunResult("failed", summary=summary, tokens=usage, error_type=kind, error_message=message,
+                             resets_at=reset_time(message) if kind in ("rate_limit", "quota") else None)
         return RunResult("completed", summary=summary, tokens=usage)
