@@ -5,7 +5,9 @@ In a scratch HOME: the README's install command word for word (a fresh venv that
 has its own `mcp_server/` folder and then under a GUI client's minimal environment, a linked repo
 and a task created the way a model creates it (no repo_id) that the real `claude` CLI, pointed at a
 loopback mock of the model API, lands in the repo's history; then `agentqueue doctor` on a machine
-with the usual faults. Only the model is scripted.
+with the usual faults. Then a second day from the terminal (issue 23): a bad config value while the daemon
+runs, a failed link and the task the model queued anyway, a task stopped and restarted, and an agent's question
+answered with the command `agentqueue status` prints. Only the model is scripted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 import shlex
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +27,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from .git_fixtures import git, make_repo
+from . import mock_anthropic
 from .mock_anthropic import MockAnthropic
 from .third_party import npm_bin
 
@@ -169,3 +173,89 @@ def test_the_first_hour_as_a_newcomer_walks_it(person: dict[str, str], tmp_path:
     assert all(check["fix"] for check in problems.values()), problems
     assert "chmod 600" in problems["token file"]["fix"] and "user.email" in problems["git identity"]["fix"]
     assert stat.S_IMODE(token.stat().st_mode) == 0o644
+
+    # 6. Day two (issue 23), from the terminal the README set up: a bad config value, a failed link, a task to
+    #    stop and restart, and an agent's question answered with the command the terminal prints.
+    token.chmod(0o600)
+    run([str(script), "install", "claude-code"], terminal)  # records the `claude =` path again
+    day_two(script, terminal, params, conf, user_home, repo)
+
+
+def day_two(script: Path, terminal: dict[str, str], params: StdioServerParameters, conf: Path, user_home: Path,
+            repo: Path) -> None:
+    from .test_notify_claude import at_a_terminal
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run([str(script), *args], terminal, check=False)
+
+    def shown(task_id: str) -> dict:
+        done = cli("show", task_id, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def until(task_id: str, *states: str, timeout: float = 150) -> dict:
+        deadline = time.monotonic() + timeout
+        while (task := shown(task_id))["task"]["status"] not in states:
+            assert time.monotonic() < deadline, f"{task_id} still {task['task']['status']}, not {states}"
+            time.sleep(0.5)
+        return task
+
+    slow, mock = mock_anthropic.SLOW_SECONDS, MockAnthropic().start()
+    try:
+        conf.write_text(re.sub(r'ANTHROPIC_BASE_URL = ".*"', f'ANTHROPIC_BASE_URL = "{mock.base_url}"',
+                               conf.read_text()))
+
+        async def as_a_model_would() -> dict:
+            async with Client(params, mode="legacy") as client:  # starts the daemon, in the same folder as day one
+                await client.call_tool("create_project", {"name": "Docs"})
+                failed = await client.call_tool("add_repo", {"project_id": "docs", "source": "link",
+                                                             "path": str(user_home / "no-such-checkout")})
+                assert failed.is_error
+                loose = await client.call_tool("create_task", {
+                    "project_id": "docs", "title": "Write the guide", "description": "SCENARIO:slow_write Guide."})
+                return loose.structured_content
+
+        loose = anyio.run(as_a_model_would)
+        assert "has no repo" in loose["warning"] and "add_repo" in loose["warning"]  # the failed link, told
+
+        # A bad value while the daemon runs: reads say it once and still answer; doctor fails with it.
+        good = conf.read_text()
+        conf.write_text(good + '\n[engine]\ntask_timeout = "soon"\n')
+        status = cli("status")
+        assert status.returncode == 0 and status.stderr.count("task_timeout = 'soon'") == 1, status.stderr
+        assert "Traceback" not in status.stderr + status.stdout
+        doctor = run([str(script), "doctor", "--json"], terminal, check=False)
+        failing = [c for c in json.loads(doctor.stdout)["checks"] if c["level"] == "fail"]
+        assert any("task_timeout" in c["detail"] for c in failing) and all(c["fix"] for c in failing), failing
+        conf.write_text(good)
+
+        # The task in a project without a repo: stopped mid-run from the terminal, shown with its next step in
+        # terminal words, restarted, and done.
+        mock_anthropic.SLOW_SECONDS = 600  # the first run waits on its model until it is stopped...
+        until(loose["id"], "IN_PROGRESS")
+        stopped = cli("stop-task", loose["id"])
+        assert stopped.returncode == 0, stopped.stderr
+        held = until(loose["id"], "BLOCKED")
+        show = cli("show", loose["id"])
+        assert f"agentqueue restart {loose['id']}" in " ".join(show.stdout.split()), show.stdout
+        assert "has no repo" in show.stdout and "restart_task" not in show.stdout
+        assert held["task"]["warning"] == loose["warning"]
+        mock_anthropic.SLOW_SECONDS = 1  # ...the rerun gets its answer at once
+        assert cli("restart", loose["id"]).returncode == 0
+        assert until(loose["id"], "COMPLETED", "BLOCKED")["task"]["status"] == "COMPLETED"
+
+        # An agent's question, answered from the terminal with the command `status` prints.
+        add = cli("add", "Touch it", "-d", "SCENARIO:run_cmd CMD[touch DAY_TWO_MARKER]", "--project", "web-app",
+                  "--json")
+        assert add.returncode == 0, add.stderr
+        asked = json.loads(add.stdout)["id"]
+        waiting = until(asked, "WAITING_INPUT")
+        request = waiting["task"]["pending_requests"][0]["id"]
+        assert f"agentqueue allow {request}" in " ".join(cli("status").stdout.split())
+        code, said = at_a_terminal([str(script), "allow", request], terminal, "y\n")
+        assert code == 0 and f"Allowed {request}" in said, said
+        assert until(asked, "COMPLETED", "BLOCKED")["task"]["status"] == "COMPLETED"
+    finally:
+        mock_anthropic.SLOW_SECONDS = slow
+        mock.stop()
+    assert git(repo, "show", "main:DAY_TWO_MARKER") == ""

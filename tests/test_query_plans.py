@@ -58,8 +58,9 @@ INTENDED: dict[str, str | dict[str, str]] = {
     "FROM token_hours WHERE hour >= ?": {"sqlite": "PRIMARY KEY", "postgres": "token_hours_pkey"},
 }
 # SQLite without statistics reads the READY tasks' kinds through the status index (READY rows either way).
-UNANALYSED_SQLITE = {"SELECT DISTINCT agent_type, repo_id FROM tasks": "idx_tasks_status_priority_created_at"}
-ANALYSED = {"SELECT DISTINCT agent_type, repo_id FROM tasks": {"sqlite": "tasks_ready_kind"}}
+UNANALYSED_SQLITE = {
+    "SELECT DISTINCT agent_type, repo_id, capabilities FROM tasks": "idx_tasks_status_priority_created_at"}
+ANALYSED = {"SELECT DISTINCT agent_type, repo_id, capabilities FROM tasks": {"sqlite": "tasks_ready_kind"}}
 
 
 def stamp(moment: datetime) -> str:

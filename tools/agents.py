@@ -53,9 +53,10 @@ def edit_agent(
     repo_id: str | None = None,
     capabilities: list[str] | None = None,
     label: Label | None = None,
+    instructions: Annotated[str | None, Field(description="added to every prompt it runs")] = None,
 ) -> Agent:
     """Change an agent from its next task; "" clears a field."""
-    return services(ctx).agents.edit(agent_id, model, command, repo_id, capabilities, label)
+    return services(ctx).agents.edit(agent_id, model, command, repo_id, capabilities, label, instructions)
 
 
 @tool(idempotent=True)

@@ -10,10 +10,14 @@ from ..store.models import Hook, HookRun
 
 from .registry import Command, Name, Noted, ProjectId, Seconds, project_filter, project_for, services, tool
 
+# The nested objects' field names, in their parameters' descriptions (the instructions say what they do).
 Trigger = Annotated[dict[str, Any], Field(description='{"type":"cron","cron":"0 6 * * *"}, periodic+interval_seconds, '
-                                                      'event+event_type')]
-Steps = Annotated[list[dict[str, Any]] | None, Field(description="shell|read_file|http|db_query|git_diff")]
-TaskTemplate = Annotated[dict[str, Any] | None, Field(description="{title, description, …}")]
+                                                      'event+event_type(+filter)')]
+Steps = Annotated[list[dict[str, Any]] | None, Field(
+    description="{type: shell(command)|read_file(path)|http(url,headers)|db_query(query)|git_diff(repo_id), "
+                "skip_llm_if_exit_zero|_empty|_status_ok}")]
+TaskTemplate = Annotated[dict[str, Any] | None, Field(description="{title, description, priority, requires_approval}")]
+LlmConfig = Annotated[dict[str, Any] | None, Field(description="{agent_type, model, max_turns, timeout_seconds}")]
 
 
 class HookList(Noted):
@@ -42,11 +46,12 @@ def create_hook(
     trigger: Trigger,
     project_id: ProjectId = None,
     action: Literal["llm", "create_task"] = "llm",
-    prompt_template: Annotated[Command | None, Field(description="{{step_N}} {{event.x}}")] = None,
+    prompt_template: Annotated[Command | None,
+                               Field(description="{{step_N[.field]}} {{event.x}} {{project_id}}")] = None,
     task_template: TaskTemplate = None,
     context_steps: Steps = None,
     cooldown_seconds: Seconds = 3600,
-    llm_config: dict[str, Any] | None = None,
+    llm_config: LlmConfig = None,
     enabled: bool = True,
 ) -> Hook:
     """On a schedule or event: gather context, then create a task or run a model."""

@@ -1,14 +1,14 @@
 """Note tools: markdown notes in a project's workspace (`notes/<slug>.md`)."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from ..services import result_size
 
-from .registry import Name, Noted, Offset, PathText, ProjectId, project_for, services, tool
+from .registry import Name, Noted, Offset, PathText, ProjectId, client_state, project_for, services, tool
 
 
 class NoteInfo(BaseModel):
@@ -41,6 +41,13 @@ class NoteAppended(BaseModel):
     name: str
     status: str
     size_bytes: int
+
+
+class MemoryWritten(BaseModel):
+    project_id: str
+    mode: str
+    size_chars: int
+    cap_chars: int
 
 
 class NoteDeleted(BaseModel):
@@ -87,6 +94,16 @@ def read_note(ctx: Context, title: Name, project_id: ProjectId = None,
 def append_note(ctx: Context, title: Name, content: str, project_id: ProjectId = None) -> NoteAppended:
     """Append to a note (created with a '# Title' heading if missing)."""
     return NoteAppended(**services(ctx).notes.append(project_for(ctx, project_id), title, content))
+
+
+@tool(destructive=True)
+def write_memory(ctx: Context, content: str, mode: Literal["append", "replace"] = "append",
+                 project_id: ProjectId = None) -> MemoryWritten:
+    """Add to (or replace) the project's MEMORY.md, which every agent's prompt includes; capped."""
+    svc, parent = services(ctx), client_state(ctx).options.get("task_id")
+    if parent and not project_id and not client_state(ctx).active_project:
+        project_id = svc.tasks.get(parent).project_id  # a task's agent remembers for its own project
+    return MemoryWritten(**svc.memory.write(project_for(ctx, project_id), content, mode))
 
 
 @tool(destructive=True)

@@ -83,10 +83,11 @@ def edit_project(
     merge_retries: Annotated[int | None, Field(ge=0, le=10, description="sends back on conflict/failed check")] = None,
     best_of_pick: Annotated[Literal["smallest", "first"] | None,
                             Field(description="best of N lands the smallest passing diff, or the first")] = None,
+    instructions: Annotated[str | None, Field(description="added to every task's prompt")] = None,
 ) -> Project:
     """Change a project's settings; fields omitted stay."""
     return services(ctx).projects.edit(project_id, name, credit_weight, max_concurrent_agents, budget_limit,
-                                       verify_command, default_repo_id, merge_retries, best_of_pick)
+                                       verify_command, default_repo_id, merge_retries, best_of_pick, instructions)
 
 
 @tool(destructive=True)

@@ -12,8 +12,8 @@ from ..services.task_states import NEEDS_PERSON
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
 
 from .registry import (
-    Limit, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter, project_for,
-    services, tool,
+    Limit, Name, Noted, Offset, PathText, Priority, ProjectId, Retries, TaskId, client_state, project_filter,
+    project_for, services, tool,
 )
 
 
@@ -23,6 +23,7 @@ from .registry import (
 Candidates = Annotated[int | list[str] | None, WithJsonSchema({"type": ["integer", "array"]})]
 Statuses = Annotated[str | list[str] | None, WithJsonSchema({"type": ["string", "array"]})]  # one, or a list
 RepoId = Annotated[str | None, Field(description="default: the default or only repo")]
+Names = Annotated[list[str] | None, WithJsonSchema({"type": "array"})]  # capability names, as create_agent takes them
 
 
 class TaskList(Noted):
@@ -131,6 +132,8 @@ def create_task(
     max_retries: Retries = 3,
     agent_type: AgentType | None = None,
     candidates: Candidates = None,
+    capabilities: Names = None,  # routing: what they and model mean is said once, in the instructions
+    model: Name | None = None,
 ) -> Task:
     """Queue a task for an agent."""
     svc, parent = services(ctx), client_state(ctx).options.get("task_id")
@@ -140,7 +143,7 @@ def create_task(
         project_id = svc.tasks.get(parent).project_id  # an agent's follow-up stays in its task's project
     return svc.tasks.create(project_for(ctx, project_id), title, description, priority, repo_id, requires_approval,
                             depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth,
-                            candidates=candidates)
+                            candidates=candidates, capabilities=capabilities, model=model)
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))

@@ -19,13 +19,15 @@ from .. import paths
 from ..services import candidates
 from ..services.errors import NotFoundError
 from ..services.failures import error_report
+from ..services.routing import capability_list, covers
 from ..services.system import ORCHESTRATOR_KEY, System, task_warning
 from ..services.task_states import EXPLAINED, STATUS_EVENTS, list_filter, parse_statuses
 from ..store.base import Store
 
 # A task's fields as get_task gives them (store.models.Task), in that order: the row's other columns stay out.
 TASK_FIELDS = ("id", "project_id", "title", "description", "status", "priority", "repo_id", "branch",
-               "assigned_agent", "agent_type", "depends_on", "dependents", "retry_count", "max_retries",
+               "assigned_agent", "agent_type", "capabilities", "model", "depends_on", "dependents", "retry_count",
+               "max_retries",
                "requires_approval", "pr_url", "resume_after", "reason", "next_step", "parent_task_id",
                "best_of", "pick", "chosen", "candidate_of", "candidates",
                "pending_requests", "sandbox_denials", "warning", "created_at", "updated_at")
@@ -148,6 +150,7 @@ def task(store: Store, task_id: str) -> dict[str, Any]:
         "requires_approval": bool(row["requires_approval"]), "pending_requests": pending, "sandbox_denials": refused,
         "candidates": candidates.listing(store, row) if row.get("best_of") else [],
         "warning": task_warning(store, row),
+        "capabilities": capability_list(row.get("capabilities")),
     }
     return {k: extra[k] if k in extra else row.get(k) for k in TASK_FIELDS}
 
@@ -190,13 +193,16 @@ class AgentRows:
 
     def list(self, limit: int = 50, offset: int = 0) -> tuple[list[Any], int]:
         total = int(self.store.scalar("SELECT count(*) FROM agents"))
-        rows = self.store.all("SELECT id, name, agent_type, state, current_task, repo_id FROM agents "
+        rows = self.store.all("SELECT id, name, agent_type, state, current_task, repo_id, capabilities FROM agents "
                               "ORDER BY created_at, id LIMIT ? OFFSET ?", (limit, offset))
-        return [SimpleNamespace(**r) for r in rows], total
+        return [SimpleNamespace(**{**r, "capabilities": json.loads(r["capabilities"] or "[]")}) for r in rows], total
 
-    def can_run(self, agent: Any, task_agent_type: str | None, task_repo_id: str | None) -> bool:
+    def can_run(self, agent: Any, task_agent_type: str | None, task_repo_id: str | None,
+                task_capabilities: str | None = None) -> bool:
         # Agents.can_run, word for word (that module imports pydantic).
         if task_agent_type and agent.agent_type != task_agent_type:
+            return False
+        if not covers(agent.capabilities, task_capabilities):
             return False
         return not (agent.repo_id and task_repo_id and agent.repo_id != task_repo_id)
 

@@ -391,9 +391,12 @@ class Engine:
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, ("agent",)) if tools else None
         planted = self._planted(task.id, agent.agent_type, workspace)
-        spec = BUILDERS[agent.agent_type](self._agent_config(agent, task.project_id, project_settings=planted == {}),
+        config = self._agent_config(agent, task.project_id, project_settings=planted == {})
+        config.model = task.model or config.model  # a task's model overrides its agent's for this run
+        spec = BUILDERS[agent.agent_type](config,
                                           task_prompt(task, svc.feedback.comments(task.id)),
-                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness), mcp)
+                                          context_for(svc, task, workspace, agent_tools=tools, ready=readiness,
+                                                      agent=agent), mcp)
         return ReadyRun(task, workspace, agent, spec, planted, {**svc.settings.agent_environment(), **readiness.env},
                         readiness)
 

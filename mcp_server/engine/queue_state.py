@@ -10,6 +10,7 @@ import json
 
 from ..services import Services
 from ..services.task_states import COUNTS_TOWARD_CONCURRENCY, in_clause
+from ..services.routing import capability_list, covers_sql
 from ..services.team import Team
 from .scheduler import IdleAgent, ProjectState, QueueState, ReadyTask
 from .workspaces import Workspaces
@@ -29,7 +30,8 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
     labels = team.labels
     held = sorted(parked)
     not_parked = f"AND agent_type NOT IN ({', '.join('?' for _ in held)}) " if held else ""
-    agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"], tuple(json.loads(a["capabilities"] or "[]")))
+    agents = tuple(IdleAgent(a["id"], a["agent_type"], a["repo_id"],
+                             tuple(sorted(json.loads(a["capabilities"] or "[]"))))  # sorted: one kind per set
                    for a in store.all(
                        "SELECT id, agent_type, repo_id, capabilities FROM agents WHERE state = 'IDLE' AND paused = 0 "
                        f"{not_parked}AND (label IS NULL OR label IN ({', '.join('?' for _ in labels) or 'NULL'})) "
@@ -52,7 +54,7 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
         if team.shared and team.others_alive() else []
     not_here = f" AND (repo_id IS NULL OR repo_id NOT IN ({', '.join('?' for _ in absent)}))" if absent else ""
     tasks: dict[str, ReadyTask] = {}
-    kinds = {(a.agent_type, a.repo_id) for a in agents}
+    kinds = {(a.agent_type, a.repo_id, a.capabilities) for a in agents}
     # A task sent back to its agent (merge queue: READY with assigned_agent set) waits for that agent while it is
     # busy; it is read only when that agent is idle here, or gone or paused (then any agent may take it).
     idle = tuple(a.id for a in agents)
@@ -68,15 +70,19 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
         room = min(len(agents), project.max_concurrent_agents - project.running)
         if project.paused or room <= 0 or (project.budget_limit and project.tokens_24h >= project.budget_limit):
             continue
-        for agent_type, repo_id in kinds:  # each kind of idle agent sees its own best candidates
+        for agent_type, repo_id, capabilities in kinds:  # each kind of idle agent sees its own best candidates
+            # Only tasks whose capabilities this kind has all of: a task no idle agent can serve never fills the window.
+            covered, needs = covers_sql(capabilities)
             for t in store.all(
-                    "SELECT id, project_id, priority, created_at, agent_type, repo_id, assigned_agent FROM tasks "
-                    "WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
-                    f"AND (? IS NULL OR repo_id = ?){not_here}{pinned} ORDER BY priority, created_at, id LIMIT ?"
-                    + lock, (project.id, agent_type, repo_id, repo_id, *absent, *idle, *owned, room)):
+                    "SELECT id, project_id, priority, created_at, agent_type, repo_id, assigned_agent, capabilities "
+                    "FROM tasks WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
+                    f"AND (? IS NULL OR repo_id = ?) AND {covered}{not_here}{pinned} "
+                    "ORDER BY priority, created_at, id LIMIT ?"
+                    + lock, (project.id, agent_type, repo_id, repo_id, *needs, *absent, *idle, *owned, room)):
                 tasks[t["id"]] = ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"],
                                            t["agent_type"], t["repo_id"],
-                                           t["assigned_agent"] if t["assigned_agent"] in idle else None)
+                                           t["assigned_agent"] if t["assigned_agent"] in idle else None,
+                                           tuple(capability_list(t["capabilities"])))
     runs = store.one("SELECT avg(total) AS avg FROM (SELECT total FROM token_ledger WHERE task_id IS NOT NULL "
                      "ORDER BY id DESC LIMIT 200) AS recent") or {}  # the recent runs' size, without reading every row
     return QueueState(projects, tuple(tasks.values()), agents, paused, int(runs.get("avg") or 10_000) or 10_000,

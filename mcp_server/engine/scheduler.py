@@ -4,7 +4,8 @@ Fair share is weighted fair queueing over tokens: each project's "virtual usage"
 over the rolling 24 h window plus an estimate for each run it has in flight (so one round spreads
 agents across projects), divided by its `credit_weight`; the lowest goes first. Within a project,
 lower `priority` first, then the oldest task. A project is skipped when paused, at its
-`max_concurrent_agents`, or at its `budget_limit`; a paused orchestrator assigns nothing.
+`max_concurrent_agents`, or at its `budget_limit`; a paused orchestrator assigns nothing. A task runs only on an
+agent that can run it (`can_run`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ReadyTask:
     agent_type: str | None = None
     repo_id: str | None = None
     agent_id: str | None = None  # sent back by the merge queue: only this agent takes it (it did the work)
+    capabilities: tuple[str, ...] = ()  # an agent must have every one
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,13 @@ class _Share:
 
 
 def can_run(agent: IdleAgent, task: ReadyTask) -> bool:
-    """A task's agent_type must match; an agent bound to a repo takes only that repo's tasks; a task sent back to
-    its agent waits for that one."""
+    """A task's agent_type must match and its capabilities be the agent's; an agent bound to a repo takes only that
+    repo's tasks; a task sent back to its agent waits for that one."""
     if task.agent_id and task.agent_id != agent.id:
         return False
     if task.agent_type and task.agent_type != agent.agent_type:
+        return False
+    if not set(task.capabilities) <= set(agent.capabilities):
         return False
     return not (agent.repo_id and agent.repo_id != task.repo_id)
 

@@ -22,6 +22,9 @@ from .. import __version__, prompts, tools
 from . import resources
 from ..apps import page as app_pages
 from .middleware import readable_tool_errors, selection_and_audit
+from .toolsets import NAMED_TOOLSETS
+from ..engine.agent_mcp import TAKES_MCP_CONFIG
+from ..engine.prompting import fenced
 from ..services import Services
 from ..services.errors import NotFoundError
 
@@ -152,6 +155,28 @@ def sdk_tools() -> tuple[Tool, ...]:
     return built
 
 
+def agent_routing(agent: Any) -> str:
+    """Which tasks an agent takes (the scheduler's can_run, in words)."""
+    parts = [f"tasks of repo {agent.repo_id} only" if agent.repo_id else "tasks of any repo",
+             f"tasks asking for agent_type {agent.agent_type} or none"]
+    parts.append("tasks whose capabilities are among " + ", ".join(agent.capabilities) if agent.capabilities
+                 else "no task that asks for capabilities")
+    parts.append(f"model {agent.model} unless a task names its own" if agent.model
+                 else "the CLI's default model unless a task names one")
+    if agent.label:
+        parts.append(f"only on daemons labelled {agent.label}")
+    if agent.paused:
+        parts.append("paused: takes no new task")
+    return "; ".join(parts) + "."
+
+
+def agent_tools(agent_type: str) -> str:
+    """The AgentQueue tools a task's agent is offered (the `agent` toolset), or why it has none."""
+    if agent_type not in TAKES_MCP_CONFIG:
+        return f"none (a {agent_type} run gets no MCP server); it reports through its summary"
+    return ", ".join(NAMED_TOOLSETS["agent"])
+
+
 def _register_prompts(mcp: MCPServer, services: Services) -> None:
     def dumps(value: Any) -> str:
         return json.dumps(value, default=lambda m: m.model_dump(mode="json"), indent=1)
@@ -191,7 +216,7 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
             project_id=project_id, project=dumps(project), tasks=dumps(open_tasks),
             chains=dumps(services.tasks.stuck_chains(project_id)))
 
-    @mcp.prompt(description="An agent's profile and recent work")
+    @mcp.prompt(description="An agent's profile, what it can do, recent work and memory")
     def agent_context(agent_id: Annotated[str, Field(description="agent id")]) -> str:
         agent = found(services.agents.get, agent_id)
         recent = services.store.all(
@@ -201,10 +226,15 @@ def _register_prompts(mcp: MCPServer, services: Services) -> None:
             r["project_id"] for r in services.store.all(
                 "SELECT t.project_id FROM task_results r JOIN tasks t ON t.id = r.task_id WHERE r.agent_id = ? "
                 "ORDER BY r.id DESC LIMIT 20", (agent_id,))))[:2]
-        memory = "\n\n".join(f"### {p}\n\n{services.memory.context(p, cap=3000)}" for p in projects
+        # Memory and standing instructions are data: fenced, so nothing in them starts a section of this prompt.
+        memory = "\n\n".join(f"### {p}\n\n{fenced(services.memory.context(p, cap=3000))}" for p in projects
                               if services.memory.context(p, cap=3000)) or "(no project memory yet)"
-        return prompts.load("agent_context").format(agent_id=agent_id, agent=dumps(agent), recent=dumps(recent),
-                                                    agent_type=agent.agent_type, memory=memory)
+        preset = services.policies.effective(projects[0] if projects else None).preset
+        return prompts.load("agent_context").format(
+            agent_id=agent_id, agent=dumps(agent), recent=dumps(recent), agent_type=agent.agent_type, memory=memory,
+            routing=agent_routing(agent), tools=agent_tools(agent.agent_type), preset=preset.name,
+            preset_summary=preset.summary, instructions="\n\n" + fenced(agent.instructions) if agent.instructions
+            else "(none)")
 
     @mcp.prompt(description="Summarise a conversation keeping ids, names, decisions and open questions")
     def summarize_conversation(transcript: Annotated[str, Field(description="the conversation")]) -> str:

@@ -33,7 +33,7 @@ DISCOVERY_GROUP = "discovery"  # its module: no toolset of its own; `default` an
 DEFAULT, ALL = "default", "all"
 NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
     "agent": ("create_task", "get_task", "list_tasks", "get_status", "list_notes", "read_note", "write_note",
-              "append_note"),
+              "append_note", "write_memory"),
     # A first session: projects, tasks, status, repos, approvals, and the way to the rest.
     DEFAULT: ("list_projects", "create_project", "set_active_project", "get_status", "list_tasks", "create_task",
               "get_task", "stop_task", "restart_task", "get_task_result", "get_agent_error", "get_task_diff",
@@ -51,7 +51,7 @@ SUMMARIES: dict[str, str] = {
     "system": "status, events, token usage, pause the orchestrator, restart the daemon",
     "files": "read, search and run commands in workspaces",
     "git": "status, log, diff, branch, commit, push, merge, PRs",
-    "notes": "project notes: write, read, append, compare with specs",
+    "notes": "project notes and MEMORY.md: write, read, append, compare with specs",
     "hooks": "scheduled and event hooks that queue tasks or run a model",
     "policy": "the permission policy and the audit log",
     "requests": "agents' permission requests",

@@ -16,6 +16,7 @@ from ..store.models import Agent
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .ids import slugify
 from .limits import MAX_COMMAND, quoted
+from .routing import check_instructions, covers
 from .task_states import CLAIMED, in_clause
 
 AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
@@ -105,9 +106,11 @@ class Agents:
         repo_id: str | None = None,
         capabilities: builtins.list[str] | None = None,
         label: str | None = None,
+        instructions: str | None = None,
     ) -> Agent:
-        """Change what an agent runs; None leaves a field alone, "" clears model, repo_id or label. A run in progress
-        keeps what it started with: the change applies from its next task."""
+        """Change what an agent runs; None leaves a field alone, "" clears model, repo_id, label or instructions (its
+        standing instructions, added to every prompt it runs). A run in progress keeps what it started with: the
+        change applies from its next task."""
         agent = self.get(agent_id)
         changes: dict[str, Any] = {}
         if model is not None:
@@ -128,8 +131,11 @@ class Agents:
             changes["capabilities"] = json.dumps([c.strip() for c in capabilities if c.strip()])
         if label is not None:
             changes["label"] = _label(label)
+        if instructions is not None:
+            changes["instructions"] = check_instructions(instructions, "instructions")
         if not changes:
-            raise InvalidInputError("Nothing to change: give model, command, repo_id, capabilities or label.")
+            raise InvalidInputError("Nothing to change: give model, command, repo_id, capabilities, label or "
+                                    "instructions.")
         with self.store.transaction() as db:
             db["agents"].update(agent_id, {**changes, "updated_at": now_iso()})
             self.store.add_event("agent.updated", agent_id=agent_id, payload={"changed": sorted(changes)})
@@ -204,8 +210,12 @@ class Agents:
             self.store.set_setting("agents_bootstrapped", "1")
         return message
 
-    def can_run(self, agent: Agent, task_agent_type: str | None, task_repo_id: str | None) -> bool:
+    def can_run(self, agent: Agent, task_agent_type: str | None, task_repo_id: str | None,
+                task_capabilities: str | None = None) -> bool:
+        """As the scheduler's can_run (engine/scheduler.py), for get_status' warnings; capabilities as stored."""
         if task_agent_type and agent.agent_type != task_agent_type:
+            return False
+        if not covers(agent.capabilities, task_capabilities):
             return False
         return not (agent.repo_id and task_repo_id and agent.repo_id != task_repo_id)
 

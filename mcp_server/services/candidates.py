@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInputError, NotFoundError
+from .routing import capability_list, covers
 from .task_states import CLAIMED, QUEUED
 
 if TYPE_CHECKING:  # import-light: the terminal's reads (cli/reads.py) list a group's candidates too
@@ -24,7 +25,7 @@ CHECKED = "best_of.checked"  # a candidate's outcome: passed, lines changed, why
 
 
 def pins(store: Store, candidates: int | builtins.list[str] | None, pick: str | None, agent_type: str | None,
-         repo_id: str | None, requires_approval: bool) -> builtins.list[str | None] | None:
+         repo_id: str | None, requires_approval: bool, needs: str | None = None) -> builtins.list[str | None] | None:
     """The agent each candidate is pinned to (None: any agent), one per candidate; None without candidates. Refuses
     bad values with what to do, before anything is written."""
     if candidates is None:
@@ -47,23 +48,24 @@ def pins(store: Store, candidates: int | builtins.list[str] | None, pick: str | 
         raise InvalidInputError("candidates need a repo (each candidate works on a branch of its own); this project "
                                 "has none. add_repo first, or leave candidates out.")
     if isinstance(candidates, list):
-        return _named(store, candidates, agent_type, repo_id)
-    rows = store.all("SELECT id FROM agents WHERE paused = 0 AND (? IS NULL OR agent_type = ?) "
-                     "AND (repo_id IS NULL OR repo_id = ?) ORDER BY state != 'IDLE', id LIMIT ?",
-                     (agent_type, agent_type, repo_id, count))
-    chosen: builtins.list[str | None] = [r["id"] for r in rows]
+        return _named(store, candidates, agent_type, repo_id, needs)
+    rows = store.all("SELECT id, capabilities FROM agents WHERE paused = 0 AND (? IS NULL OR agent_type = ?) "
+                     "AND (repo_id IS NULL OR repo_id = ?) ORDER BY state != 'IDLE', id LIMIT 500",
+                     (agent_type, agent_type, repo_id))
+    chosen: builtins.list[str | None] = [r["id"] for r in rows if covers(json.loads(r["capabilities"] or "[]"),
+                                                                          needs)][:count]
     return chosen + [None] * (count - len(chosen))  # fewer agents than candidates: the rest run on any agent
 
 
 def _named(store: Store, ids: builtins.list[str], agent_type: str | None,
-           repo_id: str) -> builtins.list[str | None]:
+           repo_id: str, needs: str | None) -> builtins.list[str | None]:
     if any(not isinstance(i, str) or not i.strip() for i in ids):
         raise InvalidInputError("candidates lists agent ids such as 'worker-1'; list_agents shows them.")
     if len(set(ids)) != len(ids):
         raise InvalidInputError("candidates names an agent twice; give each agent once (or a number, to let "
                                 "AgentQueue pick the agents).")
     for agent_id in ids:
-        row = store.one("SELECT agent_type, repo_id FROM agents WHERE id = ?", (agent_id,))
+        row = store.one("SELECT agent_type, repo_id, capabilities FROM agents WHERE id = ?", (agent_id,))
         if row is None:
             raise NotFoundError(f"Agent {agent_id[:100]!r} not found. list_agents shows agent ids.")
         if agent_type and row["agent_type"] != agent_type:
@@ -72,6 +74,9 @@ def _named(store: Store, ids: builtins.list[str], agent_type: str | None,
         if row["repo_id"] and row["repo_id"] != repo_id:
             raise InvalidInputError(f"Agent '{agent_id}' works only in repo '{row['repo_id']}', not '{repo_id}'; "
                                     "choose another agent.")
+        if not covers(json.loads(row["capabilities"] or "[]"), needs):
+            raise InvalidInputError(f"Agent '{agent_id}' lacks capabilities the task asks for "
+                                    f"({', '.join(capability_list(needs))}); choose another agent or edit_agent it.")
     return list(ids)
 
 

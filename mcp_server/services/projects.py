@@ -12,6 +12,7 @@ from ..store.models import Project
 from .agents import release_agents
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
 from .limits import MAX_AGENTS, MAX_TOKENS, MAX_WEIGHT, check_path, check_range
+from .routing import check_instructions
 from .ids import slugify
 from .task_states import CLAIMED, in_clause
 
@@ -146,7 +147,10 @@ class Projects:
         default_repo_id: str | None = None,
         merge_retries: int | None = None,
         best_of_pick: str | None = None,
+        instructions: str | None = None,
     ) -> Project:
+        """None leaves a field alone. `instructions`: standing instructions added to every prompt of the project's
+        tasks ("" clears them)."""
         self.require(project_id)
         _check_limits(credit_weight, max_concurrent_agents, budget_limit)
         changes: dict[str, Any] = {}
@@ -174,10 +178,12 @@ class Projects:
                 raise InvalidInputError(f"best_of_pick is 'smallest' (the passing candidate with the smallest diff, "
                                         f"once all ended) or 'first' (the first to pass); got {best_of_pick[:50]!r}.")
             changes["best_of_pick"] = best_of_pick
+        if instructions is not None:
+            changes["instructions"] = check_instructions(instructions, "instructions")
         if not changes:
             raise InvalidInputError(
                 "Nothing to change. Give at least one of name, credit_weight, max_concurrent_agents, budget_limit, "
-                "verify_command, default_repo_id, merge_retries, best_of_pick."
+                "verify_command, default_repo_id, merge_retries, best_of_pick, instructions."
             )
         with self.store.transaction() as db:
             db["projects"].update(project_id, {**changes, "updated_at": now_iso()})

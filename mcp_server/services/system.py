@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ServiceError
 from .parking import Parking, parked_line
 from .task_states import CLAIMED, EXPLAINED, STATUS_NAMES, in_clause, ordered
+from .routing import capability_list
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -105,19 +106,22 @@ class System:
         warnings = []
         # The kinds of agent READY tasks need (a handful), from a partial index; rows are read only for
         # the kinds no agent can run.
-        kinds = self.store.all("SELECT DISTINCT agent_type, repo_id FROM tasks WHERE status = 'READY'")
+        kinds = self.store.all("SELECT DISTINCT agent_type, repo_id, capabilities FROM tasks WHERE status = 'READY'")
         agents, _ = self.agents.list(limit=500)
-        orphans = [k for k in kinds if not any(self.agents.can_run(a, k["agent_type"], k["repo_id"]) for a in agents)]
+        orphans = [k for k in kinds if not any(self.agents.can_run(a, k["agent_type"], k["repo_id"], k["capabilities"])
+                                               for a in agents)]
         if orphans:
             stuck = [self.store.one("SELECT count(*) AS n, min(id) AS example FROM tasks WHERE status = 'READY' "
-                                    "AND agent_type IS ? AND repo_id IS ?", (k["agent_type"], k["repo_id"])) or {}
+                                    "AND agent_type IS ? AND repo_id IS ? AND capabilities IS ?",
+                                    (k["agent_type"], k["repo_id"], k["capabilities"])) or {}
                      for k in orphans]  # an aggregate always has its one row
-            need = (f" (e.g. '{stuck[0]['example']}' needs agent_type {orphans[0]['agent_type']})"
-                    if orphans[0]["agent_type"] else "")
-            warnings.append(
-                f"{sum(r['n'] for r in stuck)} READY task(s) have no agent that can run them{need}. "
-                "create_agent registers one (claude-code, codex, gemini or command)."
-            )
+            first, needs = orphans[0], capability_list(orphans[0]["capabilities"])
+            wanted = ([f"agent_type {first['agent_type']}"] if first["agent_type"] else []) + (
+                [f"capabilities {', '.join(needs)}"] if needs else [])
+            need = f" (e.g. '{stuck[0]['example']}' needs {' and '.join(wanted)})" if wanted else ""
+            fix = ("create_agent registers one (claude-code, codex, gemini or command)" + (
+                "; edit_agent capabilities=[...] gives an agent capabilities" if needs else "") + ".")
+            warnings.append(f"{sum(r['n'] for r in stuck)} READY task(s) have no agent that can run them{need}. {fix}")
         ready = self.store.scalar("SELECT coalesce(sum(n), 0) FROM task_counts WHERE status = 'READY'")
         if ready and self.orchestrator_state() == "paused":
             warnings.append(f"The orchestrator is paused with {ready} READY task(s); "

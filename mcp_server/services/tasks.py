@@ -12,7 +12,7 @@ from typing import Any
 from ..store.db import Store, now_iso
 from ..store.models import Candidate, PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
 from .agents import release_agents
-from . import candidates
+from . import candidates, routing
 from .candidates import pins as candidate_pins
 from .engine_hooks import EngineHooks
 from .errors import ConflictError, InvalidInputError, NotFoundError
@@ -100,7 +100,8 @@ class Tasks:
         refused = [r["message"] for r in self.store.all(
             "SELECT message FROM audit_log WHERE task_id = ? AND action = 'sandbox:deny' ORDER BY time DESC LIMIT 20",
             (task_id,))]
-        return Task(**{**row, "requires_approval": bool(row["requires_approval"])},
+        return Task(**{**row, "requires_approval": bool(row["requires_approval"]),
+                       "capabilities": routing.capability_list(row.get("capabilities"))},
                     depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending,
                     sandbox_denials=refused, warning=task_warning(self.store, row),
                     candidates=[Candidate(**c) for c in candidates.listing(self.store, row)] if row["best_of"] else [])
@@ -267,6 +268,8 @@ class Tasks:
         max_depth: int | None = None,
         candidates: int | builtins.list[str] | None = None,
         pick: str | None = None,
+        capabilities: builtins.list[str] | None = None,
+        model: str | None = None,
     ) -> Task:
         """`parent_task_id`: the running task whose agent queues this one; the new task depends on it and
         sits one level deeper, refused beyond `max_depth` (agents must not spawn tasks without end).
@@ -298,12 +301,13 @@ class Tasks:
         check_range("priority", priority, -MAX_COUNT, MAX_COUNT)  # a hook's task_template reaches here too
         if agent_type is not None and agent_type not in AGENT_TYPES:
             raise InvalidInputError(f"Unknown agent_type {agent_type!r}. Use one of: {', '.join(AGENT_TYPES)}.")
+        needs, model = routing.stored_capabilities(capabilities), routing.check_model(model)
         if repo_id is not None:
             self._check_repo(project_id, repo_id)
         else:
             repo_id = self.resolve_repo(project_id)
         deps = self._check_deps(None, depends_on or [])
-        pinned = candidate_pins(self.store, candidates, pick, agent_type, repo_id, requires_approval)
+        pinned = candidate_pins(self.store, candidates, pick, agent_type, repo_id, requires_approval, needs)
         if pinned is not None and pick is None:  # the project's rule (edit_project best_of_pick)
             pick = (self.projects.require(project_id) if parent_task_id else project_row).get("best_of_pick") \
                 or "smallest"
@@ -314,7 +318,8 @@ class Tasks:
                    "description": description.strip(), "status": "DEFINED" if deps else "READY", "priority": priority,
                    "repo_id": repo_id, "retry_count": 0, "max_retries": max_retries,
                    "requires_approval": int(requires_approval), "agent_type": agent_type,
-                   "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp}
+                   "parent_task_id": parent_task_id, "depth": depth, "created_at": stamp, "updated_at": stamp,
+                   "capabilities": needs, "model": model}
             origin = {"created_by_hook": created_by_hook} if created_by_hook else {}
             if parent_task_id:
                 origin["created_by_task"] = parent_task_id

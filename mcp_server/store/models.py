@@ -42,6 +42,7 @@ class Project(BaseModel):
     default_repo_id: str | None = Field(None, description="where tasks without repo_id run")
     merge_retries: int | None = Field(None, description="times a conflict or failing check is sent back (default 2)")
     best_of_pick: Literal["smallest", "first"] | None = Field(None, description="best of N's winner (default smallest)")
+    instructions: str | None = Field(None, description="standing instructions added to every task's prompt")
     task_counts: dict[str, int] = Field(default_factory=dict)
     created_at: str
     updated_at: str
@@ -105,6 +106,8 @@ class Task(BaseModel):
     branch: str | None = None
     assigned_agent: str | None = None
     agent_type: str | None = None
+    capabilities: list[str] = Field(default_factory=list, description="only an agent having all of them runs it")
+    model: str | None = Field(None, description="overrides the agent's model for this task")
     depends_on: list[str] = Field(default_factory=list)
     dependents: list[str] = Field(default_factory=list)
     retry_count: int
@@ -146,6 +149,7 @@ class Agent(BaseModel):
     command: str | None = None
     paused: bool = False
     label: str | None = None  # team mode: only daemons with this label run it
+    instructions: str | None = Field(None, description="standing instructions added to every prompt it runs")
     created_at: str
 
 

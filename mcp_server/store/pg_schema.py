@@ -195,6 +195,16 @@ CREATE TABLE notify_targets (
 ALTER TABLE permission_requests ADD COLUMN notified_at TEXT;
 """
 
+# Version 19 (sqlite._m19_routing_and_instructions): routing and standing instructions.
+ROUTING_AND_INSTRUCTIONS = """
+ALTER TABLE tasks ADD COLUMN capabilities TEXT;
+ALTER TABLE tasks ADD COLUMN model TEXT;
+ALTER TABLE projects ADD COLUMN instructions TEXT;
+ALTER TABLE agents ADD COLUMN instructions TEXT;
+DROP INDEX IF EXISTS tasks_ready_kind;
+CREATE INDEX tasks_ready_kind ON tasks (agent_type, repo_id, capabilities) WHERE status = 'READY';
+"""
+
 # version -> the DDL that brings the previous version to it (BASELINE creates version 11 from nothing).
 MIGRATIONS: dict[int, str] = {11: BASELINE, 12: PLANNED_QUERIES, 13: MERGE_QUEUE, 14: MERGE_BATCH, 15: BEST_OF_N,
-                           16: PARTIAL_RUNS, 17: PARKED_AGENTS, 18: NOTIFICATIONS}
+                           16: PARTIAL_RUNS, 17: PARKED_AGENTS, 18: NOTIFICATIONS, 19: ROUTING_AND_INSTRUCTIONS}

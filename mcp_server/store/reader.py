@@ -20,7 +20,7 @@ from .base import Params, Store, unusable_file
 
 # The schema version this AgentQueue writes (store.sqlite.SCHEMA_VERSION, which imports sqlite-utils to
 # say it; a test keeps the two equal). Any other version is opened by the full store.
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 
 class _Rows:

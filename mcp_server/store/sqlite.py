@@ -341,12 +341,28 @@ def _m18_notifications(db: sqlite_utils.Database) -> None:
     db.table("permission_requests").add_column("notified_at", str)
 
 
+def _m19_routing_and_instructions(db: sqlite_utils.Database) -> None:
+    """Version 19 (issue 23): a task's routing (the capabilities it needs, the
+    model it runs with) and the standing instructions of projects and agents (text added to every prompt of theirs).
+
+    A task's capabilities are stored as ",a,b," (sorted, each wrapped in commas) so the scheduler's query can test
+    "every one is the agent's" with nested REPLACE, the same SQL on SQLite and PostgreSQL; NULL needs none."""
+    db.table("tasks").add_column("capabilities", str)
+    db.table("tasks").add_column("model", str)
+    db.table("projects").add_column("instructions", str)
+    db.table("agents").add_column("instructions", str)
+    # get_status' kinds of READY task (services/system.py warnings) now include what they need: still one index.
+    db.execute("DROP INDEX IF EXISTS tasks_ready_kind")
+    db.execute("CREATE INDEX tasks_ready_kind ON tasks (agent_type, repo_id, capabilities) WHERE status = 'READY'")
+
+
 # Append only: a migration that shipped is never edited, so old databases upgrade predictably.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m1_core, _m2_lease_and_indexes, _m3_landing_shas, _m4_verify_command, _m5_repo_defaults_and_reasons,
     _m6_permission_requests, _m7_audit_log, _m8_agent_paused, _m9_task_feedback, _m10_flat_costs, _m11_team,
     _m12_planned_queries, _m13_merge_queue, _m14_merge_batch, _m15_best_of_n, _m16_partial_runs,
-    _m17_parked_agents, _m18_notifications]
+    _m17_parked_agents, _m18_notifications,
+    _m19_routing_and_instructions]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

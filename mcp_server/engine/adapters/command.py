@@ -10,7 +10,9 @@ from .base import AgentConfig, AgentEvent, RunResult, RunSpec
 
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
     full = f"{context}\n\n{prompt}" if context else prompt
-    return RunSpec(argv=shlex.split(config.command or ""), stdin=full.encode())
+    # A command has no --model flag of ours to take: the model a task or agent names reaches it in the environment.
+    env = {"AGENTQUEUE_MODEL": config.model} if config.model else {}
+    return RunSpec(argv=shlex.split(config.command or ""), stdin=full.encode(), env=env)
 
 
 class CommandParser:
