@@ -8,6 +8,7 @@ below; the rest of the file (earlier issues' figures) is left as it is. Timings 
     python bench/all.py            # full sizes (100k-task stores: about half an hour on 2 cores)
     python bench/all.py --quick    # each benchmark's --quick form, for a look in a few minutes
     python bench/all.py --only launch,board --print   # some benchmarks; print, do not write the docs
+    python bench/all.py --only engine   # measure one again: its rows replace theirs, the others are kept
 """
 
 from __future__ import annotations
@@ -151,9 +152,30 @@ def main() -> None:
         rows, elapsed, tail = results[name]
         print(f"  {len(rows)} row(s) in {elapsed:.0f} s" + (f"\n{tail}" if tail else ""), file=sys.stderr)
     text = section(results, args.quick)
+    if args.only and not args.print:
+        text = merged(text, results)
     print(text)
     if not args.print:
         write_doc(text)
+
+
+def merged(text: str, results: dict[str, tuple[list[dict[str, Any]], float, str]]) -> str:
+    """`--only`: the section as it was, with the rows of the benchmarks just run put in place (by metric) and a line
+    saying which were measured again and when; the other rows keep the figures of their own run."""
+    doc = DOC.read_text()
+    if BEGIN not in doc or END not in doc:
+        return text
+    old = doc.split(BEGIN, 1)[1].split(END, 1)[0].splitlines()
+    new = {line.split(" | ", 1)[0]: line for line in text.splitlines() if line.startswith("| ") and "---" not in line}
+    lines = [new.pop(line.split(" | ", 1)[0], line) if line.startswith("| ") else line for line in old]
+    last = max((i for i, line in enumerate(lines) if line.startswith("| ")), default=len(lines) - 1)
+    lines[last + 1:last + 1] = list(new.values())  # metrics the earlier run did not have
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    again = ", ".join(f"`bench/{BENCHES[name][0]}`" for name in results)
+    lines = [line for line in lines if not line.startswith("Measured again with `--only`")]
+    lines.insert(len(lines) - 1 if lines and not lines[-1].strip() else len(lines),
+                 f"Measured again with `--only` at {when}: the rows of {again}.")
+    return BEGIN + "\n".join(lines) + END
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Scenarios:
   prompt_too_long  HTTP 400 "prompt is too long" on every request
   hang         never answers (until the mock stops)
   stall        never answers while the person's newest words hold the marker; later turns get a plain answer
+  midway       starts its answer (usage and "Thinking it over…") then holds while the newest words hold the marker
   loop         the same Bash call forever
   slow_write   waits SLOW_SECONDS, then like write_file
   hook_create_task  calls AgentQueue's MCP tool create_task (HOOK_TASK), then "Created."
@@ -22,6 +23,7 @@ Scenarios:
   busy_then_hang  Bash `echo working` until STEPS[n] (default 2) tool results are in, then never answers
   followup     calls AgentQueue's create_task with FOLLOWUP, then "Tool said: <result>"
   cli_followup Bash: each of CLI_COMMANDS (`agentqueue task create` with CLI_FOLLOWUP, …), then "Tool said: …"
+  search_create  ToolSearch for create_task (run claude with ENABLE_TOOL_SEARCH=true), then chat_create's call
   chat_create  calls AgentQueue's create_task in project demo, titled by the last TITLE[...] of the
                conversation, then "Created: <the tool result>" (the chat's dispatcher, turn after turn)
   edit_region  Read shared.txt, then Write it back with the prompt's LINE[...] before its END line. Sent back by
@@ -120,6 +122,19 @@ def _followup(scenario: str, messages: list[Any]) -> list[tuple[str, Any]]:
         return [("tool_use", {"name": "Bash", "input": {"command": CLI_COMMANDS[len(results)],
                                                         "description": "agentqueue task"}})]
     return [("text", f"Tool said: {results[-1] if scenario == 'followup' else results[0]}")]
+
+
+def _search_create(text: str, messages: list[Any]) -> list[tuple[str, Any]]:
+    results = _tool_results(messages)
+    titles = re.findall(r"TITLE\[(.*?)\]", text)
+    if not results:
+        return [("tool_use", {"name": "ToolSearch", "input": {"query": "select:mcp__agentqueue__create_task",
+                                                              "max_results": 1}})]
+    if len(results) == 1:
+        return [("tool_use", {"name": "mcp__agentqueue__create_task", "input": {
+            "project_id": "demo", "title": titles[-1] if titles else "Untitled",
+            "description": "Queued from agentqueue chat."}})]
+    return [("text", f"Created: {results[-1]}")]
 
 
 def _edit_region(text: str, messages: list[Any]) -> list[tuple[str, Any]]:
@@ -318,13 +333,33 @@ class MockAnthropic:
                 scenario == "busy_then_hang" and len(_tool_results(messages)) >= (int(steps[1]) if steps else 2)):
             self.stopping.wait(600)
             return None
+        if scenario == "midway" and "SCENARIO:midway" in _newest_user_text(messages):
+            return self._begin_and_hold(handler, request)
         if scenario == "slow_write" and not answered_tool:
             self.stopping.wait(SLOW_SECONDS)
         if scenario == "edit_region" and answered_tool and "Sent back by the merge queue" not in text:
             self._together(text)
-        blocks = _blocks(scenario, text, messages, answered_tool)
+        # search_create: as with ENABLE_TOOL_SEARCH, find create_task with ToolSearch, then call it.
+        blocks = _search_create(text, messages) if scenario == "search_create" else \
+            _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
+
+    def _begin_and_hold(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        """A streamed answer that starts (message_start with USAGE, a first text delta) and never ends."""
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.end_headers()
+        handler.wfile.write(_sse("message_start", {"type": "message_start", "message": {
+            "id": f"msg_mock_{next(self.ids)}", "type": "message", "role": "assistant", "model": request.get("model"),
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": USAGE}})
+            + _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}})
+            + _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "text_delta", "text": "Thinking it over…"}}))
+        handler.wfile.flush()
+        self.stopping.wait(600)
+        handler.close_connection = True
 
     def _refuse(self, handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str]) -> None:
         """The API's answer during an outage: 401 a key it does not take, 429 a limit (with the given headers)."""

@@ -229,6 +229,33 @@ async def test_a_task_that_requires_approval_also_names_its_protected_files(svc:
     assert waiting.status == "AWAITING_APPROVAL" and waiting.reason is not None and ".envrc" in waiting.reason
 
 
+@pytest.mark.parametrize("value", [None, "tools/git-hooks", "./tools/../tools/git-hooks/", "{worktree}/tools/git-hooks",
+                                   "{worktree}", "~/hooks", "../elsewhere", "{checkout}/.git/hooks", ".git/hooks", "",
+                                   "tools/git-hooks\n^0000000000000000000000000000000000000000"])
+def test_the_hooks_folder_read_with_the_tips_gives_the_rules_that_git_config_gives(
+        git_env: Path, tmp_path: Path, value: str | None) -> None:
+    """A landing reads core.hooksPath through the tips' `rev-parse --git-path hooks` (one git command fewer): for
+    every kind of value (unset, relative, absolute inside or outside the worktree, `~`, empty, one with a newline)
+    the rules are the ones its own `git config --get` gives, and the tips are read right."""
+    from agentqueue.engine.workspaces import Workspace, Workspaces
+    from agentqueue.store.models import Repo
+    checkout = make_repo(tmp_path / "r", files={"README.md": "# r\n", "tools/git-hooks/pre-commit": "echo\n"})
+    worktree = tmp_path / "wt"
+    git(checkout, "worktree", "add", "-q", "-b", "task/one", str(worktree), "main")
+    tip = commit_file(worktree, "tools/git-hooks/post-merge", "echo\n")
+    old = commit_file(checkout, "other.txt", "main moved on\n")
+    if value is not None:
+        git(checkout, "config", "core.hooksPath", value.format(worktree=worktree, checkout=checkout))
+    repo = Repo(id="r", project_id="p", source_type="init", default_branch="main", checkout_path=str(checkout),
+                created_at="now")
+    tips = Workspaces(tmp_path / "worktrees").tips(Workspace(worktree, "task/one", repo))
+    assert (tips.old, tips.tip, tips.base) == (old, tip, "merge")
+    by_config = protected.landing_rules(worktree)
+    assert protected.landing_rules(worktree, lambda: tips.hooks or "") == by_config
+    hooked = value is not None and value.startswith(("tools", "./tools", "{worktree}/"))
+    assert any(rule.path.startswith("tools/git-hooks") for rule in by_config) == hooked
+
+
 def test_file_names_git_would_quote_are_still_seen(git_env: Path, tmp_path: Path) -> None:
     """A hostile name (a newline, a quote, non-ASCII) is quoted by git's default output; -z keeps it as is."""
     repo = make_repo(tmp_path / "r")

@@ -281,8 +281,9 @@ def test_a_daemon_frozen_past_its_lease_drops_its_run_and_the_taker_lands_it_onc
         assert done["status"] == "COMPLETED" and done["retry_count"] == 1, done  # requeued once; either may rerun it
         landed_once(tmp_path, h.origin)
         assert h.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (h.task,)) == 1
-        assert h.store.one("SELECT state, current_task FROM agents WHERE id = 'worker'") == {"state": "IDLE",
-                                                                                              "current_task": None}
+        # The agent is freed just after its task completes (a step of its own): it must become idle, not stay busy.
+        wait_until(lambda: h.store.one("SELECT state, current_task FROM agents WHERE id = 'worker'") == {
+            "state": "IDLE", "current_task": None}, 15, "the agent to be free again")
         assert h.a.process.poll() is None, "daemon a lives on, a member of the team again"
         said = (h.a.home / "serve.out").read_text()
         assert "lease ran out" in said and "its result is dropped" in said, "a dropped its stale run"

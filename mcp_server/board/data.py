@@ -48,6 +48,8 @@ def overview(svc: Services) -> dict[str, Any]:
                           "partial_runs": (tokens.get(p.id) or {}).get("partial_runs", 0),
                           "unpriced_runs": (tokens.get(p.id) or {}).get("unpriced_runs", 0),
                           "running": [r for r in running if r["project_id"] == p.id],
+                          "columns": {name: sum(p.task_counts.get(s, 0) for s in statuses)
+                                      for name, statuses in COLUMNS},
                           "sandbox": svc.sandbox.weakened(p.id)} for p in projects],
             "orchestrator": svc.system.orchestrator_state(), "running": running,
             "pending_requests": len(svc.requests.list("pending", limit=500)),
@@ -89,7 +91,8 @@ def kanban(svc: Services, project_id: str, query: str = "", agent: str = "", col
     agents, _ = svc.agents.list(limit=500)
     return {"project": project, "columns_shown": names, "cards_by_column": cards, "column_totals": totals,
             "shown": sum(totals.values()), "column": column, "offset": offset, "limit": limit,
-            "query": query, "agent": agent, "agents": agents, "choices": choices}
+            "query": query, "agent": agent, "agents": agents, "choices": choices,
+            "orchestrator": svc.system.orchestrator_state()}
 
 
 def column_totals(svc: Services, project_id: str) -> dict[str, int]:

@@ -17,6 +17,8 @@ from starlette.requests import Request
 from .auth import BoardAuth
 
 OPEN_PATHS = ("/login", "/board/login-code")  # they check their own credential (a code, the bearer token)
+# The stylesheet holds no data: the login and refusal pages need it before there is a session.
+PUBLIC_STATIC = ("/static/board.css",)
 MAX_FORM_BYTES = 1 << 20
 SAFE_METHODS = ("GET", "HEAD")
 CREDENTIAL = "agentqueue.credential"  # scope key: "session" or "bearer"
@@ -50,9 +52,11 @@ def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -
             scope[CREDENTIAL] = "bearer"
         elif auth.session_ok(cookie):
             scope[CREDENTIAL] = "session"
+        elif scope["path"] in PUBLIC_STATIC and scope["method"] in SAFE_METHODS:
+            scope[CREDENTIAL] = "none"
         elif scope["path"] not in OPEN_PATHS:
             await _refuse(send, 401, "Not logged in, or the session ended. Run `agentqueue board` in a terminal: it "
-                                     "opens the board with a one-time login link.")
+                                     "opens the board with a one-time login link.", login=True)
             return
         if scope["method"] in SAFE_METHODS or scope["path"] in OPEN_PATHS:
             await inner(scope, receive, send)
@@ -120,9 +124,13 @@ def _form_field(body: bytes, name: str) -> str | None:
     return values[0] if values else None
 
 
-async def _refuse(send: Any, status: int, message: str) -> None:
+async def _refuse(send: Any, status: int, message: str, login: bool = False) -> None:
+    """A refusal page with the board's styles and a way on: the login form (401), else the board's start."""
+    way = ('<a href="/login">Paste a login code</a> that <code>agentqueue board</code> printed' if login
+           else '<a href="/">Back to the projects</a>')
     body = (f"<!doctype html><meta charset=utf-8><title>AgentQueue board</title>"
-            f"<p>{html.escape(message)}</p>").encode()
+            f'<link rel="stylesheet" href="/static/board.css"><main>'
+            f'<p class="flash error" role="alert">{html.escape(message)}</p><p class="way">{way}</p></main>').encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/html; charset=utf-8"), (b"cache-control", b"no-store")]})
     await send({"type": "http.response.body", "body": body})

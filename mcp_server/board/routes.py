@@ -8,7 +8,6 @@ audit log under the credential that made it (the board's session or the bearer t
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import re
@@ -49,6 +48,7 @@ def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                       auto_reload=False)
     env.globals["columns"] = [name for name, _ in data.COLUMNS]
+    env.globals["column_statuses"] = data.COLUMNS  # the overview counts tasks by the kanban's columns
     env.globals["states"] = task_states  # the status groups: which actions a task's panel offers
     env.filters["tokens"] = lambda n: f"{int(n or 0):,}"
     env.filters["usd"] = lambda x: f"${float(x or 0):.2f}"
@@ -334,6 +334,15 @@ class Board:
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
+    # -- errors: a page with the board's header and a way back ---------------------------------
+    async def not_found(self, request: Request, error: Exception) -> Response:
+        message = str(error) if isinstance(error, NotFoundError) else \
+            f"Nothing on the board at {_shown(request.url.path)}."
+        return self.render(request, "error.html", status=404, message=message)
+
+    async def refused(self, request: Request, error: Exception) -> Response:
+        return self.render(request, "error.html", status=400, message=str(error))
+
     def close(self) -> None:
         """The daemon stops: end every open stream (pages reconnect to the next daemon)."""
         self.closing = True
@@ -388,12 +397,4 @@ def routes(board: Board) -> Starlette:
         Route("/orchestrator/{state}", board.orchestrator, methods=["POST"]),
         Route("/events", board.events),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-    ], exception_handlers={NotFoundError: _not_found, ServiceError: _refused})
-
-
-async def _not_found(request: Request, error: Exception) -> Response:
-    return HTMLResponse(f"<p class='error'>{html.escape(str(error))}</p>", status_code=404)
-
-
-async def _refused(request: Request, error: Exception) -> Response:
-    return HTMLResponse(f"<p class='error'>{html.escape(str(error))}</p>", status_code=400)
+    ], exception_handlers={NotFoundError: board.not_found, 404: board.not_found, ServiceError: board.refused})

@@ -25,12 +25,24 @@ def money(cost: float) -> str:
     return f"${cost:.4f}" if cost >= 0.01 else f"${cost:.6f}"
 
 
-def footer_text(turn: TurnResult) -> str:
+def count(n: int) -> str:
+    """A token count in a few characters: 950, 12.3k, 4.1M (the footer must fit 80 columns)."""
+    return str(n) if n < 10_000 else f"{n / 1000:.1f}k" if n < 1_000_000 else f"{n / 1_000_000:.1f}M"
+
+
+def footer_text(turn: TurnResult, width: int = 10_000) -> str:
+    """The turn's tokens, cost and time in at most `width` characters: the cache detail goes first, then the
+    time, when the terminal is narrow."""
     u = turn.usage
-    cache = f" · {u.get('cache_read', 0)} cache read · {u.get('cache_write', 0)} cache write" \
+    cache = f" · {count(u.get('cache_read', 0))} cache read · {count(u.get('cache_write', 0))} cache write" \
         if u.get("cache_read") or u.get("cache_write") else ""
-    return (f"{u.get('input', 0)} in · {u.get('output', 0)} out{cache} tokens · {money(turn.cost_usd)} · "
-            f"{turn.duration_ms / 1000:.1f} s")
+    tokens = f"{count(u.get('input', 0))} in · {count(u.get('output', 0))} out"
+    seconds = f" · {turn.duration_ms / 1000:.1f} s"
+    for shown in (f"{tokens}{cache} tokens · {money(turn.cost_usd)}{seconds}",
+                  f"{tokens} tokens · {money(turn.cost_usd)}{seconds}", f"{tokens} tokens · {money(turn.cost_usd)}"):
+        if len(shown) <= width:
+            return shown
+    return shown
 
 
 def fold(arguments: dict[str, Any], width: int) -> str:
@@ -82,8 +94,8 @@ class TerminalView:
         self._print(Text("✗ " + visible(message, multiline=True), style="bold red"))
 
     def footer(self, turn: TurnResult) -> None:
-        label = "interrupted · " if turn.interrupted else ""
-        self._print(Text(f"── {label}{footer_text(turn)}", style="dim"))
+        label = f"── {'interrupted · ' if turn.interrupted else ''}"
+        self._print(Text(label + footer_text(turn, self.console.width - len(label) - 1), style="dim"))
 
     def ask(self, question: str, choices: str) -> str:
         self._print(Text(visible(question, multiline=True), style="bold yellow"))

@@ -17,6 +17,8 @@ from ..engine.adapters.claude_code import ClaudeCodeParser
 from .claude import EXITED, SERVER, ClaudeProcess, Line
 
 Permission = Literal["allow", "deny", "always"]
+SYNTHETIC = "<synthetic>"  # the model name on messages claude writes itself (such as "API Error: …")
+TOOL_SEARCH = "ToolSearch"  # Claude Code's deferred-tool lookup: a step towards a tool call, not one of its own
 
 # What to do next, per failure kind of services.failures (the engine's classification).
 NEXT_STEPS = {
@@ -96,12 +98,16 @@ class Conversation:
         self.total_cost = 0.0
         self.session_id: str | None = None
         self.warned_mcp = False
+        self.retry_noted = False
+        self.searches: dict[str, dict[str, Any]] = {}
 
     def turn(self, message: str, view: View) -> TurnResult:
         out = TurnResult()
         parser = ClaudeCodeParser()  # the engine's reading of results and errors
         streamed: set[str] = set()  # message ids whose text already arrived as deltas
         tools: dict[str, dict[str, Any]] = {}
+        self.retry_noted = False  # a 429 is told once a turn, however often claude retries it
+        self.searches = {}  # ToolSearch calls, folded into the tool they find
         started = time.monotonic()
         if not self.process.send(message):
             return self._ended(out)
@@ -150,28 +156,9 @@ class Conversation:
                 out.text += delta["text"]
                 view.text(delta["text"])
         elif kind == "assistant":
-            message = event.get("message") or {}
-            for block in message.get("content") or []:
-                if block.get("type") == "text" and block.get("text") and str(message.get("id")) not in streamed:
-                    out.text += block["text"]
-                    view.text(block["text"])
-                elif block.get("type") == "tool_use":
-                    call = {"name": short_name(str(block.get("name"))), "input": block.get("input") or {},
-                            "result": None, "is_error": False}
-                    tools[str(block.get("id"))] = call
-                    out.tool_calls.append(call)
-                    view.tool_call(call["name"], call["input"])
+            self._assistant(event.get("message") or {}, out, streamed, tools, view)
         elif kind == "user":
-            content = (event.get("message") or {}).get("content")
-            for block in content if isinstance(content, list) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    extra = event.get("tool_use_result")
-                    structured = extra.get("structuredContent") if isinstance(extra, dict) else None
-                    summary = summarize(block.get("content"), structured)
-                    call = tools.get(str(block.get("tool_use_id")))
-                    if call is not None:
-                        call["result"], call["is_error"] = summary, bool(block.get("is_error"))
-                    view.tool_result(summary, bool(block.get("is_error")))
+            self._tool_results(event, tools, view)
         elif kind == "system":
             self._system(event, view)
         elif kind == "control_request":
@@ -180,6 +167,44 @@ class Conversation:
             self._result(event, out, parser)
             return True
         return False
+
+    def _assistant(self, message: dict[str, Any], out: TurnResult, streamed: set[str],
+                   tools: dict[str, dict[str, Any]], view: View) -> None:
+        """A model message: its text (unless it already streamed) and one line per tool call."""
+        for block in message.get("content") or []:
+            if message.get("model") == SYNTHETIC and str(block.get("text") or "").startswith("API Error"):
+                continue  # claude's own wording of a failed request: the turn's error says it, with the next step
+            if block.get("type") == "text" and block.get("text") and str(message.get("id")) not in streamed:
+                out.text += block["text"]
+                view.text(block["text"])
+            elif block.get("type") == "tool_use":
+                call = {"name": short_name(str(block.get("name"))), "input": block.get("input") or {},
+                        "result": None, "is_error": False}
+                tools[str(block.get("id"))] = call
+                out.tool_calls.append(call)
+                if call["name"] == TOOL_SEARCH:  # shown with the tool it finds, not as a step of its own
+                    self.searches[str(block.get("id"))] = call
+                    continue
+                view.tool_call(call["name"], call["input"])
+
+    def _tool_results(self, event: dict[str, Any], tools: dict[str, dict[str, Any]], view: View) -> None:
+        """The tools' answers, one line each (a ToolSearch that found its tool: none, its call line follows)."""
+        content = (event.get("message") or {}).get("content")
+        for block in content if isinstance(content, list) else []:
+            if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                continue
+            extra = event.get("tool_use_result")
+            structured = extra.get("structuredContent") if isinstance(extra, dict) else None
+            summary = summarize(block.get("content"), structured)
+            call = tools.get(str(block.get("tool_use_id")))
+            if call is not None:
+                call["result"], call["is_error"] = summary, bool(block.get("is_error"))
+            search = self.searches.pop(str(block.get("tool_use_id")), None)
+            if search is not None and not block.get("is_error"):
+                continue
+            if search is not None:
+                view.tool_call(search["name"], search["input"])
+            view.tool_result(summary, bool(block.get("is_error")))
 
     def _system(self, event: dict[str, Any], view: View) -> None:
         subtype = event.get("subtype")
@@ -190,10 +215,10 @@ class Conversation:
                 self.warned_mcp = True
                 view.note(f"AgentQueue's MCP server is {ours[0].get('status')} in claude: the queue's tools are "
                           "missing. `agentqueue doctor` says why.")
-        elif subtype == "api_retry":
-            view.note(f"The model API answered {event.get('error_status')} ({event.get('error')}); retry "
-                      f"{event.get('attempt')}/{event.get('max_retries')} in "
-                      f"{int(event.get('retry_delay_ms') or 0) / 1000:.1f} s…")
+        elif subtype == "api_retry" and not self.retry_noted:  # once: claude may retry ten times
+            self.retry_noted = True
+            view.note(f"The model API answered {event.get('error_status')} ({event.get('error')}); claude retries "
+                      f"by itself (up to {event.get('max_retries')} times). Ctrl-C stops waiting.")
 
     def _control(self, event: dict[str, Any], view: View) -> None:
         request_id = str(event.get("request_id"))
@@ -223,6 +248,10 @@ class Conversation:
         total = float(event.get("total_cost_usd") or 0.0)
         out.cost_usd, self.total_cost = max(total - self.total_cost, 0.0), total
         out.usage = usage_of(event)
+        if out.interrupted and not any(out.usage.values()):
+            # claude reports no usage for an interrupted turn: the engine's count of what the stream showed so far
+            streamed = parser.usage.tokens()
+            out.usage = {key: streamed[key] for key in out.usage}
         if not out.text and isinstance(event.get("result"), str) and not event.get("is_error"):
             out.text = event["result"]
         if event.get("is_error") and not (out.interrupted and event.get("subtype") == "error_during_execution"):

@@ -26,6 +26,11 @@ log = logging.getLogger("agentqueue.engine")
 _READS = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentqueue-git")
 
 
+def _hooks_of(tips: concurrent.futures.Future[Tips]) -> Callable[[], str]:
+    """The hooks folder the tips' read gives, once it has run (its error, if it failed)."""
+    return lambda: tips.result().hooks or ""
+
+
 @dataclass
 class BranchReads:
     """What `read_branch` read of a finished run's branch; rules and tips are None when they must be read again."""
@@ -58,9 +63,13 @@ class Landing:
         protected-path rules and both tips, all read at once beside the leftovers' `status` (they only read
         commits, the index and config); read again, one after another, when that status found leftovers."""
         lands_here = not task.requires_approval and not self.team.shared  # else no tips are needed (a PR, origin)
+        # The tips' rev-parse also gives the hooks folder the rules need (one command fewer than a `git config` of
+        # their own). It is submitted before the rules, so a pool that runs tasks in order never has a rules read
+        # waiting for a tips read that no worker has started.
+        tips = _READS.submit(self.workspaces.tips, workspace) if lands_here else None
+        hooks = _hooks_of(tips) if tips else None
         futures = (_READS.submit(self.workspaces.changes, workspace),
-                   _READS.submit(protected.landing_rules, workspace.path),
-                   _READS.submit(self.workspaces.tips, workspace) if lands_here else None)
+                   _READS.submit(protected.landing_rules, workspace.path, hooks), tips)
         started: list[concurrent.futures.Future[Any]] = [f for f in futures if f]
         try:
             committed = self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")

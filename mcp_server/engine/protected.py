@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -170,10 +170,12 @@ class Hold:
         return rule.why if rule else "protected"
 
 
-def landing_rules(worktree: Path) -> list[Rule]:
+def landing_rules(worktree: Path, hooks: Callable[[], str] | None = None) -> list[Rule]:
     """The rules a landing from `worktree` is checked against (RULES, the repository's hooks folder, committed
-    aliases); read apart from `landing_hold` so a caller can read them beside other reads of the finished run."""
-    return _rules_for(worktree, RULES, untracked=False)
+    aliases); read apart from `landing_hold` so a caller can read them beside other reads of the finished run.
+    `hooks`: gives the hooks folder as `git rev-parse --git-path hooks` printed it in `worktree`, when the caller
+    asks git for it in another command (called after this listing ran); None: core.hooksPath is read here."""
+    return _rules_for(worktree, RULES, untracked=False, hooks_folder=hooks)
 
 
 def landing_hold(worktree: Path, default_ref: str, branch: str, changes: Iterable[str] | None = None,
@@ -338,17 +340,22 @@ def _worktree_entry(root: Path, rel: str) -> tuple[str, bytes | None] | None:
         return ("file", handle.read(MAX_COMPARED_BYTES + 1))
 
 
-def _rules_for(root: Path, base: Sequence[Rule], untracked: bool) -> list[Rule]:
+def _rules_for(root: Path, base: Sequence[Rule], untracked: bool,
+               hooks_folder: Callable[[], str] | None = None) -> list[Rule]:
     """`base`, the repository's own hooks folder (core.hooksPath inside it), and where protected symlinks lead
-    (committed ones, and with `untracked` those not committed too)."""
+    (committed ones, and with `untracked` those not committed too). `hooks_folder`: see landing_rules."""
     rules = list(base)
-    # core.hooksPath is read while the first listing runs (two processes at once); a hooks folder it names is then
-    # listed on its own and added to that listing (pathspecs are a union, so this is the listing of all the rules).
-    reading = _start(root, "config", "--get", "core.hooksPath", safe=False) if any(r.runs for r in base) else None
+    # core.hooksPath is read while the first listing runs (two processes at once), or by the caller's command; a
+    # hooks folder it names is then listed on its own and added to that listing (pathspecs are a union, so this is
+    # the listing of all the rules).
+    runs = any(r.runs for r in base)
+    reading = _start(root, "config", "--get", "core.hooksPath", safe=False) if runs and not hooks_folder else None
     try:
         listed = _listed(root, rules, untracked)
     finally:
         hooks = _hooks_path(root, reading) if reading is not None else None  # read (and reaped) either way
+    if runs and hooks_folder:
+        hooks = _inside(root, hooks_folder())
     if hooks:
         rules.append(Rule(hooks, GIT_HOOKS, runs=True))
         listed |= _listed(root, rules[-1:], untracked)
@@ -381,6 +388,14 @@ def _hooks_path(root: Path, reading: subprocess.Popen[bytes]) -> str | None:
     except ServiceError:
         return None  # unset
     if not value or value.startswith("~"):
+        return None
+    return _inside(root, value)
+
+
+def _inside(root: Path, value: str) -> str | None:
+    """A hooks folder (absolute, or relative to the worktree's root as git resolves it) as a path relative to
+    `root`, when it is inside it and not the root itself."""
+    if not value:
         return None
     path = Path(value) if os.path.isabs(value) else root / value
     try:

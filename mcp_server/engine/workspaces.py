@@ -85,6 +85,12 @@ class Tips:
     old: str
     tip: str
     base: str  # `old` (a fast-forward), `tip` (nothing new to land) or "merge"
+    # The repository's hooks folder as `rev-parse --git-path hooks` gave it in the task's worktree (core.hooksPath
+    # resolved by git, else its own hooks folder), read in the same command; None when not asked for.
+    hooks: str | None = None
+
+
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class Workspaces:
@@ -275,23 +281,35 @@ class Workspaces:
         return checkout.branch_changes(workspace.repo.default_branch, workspace.branch)
 
     def tips(self, workspace: Workspace) -> Tips:
-        """Both tips and how they relate, in one command (the caller may read them beside other reads)."""
+        """Both tips and how they relate, and the repository's hooks folder, in one command run in the task's
+        worktree (refs are shared by every worktree); the caller may read them beside other reads."""
         assert workspace.repo is not None and workspace.branch is not None
-        main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
-        return self._tips(main, workspace.repo, workspace.branch)
+        tree = gitops.Checkout(workspace.path, known=True)
+        return self._tips(tree, workspace.repo, workspace.branch, hooks=True)
 
-    def _tips(self, main: gitops.Checkout, repo: Repo, branch: str) -> Tips:
+    def _tips(self, checkout: gitops.Checkout, repo: Repo, branch: str, hooks: bool = False) -> Tips:
         seen = self._moves.get(repo.id, (0, ""))[0]  # read before `old`: a later move of ours is then known
         ref, head = f"refs/heads/{repo.default_branch}", f"refs/heads/{branch}"  # never read as an option
         # `A...B` adds `^<base>` for every merge base: the tips and `git merge-base` in one command. When one tip
-        # contains the other, that one is the only base (a fast-forward, or nothing new).
-        lines = main.rev_parse(ref, head, f"{ref}...{head}")
-        old, tip = lines[0], lines[1]
-        bases = [line[1:] for line in lines[2:] if line.startswith("^")]
+        # contains the other, that one is the only base (a fast-forward, or nothing new). With `hooks`, the hooks
+        # folder comes first: a path may hold newlines, so the output is read from its end, where only git's own
+        # lines are (the two tips, `A...B`'s two, then one `^<base>` per base).
+        args = ("--git-path", "hooks", ref, head, f"{ref}...{head}") if hooks else (ref, head, f"{ref}...{head}")
+        lines = checkout.run("rev-parse", *args, reads_hooks=hooks).split("\n")
+        ends = len(lines)
+        while ends > 0 and lines[ends - 1].startswith("^"):
+            ends -= 1
+        bases, shas = [line[1:] for line in lines[ends:]], lines[ends - 4:ends] if ends >= 4 + hooks else []
+        # Each name is resolved on its own: a landing that moves the default branch meanwhile may show in `A...B` and
+        # not in the first line. `old` is the first read either way; the compare-and-swap from it guards the move.
+        if len(shas) != 4 or not all(_SHA.fullmatch(line) for line in (*shas, *bases)):
+            raise gitops.GitError(f"git rev-parse in {checkout.path} gave an answer AgentQueue cannot read.")
+        old, tip = shas[0], shas[1]
         if not bases:
-            raise gitops.GitError(f"'{branch}' and '{repo.default_branch}' in {main.path} have no commit in common; "
-                                  "the task branch is kept.")
-        return Tips(seen, old, tip, old if bases == [old] else tip if bases == [tip] else "merge")
+            raise gitops.GitError(f"'{branch}' and '{repo.default_branch}' in {checkout.path} have no commit in "
+                                  "common; the task branch is kept.")
+        return Tips(seen, old, tip, old if bases == [old] else tip if bases == [tip] else "merge",
+                    hooks="\n".join(lines[:ends - 4]) if hooks else None)
 
     def land(self, workspace: Workspace, via_remote: bool = False, files: list[str] | None = None,
              check_clean: bool = True, tips: Tips | None = None) -> Landing:

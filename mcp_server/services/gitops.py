@@ -74,6 +74,9 @@ def _fallback_env() -> dict[str, str]:
 # Nor git's automatic maintenance after a merge or commit (one more process inside the landing's lock): the engine
 # runs it itself now and then (Workspaces.maintain).
 SAFE_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "maintenance.auto=false")
+# SAFE_GIT less its hooks override, for a command that runs no hook and reads core.hooksPath itself (`rev-parse
+# --git-path hooks`: with the override it would print /dev/null).
+SAFE_GIT_READING_HOOKS = SAFE_GIT[2:]
 
 
 class Checkout:
@@ -105,16 +108,18 @@ class Checkout:
         return self._repo
 
     # -- running git ---------------------------------------------------------------------------
-    def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+    def run(self, *args: str, env: dict[str, str] | None = None, reads_hooks: bool = False) -> str:
         """git's output as text, less its final newline; a failure raises GitError with git's own words."""
-        out = self.run_bytes(*args, env=env)
+        out = self.run_bytes(*args, env=env, reads_hooks=reads_hooks)
         return out.decode("utf-8", "surrogateescape").removesuffix("\n")
 
-    def run_bytes(self, *args: str, env: dict[str, str] | None = None) -> bytes:
+    def run_bytes(self, *args: str, env: dict[str, str] | None = None, reads_hooks: bool = False) -> bytes:
         """git's raw output (for -z listings: paths as they are, never quoted). A bare subprocess, not GitPython's
-        execute, which costs a few milliseconds more per command; git speaks English (C locale) as there."""
+        execute, which costs a few milliseconds more per command; git speaks English (C locale) as there.
+        `reads_hooks`: a command that runs no hook and reads core.hooksPath (SAFE_GIT_READING_HOOKS)."""
+        safe = SAFE_GIT_READING_HOOKS if reads_hooks else SAFE_GIT
         with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
-            done = subprocess.run(["git", *SAFE_GIT, *args], cwd=self.path, capture_output=True,
+            done = subprocess.run(["git", *safe, *args], cwd=self.path, capture_output=True,
                                   stdin=subprocess.DEVNULL, env={**os.environ, **_C_LOCALE, **(env or {})})
         if done.returncode != 0:
             stderr = done.stderr.decode("utf-8", "replace").strip()
@@ -312,7 +317,8 @@ class Checkout:
     def commit_leftovers(self, message: str) -> str | None:
         """commit_all for a task's worktree, lean: one status when there is nothing to commit (the usual case:
         the agent committed its work); returns the new commit, or None."""
-        if not self.run_bytes("status", "--porcelain", "-z", "--untracked-files=all"):
+        # A read only (git's --no-optional-locks): the stat data it refreshes is not written back on the landing's path.
+        if not self.run_bytes("status", "--porcelain", "-z", "--untracked-files=all", env={"GIT_OPTIONAL_LOCKS": "0"}):
             return None
         committed, sha = self.commit_all(message)
         return sha if committed else None

@@ -83,8 +83,14 @@
     svg.innerHTML = paths.join("");
   }
 
+  // A project paused or resumed, the orchestrator paused or resumed: the header's status and buttons follow.
+  var refreshState = coalesced(function () { return refresh(location.pathname + location.search, "project-state"); });
+
   function onKanbanChange(change) {
-    if (!change.task_id) return;
+    if (!change.task_id) {
+      if (/^(project|orchestrator)\./.test(change.event_type || "")) refreshState();
+      return;
+    }
     if (change.event_type === "task.deleted") {
       var gone = document.getElementById("card-" + change.task_id);
       if (gone) gone.remove();
@@ -114,12 +120,32 @@
   function refresh(url, id) {
     return fetch(url, {credentials: "same-origin"})
       .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) { return html === null ? null : idle(document.getElementById(id)).then(function () { return html; }); })
       .then(function (html) {
         if (html === null) return;
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
         var old = document.getElementById(id);
         if (fresh && old) { old.replaceWith(fresh); htmx.process(fresh); }
       });
+  }
+
+  // Resolves once no htmx request made from inside `element` is in flight: a button the person just clicked
+  // must stay in the page until its answer (the flash) is swapped in, or htmx drops that answer. The change
+  // the click made often arrives on the feed before the click's own answer does.
+  function idle(element) {
+    return new Promise(function (resolve) {
+      if (!element || !(element.classList.contains("htmx-request") || element.querySelector(".htmx-request"))) {
+        resolve();
+        return;
+      }
+      var settle = function () {
+        document.body.removeEventListener("htmx:afterRequest", settle);
+        clearTimeout(guard);
+        setTimeout(resolve, 0);
+      };
+      var guard = setTimeout(settle, 10000);
+      document.body.addEventListener("htmx:afterRequest", settle);
+    });
   }
 
   var onTaskChange = coalesced(function () {
@@ -162,6 +188,20 @@
     var form = e.detail.elt.closest ? e.detail.elt.closest("form") : null;
     if (form && e.detail.successful && e.detail.xhr.responseText.indexOf("flash ok") >= 0) form.reset();
   });
+  // -- flash messages: a success clears itself after FLASH_MS, an error
+  // stays until the next action; the region keeps its aria-live, so a screen reader still reads each one.
+  var FLASH_MS = 8000, flashTimer = null;
+  function clearFlash() { var flash = document.getElementById("flash"); if (flash) flash.innerHTML = ""; }
+  function clearFlashLater() {
+    clearTimeout(flashTimer);
+    var flash = document.getElementById("flash");
+    if (flash && flash.querySelector(".flash.ok")) flashTimer = setTimeout(clearFlash, FLASH_MS);
+  }
+  document.body.addEventListener("htmx:beforeRequest", function () { clearTimeout(flashTimer); clearFlash(); });
+  document.body.addEventListener("htmx:afterSwap", function (e) {
+    if (e.detail.target && e.detail.target.id === "flash") clearFlashLater();
+  });
+
   document.addEventListener("DOMContentLoaded", function () { drawLinks(); connect(); });
   window.addEventListener("resize", drawLinks);
   document.body.addEventListener("htmx:afterSwap", function () { if (kanban()) { countColumns(); drawLinks(); } });
