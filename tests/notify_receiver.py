@@ -43,7 +43,8 @@ class Receiver:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"json://127.0.0.1:{self.port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # A short poll: shutdown() waits for the loop to look, 0.5 s by default, at every test's end.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def hold(self) -> None:
         self._open.clear()
