@@ -39,7 +39,13 @@ CODEX, GEMINI = npm_bin("codex"), npm_bin("gemini")
 
 
 def without_mcp(tmp_path: Path, claude: str) -> str:
-    """The real claude, handed an empty MCP config in place of the engine's: an agent that has only its shell."""
+    """The real claude, handed an empty MCP config in place of the engine's: an agent that has only its shell.
+
+    The real CLI's folder goes on the agents' PATH (`[env] path`): the sandbox shows a run the folders on its PATH
+    and its command's own, and a checkout under /tmp (a clean clone) is otherwise private to it."""
+    home = tmp_path / "aq"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(f'[env]\npath = ["{Path(claude).parent}"]\n')
     wrapper = tmp_path / "bin" / "claude"
     wrapper.parent.mkdir()
     wrapper.write_text('#!/usr/bin/env bash\nargs=()\nnext=0\nfor a in "$@"; do\n'
