@@ -165,13 +165,9 @@ def remembered_key(request_context: ServerRequestContext[Any, Any], state: Clien
     return ACTIVE_KEY.format(name=name[:200], cwd=cwd[:4096])
 
 
-def restore_active_project(request_context: ServerRequestContext[Any, Any], state: ClientState) -> None:
-    """At a connection's first tool call: the active project its client last set in this folder, if it still
-    exists (a worker thread: it reads the store)."""
-    state.restored = True
-    key = remembered_key(request_context, state)
-    if key is None or state.active_project is not None:
-        return
+def restore_active_project(state: ClientState, key: str) -> None:
+    """The active project kept under `key` (remembered_key), if it still exists: run in a worker thread, it reads
+    the store."""
     project = state.services.store.get_setting(key)
     if project and state.services.store.scalar("SELECT 1 FROM projects WHERE id = ?", (project,)):
         state.active_project = project

@@ -29,7 +29,7 @@ from ..services.policy_rules import PolicyError
 from ..store.base import StoreBusy
 from ..tools.gate import CURRENT_CALL, CallRecord
 from ..tools.registry import SPECS, TOOLS
-from ..tools.state import actor_of, restore_active_project, state_for
+from ..tools.state import actor_of, remembered_key, restore_active_project, state_for
 
 log = logging.getLogger("agentqueue.middleware")
 _VALIDATION = re.compile(r"^Error executing tool (?P<tool>[\w-]+): \d+ validation errors? for \w+\n(?P<body>.*)$", re.S)
@@ -204,7 +204,10 @@ async def selection_and_audit(ctx: Any, call_next: Any) -> Any:
             result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
         else:
             if not state.restored:  # once per connection: its client's active project in this folder
-                await anyio.to_thread.run_sync(restore_active_project, ctx, state)
+                state.restored = True
+                key = remembered_key(ctx, state) if state.active_project is None else None
+                if key is not None:  # a person's plugin connection only: no thread hop for HTTP, agents, tests
+                    await anyio.to_thread.run_sync(restore_active_project, state, key)
             result = await call_next(ctx)
     except Exception as error:  # a protocol error (unknown tool, bad request): recorded, then passed on
         await _write(ctx, state, record, "error", str(error), started)
