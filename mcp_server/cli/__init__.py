@@ -126,10 +126,10 @@ def _run_command(args: argparse.Namespace, home: Path) -> int:
 def _refusal(message: str, home: Path) -> str:
     """A refusal as the terminal says it: the commands instead of the tools it names, and for an unknown task or
     project id the closest ones."""
+    import re
+
     from .advice import terminal_words, with_suggestions
     from .reads import open_store_for_reading
-
-    import re
 
     about = re.match(r"Task '([\w-]{1,100})' ", message)  # a refusal about one task: its bare tool names take its id
     return with_suggestions(terminal_words(message, about.group(1) if about else None),
