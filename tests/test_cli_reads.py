@@ -250,3 +250,14 @@ def test_the_task_list_wraps_only_titles_and_shows_them_inert(tmp_path: Path) ->
     assert "".join(wrapped).replace(" ", "") == expected.replace(" ", "")
     assert "\u202e" not in done.stdout and "[red]markup[/red]" in "".join(wrapped)  # shown as typed, inert
     assert lines[-1] == "2 task(s)"
+
+
+def test_an_id_longer_than_any_id_is_refused_without_echoing_it_whole(tmp_path: Path) -> None:
+    """A 50,000-character id was printed back whole in the not-found sentence (and searched for close ids)."""
+    home = tmp_path / "aq"
+    Services(home).close()
+    env = cli_env(home, tmp_path / "user")
+    for args in (["show", "z" * 50_000], ["logs", "z" * 50_000], ["tasks", "--project", "p" * 50_000]):
+        done = cli_in_process(env, *args)
+        assert done.returncode == 1 and "50,000 characters long" in done.stderr, (args[0], done.stderr[:300])
+        assert len(done.stderr) < 400 and "Traceback" not in done.stderr

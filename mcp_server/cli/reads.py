@@ -17,7 +17,8 @@ from typing import Any
 
 from .. import paths
 from ..services import candidates
-from ..services.errors import NotFoundError
+from ..services.errors import InvalidInputError, NotFoundError
+from ..services.limits import MAX_NAME
 from ..services.failures import error_report
 from ..services.routing import capability_list, covers
 from ..services.system import ORCHESTRATOR_KEY, System, task_warning
@@ -73,7 +74,16 @@ def read_settings_url(home: Path) -> str | None:
         return settings.store_url(home)
 
 
+def _no_such_id(what: str, given: str) -> None:
+    """An id longer than any id can be names nothing: said without echoing it whole (the tools' gate says the same)."""
+    if len(given) > MAX_NAME:
+        raise InvalidInputError(f"The {what} id given is {len(given):,} characters long ('{given[:40]}…'), and "
+                                f"AgentQueue's ids are at most {MAX_NAME}: it names no {what}. Pass an id as "
+                                f"`agentqueue {'tasks' if what == 'task' else 'projects'}` shows it.")
+
+
 def _task_row(store: Store, task_id: str) -> dict[str, Any]:
+    _no_such_id("task", task_id)
     row = store.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
     if row is None:
         raise NotFoundError(f"Task '{task_id}' not found. list_tasks shows task ids.")
@@ -81,6 +91,7 @@ def _task_row(store: Store, task_id: str) -> dict[str, Any]:
 
 
 def _project_exists(store: Store, project_id: str) -> None:
+    _no_such_id("project", project_id)
     if store.scalar("SELECT 1 FROM projects WHERE id = ?", (project_id,)) is None:
         raise NotFoundError(f"Project '{project_id}' not found. list_projects shows project ids.")
 
