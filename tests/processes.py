@@ -130,3 +130,23 @@ class Terminal:
         if self.process.poll() is None:
             self.process.kill()
         os.close(self.master)
+
+
+def at_a_terminal(argv: list[str], env: dict[str, str], typed: str, timeout: float = 60) -> tuple[int, str]:
+    """Run `argv` with a pseudo-terminal as its stdin and stderr (a person at a terminal), `typed` already typed."""
+    leader, follower = pty.openpty()
+    try:
+        os.write(leader, typed.encode())
+        done = subprocess.run(argv, env=env, stdin=follower, stderr=follower, stdout=subprocess.PIPE, text=True,
+                              timeout=timeout)
+    finally:
+        os.close(follower)
+    said = b""
+    os.set_blocking(leader, False)
+    try:
+        while chunk := os.read(leader, 65536):
+            said += chunk
+    except (BlockingIOError, OSError):
+        pass
+    os.close(leader)
+    return done.returncode, done.stdout + said.decode(errors="replace")

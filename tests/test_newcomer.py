@@ -183,7 +183,7 @@ def test_the_first_hour_as_a_newcomer_walks_it(person: dict[str, str], tmp_path:
 
 def day_two(script: Path, terminal: dict[str, str], params: StdioServerParameters, conf: Path, user_home: Path,
             repo: Path) -> None:
-    from .test_notify_claude import at_a_terminal
+    from .processes import at_a_terminal
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return run([str(script), *args], terminal, check=False)

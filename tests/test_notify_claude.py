@@ -8,7 +8,6 @@ agent is the REAL claude CLI on the loopback model mock (tests/mock_anthropic.py
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -26,34 +25,12 @@ from agentqueue.store.sqlite import SqliteStore as Store
 from .conftest import ok, person_says_yes
 from .mock_anthropic import MockAnthropic
 from .notify_receiver import Receiver
-from .processes import claude_env, wait_for
+from .processes import at_a_terminal, claude_env, wait_for
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
 from .test_permissions_claude import last_tool_result, running, status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.real_cli,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
-
-
-def at_a_terminal(argv: list[str], env: dict[str, str], typed: str, timeout: float = 60) -> tuple[int, str]:
-    """Run `argv` with a pseudo-terminal as its stdin and stderr (a person at a terminal), `typed` already typed."""
-    import pty
-
-    leader, follower = pty.openpty()
-    try:
-        os.write(leader, typed.encode())
-        done = subprocess.run(argv, env=env, stdin=follower, stderr=follower, stdout=subprocess.PIPE, text=True,
-                              timeout=timeout)
-    finally:
-        os.close(follower)
-    said = b""
-    os.set_blocking(leader, False)
-    try:
-        while chunk := os.read(leader, 65536):
-            said += chunk
-    except (BlockingIOError, OSError):
-        pass
-    os.close(leader)
-    return done.returncode, done.stdout + said.decode(errors="replace")
 
 
 @pytest.mark.daemon
