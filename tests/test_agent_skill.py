@@ -122,3 +122,23 @@ def test_a_refusal_is_one_sentence_and_no_daemon_is_started_for_a_run(tmp_path: 
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("agentqueue task: ") and "AGENTQUEUE_NO_START" in done.stderr, done.stderr
     assert not (tmp_path / "aq" / "daemon.json").exists()
+
+
+@pytest.mark.parametrize("planted", [".claude/skills", ".agents/skills/agentqueue",
+                                     ".claude/skills/agentqueue/SKILL.md"])
+def test_a_link_the_repository_carries_is_never_written_through(repo: Path, tmp_path: Path, planted: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile repository commits `.claude/skills -> ~/…` (or links SKILL.md itself to ~/.bashrc): installing the
+    skill there must not write, or remove, anything outside it."""
+    monkeypatch.delenv("AGENTQUEUE_TASK_ID", raising=False)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "bashrc"
+    victim.write_text("mine\n")
+    link = repo / planted
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(victim if planted.endswith(".md") else outside)
+    for extra in ([], ["--remove"]):
+        code, said, err = agentqueue("install", "--skill", "--repo", str(repo), *extra)
+        assert code == 1 and "symbolic link" in err and "Nothing was changed" in err, (said, err)
+    assert sorted(p.name for p in outside.iterdir()) == ["bashrc"] and victim.read_text() == "mine\n"

@@ -50,6 +50,9 @@ def install(repo: str | None, user: bool, dry_run: bool = False, remove: bool = 
     if os.environ.get("AGENTQUEUE_TASK_ID"):
         raise CliError("this is an AgentQueue run: skills are installed by a person, from their own terminal.")
     root, files = targets(repo, user)
+    if not user:  # a repository's own links are its author's, not the person's: never written through
+        for path, _ in files:
+            _refuse_links(root, path)
     text = SOURCE.read_text(encoding="utf-8")
     lines = []
     for path, who in files:
@@ -58,6 +61,17 @@ def install(repo: str | None, user: bool, dry_run: bool = False, remove: bool = 
         lines.append(f"Commit them in {root}: task worktrees are made from the default branch. A change an agent "
                      "makes to them waits for your approval (they are protected paths).")
     return "\n".join(lines)
+
+
+def _refuse_links(root: Path, path: Path) -> None:
+    """A committed `.claude/skills -> ~/.ssh` (or a linked SKILL.md) would send the write outside the repository."""
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            raise CliError(f"{current} is a symbolic link (to {os.readlink(current)}): AgentQueue never writes a "
+                           "skill through a link a repository carries. Nothing was changed. Remove the link, or "
+                           "install with --user.")
 
 
 def _write(path: Path, who: str, text: str, dry_run: bool) -> str:
