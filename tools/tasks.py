@@ -135,7 +135,7 @@ def create_task(
     candidates: Candidates = None,
     capabilities: Names = None,  # routing: what they and model mean is said once, in the instructions
     model: Name | None = None,
-    wait: Annotated[bool, Field(description="answer as an MCP Task that ends with it")] = False,
+    wait: bool = False,  # what it does is said by wait_for_task, in the same list
 ) -> Task:
     """Queue a task for an agent."""
     del wait  # server/mcp_tasks.py reads it: the call becomes an MCP Task on a client that can wait
@@ -160,8 +160,7 @@ NOT_WAITED = ("Not waited: this client does not use MCP Tasks (protocol 2026-07-
 
 @tool(read_only=True)
 def wait_for_task(ctx: Context, task_id: TaskId, project_id: ProjectId = None) -> TaskWait:
-    """Wait for a task to end. On MCP Tasks clients: status, and its agent's permission questions to answer;
-    elsewhere: its state now."""
+    """Wait until a task ends, as an MCP Task where the client can; else return its state."""
     return TaskWait(**dict(task_of(ctx, task_id, project_id)), message=NOT_WAITED)
 
 
