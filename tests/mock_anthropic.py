@@ -87,6 +87,11 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
                                                               "description": "step"}})]
         else:
             blocks = [("text", "Results: " + " | ".join(results))]
+    elif scenario == "wait_task" and not _tool_results(messages):  # TASK[<id>]: wait_for_task once, as an MCP tool
+        task = re.search(r"TASK\[(.*?)\]", text)
+        blocks = [("tool_use", {"name": "mcp__agentqueue__wait_for_task", "input": {"task_id": task[1] if task else ""}})]
+    elif scenario == "wait_task":
+        blocks = [("text", f"Tool said: {_tool_results(messages)[-1]}")]
     elif scenario == "write_tool" and not answered_tool:
         blocks = [("tool_use", {"name": "Write", "input": {"file_path": "written.txt", "content": "written\n"}})]
     elif scenario == "ping_pong":
