@@ -21,10 +21,11 @@ from agentqueue.server.mcp_tasks import EXTENSION_ID
 from agentqueue.services import Services
 
 from .conftest import EVERY_TOOL, ok
+from .git_fixtures import on_main
 from .mcp_tasks_client import CreatedTask, TasksClient, cancel_task, get_task, update_task
 from .mock_anthropic import MockAnthropic
+from .processes import wait_for
 from .test_engine_claude import CLAUDE, engine_for, mock_api  # noqa: F401  (mock_api: fixture)
-from .test_permissions_claude import on_main, status, wait_until
 
 pytestmark = [pytest.mark.anyio]
 
@@ -78,7 +79,8 @@ async def test_bad_input_is_refused_before_any_task_exists(demo: Services) -> No
     tasks = TasksClient()
     async with Client(build_server(demo, EVERY_TOOL), extensions=[tasks]) as client:
         unknown = await client.call_tool("wait_for_task", {"task_id": "no-such-task"})
-        assert unknown.is_error and "Task 'no-such-task' not found. list_tasks shows task ids." in unknown.content[0].text
+        assert unknown.is_error
+        assert "Task 'no-such-task' not found. list_tasks shows task ids." in unknown.content[0].text
         elsewhere = await client.call_tool("wait_for_task", {"task_id": task.id, "project_id": "other"})
         assert elsewhere.is_error
         assert f"Task '{task.id}' belongs to project 'demo', not 'other'" in elsewhere.content[0].text
@@ -145,7 +147,7 @@ async def test_a_deny_carries_the_persons_note_and_a_bad_or_second_answer_change
     async with Client(build_server(demo, EVERY_TOOL), extensions=[tasks]) as client:
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.call_tool, "wait_for_task", {"task_id": task.id})
-            await wait_until(lambda: tasks.last is not None and tasks.last.status == "input_required", "the question")
+            await wait_for(lambda: tasks.last is not None and tasks.last.status == "input_required", 30, "the question")
             handle = tasks.created[0].task_id
             with pytest.raises(MCPError) as bad:
                 await update_task(client.session, handle, {request_id: {"action": "accept",
@@ -156,7 +158,7 @@ async def test_a_deny_carries_the_persons_note_and_a_bad_or_second_answer_change
                 "decision": "deny", "message": "not in this repo"}}})
             await update_task(client.session, handle, {request_id: {"action": "accept", "content": {
                 "decision": "allow"}}})  # already answered: ignored, the first answer stands
-            await wait_until(lambda: tasks.statuses[-1] == "working", "the wait to go on")
+            await wait_for(lambda: tasks.statuses[-1] == "working", 30, "the wait to go on")
             tg.cancel_scope.cancel()
     denied = demo.requests.get(request_id)
     assert denied.status == "denied" and denied.message == "not in this repo"
@@ -170,7 +172,7 @@ async def test_a_read_only_connection_sees_the_wait_but_cannot_answer(demo: Serv
     async with Client(build_server(demo, {"read_only": True}), extensions=[tasks]) as client:
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.call_tool, "wait_for_task", {"task_id": task.id})
-            await wait_until(lambda: tasks.last is not None, "the first poll")
+            await wait_for(lambda: tasks.last is not None, 30, "the first poll")
             # No form it could not send back: working, and the message names the request a person answers elsewhere.
             assert tasks.last.status == "working" and request_id in tasks.last.status_message
             with pytest.raises(MCPError) as refused:
@@ -267,4 +269,4 @@ async def test_a_real_agent_asks_and_the_person_answers_through_the_mcp_task(
     assert "Bash(touch TASKS_MARKER)" in request["params"]["message"]
     assert demo.requests.get(key).status == "allowed" and demo.requests.get(key).task_id == task_id
     assert on_main(demo, "TASKS_MARKER") == ""  # the command the person allowed ran, and its work landed
-    assert status(demo, task_id) == "COMPLETED" and demo.tasks.results(task_id)[0] == 1  # one run, not a retry
+    assert demo.tasks.get(task_id).status == "COMPLETED" and demo.tasks.results(task_id)[0] == 1  # one run, not a retry

@@ -11,6 +11,7 @@ records the JSON-RPC Claude Code sends and gets.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,15 +19,14 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from agentqueue.services import Services
 
+from .git_fixtures import on_main
 from .mock_anthropic import MockAnthropic
 from .processes import Terminal, claude_env, wait_for
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
-from .test_permissions_claude import on_main
-from .test_toolsets import plugin
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
@@ -72,7 +72,9 @@ async def test_claude_code_waits_as_an_mcp_task_and_its_person_answers_the_agent
     services.repos.add("demo", "init", name="app")
     services.agents.create("claude", "claude-code")
     task = services.tasks.create("demo", "Ask", "SCENARIO:run_cmd CMD[touch CLAUDE_CODE_MARKER]", max_retries=0)
-    async with Client(plugin(live_home)) as client:  # the daemon is up (its engine starts the task's agent)
+    plugin = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"],
+                                   env={**os.environ, "AGENTQUEUE_HOME": str(live_home), "AGENTQUEUE_PORT": "0"})
+    async with Client(plugin) as client:  # the daemon is up (its engine starts the task's agent)
         await client.list_tools()
     log = tmp_path / "rpc.jsonl"
     argv, env, work = person_at_claude_code(tmp_path, mock_api.base_url, live_home, log)

@@ -154,8 +154,9 @@ class TaskWait(Task):
 
 
 # What a client that cannot wait is told (server/mcp_tasks.py makes the call an MCP Task on one that can).
-NOT_WAITED = ("Not waited: this client does not use MCP Tasks (protocol 2026-07-28 with io.modelcontextprotocol/tasks), "
-              "so this is the task's state now. get_task shows it later; answer_request answers its pending_requests.")
+NOT_WAITED = ("Not waited: this client does not use MCP Tasks (protocol 2026-07-28 with "
+              "io.modelcontextprotocol/tasks), so this is the task's state now. get_task shows it later; "
+              "answer_request answers its pending_requests.")
 
 
 @tool(read_only=True)

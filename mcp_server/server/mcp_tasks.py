@@ -33,8 +33,9 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver.server import require_client_extension
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, ElicitRequest, ElicitRequestFormParams
-from mcp_types import RequestParams
+from mcp.types import (
+    INVALID_PARAMS, CallToolRequestParams, CallToolResult, ElicitRequest, ElicitRequestFormParams, RequestParams,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
@@ -160,8 +161,8 @@ def ended_message(task: Task) -> str:
 def elicitation(task: Task, request: PermissionRequest) -> dict[str, Any]:
     """A permission request as the form elicitation the person answers in their own client."""
     who = f"agent {request.agent_id}" if request.agent_id else "its agent"
-    text = (f"Task {task.id} ({task.title[:100]}): {who} asks to {request.action[:500]}."
-            + (f" {request.description[:300]}" if request.description else "") + " Allow it?")
+    why = f" ({request.description[:300].rstrip('.')})" if request.description else ""
+    text = f"Task {task.id} ({task.title[:100]}): {who} asks to {request.action[:500]}{why}. Allow it?"
     params = ElicitRequestFormParams(message=text, requested_schema=ANSWER_SCHEMA)
     return ElicitRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
 
