@@ -197,6 +197,9 @@ async def test_cancelling_the_wait_leaves_the_work_alone(demo: Services) -> None
         assert "goes on (READY)" in tasks.last.status_message and "stop_task" in tasks.last.status_message
         created = demo.tasks.list("demo", None, False, 50, 0)[0]
         assert {t.title: t.status for t in created} == {"Long": "READY", "Long too": "READY"}
+        # Cancelled is final: the task ending later does not make the wait completed.
+        demo.tasks.set_status(next(t.id for t in created if t.title == "Long too"), "COMPLETED")
+        assert (await get_task(client.session, tasks.created[0].task_id)).status == "cancelled"
         # A wait that ended stays ended: cancelling it then changes nothing.
         demo.tasks.set_status(task.id, "COMPLETED")
         done = TasksClient()

@@ -130,11 +130,11 @@ def task_status(task: Task, wait: Wait, answerable: bool) -> dict[str, Any]:
     """The MCP task (SEP-2663 `DetailedTask`) a wait on `task` is now, without a final result."""
     status, message, extra = "working", f"Task {task.id} is {task.status}.", {}
     pending = [r for r in task.pending_requests if r.status == "pending"]
-    if task.status in ENDED:
-        status, message = "completed", ended_message(task)
-    elif wait.cancelled_at:
+    if wait.cancelled_at:  # terminal: a task that ends later does not turn it into completed
         status, message = "cancelled", (f"Stopped waiting; task {task.id} goes on ({task.status}). stop_task stops "
                                         "it; wait_for_task waits again.")
+    elif task.status in ENDED:
+        status, message = "completed", ended_message(task)
     elif task.status == "WAITING_INPUT" and pending and answerable:
         status = "input_required"
         message = f"Task {task.id} waits for a person: its agent asks to {pending[0].action[:300]}."
