@@ -233,19 +233,25 @@ class AgentRun:
         if self.process is None or self.process.stdin is None:
             return
         await self._send(self.spec.stdin or b"")
-        if not self.interactive:
+        drive = getattr(self.parser, "drive", None)  # a parser that is the client of a protocol (ACP) drives it
+        if self.interactive and drive is not None:
+            await drive(self._send, self._close_stdin, self.cwd)
+        elif not self.interactive:
             await self._close_stdin()
 
     async def _answer(self, event: AgentEvent) -> None:
         """A question from the CLI: the channel decides (maybe after a person answers); the run waits."""
         assert self.channel is not None and event.data is not None
         request_id = str(event.data.get("request_id"))
-        self.handle.waiting += 1
-        try:
+        if getattr(self.channel, "holds_watchdog", False):  # it stops the clocks itself, only while a person decides
             response = await self.channel.answer(event.data.get("request") or {})
-        finally:
-            self.handle.waiting -= 1
-            self.handle.waited_until = time.monotonic()
+        else:
+            self.handle.waiting += 1
+            try:
+                response = await self.channel.answer(event.data.get("request") or {})
+            finally:
+                self.handle.waiting -= 1
+                self.handle.waited_until = time.monotonic()
         await self._send(self.channel.encode_answer(request_id, response))
 
     # -- stdout and stderr ---------------------------------------------------------------------------
@@ -294,8 +300,12 @@ class AgentRun:
         """The loop detector's verdict on a tool call: a warning (to the agent when it can be told) or a kill."""
         finding = self.loops.observe(event.tool, event.args)
         if finding.verdict == "warn":
-            told = self.interactive and self.channel is not None and \
-                await self._send(self.channel.encode_message(finding.message))
+            warn = getattr(self.parser, "warn", None)  # a protocol client tells the model its own way (ACP: a prompt)
+            if warn is not None:
+                told = self.interactive and await warn(finding.message)
+            else:
+                told = self.interactive and self.channel is not None and \
+                    await self._send(self.channel.encode_message(finding.message))
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
                        + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
         elif finding.verdict == "kill" and self.handle.stop_reason is None and self.loop_kill_at is None:
