@@ -9,6 +9,7 @@ import shlex
 import shutil
 from typing import Any
 
+from ..engine.adapters import acp_presets
 from ..settings import CLI_FOR_AGENT, CLI_KEYS, Settings
 from ..settings import LABEL
 from ..store.db import Store, now_iso
@@ -19,7 +20,9 @@ from .limits import MAX_COMMAND, quoted
 from .routing import check_instructions, covers
 from .task_states import CLAIMED, in_clause
 
-AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
+AGENT_TYPES = ("claude-code", "codex", "gemini", "command", "acp")
+# The types whose `command` is what runs: a program (command), or an ACP agent's (a preset name, acp_presets.py).
+COMMAND_TYPES = ("command", "acp")
 INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
                  "gemini": "npm install -g @google/gemini-cli"}
 
@@ -76,8 +79,12 @@ class Agents:
             raise InvalidInputError(
                 "agent_type 'command' needs `command`: the executable to run (the prompt arrives on stdin)."
             )
-        if agent_type != "command" and command:
-            raise InvalidInputError(f"`command` is only for agent_type 'command'; a {agent_type} agent runs its CLI.")
+        if agent_type == "acp" and not (command and command.strip()):
+            raise InvalidInputError("agent_type 'acp' needs `command`: a preset name (" + ", ".join(acp_presets.PRESETS)
+                                    + ") or the command that starts an ACP agent on stdio.")
+        if agent_type not in COMMAND_TYPES and command:
+            raise InvalidInputError(f"`command` is only for agent_type 'command' or 'acp'; a {agent_type} agent runs "
+                                    "its CLI.")
         if repo_id is not None and self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)) is None:
             raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids.")
         caps = [c.strip() for c in capabilities or [] if c.strip()]
@@ -116,12 +123,12 @@ class Agents:
         if model is not None:
             changes["model"] = model.strip() or None
         if command is not None:
-            if agent.agent_type != "command":
-                raise InvalidInputError(f"`command` is only for agent_type 'command'; '{agent_id}' is a "
+            if agent.agent_type not in COMMAND_TYPES:
+                raise InvalidInputError(f"`command` is only for agent_type 'command' or 'acp'; '{agent_id}' is a "
                                         f"{agent.agent_type} agent and runs its CLI.")
             if not command.strip():
-                raise InvalidInputError("command is empty; a command agent needs the executable to run.")
-            self.require_runnable("command", command)
+                raise InvalidInputError(f"command is empty; a {agent.agent_type} agent needs the executable to run.")
+            self.require_runnable(agent.agent_type, command)
             changes["command"] = command.strip()
         if repo_id is not None:
             if repo_id and self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)) is None:
@@ -169,7 +176,10 @@ class Agents:
 
     def require_runnable(self, agent_type: str, command: str | None) -> None:
         """An agent whose program can't be found would fail every task it takes: refuse it now."""
-        if agent_type != "command":
+        preset = acp_presets.preset_of(command) if agent_type == "acp" else None
+        if preset is not None and preset.cli is not None:  # a known ACP agent: its CLI, found as the others are
+            agent_type = preset.cli
+        if agent_type not in COMMAND_TYPES:
             if find_cli(agent_type, self.settings) is None:
                 raise InvalidInputError(missing_cli_message(agent_type))
             return

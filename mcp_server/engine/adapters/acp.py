@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from .acp_presets import argv_of
+from .acp_presets import argv_of, preset_of
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
 from .prices import message_cost
 
@@ -64,12 +64,26 @@ def mcp_servers(mcp_config: dict[str, Any] | None) -> list[dict[str, Any]]:
     return servers
 
 
-def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None,
+          session: type[AcpSession] | None = None) -> RunSpec:
     """An ACP agent: its command (a preset's, acp_presets.py, or as written), stdin kept open for the session."""
     argv = argv_of(config.command or "", config.preset, config.binary, config.model)
     full = f"{context}\n\n{prompt}" if context else prompt
-    session = AcpSession(full, mcp_servers(mcp_config))
-    return RunSpec(argv=argv, stdin=b"", interactive=True, parser=session)
+    parser = (session or AcpSession)(full, mcp_servers(mcp_config))
+    return RunSpec(argv=argv, stdin=b"", interactive=True, parser=parser)
+
+
+def agent_binary(agent_type: str, command: str | None, settings: Any) -> str | None:
+    """The program an agent type runs, where the daemon finds it: None for a command, or an ACP command run as
+    written; a preset's CLI is found like the agent CLIs (config.toml [cli], AGENTQUEUE_*_BIN, PATH)."""
+    from ...services.agents import find_cli  # noqa: PLC0415  (services import this package)
+
+    if agent_type == "command":
+        return None
+    if agent_type == "acp":
+        preset = preset_of(command)
+        return find_cli(preset.cli, settings) if preset is not None and preset.cli else None
+    return find_cli(agent_type, settings)
 
 
 def _text(content: Any) -> str:
@@ -111,6 +125,7 @@ class AcpSession:
         self.reported_cost: float | None = None  # usage_update.cost (cumulative, USD)
         self.unpaid_turns = 0  # turns that ended without usage (a cancelled one): the figures are partial
         self.turns = 0
+        self.account_error: Any = None  # a failed login or a limit (adapters/limits.py), set by an agent's subclass
 
     # -- the driver ----------------------------------------------------------------------------------
     async def request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:

@@ -1,0 +1,170 @@
+"""Gemini at Claude's level, through ACP: the REAL `gemini --acp` run by the engine under AgentQueue's policy.
+
+Only the model is scripted (tests/mock_gemini.py: `run_cmd` runs the shell with CMD[...]); every call Gemini would
+confirm arrives as `session/request_permission`, which the policy decides (engine/acp_client.py). The person's
+side is the official MCP client, as in tests/test_permissions_claude.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from agentqueue.engine.orchestrator import Engine
+from agentqueue.server.app import build_server
+from agentqueue.services import Services
+
+from . import mock_gemini as mock
+from .conftest import ok, person_says_yes
+from .processes import alive, wait_for
+from .test_engine_claude import engine_for
+from .test_permissions_claude import on_main, status
+from .third_party import npm_bin
+
+GEMINI = npm_bin("gemini")
+pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.real_cli,
+              pytest.mark.skipif(GEMINI is None, reason="gemini CLI not installed (npm @google/gemini-cli)")]
+
+
+@pytest.fixture
+def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[mock.MockGemini]:
+    with mock.MockGemini() as server:
+        # Not the mock's TMPDIR: the sandbox's gate sockets go under it, and a long one is too long for AF_UNIX.
+        for key, value in mock.gemini_home(tmp_path, server.base_url).items():
+            if key != "TMPDIR":
+                monkeypatch.setenv(key, value)
+        monkeypatch.setenv("AGENTQUEUE_GEMINI_BIN", str(GEMINI))
+        yield server
+
+
+@pytest.fixture
+def queue(services: Services, api: mock.MockGemini) -> Services:
+    services.projects.create("Demo")
+    services.repos.add("demo", "init", name="app")
+    services.agents.create("gemini", "gemini")
+    return services
+
+
+@asynccontextmanager
+async def running(services: Services, **limits: float) -> AsyncIterator[tuple[Engine, Client]]:
+    engine = engine_for(services, **limits)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        try:
+            async with Client(build_server(services), mode="legacy", elicitation_callback=person_says_yes) as client:
+                yield engine, client
+        finally:
+            with anyio.CancelScope(shield=True):
+                await engine.shutdown(grace=10)
+            tg.cancel_scope.cancel()
+
+
+def audited(services: Services, task_id: str, action: str) -> list[tuple[str, str]]:
+    rows = services.audit.query(limit=100, task_id=task_id, action=action)
+    return [(r.decision, r.outcome) for r in reversed(rows) if r.actor == "agent:gemini"]
+
+
+def shell_results(api: mock.MockGemini) -> list[str]:
+    """What the model was told each shell call returned, oldest first."""
+    return list(dict.fromkeys(json.dumps(r.get("response")) for body in api.chat_requests
+                              for r in mock.function_responses(body) if r.get("name") == mock.SHELL_TOOL))
+
+
+async def until(condition: Callable[[], object], what: str, timeout: float = 90) -> None:
+    await wait_for(condition, timeout, what)
+
+
+def ended(services: Services, task_id: str) -> Callable[[], bool]:
+    return lambda: status(services, task_id) in ("COMPLETED", "BLOCKED", "FAILED")
+
+
+async def test_a_denied_command_never_runs(queue: Services, api: mock.MockGemini) -> None:
+    queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
+    task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch DENIED_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until(ended(queue, task.id), "the run to end")
+    log = engine.log_path(task.id).read_text()
+    assert status(queue, task.id) == "COMPLETED", log
+    assert on_main(queue, "DENIED_MARKER") is None
+    assert not list(Path(queue.repos.get("app").checkout_path).rglob("DENIED_MARKER"))
+    assert not list((queue.home / "workspaces").rglob("DENIED_MARKER"))
+    assert queue.requests.list(None) == []  # a deny asks nobody
+    assert audited(queue, task.id, "Bash(touch DENIED_MARKER)") == [("deny", "refused")]
+    # Gemini tells its model a rejected call was "canceled by the user" (ACP carries no reason with a reject).
+    assert "canceled" in shell_results(api)[-1], shell_results(api)
+    assert "gemini" in log and "--acp" in log
+
+
+@pytest.mark.parametrize("decision", ["allow", "deny"])
+async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Services, api: mock.MockGemini,
+                                                                  decision: str) -> None:
+    task = queue.tasks.create("demo", "Ask", "SCENARIO:run_cmd CMD[touch ASKED_MARKER]", max_retries=0)
+    async with running(queue) as (engine, client):
+        await until(lambda: status(queue, task.id) == "WAITING_INPUT", "the task to wait for a person")
+        agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'gemini'")
+        assert agent_pid and alive(agent_pid)
+        pending = (await ok(client, "list_requests", project_id="demo"))["requests"]
+        assert len(pending) == 1 and pending[0]["action"] == "Bash(touch ASKED_MARKER)"
+        assert pending[0]["task_id"] == task.id
+        answered = await ok(client, "answer_request", request_id=pending[0]["id"], decision=decision)
+        assert answered["status"] == ("allowed" if decision == "allow" else "denied")
+        assert status(queue, task.id) in ("IN_PROGRESS", "COMPLETED")
+        await until(ended(queue, task.id), "the run to end")
+    assert status(queue, task.id) == "COMPLETED", engine.log_path(task.id).read_text()
+    attempts, _ = queue.tasks.results(task.id)
+    assert attempts == 1  # one run: the same process went on
+    assert engine.log_path(task.id).read_text().count("$ ") == 1
+    expected = ("ask→accept", "ok") if decision == "allow" else ("ask→decline", "refused")
+    assert audited(queue, task.id, "Bash(touch ASKED_MARKER)") == [expected]
+    if decision == "allow":
+        assert on_main(queue, "ASKED_MARKER") == ""  # the work landed on main
+    else:
+        assert on_main(queue, "ASKED_MARKER") is None
+    # The tokens are in the ledger: Gemini's per-turn `_meta.quota` (prompt and candidates of each chat call).
+    row = queue.store.one("SELECT input_tokens, output_tokens, total_tokens, cost_usd FROM token_ledger "
+                          "WHERE task_id = ?", (task.id,))
+    steps = ("tool_call", "final")
+    want_in = sum(mock.USAGE[s]["prompt"] for s in steps)
+    want_out = sum(mock.USAGE[s]["candidates"] for s in steps)
+    assert row is not None and (row["input_tokens"], row["output_tokens"]) == (want_in, want_out), row
+    assert row["cost_usd"] is None  # no Gemini price in adapters/prices.py: unknown, never guessed
+
+
+async def test_an_allowed_command_runs_without_asking(queue: Services, api: mock.MockGemini) -> None:
+    queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
+    task = queue.tasks.create("demo", "Allow", "SCENARIO:run_cmd CMD[touch ALLOWED_MARKER]", max_retries=0)
+    async with running(queue):
+        await until(ended(queue, task.id), "the run to end")
+    assert status(queue, task.id) == "COMPLETED"
+    assert on_main(queue, "ALLOWED_MARKER") == ""
+    assert audited(queue, task.id, "Bash(touch ALLOWED_MARKER)") == [("allow", "ok")]
+    assert queue.requests.list(None) == []
+
+
+async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services, api: mock.MockGemini) -> None:
+    queue.policies.edit(project_id="demo", add_rule="Bash(ls)", rule_list="allow")
+    task = queue.tasks.create("demo", "Loop", "SCENARIO:loop list the files", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until(ended(queue, task.id), "the run to end", 150)
+    log = engine.log_path(task.id).read_text()
+    assert api.warned, log  # the model's next request carried the warning
+    assert "warned the agent in this run" in log
+    assert status(queue, task.id) == "COMPLETED", log
+    assert log.count("$ ") == 1  # the same process, a new prompt in the same session
+
+
+async def test_the_agent_toolset_is_reachable(queue: Services, api: mock.MockGemini) -> None:
+    task = queue.tasks.create("demo", "Follow up", "SCENARIO:mcp_tool queue a follow-up", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until(ended(queue, task.id), "the run to end")
+    log = engine.log_path(task.id).read_text()
+    assert status(queue, task.id) == "COMPLETED", log
+    titles = [t.title for t in queue.tasks.list("demo")[0]] if isinstance(queue.tasks.list("demo"), tuple) else []
+    follow = queue.store.all("SELECT title, parent_task_id FROM tasks WHERE title = ?", (mock.MCP_FOLLOWUP_TITLE,))
+    assert follow == [{"title": mock.MCP_FOLLOWUP_TITLE, "parent_task_id": task.id}], (titles, log)
