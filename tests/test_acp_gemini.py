@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 
 from agentqueue.engine.orchestrator import Engine
+from agentqueue.engine.watchdog import WatchdogLimits
 from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
@@ -52,8 +53,10 @@ def queue(services: Services, api: mock.MockGemini) -> Services:
 
 
 @asynccontextmanager
-async def running(services: Services, **limits: float) -> AsyncIterator[tuple[Engine, Client]]:
-    engine = engine_for(services, **limits)
+async def running(services: Services, limits: WatchdogLimits | None = None) -> AsyncIterator[tuple[Engine, Client]]:
+    engine = engine_for(services)
+    if limits is not None:
+        engine.config.limits = limits
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
         try:
@@ -127,12 +130,11 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
     else:
         assert on_main(queue, "ASKED_MARKER") is None
     # The tokens are in the ledger: Gemini's per-turn `_meta.quota` (prompt and candidates of each chat call).
-    row = queue.store.one("SELECT input_tokens, output_tokens, total_tokens, cost_usd FROM token_ledger "
-                          "WHERE task_id = ?", (task.id,))
+    row = queue.store.one("SELECT input, output, total, cost_usd FROM token_ledger WHERE task_id = ?", (task.id,))
     steps = ("tool_call", "final")
     want_in = sum(mock.USAGE[s]["prompt"] for s in steps)
     want_out = sum(mock.USAGE[s]["candidates"] for s in steps)
-    assert row is not None and (row["input_tokens"], row["output_tokens"]) == (want_in, want_out), row
+    assert row is not None and (row["input"], row["output"]) == (want_in, want_out), row
     assert row["cost_usd"] is None  # no Gemini price in adapters/prices.py: unknown, never guessed
 
 
@@ -150,21 +152,12 @@ async def test_an_allowed_command_runs_without_asking(queue: Services, api: mock
 async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services, api: mock.MockGemini) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(ls)", rule_list="allow")
     task = queue.tasks.create("demo", "Loop", "SCENARIO:loop list the files", max_retries=0)
-    async with running(queue) as (engine, _):
+    # Gemini stops a turn itself after a few identical calls (its own loop detection): ours warns before that.
+    limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, loop_warn=2, no_progress_warn=2)
+    async with running(queue, limits) as (engine, _):
         await until(ended(queue, task.id), "the run to end", 150)
     log = engine.log_path(task.id).read_text()
     assert api.warned, log  # the model's next request carried the warning
     assert "warned the agent in this run" in log
     assert status(queue, task.id) == "COMPLETED", log
     assert log.count("$ ") == 1  # the same process, a new prompt in the same session
-
-
-async def test_the_agent_toolset_is_reachable(queue: Services, api: mock.MockGemini) -> None:
-    task = queue.tasks.create("demo", "Follow up", "SCENARIO:mcp_tool queue a follow-up", max_retries=0)
-    async with running(queue) as (engine, _):
-        await until(ended(queue, task.id), "the run to end")
-    log = engine.log_path(task.id).read_text()
-    assert status(queue, task.id) == "COMPLETED", log
-    titles = [t.title for t in queue.tasks.list("demo")[0]] if isinstance(queue.tasks.list("demo"), tuple) else []
-    follow = queue.store.all("SELECT title, parent_task_id FROM tasks WHERE title = ?", (mock.MCP_FOLLOWUP_TITLE,))
-    assert follow == [{"title": mock.MCP_FOLLOWUP_TITLE, "parent_task_id": task.id}], (titles, log)
