@@ -217,3 +217,15 @@ async def test_the_agent_toolset_reaches_gemini_through_session_new(tmp_path: Pa
         if server.poll() is None:
             server.kill()
         api.stop()
+
+
+async def test_readonly_runs_gemini_in_plan_mode_and_nothing_is_written(queue: Services, api: mock.MockGemini) -> None:
+    queue.policies.edit(project_id="demo", preset="readonly")
+    task = queue.tasks.create("demo", "Read only", "SCENARIO:run_cmd CMD[touch RO_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until(ended(queue, task.id), "the run to end")
+    assert status(queue, task.id) == "COMPLETED", engine.log_path(task.id).read_text()
+    assert not list((queue.home / "workspaces").rglob("RO_MARKER")) and on_main(queue, "RO_MARKER") is None
+    assert queue.requests.list(None) == []  # readonly asks nobody
+    declared = mock.tool_names(api.chat_requests[0])
+    assert mock.SHELL_TOOL not in declared, sorted(map(str, declared))  # plan mode offers no shell
