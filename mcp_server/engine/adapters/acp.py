@@ -86,6 +86,11 @@ def agent_binary(agent_type: str, command: str | None, settings: Any) -> str | N
     return find_cli(agent_type, settings)
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """A JSON object from the agent, or {} for anything else it sent in its place."""
+    return value if isinstance(value, dict) else {}
+
+
 def _text(content: Any) -> str:
     """The text of an ACP content block (or a tool call's content list)."""
     if isinstance(content, list):
@@ -212,7 +217,7 @@ class AcpSession:
                 self._waiting[request_id].set()
                 self._flush_into(events)
             return events
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = as_dict(message.get("params"))
         if "id" not in message:
             return self._update(params.get("update") or {}) if method == "session/update" else []
         events = []
@@ -262,7 +267,7 @@ class AcpSession:
     def _count(self, result: dict[str, Any]) -> None:
         """A turn's usage: ACP's `usage`, else Gemini's `_meta.quota`; a turn with neither is unpaid (partial)."""
         usage = result.get("usage")
-        quota = ((result.get("_meta") or {}).get("quota") or {}) if isinstance(result.get("_meta"), dict) else {}
+        quota = as_dict(as_dict(result.get("_meta")).get("quota"))
         if isinstance(usage, dict):
             cached = int(usage.get("cachedReadTokens") or 0)
             turn = tokens(usage.get("inputTokens"), int(usage.get("outputTokens") or 0)
