@@ -26,7 +26,7 @@ PRESETS: dict[str, AcpPreset] = {
     # folder it has never seen, and an untrusted folder would load no settings. Under readonly it starts in plan
     # mode (read-only tools only); the policy decides every call either way.
     "gemini": AcpPreset(("gemini", "--acp", "--skip-trust"), cli="gemini", install="npm install -g @google/gemini-cli",
-                        modes={"readonly": ("--approval-mode", "plan")}, model_flag="--model"),
+                        modes={"readonly": ("--approval-mode", "plan")}, model_flag="-m"),
 }
 
 
