@@ -9,7 +9,6 @@ import shlex
 import shutil
 from typing import Any
 
-from ..engine.adapters import acp_presets
 from ..settings import CLI_FOR_AGENT, CLI_KEYS, Settings
 from ..settings import LABEL
 from ..store.db import Store, now_iso
@@ -25,6 +24,14 @@ AGENT_TYPES = ("claude-code", "codex", "gemini", "command", "acp")
 COMMAND_TYPES = ("command", "acp")
 INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
                  "gemini": "npm install -g @google/gemini-cli"}
+
+
+def _acp_presets() -> Any:
+    """The ACP preset table (engine/adapters/acp_presets.py), imported when an ACP agent is named: the engine's
+    adapters are no part of what a CLI read or a tool call loads."""
+    from ..engine.adapters import acp_presets  # noqa: PLC0415
+
+    return acp_presets
 
 
 def find_cli(agent_type: str, settings: Settings) -> str | None:
@@ -80,8 +87,9 @@ class Agents:
                 "agent_type 'command' needs `command`: the executable to run (the prompt arrives on stdin)."
             )
         if agent_type == "acp" and not (command and command.strip()):
-            raise InvalidInputError("agent_type 'acp' needs `command`: a preset name (" + ", ".join(acp_presets.PRESETS)
-                                    + ") or the command that starts an ACP agent on stdio.")
+            names = ", ".join(_acp_presets().PRESETS)
+            raise InvalidInputError(f"agent_type 'acp' needs `command`: a preset name ({names}) or the command that "
+                                    "starts an ACP agent on stdio.")
         if agent_type not in COMMAND_TYPES and command:
             raise InvalidInputError(f"`command` is only for agent_type 'command' or 'acp'; a {agent_type} agent runs "
                                     "its CLI.")
@@ -176,7 +184,7 @@ class Agents:
 
     def require_runnable(self, agent_type: str, command: str | None) -> None:
         """An agent whose program can't be found would fail every task it takes: refuse it now."""
-        preset = acp_presets.preset_of(command) if agent_type == "acp" else None
+        preset = _acp_presets().preset_of(command) if agent_type == "acp" else None
         if preset is not None and preset.cli is not None:  # a known ACP agent: its CLI, found as the others are
             agent_type = preset.cli
         if agent_type not in COMMAND_TYPES:
