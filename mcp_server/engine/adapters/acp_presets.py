@@ -19,6 +19,10 @@ class AcpPreset:
     # Arguments per permission preset (readonly/standard/autonomous) added after argv.
     modes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model_flag: str | None = None  # how it takes a model (a task's or the agent's), when it does
+    # Whether the client offers fs/read_text_file. Gemini 0.61.0 rejects a failed client read with the bare JSON-RPC
+    # error object, which its "file not found" check cannot recognise, so its write_file of a new file fails: it
+    # reads for itself (inside the sandbox; outside its workspace it refuses), and writes through the client.
+    client_reads: bool = True
 
 
 PRESETS: dict[str, AcpPreset] = {
@@ -26,7 +30,7 @@ PRESETS: dict[str, AcpPreset] = {
     # folder it has never seen, and an untrusted folder would load no settings. Under readonly it starts in plan
     # mode (read-only tools only); the policy decides every call either way.
     "gemini": AcpPreset(("gemini", "--acp", "--skip-trust"), cli="gemini", install="npm install -g @google/gemini-cli",
-                        modes={"readonly": ("--approval-mode", "plan")}, model_flag="-m"),
+                        modes={"readonly": ("--approval-mode", "plan")}, model_flag="-m", client_reads=False),
 }
 
 
