@@ -14,7 +14,7 @@ from agentqueue.engine.acp_client import AcpChannel, sandboxed
 from agentqueue.engine.permissions import PermissionChannel
 from agentqueue.services import Services
 
-pytestmark = [pytest.mark.anyio]
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # bubblewrap runs the terminals
 
 
 @pytest.fixture
