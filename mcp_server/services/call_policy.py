@@ -163,10 +163,10 @@ class CallPolicy:
         elif name == "restart_daemon":
             own = Step(tool_action(name),
                        "Restart the AgentQueue daemon (running agents stop, their tasks are requeued)")
-        if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
+        if (name == "create_agent" and args.get("agent_type") in ("command", "acp") or name == "edit_agent") \
                 and _text(args, "command"):
             # A program that cannot run is refused with the tool's own message, before anyone is asked.
-            self.svc.agents.require_runnable("command", _text(args, "command"))
+            self.svc.agents.require_runnable(self._agent_type(args), _text(args, "command"))
         extra += [Step(tool_action("outside_roots", folder), f"Let AgentQueue use {folder} ({why}), outside the "
                        "folders it may use without asking ([files] roots in config.toml)")
                   for folder, why in self._outside_roots(name, args)]
@@ -236,11 +236,21 @@ class CallPolicy:
                 found.append((str(real), why))
         return found
 
+    def _agent_type(self, args: dict[str, Any]) -> str:
+        """The type whose command a create_agent or edit_agent call sets (command or acp)."""
+        kind = args.get("agent_type")
+        if not kind:
+            try:
+                kind = self.svc.agents.get(str(args.get("agent_id") or "")).agent_type
+            except Exception:  # an unknown agent: edit_agent itself says so
+                kind = None
+        return "acp" if kind == "acp" else "command"  # any other type: checked as a program, as before
+
     @staticmethod
     def _defined_commands(name: str, args: dict[str, Any]) -> list[tuple[str, str]]:
         """Commands this call defines for AgentQueue to execute later (checked now, as run_command)."""
         found: list[tuple[str, str]] = []
-        if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
+        if (name == "create_agent" and args.get("agent_type") in ("command", "acp") or name == "edit_agent") \
                 and _text(args, "command"):
             found.append((_text(args, "command") or "", "as a command agent's program"))
         if name in ("create_hook", "edit_hook"):
