@@ -68,12 +68,22 @@ _C_LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
 BACKGROUND_NICE = 10
 
 
-def _lower_priority(pid: int) -> None:
-    """A child's CPU priority lowered by BACKGROUND_NICE (best effort: it may have exited already)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, pid) + BACKGROUND_NICE, 19))
-    except OSError:
-        pass
+def _run_lowered(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run(argv, capture_output=True) with the child's CPU priority lowered by BACKGROUND_NICE as it
+    starts (best effort: it may have exited already)."""
+    with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          env=env) as process:
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, process.pid)
+            os.setpriority(os.PRIO_PROCESS, process.pid, min(nice + BACKGROUND_NICE, 19))
+        except OSError:
+            pass
+        try:
+            stdout, stderr = process.communicate()
+        except BaseException:  # as subprocess.run does: no git left running behind an interrupted call
+            process.kill()
+            raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 def _fallback_env() -> dict[str, str]:
@@ -137,11 +147,7 @@ class Checkout:
         argv, environ = ["git", *safe, *args], {**os.environ, **_C_LOCALE, **(env or {})}
         with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
             if background:
-                with subprocess.Popen(argv, cwd=self.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      stdin=subprocess.DEVNULL, env=environ) as process:
-                    _lower_priority(process.pid)
-                    stdout, stderr_bytes = process.communicate()
-                done = subprocess.CompletedProcess(argv, process.returncode, stdout, stderr_bytes)
+                done = _run_lowered(argv, self.path, environ)
             else:
                 done = subprocess.run(argv, cwd=self.path, capture_output=True, stdin=subprocess.DEVNULL, env=environ)
         if done.returncode != 0:
