@@ -8,18 +8,23 @@ side is the official MCP client, as in tests/test_permissions_claude.py.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
+from agentqueue import daemon, paths
 from agentqueue.engine.orchestrator import Engine
 from agentqueue.engine.watchdog import WatchdogLimits
 from agentqueue.server.app import build_server
 from agentqueue.services import Services
+from agentqueue.store.sqlite import SqliteStore as Store
 
 from . import mock_gemini as mock
 from .conftest import ok, person_says_yes
@@ -161,3 +166,66 @@ async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services,
     assert "warned the agent in this run" in log
     assert status(queue, task.id) == "COMPLETED", log
     assert log.count("$ ") == 1  # the same process, a new prompt in the same session
+
+
+@pytest.mark.daemon
+async def test_the_agent_toolset_reaches_gemini_through_session_new(tmp_path: Path) -> None:
+    """AgentQueue's MCP server goes in ACP's session/new; Gemini's model calls its create_task, which the daemon
+    serves as the running task's follow-up."""
+    api = mock.MockGemini().start()
+    home = tmp_path / "aq"
+    gemini = {k: v for k, v in mock.gemini_home(tmp_path, api.base_url).items() if k != "TMPDIR"}
+    env = {**os.environ, **gemini, "AGENTQUEUE_GEMINI_BIN": str(GEMINI), "AGENTQUEUE_HOME": str(home),
+           "AGENTQUEUE_POLL_SECONDS": "0.1", "AGENTQUEUE_PORT": "0"}
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = None
+    try:
+        await until(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, "the daemon", 60)
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        async with Client(params, mode="legacy") as client:
+            await ok(client, "create_project", name="Demo")
+            await ok(client, "add_repo", source="init", name="app", project_id="demo")
+            await ok(client, "create_agent", name="gemini", agent_type="gemini")
+            first = await ok(client, "create_task", title="Start", project_id="demo",
+                             description="SCENARIO:mcp_tool queue a follow-up")
+        store = Store(paths.db_path(home))
+
+        def follow_ups() -> list[dict]:
+            return store.all("SELECT title, parent_task_id FROM tasks WHERE title = ?", (mock.MCP_FOLLOWUP_TITLE,))
+
+        try:
+            await until(lambda: follow_ups(), "the follow-up queued through MCP", 120)
+        except AssertionError as error:
+            logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
+            declared = [sorted(map(str, mock.tool_names(b))) for b in api.chat_requests]
+            raise AssertionError(f"{error}: {declared}\n{logs}") from None
+        assert follow_ups() == [{"title": mock.MCP_FOLLOWUP_TITLE, "parent_task_id": first["id"]}]
+        names = {n for b in api.chat_requests for n in map(str, mock.tool_names(b)) if n.endswith("create_task")}
+        assert names, "Gemini declared no create_task tool"
+        audit = store.all("SELECT action, decision FROM audit_log WHERE task_id = ? AND actor = 'agent:gemini'",
+                          (first["id"],))
+        # Gemini asked about the MCP call (mapped to mcp__agentqueue, which standard allows), and the daemon decided
+        # the tool call itself again.
+        assert audit == [{"action": "mcp__agentqueue", "decision": "allow"},
+                         {"action": "tool:create_task", "decision": "allow"}], audit
+        assert names == {"mcp_agentqueue_create_task"}
+    finally:
+        if store is not None:
+            store.close()
+        daemon.stop(home, timeout=15)
+        if server.poll() is None:
+            server.kill()
+        api.stop()
+
+
+async def test_readonly_runs_gemini_in_plan_mode_and_nothing_is_written(queue: Services, api: mock.MockGemini) -> None:
+    queue.policies.edit(project_id="demo", preset="readonly")
+    task = queue.tasks.create("demo", "Read only", "SCENARIO:run_cmd CMD[touch RO_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until(ended(queue, task.id), "the run to end")
+    assert status(queue, task.id) == "COMPLETED", engine.log_path(task.id).read_text()
+    assert not list((queue.home / "workspaces").rglob("RO_MARKER")) and on_main(queue, "RO_MARKER") is None
+    assert queue.requests.list(None) == []  # readonly asks nobody
+    declared = mock.tool_names(api.chat_requests[0])
+    assert mock.SHELL_TOOL not in declared, sorted(map(str, declared))  # plan mode offers no shell

@@ -5,8 +5,8 @@
   → a permission request and WAITING_INPUT until a person answers. Allowed calls get the `allow_once` option and
   refused ones `reject_once`, so the agent asks again next time and the policy decides every call.
 - `fs/read_text_file`, `fs/write_text_file`: only inside the task's worktree, compared by resolved path (`..`,
-  symlinks and absolute paths elsewhere are refused in one sentence), each decided as `Read(path)` / `Edit(path)`
-  (a write the agent was just allowed through request_permission is not asked twice).
+  symlinks and absolute paths elsewhere are refused in one sentence), each decided as `Read(path)` / `Edit(path)`.
+  A write or a terminal the agent was just allowed through request_permission is not decided (or asked) twice.
 - `terminal/*`: a command decided as `Bash(command)` (every simple command of it), run in the worktree inside the
   same OS sandbox as the run (sandbox/runs.py), its output kept in a file outside the worktree.
 """
@@ -78,7 +78,9 @@ class AcpChannel:
         self.contain = contain
         self.env = env
         self.handle = handle
-        self.granted: set[str] = set()  # Edit(path) actions allowed through request_permission, not asked twice
+        # Edit(path) and Bash(command) actions allowed through request_permission: their fs/write or terminal/create
+        # is not decided (or asked) a second time.
+        self.granted: set[str] = set()
         self.terminals: dict[str, Terminal] = {}
         self._ids = 0
         self._folder: Path | None = None
@@ -123,6 +125,14 @@ class AcpChannel:
         if verdict.get("behavior") != "allow":
             raise Refused(str(verdict.get("message") or f"{tool} was refused."))
 
+    async def _require_once(self, tool: str, tool_input: dict[str, Any]) -> None:
+        """Decided unless the agent was allowed this very action through request_permission just before."""
+        action = str(agent_action(tool, tool_input, self.root))
+        if action in self.granted:
+            self.granted.discard(action)
+        else:
+            await self._require(tool, tool_input)
+
     # -- permission ----------------------------------------------------------------------------------
     async def request_permission(self, params: dict[str, Any]) -> dict[str, Any]:
         request = schema().RequestPermissionRequest.model_validate(params)
@@ -133,7 +143,7 @@ class AcpChannel:
         kinds = ("allow_once", "allow_always") if allowed else ("reject_once", "reject_always")
         options = {o.kind: o.option_id for o in reversed(request.options)}
         chosen = next((options[k] for k in kinds if k in options), None)
-        if allowed and tool == "Edit":
+        if allowed and tool in ("Edit", "Bash"):  # its fs/write or terminal/create follows: decided once
             self.granted.add(str(agent_action(tool, tool_input, self.root)))
         if chosen is None:
             return {"outcome": {"outcome": "cancelled"}}
@@ -166,11 +176,7 @@ class AcpChannel:
     async def write_text_file(self, params: dict[str, Any]) -> dict[str, Any]:
         request = schema().WriteTextFileRequest.model_validate(params)
         full = self.jailed(request.path)
-        action = str(agent_action("Edit", {"file_path": str(full)}, self.root))
-        if action in self.granted:
-            self.granted.discard(action)  # the agent was allowed this very edit a moment ago
-        else:
-            await self._require("Edit", {"file_path": str(full)})
+        await self._require_once("Edit", {"file_path": str(full)})
         full.parent.mkdir(parents=True, exist_ok=True)
         await anyio.Path(full).write_text(request.content, encoding="utf-8")
         return {}
@@ -182,7 +188,7 @@ class AcpChannel:
         cwd = self.jailed(request.cwd) if request.cwd else self.root
         if len(self.terminals) >= MAX_TERMINALS:
             raise Refused(f"{MAX_TERMINALS} terminals are open: terminal/release one first.")
-        await self._require("Bash", {"command": command})
+        await self._require_once("Bash", {"command": command})
         env = {**self.env, **{v.name: v.value for v in request.env or []}}
         self._ids += 1
         terminal_id = f"term-{self._ids}"

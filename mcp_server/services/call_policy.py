@@ -238,12 +238,13 @@ class CallPolicy:
 
     def _agent_type(self, args: dict[str, Any]) -> str:
         """The type whose command a create_agent or edit_agent call sets (command or acp)."""
-        if args.get("agent_type"):
-            return str(args["agent_type"])
-        try:
-            return self.svc.agents.get(str(args.get("agent_id") or "")).agent_type
-        except Exception:  # an unknown agent: edit_agent itself says so
-            return "command"
+        kind = args.get("agent_type")
+        if not kind:
+            try:
+                kind = self.svc.agents.get(str(args.get("agent_id") or "")).agent_type
+            except Exception:  # an unknown agent: edit_agent itself says so
+                kind = None
+        return "acp" if kind == "acp" else "command"  # any other type: checked as a program, as before
 
     @staticmethod
     def _defined_commands(name: str, args: dict[str, Any]) -> list[tuple[str, str]]:

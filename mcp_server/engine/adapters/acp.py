@@ -204,19 +204,21 @@ class AcpSession:
         if message is None or message.get("jsonrpc") != "2.0":
             return [AgentEvent("text", line.rstrip())] if line.strip() else []
         method = message.get("method")
-        if method is None:  # an answer to one of ours
+        if method is None:  # an answer to one of ours; a turn's end flushes the message it streamed into the log
             request_id = message.get("id")
+            events: list[AgentEvent] = []
             if isinstance(request_id, int) and request_id in self._waiting:
                 self._answers[request_id] = message
                 self._waiting[request_id].set()
-            return []
+                self._flush_into(events)
+            return events
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
         if "id" not in message:
             return self._update(params.get("update") or {}) if method == "session/update" else []
         events = []
+        self._flush_into(events)
         if method == "session/request_permission":
             events += self._tool_call(params.get("toolCall") or {})
-        self._flush_into(events)
         return [*events, AgentEvent("control", data={"request_id": json.dumps(message["id"]), "request": message})]
 
     def _update(self, update: dict[str, Any]) -> list[AgentEvent]:
