@@ -70,6 +70,10 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     argv = argv_of(config.command or "", config.preset, config.binary, config.model)
     full = f"{context}\n\n{prompt}" if context else prompt
     parser = (session or AcpSession)(full, mcp_servers(mcp_config))
+    known = preset_of(config.command)
+    if known is not None:
+        parser.session_meta, parser.session_mode = known.session_meta, known.session_mode
+        parser.session_usage = known.session_usage
     return RunSpec(argv=argv, stdin=b"", interactive=True, parser=parser)
 
 
@@ -82,7 +86,7 @@ def agent_binary(agent_type: str, command: str | None, settings: Any) -> str | N
         return None
     if agent_type == "acp":
         preset = preset_of(command)
-        return find_cli(preset.cli, settings) if preset is not None and preset.cli else None
+        return settings.find(preset.cli) if preset is not None and preset.cli else None
     return find_cli(agent_type, settings)
 
 
@@ -126,6 +130,9 @@ class AcpSession:
         self.unpaid_turns = 0  # turns that ended without usage (a cancelled one): the figures are partial
         self.turns = 0
         self.account_error: Any = None  # a failed login or a limit (adapters/limits.py), set by an agent's subclass
+        self.session_meta: dict[str, Any] = {}  # a preset's `_meta` for session/new
+        self.session_mode: str | None = None  # a preset's session mode, set right after session/new
+        self.session_usage: Any = None  # a preset's reader of the session's tokens, for an agent that reports none
 
     # -- the driver ----------------------------------------------------------------------------------
     async def request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
@@ -168,11 +175,19 @@ class AcpSession:
             self.error = f"initialize failed: {_error_text(answer)}"
             return False
         self.agent_info = answer.get("result") or {}
-        answer = await self.request("session/new", {"cwd": str(cwd), "mcpServers": self.servers}, SETUP_TIMEOUT)
+        params = {"cwd": str(cwd), "mcpServers": self.servers, **({"_meta": self.session_meta} if self.session_meta
+                                                                    else {})}
+        answer = await self.request("session/new", params, SETUP_TIMEOUT)
         if "error" in answer:
             self.error = f"session/new failed: {_error_text(answer)}"
             return False
         self.session_id = str((answer.get("result") or {}).get("sessionId") or "")
+        if self.session_id and self.session_mode:
+            answer = await self.request("session/set_mode", {"sessionId": self.session_id, "modeId": self.session_mode},
+                                        SETUP_TIMEOUT)
+            if "error" in answer:  # its own mode would decide calls the policy must: no prompt is sent
+                self.error = f"session/set_mode {self.session_mode} failed: {_error_text(answer)}"
+                return False
         return bool(self.session_id)
 
     async def _prompt(self, text: str) -> None:
@@ -301,6 +316,10 @@ class AcpSession:
 
     def finish(self, exit_code: int | None) -> RunResult:
         self._flush_message()
+        found = self.session_usage(self.session_id) if self.session_usage and self.session_id else None
+        if found is not None:  # the whole session's bill, every turn in it (a cancelled one too)
+            model, self.usage, self.unpaid_turns = found[0], found[1], 0
+            self.model_usage = {model or "": {key: self.usage[key] for key in ("input", "output", "cache_read")}}
         summary = "\n".join(self.texts)[-2000:]
         common: dict[str, Any] = {"summary": summary, "tokens": dict(self.usage), "cost_usd": self.cost(),
                                   "partial": bool(self.unpaid_turns) or self.error is not None}
