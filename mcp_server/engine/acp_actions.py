@@ -12,7 +12,8 @@ ACP describes a call by `kind`, `title`, `rawInput` (optional; Gemini CLI 0.61.0
 | other (an MCP tool)      | `mcp__<server>`       | Gemini's toolCallId `mcp_<server>_<tool>…`: AgentQueue's own server is `mcp__agentqueue` (its daemon decides each call again) |
 | anything else            | `Acp(title)`          | no preset allows it: standard asks a person               |
 
-A command's verdict walks every simple command in it (`a & b; c` needs each part allowed), as for Claude.
+Codex's list `/bin/bash -lc S` is the command S. A command's verdict walks every simple command in it
+(`a & b; c` needs each part allowed), as for Claude.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 # Gemini CLI names an MCP tool's call `mcp_<server>_<tool>__…` (its registry's `mcp_` prefix).
 _MCP_CALL = re.compile(r"^mcp_(?P<server>[A-Za-z0-9-]+?)_")
+_SHELLS = re.compile(r"^(/usr)?(/bin/)?(ba|z|da)?sh$")
 
 
 def _path(call: dict[str, Any]) -> str | None:
@@ -41,6 +43,10 @@ def _command(call: dict[str, Any]) -> str:
     raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
     command = raw.get("command") or raw.get("cmd")
     if isinstance(command, list):
+        # Codex ACP sends the argv it runs, `/bin/bash -lc <string>`: the string is the command (the shell policy
+        # would unwrap it the same way; the person is asked about what the model wrote).
+        if len(command) == 3 and _SHELLS.match(str(command[0])) and command[1] in ("-c", "-lc"):
+            return str(command[2])
         return shlex.join(str(c) for c in command)
     return str(command or call.get("title") or "")
 
