@@ -7,8 +7,13 @@ settings.find_cli, when it names one of them). Add a row for each agent of the A
 
 from __future__ import annotations
 
+import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from . import codex_rollout
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,14 @@ class AcpPreset:
     # Arguments per permission preset (readonly/standard/autonomous) added after argv.
     modes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model_flag: str | None = None  # how it takes a model (a task's or the agent's), when it does
+    # The argument after model_flag: {model} is the name, {toml} the name as a TOML string (for `-c model=…`).
+    model_arg: str = "{model}"
+    session_meta: dict[str, Any] = field(default_factory=dict)  # `_meta` of its session/new, when it reads one
+    # The ACP session mode set right after session/new (session/set_mode), when its own default would decide calls
+    # itself; the run fails if the agent refuses it, rather than run with the agent deciding.
+    session_mode: str | None = None
+    # Where the session's tokens are when its PromptResponse carries none: (model, tokens) for a session id.
+    session_usage: Callable[[str], tuple[str | None, dict[str, int]] | None] | None = None
 
 
 PRESETS: dict[str, AcpPreset] = {
@@ -27,6 +40,24 @@ PRESETS: dict[str, AcpPreset] = {
     # mode (read-only tools only); the policy decides every call either way.
     "gemini": AcpPreset(("gemini", "--acp", "--skip-trust"), cli="gemini", install="npm install -g @google/gemini-cli",
                         modes={"readonly": ("--approval-mode", "plan")}, model_flag="--model"),
+    # Claude Code's ACP adapter (@agentclientprotocol/claude-agent-acp 0.101.0, Claude Code 2.1.318 inside; the
+    # model API from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY as for `claude`). Its default mode is "auto" (Claude's
+    # classifier approves calls itself, asking nobody): "default" ("Manual") sends every call that is not a read
+    # to session/request_permission. allowDangerouslySkipPermissions false: the adapter offers bypass to root when
+    # IS_SANDBOX is set, and Claude Code then refuses to start as root. No model flag: the model is its default or
+    # ANTHROPIC_MODEL in [agent_env].
+    "claude-code": AcpPreset(("claude-agent-acp",), cli="claude-agent-acp",
+                             install="npm install -g @agentclientprotocol/claude-agent-acp",
+                             session_meta={"claudeCode": {"options": {"allowDangerouslySkipPermissions": False}}},
+                             session_mode="default"),
+    # Codex's ACP adapter (@zed-industries/codex-acp 0.16.0: Codex's engine in one binary, configured like `codex`
+    # from CODEX_HOME/config.toml or OPENAI_API_KEY). approval_policy "untrusted" asks (session/request_permission)
+    # before every command that is not a known read; its own sandbox cannot start inside AgentQueue's (as for
+    # `codex exec`, adapters/codex.py), which holds the walls, so its sandbox_mode is danger-full-access. Its
+    # PromptResponse has no usage: the tokens are read from the session's rollout file (codex_rollout.py).
+    "codex": AcpPreset(("codex-acp", "-c", 'approval_policy="untrusted"', "-c", 'sandbox_mode="danger-full-access"'),
+                       cli="codex-acp", install="npm install -g @zed-industries/codex-acp", model_flag="-c",
+                       model_arg="model={toml}", session_usage=codex_rollout.session_usage),
 }
 
 
@@ -42,4 +73,6 @@ def argv_of(command: str, preset: str = "standard", binary: str | None = None, m
     if known is None:
         return shlex.split(command)
     argv = [binary or known.argv[0], *known.argv[1:], *known.modes.get(preset, ())]
-    return argv + [known.model_flag, model] if model and known.model_flag else argv
+    if not (model and known.model_flag):
+        return argv
+    return [*argv, known.model_flag, known.model_arg.format(model=model, toml=json.dumps(model))]

@@ -1,0 +1,164 @@
+"""The `claude-code` and `codex` ACP presets: the REAL adapters from npm (.ci/run installs them), run by the engine
+under AgentQueue's policy against the loopback model mocks.
+
+`create_agent(agent_type="acp", command="claude-code")` runs @agentclientprotocol/claude-agent-acp (Claude Code
+inside, tests/mock_anthropic.py as its API); `command="codex"` runs @zed-industries/codex-acp (Codex's engine,
+tests/mock_openai.py through CODEX_HOME). In both scenarios the model runs the shell command written as CMD[...];
+the adapter asks (`session/request_permission`) and the policy decides. The person's side is the official MCP
+client, as in tests/test_acp_gemini.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from agentqueue.engine.orchestrator import Engine
+from agentqueue.server.app import build_server
+from agentqueue.services import Services
+
+from . import mock_anthropic, mock_openai
+from .conftest import ok, person_says_yes
+from .processes import alive, wait_for
+from .test_engine_claude import engine_for
+from .test_permissions_claude import on_main, status
+from .third_party import npm_bin
+
+ADAPTERS = {"claude-code": ("claude-agent-acp", "AGENTQUEUE_CLAUDE_AGENT_ACP_BIN"),
+            "codex": ("codex-acp", "AGENTQUEUE_CODEX_ACP_BIN")}
+pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.real_cli]
+
+
+@dataclass
+class Model:
+    """The mock behind one preset, and what a test reads from it."""
+    preset: str
+    server: Any
+
+    def told_refused(self) -> bool:
+        """Whether the model was told its shell call was refused (Claude), or never got a result for it (Codex
+        ends its turn at a refusal: the call's output never reaches the model)."""
+        if self.preset == "codex":
+            return not any(i.get("type") == "function_call_output" and i.get("call_id") == mock_openai.RUN_CMD_CALL_ID
+                           for body in self.server.requests for i in body.get("input") or [] if isinstance(i, dict))
+        results = [json.dumps(b.get("content")) for request in self.server.messages_for("run_cmd")
+                   for message in request["messages"] if isinstance(message.get("content"), list)
+                   for b in message["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+        return bool(results) and "refused" in results[-1]
+
+
+@pytest.fixture(params=sorted(ADAPTERS))
+def model(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Model]:
+    preset = request.param
+    program, variable = ADAPTERS[preset]
+    binary = npm_bin(program)
+    if binary is None:
+        pytest.skip(f"{program} not installed (.ci/run installs it from npm)")
+    monkeypatch.setenv(variable, binary)
+    if preset == "claude-code":
+        server = mock_anthropic.MockAnthropic().start()
+        (tmp_path / "user-home").mkdir()
+        env = {"HOME": str(tmp_path / "user-home"), "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL":
+               server.base_url, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+               "CLAUDE_CODE_MAX_RETRIES": "0"}
+    else:
+        server = mock_openai.MockOpenAI().start()
+        env = mock_openai.codex_home(tmp_path, server.base_url)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield Model(preset, server)
+    server.stop()
+
+
+@pytest.fixture
+def queue(services: Services, model: Model) -> Services:
+    services.projects.create("Demo")
+    services.repos.add("demo", "init", name="app")
+    services.agents.create("acp", "acp", command=model.preset)
+    return services
+
+
+@asynccontextmanager
+async def running(services: Services) -> AsyncIterator[tuple[Engine, Client]]:
+    engine = engine_for(services)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        try:
+            async with Client(build_server(services), mode="legacy", elicitation_callback=person_says_yes) as client:
+                yield engine, client
+        finally:
+            with anyio.CancelScope(shield=True):
+                await engine.shutdown(grace=10)
+            tg.cancel_scope.cancel()
+
+
+def audited(services: Services, task_id: str, action: str) -> list[tuple[str, str]]:
+    rows = services.audit.query(limit=100, task_id=task_id, action=action)
+    return [(r.decision, r.outcome) for r in reversed(rows) if r.actor == "agent:acp"]
+
+
+def ended(services: Services, task_id: str) -> Callable[[], bool]:
+    return lambda: status(services, task_id) in ("COMPLETED", "BLOCKED", "FAILED")
+
+
+def ledger(services: Services, task_id: str) -> dict[str, Any] | None:
+    return services.store.one("SELECT input, output, cache_read, cache_write, total, cost_usd FROM token_ledger "
+                              "WHERE task_id = ?", (task_id,))
+
+
+async def test_a_denied_command_never_runs(queue: Services, model: Model) -> None:
+    queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
+    task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch DENIED_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await wait_for(ended(queue, task.id), 120, "the run to end")
+    log = engine.log_path(task.id).read_text()
+    assert status(queue, task.id) == "COMPLETED", log
+    assert on_main(queue, "DENIED_MARKER") is None
+    assert not list(Path(queue.repos.get("app").checkout_path).rglob("DENIED_MARKER"))
+    assert not list((queue.home / "workspaces").rglob("DENIED_MARKER"))
+    assert queue.requests.list(None) == []  # a deny asks nobody
+    assert audited(queue, task.id, "Bash(touch DENIED_MARKER)") == [("deny", "refused")]
+    assert model.told_refused(), log
+    assert ADAPTERS[model.preset][0] in log
+
+
+async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Services, model: Model) -> None:
+    task = queue.tasks.create("demo", "Ask", "SCENARIO:run_cmd CMD[touch ASKED_MARKER]", max_retries=0)
+    async with running(queue) as (engine, client):
+        await wait_for(lambda: status(queue, task.id) == "WAITING_INPUT", 120, "the task to wait for a person")
+        agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'acp'")
+        assert agent_pid and alive(agent_pid)
+        pending = (await ok(client, "list_requests", project_id="demo"))["requests"]
+        assert len(pending) == 1 and pending[0]["action"] == "Bash(touch ASKED_MARKER)", pending
+        assert pending[0]["task_id"] == task.id
+        answered = await ok(client, "answer_request", request_id=pending[0]["id"], decision="allow")
+        assert answered["status"] == "allowed"
+        await wait_for(ended(queue, task.id), 120, "the run to end")
+    log = engine.log_path(task.id).read_text()
+    assert status(queue, task.id) == "COMPLETED", log
+    attempts, _ = queue.tasks.results(task.id)
+    assert attempts == 1  # one run: the same process went on
+    assert audited(queue, task.id, "Bash(touch ASKED_MARKER)") == [("ask→accept", "ok")]
+    assert on_main(queue, "ASKED_MARKER") == ""  # the work landed on main
+    row = ledger(queue, task.id)
+    assert row is not None, log
+    if model.preset == "claude-code":
+        # PromptResponse.usage: the turn's two Messages calls (the tool call, then the answer), each USAGE.
+        usage = mock_anthropic.USAGE
+        assert (row["input"], row["output"], row["cache_read"], row["cache_write"]) == (
+            2 * usage["input_tokens"], 2 * usage["output_tokens"], 2 * usage["cache_read_input_tokens"],
+            2 * usage["cache_creation_input_tokens"]), row
+        assert row["cost_usd"] is not None and row["cost_usd"] > 0  # the adapter's own USD figure (usage_update)
+    else:
+        want = mock_openai.expected_turn_usage("tool_call", "final")
+        assert (row["input"], row["output"], row["cache_read"]) == (
+            want["input_tokens"] - want["cached_input_tokens"], want["output_tokens"],
+            want["cached_input_tokens"]), row
