@@ -162,3 +162,30 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
         assert (row["input"], row["output"], row["cache_read"]) == (
             want["input_tokens"] - want["cached_input_tokens"], want["output_tokens"],
             want["cached_input_tokens"]), row
+
+
+@pytest.mark.parametrize("model", ["claude-code"], indirect=True)
+async def test_the_agents_model_is_the_claude_adapters_model_option(queue: Services, model: Model) -> None:
+    """Claude's adapter takes no model flag: the model is its `model` config option, set after session/new."""
+    queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
+    queue.agents.edit("acp", model="sonnet")
+    task = queue.tasks.create("demo", "Sonnet", "SCENARIO:run_cmd CMD[touch SONNET_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await wait_for(ended(queue, task.id), 120, "the run to end")
+    assert status(queue, task.id) == "COMPLETED", engine.log_path(task.id).read_text()
+    assert on_main(queue, "SONNET_MARKER") == ""
+    served = {s["model"] for s in model.server.served if "SONNET_MARKER" in json.dumps(s["request"])}
+    assert served and all("sonnet" in m for m in served), served
+
+
+@pytest.mark.parametrize("model", ["claude-code"], indirect=True)
+async def test_a_model_the_adapter_does_not_offer_fails_the_run_before_any_prompt(queue: Services,
+                                                                                  model: Model) -> None:
+    queue.agents.edit("acp", model="no-such-model")
+    task = queue.tasks.create("demo", "Nope", "SCENARIO:run_cmd CMD[touch NOPE_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await wait_for(ended(queue, task.id), 120, "the run to end")
+    log = engine.log_path(task.id).read_text()
+    assert status(queue, task.id) != "COMPLETED", log
+    assert "refused the model 'no-such-model'" in log, log
+    assert not [s for s in model.server.served if "NOPE_MARKER" in json.dumps(s["request"])]  # no prompt reached it

@@ -74,6 +74,8 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     if known is not None:
         parser.session_meta, parser.session_mode = known.session_meta, known.session_mode
         parser.session_usage = known.session_usage
+        if known.model_config and config.model:
+            parser.model_option = (known.model_config, config.model)
     return RunSpec(argv=argv, stdin=b"", interactive=True, parser=parser)
 
 
@@ -133,6 +135,7 @@ class AcpSession:
         self.session_meta: dict[str, Any] = {}  # a preset's `_meta` for session/new
         self.session_mode: str | None = None  # a preset's session mode, set right after session/new
         self.session_usage: Any = None  # a preset's reader of the session's tokens, for an agent that reports none
+        self.model_option: tuple[str, str] | None = None  # (config option id, model) set after session/new
 
     # -- the driver ----------------------------------------------------------------------------------
     async def request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
@@ -187,6 +190,13 @@ class AcpSession:
                                         SETUP_TIMEOUT)
             if "error" in answer:  # its own mode would decide calls the policy must: no prompt is sent
                 self.error = f"session/set_mode {self.session_mode} failed: {_error_text(answer)}"
+                return False
+        if self.session_id and self.model_option:
+            option, model = self.model_option
+            answer = await self.request("session/set_config_option", {"sessionId": self.session_id,
+                                                                      "configId": option, "value": model}, SETUP_TIMEOUT)
+            if "error" in answer:  # not another model than the one asked for
+                self.error = f"the agent refused the model {model!r}: {_error_text(answer)}"
                 return False
         return bool(self.session_id)
 

@@ -30,6 +30,8 @@ class AcpPreset:
     # The ACP session mode set right after session/new (session/set_mode), when its own default would decide calls
     # itself; the run fails if the agent refuses it, rather than run with the agent deciding.
     session_mode: str | None = None
+    # The session config option that picks the model (session/set_config_option), for an agent with no model flag.
+    model_config: str | None = None
     # Where the session's tokens are when its PromptResponse carries none: (model, tokens) for a session id.
     session_usage: Callable[[str], tuple[str | None, dict[str, int]] | None] | None = None
 
@@ -44,12 +46,12 @@ PRESETS: dict[str, AcpPreset] = {
     # model API from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY as for `claude`). Its default mode is "auto" (Claude's
     # classifier approves calls itself, asking nobody): "default" ("Manual") sends every call that is not a read
     # to session/request_permission. allowDangerouslySkipPermissions false: the adapter offers bypass to root when
-    # IS_SANDBOX is set, and Claude Code then refuses to start as root. No model flag: the model is its default or
-    # ANTHROPIC_MODEL in [agent_env].
+    # IS_SANDBOX is set, and Claude Code then refuses to start as root. A model (the task's or the agent's) is
+    # its "model" config option: an alias ("sonnet") or a model id; one it does not offer fails the run.
     "claude-code": AcpPreset(("claude-agent-acp",), cli="claude-agent-acp",
                              install="npm install -g @agentclientprotocol/claude-agent-acp",
                              session_meta={"claudeCode": {"options": {"allowDangerouslySkipPermissions": False}}},
-                             session_mode="default"),
+                             session_mode="default", model_config="model"),
     # Codex's ACP adapter (@zed-industries/codex-acp 0.16.0: Codex's engine in one binary, configured like `codex`
     # from CODEX_HOME/config.toml or OPENAI_API_KEY). approval_policy "untrusted" asks (session/request_permission)
     # before every command that is not a known read; its own sandbox cannot start inside AgentQueue's (as for
