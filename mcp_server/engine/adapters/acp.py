@@ -193,8 +193,8 @@ class AcpSession:
                 return False
         if self.session_id and self.model_option:
             option, model = self.model_option
-            answer = await self.request("session/set_config_option", {"sessionId": self.session_id,
-                                                                      "configId": option, "value": model}, SETUP_TIMEOUT)
+            params = {"sessionId": self.session_id, "configId": option, "value": model}
+            answer = await self.request("session/set_config_option", params, SETUP_TIMEOUT)
             if "error" in answer:  # not another model than the one asked for
                 self.error = f"the agent refused the model {model!r}: {_error_text(answer)}"
                 return False

@@ -1,0 +1,96 @@
+"""The ACP preset table (engine/adapters/acp_presets.py) without running an agent: the argv each preset starts, the
+refusal when its adapter is not installed, and Codex's token totals read from a rollout file.
+
+tests/test_acp_presets.py runs the real adapters; these are the edges it does not reach.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentqueue.engine.adapters import acp_presets, codex_rollout
+from agentqueue.services import Services
+from agentqueue.services.errors import InvalidInputError
+
+
+def test_the_codex_preset_asks_before_commands_and_takes_a_model_as_a_toml_string() -> None:
+    argv = acp_presets.argv_of("codex", "standard", "/opt/codex-acp", 'gpt-"5"')
+    assert argv == ["/opt/codex-acp", "-c", 'approval_policy="untrusted"', "-c", 'sandbox_mode="danger-full-access"',
+                    "-c", 'model="gpt-\\"5\\""']
+
+
+def test_the_claude_preset_takes_no_model_flag_and_starts_in_manual_mode_without_bypass() -> None:
+    preset = acp_presets.preset_of("claude-code")
+    assert preset is not None
+    assert acp_presets.argv_of("claude-code", "standard", "/opt/claude-agent-acp", "sonnet") == [
+        "/opt/claude-agent-acp"]
+    assert (preset.session_mode, preset.model_config) == ("default", "model")
+    assert preset.session_meta == {"claudeCode": {"options": {"allowDangerouslySkipPermissions": False}}}
+
+
+@pytest.mark.parametrize(("command", "program", "variable", "package"), [
+    ("claude-code", "claude-agent-acp", "AGENTQUEUE_CLAUDE_AGENT_ACP_BIN", "@agentclientprotocol/claude-agent-acp"),
+    ("codex", "codex-acp", "AGENTQUEUE_CODEX_ACP_BIN", "@zed-industries/codex-acp")])
+def test_a_preset_whose_adapter_is_missing_is_refused_with_where_to_get_it(
+        services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, program: str,
+        variable: str, package: str) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(InvalidInputError) as refused:
+        services.agents.create("acp", "acp", command=command)
+    message = str(refused.value)
+    assert program in message and variable in message and package in message and "[cli]" in message, message
+    assert services.agents.list()[1] == 0  # nothing was created
+
+
+def test_a_preset_whose_adapter_is_installed_is_found_by_its_variable(services: Services, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    adapter = tmp_path / "codex-acp"
+    adapter.write_text("#!/bin/sh\nexit 0\n")
+    adapter.chmod(0o755)
+    monkeypatch.setenv("AGENTQUEUE_CODEX_ACP_BIN", str(adapter))
+    agent = services.agents.create("acp", "acp", command="codex")
+    assert (agent.agent_type, agent.command) == ("acp", "codex")
+    assert services.settings.find("codex-acp") == str(adapter)
+
+
+def _rollout(home: Path, session_id: str, lines: list[str]) -> None:
+    day = home / "sessions" / "2026" / "11" / "26"
+    day.mkdir(parents=True, exist_ok=True)
+    (day / f"rollout-2026-11-26T09-36-27-{session_id}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _token_count(total: dict[str, int]) -> str:
+    return json.dumps({"type": "event_msg", "payload": {"type": "token_count", "info": {
+        "total_token_usage": total, "last_token_usage": total, "model_context_window": 258400}}})
+
+
+def test_codex_tokens_are_the_last_token_count_of_the_sessions_rollout(tmp_path: Path) -> None:
+    """The shape codex-acp 0.16.0 (Codex 0.137.0) writes: cumulative totals, cached inside input."""
+    session = "01a21736-a8d5-79d1-8618-0875d00ceb42"
+    _rollout(tmp_path, session, [
+        json.dumps({"type": "turn_context", "payload": {"model": "gpt-5.5"}}),
+        _token_count({"input_tokens": 120, "cached_input_tokens": 20, "output_tokens": 30, "total_tokens": 150}),
+        json.dumps({"type": "event_msg", "payload": {"type": "token_count", "info": None}}),  # a rate-limit update
+        _token_count({"input_tokens": 270, "cached_input_tokens": 80, "output_tokens": 42, "total_tokens": 312}),
+        '{"type": "event_msg", "payload": {"type": "token_co',  # cut short while Codex wrote it
+    ])
+    assert codex_rollout.session_usage(session, tmp_path) == (
+        "gpt-5.5", {"input": 190, "output": 42, "cache_read": 80, "cache_write": 0, "total": 312})
+
+
+def test_no_rollout_or_no_count_or_a_path_for_an_id_is_no_figure(tmp_path: Path) -> None:
+    _rollout(tmp_path, "no-count", [json.dumps({"type": "turn_context", "payload": {"model": "gpt-5.5"}})])
+    assert codex_rollout.session_usage("no-count", tmp_path) is None
+    assert codex_rollout.session_usage("missing", tmp_path) is None
+    assert codex_rollout.session_usage("../../etc/passwd", tmp_path) is None
+    assert codex_rollout.session_usage("*", tmp_path) is None
+
+
+def test_codex_home_is_codex_home_else_dot_codex_under_home() -> None:
+    assert codex_rollout.codex_home({"CODEX_HOME": "/x/codex", "HOME": "/h"}) == Path("/x/codex")
+    assert codex_rollout.codex_home({"HOME": "/h"}) == Path("/h/.codex")
