@@ -201,6 +201,9 @@ async def test_the_agent_toolset_reaches_gemini_through_session_new(tmp_path: Pa
             declared = [sorted(map(str, mock.tool_names(b))) for b in api.chat_requests]
             raise AssertionError(f"{error}: {declared}\n{logs}") from None
         assert follow_ups() == [{"title": mock.MCP_FOLLOWUP_TITLE, "parent_task_id": first["id"]}]
+        # The run ends although Gemini stays up while its MCP server is connected (the runner ends it).
+        await until(lambda: store.scalar("SELECT status FROM tasks WHERE id = ?", (first["id"],)) == "COMPLETED",
+                    "the first task to complete", 60)
         names = {n for b in api.chat_requests for n in map(str, mock.tool_names(b)) if n.endswith("create_task")}
         assert names, "Gemini declared no create_task tool"
         audit = store.all("SELECT action, decision FROM audit_log WHERE task_id = ? AND actor = 'agent:gemini'",

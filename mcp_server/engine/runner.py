@@ -30,8 +30,8 @@ log = logging.getLogger("agentqueue.runner")
 MAX_LINE_BYTES = 8 * 1024 * 1024
 # How long a loop kill waits for the end of the response that made the call (its usage complete in the stream).
 LOOP_KILL_GRACE = 1.0
-# How long an ACP agent may outlive its session (stdin closed after the last turn) before it is ended.
-SESSION_EXIT_GRACE = 5.0
+# How long an agent whose protocol session is over (ACP) may take to exit by itself once its stdin is closed.
+SESSION_EXIT_GRACE = 3.0
 # Env vars of an outer Claude Code session that would confuse a nested one.
 _DROP_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
 
@@ -238,20 +238,23 @@ class AgentRun:
         drive = getattr(self.parser, "drive", None)  # a parser that is the client of a protocol (ACP) drives it
         if self.interactive and drive is not None:
             await drive(self._send, self._close_stdin, self.cwd)
-            await self._end_after_session()
+            await self._end_lingering()
         elif not self.interactive:
             await self._close_stdin()
 
-    async def _end_after_session(self) -> None:
-        """An ACP agent exits when its stdin closes after the last turn; one that stays (codex-acp 0.16.0 does) is
-        ended SESSION_EXIT_GRACE s later, its result already in: not a stall, not a failure."""
+    async def _end_lingering(self) -> None:
+        """The session is over and stdin closed: an agent still running SESSION_EXIT_GRACE later is ended (Gemini in
+        ACP mode stays up while an MCP server it started is connected); the run's result is the session's."""
         assert self.process is not None
         with anyio.move_on_after(SESSION_EXIT_GRACE):
             await self.process.wait()
         if self.process.returncode is None and self.handle.stop_reason is None:
-            self.write(f"[runner] the agent's session is over but it did not exit {SESSION_EXIT_GRACE:.0f} s after its "
-                       "stdin closed: ended")
+            self.write(f"[runner] the session is over but the agent is still running after {SESSION_EXIT_GRACE:g} s; "
+                       "ending it")
             signal_group(self.process.pid, signal.SIGTERM)
+            with anyio.move_on_after(1.5):
+                await self.process.wait()
+            signal_group(self.process.pid, signal.SIGKILL)
 
     async def _answer(self, event: AgentEvent) -> None:
         """A question from the CLI: the channel decides (maybe after a person answers); the run waits."""
