@@ -28,7 +28,21 @@ def test_the_claude_preset_takes_no_model_flag_and_starts_in_manual_mode_without
     assert acp_presets.argv_of("claude-code", "standard", "/opt/claude-agent-acp", "sonnet") == [
         "/opt/claude-agent-acp"]
     assert (preset.session_mode, preset.model_config) == ("default", "model")
-    assert preset.session_meta == {"claudeCode": {"options": {"allowDangerouslySkipPermissions": False}}}
+    options = preset.session_meta["claudeCode"]["options"]
+    assert options["allowDangerouslySkipPermissions"] is False
+    assert {"Bash", "Edit", "Write", "Read", "WebFetch"} <= set(options["settings"]["permissions"]["ask"])
+
+
+def test_an_acp_presets_run_gets_its_clis_sandbox_state_and_endpoints() -> None:
+    from agentqueue.sandbox.rules import endpoints_of, state_paths
+
+    assert acp_presets.sandbox_kind("acp", "claude-code") == "claude-code"
+    assert acp_presets.sandbox_kind("acp", "codex") == "codex"
+    assert acp_presets.sandbox_kind("acp", "./my-agent --acp") == "acp"
+    assert acp_presets.sandbox_kind("codex", None) == "codex"
+    # Without ANTHROPIC_BASE_URL the adapter talks to Anthropic's API, and Claude Code keeps its state in ~/.claude.
+    assert "api.anthropic.com:443" in endpoints_of({}, acp_presets.sandbox_kind("acp", "claude-code"))
+    assert Path("/h/.claude") in state_paths(Path("/h"), acp_presets.sandbox_kind("acp", "claude-code"), {})
 
 
 @pytest.mark.parametrize(("command", "program", "variable", "package"), [

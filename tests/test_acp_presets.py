@@ -11,6 +11,7 @@ client, as in tests/test_acp_gemini.py.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -189,3 +190,28 @@ async def test_a_model_the_adapter_does_not_offer_fails_the_run_before_any_promp
     assert status(queue, task.id) != "COMPLETED", log
     assert "refused the model 'no-such-model'" in log, log
     assert not [s for s in model.server.served if "NOPE_MARKER" in json.dumps(s["request"])]  # no prompt reached it
+
+
+@pytest.mark.parametrize("model", ["claude-code"], indirect=True)
+async def test_claude_settings_cannot_allow_what_the_policy_denies(queue: Services, model: Model,
+                                                                    tmp_path: Path) -> None:
+    """Claude Code's own settings (the user's ~/.claude/settings.json, and the repo's) may allow a command, and an
+    allowed call is never sent as a permission request. The preset's `ask` rules (as for the claude-code agent
+    type) outrank them: the policy still decides."""
+    allow = json.dumps({"permissions": {"allow": ["Bash(touch:*)"]}})
+    (tmp_path / "user-home" / ".claude").mkdir()
+    (tmp_path / "user-home" / ".claude" / "settings.json").write_text(allow)
+    repo = Path(queue.repos.get("app").checkout_path)
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.json").write_text(allow)
+    subprocess.run(["git", "add", ".claude"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "settings"],
+                   cwd=repo, check=True)
+    queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
+    task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch PLANTED_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await wait_for(ended(queue, task.id), 120, "the run to end")
+    log = engine.log_path(task.id).read_text()
+    assert not list((queue.home / "workspaces").rglob("PLANTED_MARKER")), log
+    assert on_main(queue, "PLANTED_MARKER") is None
+    assert audited(queue, task.id, "Bash(touch PLANTED_MARKER)") == [("deny", "refused")], log
