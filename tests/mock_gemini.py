@@ -195,9 +195,27 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"functionCall": {"name": SHELL_TOOL,
                                      "args": {"command": CLI_FOLLOWUP_COMMAND, "description": "Queue a follow-up."}}}
             return self._answer(stream, [[call]], "tool_call")
+        if scenario in ("run_cmd", "loop", "mcp_tool"):
+            return self._scripted(stream, scenario, body)
+        if scenario == "write_file":
+            if any(r.get("name") == SHELL_TOOL for r in function_responses(body)):
+                return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
+            if SHELL_TOOL not in tool_names(body):
+                return self._error(400, "INVALID_ARGUMENT",
+                                   f"mock: no {SHELL_TOOL} tool in {sorted(map(str, tool_names(body)))}")
+            call = {"functionCall": {"name": SHELL_TOOL,
+                                     "args": {"command": WRITE_FILE_COMMAND, "description": "Write the hello file."}}}
+            return self._answer(stream, [[call]], "tool_call")
+        half = len(DEFAULT_TEXT) // 2
+        return self._answer(stream, [[{"text": DEFAULT_TEXT[:half]}], [{"text": DEFAULT_TEXT[half:]}]], "text")
+
+
+    def _scripted(self, stream: bool, scenario: str, body: dict[str, Any]) -> None:
+        """The scenarios of tests/test_acp_gemini.py (see the module's docstring)."""
         if scenario == "run_cmd":  # the shell with CMD[...] from the task, TIMES[n] times (default once)
-            command = (CMD_RE.search(_user_text(body)) or re.match("(.*)", WRITE_FILE_COMMAND)).group(1)
-            times = int((TIMES_RE.search(_user_text(body)) or re.match("(1)", "1")).group(1))
+            command, times = CMD_RE.search(_user_text(body)), TIMES_RE.search(_user_text(body))
+            command = command.group(1) if command else WRITE_FILE_COMMAND
+            times = int(times.group(1)) if times else 1
             if len([r for r in function_responses(body) if r.get("name") == SHELL_TOOL]) >= times:
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
             call = {"functionCall": {"name": SHELL_TOOL, "args": {"command": command, "description": "Run it."}}}
@@ -216,17 +234,6 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"functionCall": {"name": names[0], "args": {"title": MCP_FOLLOWUP_TITLE,
                                                                 "description": "Queued by Gemini through MCP."}}}
             return self._answer(stream, [[call]], "tool_call")
-        if scenario == "write_file":
-            if any(r.get("name") == SHELL_TOOL for r in function_responses(body)):
-                return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
-            if SHELL_TOOL not in tool_names(body):
-                return self._error(400, "INVALID_ARGUMENT",
-                                   f"mock: no {SHELL_TOOL} tool in {sorted(map(str, tool_names(body)))}")
-            call = {"functionCall": {"name": SHELL_TOOL,
-                                     "args": {"command": WRITE_FILE_COMMAND, "description": "Write the hello file."}}}
-            return self._answer(stream, [[call]], "tool_call")
-        half = len(DEFAULT_TEXT) // 2
-        return self._answer(stream, [[{"text": DEFAULT_TEXT[:half]}], [{"text": DEFAULT_TEXT[half:]}]], "text")
 
     def _answer(self, stream: bool, chunks: list[list[dict[str, Any]]], step: str) -> None:
         """chunks: the parts of each streamed chunk (joined into one response when not streaming)."""

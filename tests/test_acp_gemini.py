@@ -92,9 +92,12 @@ def ended(services: Services, task_id: str) -> Callable[[], bool]:
     return lambda: status(services, task_id) in ("COMPLETED", "BLOCKED", "FAILED")
 
 
-async def test_a_denied_command_never_runs(queue: Services, api: mock.MockGemini) -> None:
+@pytest.mark.parametrize("command", ["touch DENIED_MARKER", "echo ok & touch DENIED_MARKER",
+                                     "echo ok; touch DENIED_MARKER"])
+async def test_a_denied_command_never_runs(queue: Services, api: mock.MockGemini, command: str) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
-    task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch DENIED_MARKER]", max_retries=0)
+    queue.policies.edit(project_id="demo", add_rule="Bash(echo:*)", rule_list="allow")  # a compound needs every part
+    task = queue.tasks.create("demo", "Deny", f"SCENARIO:run_cmd CMD[{command}]", max_retries=0)
     async with running(queue) as (engine, _):
         await until(ended(queue, task.id), "the run to end")
     log = engine.log_path(task.id).read_text()
@@ -103,7 +106,7 @@ async def test_a_denied_command_never_runs(queue: Services, api: mock.MockGemini
     assert not list(Path(queue.repos.get("app").checkout_path).rglob("DENIED_MARKER"))
     assert not list((queue.home / "workspaces").rglob("DENIED_MARKER"))
     assert queue.requests.list(None) == []  # a deny asks nobody
-    assert audited(queue, task.id, "Bash(touch DENIED_MARKER)") == [("deny", "refused")]
+    assert audited(queue, task.id, f"Bash({command})") == [("deny", "refused")]
     # Gemini tells its model a rejected call was "canceled by the user" (ACP carries no reason with a reject).
     assert "canceled" in shell_results(api)[-1], shell_results(api)
     assert "gemini" in log and "--acp" in log
@@ -232,3 +235,26 @@ async def test_readonly_runs_gemini_in_plan_mode_and_nothing_is_written(queue: S
     assert queue.requests.list(None) == []  # readonly asks nobody
     declared = mock.tool_names(api.chat_requests[0])
     assert mock.SHELL_TOOL not in declared, sorted(map(str, declared))  # plan mode offers no shell
+
+
+async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: Services, api: mock.MockGemini) -> None:
+    task = queue.tasks.create("demo", "Stop me", "SCENARIO:run_cmd CMD[touch STOPPED_MARKER]", max_retries=0)
+    async with running(queue) as (engine, client):
+        await until(lambda: status(queue, task.id) == "WAITING_INPUT", "the task to wait")
+        agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'gemini'")
+        await ok(client, "stop_task", task_id=task.id)
+        await until(lambda: task.id not in engine.running, "the run to end")
+    assert status(queue, task.id) == "BLOCKED"
+    (request,) = queue.requests.list(None, task_id=task.id)
+    assert request.status == "expired" and request.decided_by == "run ended"
+    assert not alive(agent_pid)
+    assert not list((queue.home / "workspaces").rglob("STOPPED_MARKER"))
+
+
+async def test_a_rate_limit_fails_the_run_as_rate_limit_and_parks_gemini(queue: Services,
+                                                                        api: mock.MockGemini) -> None:
+    task = queue.tasks.create("demo", "Limited", "SCENARIO:rate_limit anything", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until(lambda: queue.tasks.results(task.id)[1] is not None, "the run to end")
+    _, result = queue.tasks.results(task.id)
+    assert result.error_type == "rate_limit", (result, engine.log_path(task.id).read_text())

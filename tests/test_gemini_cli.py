@@ -60,7 +60,7 @@ def test_the_engine_runs_gemini_through_acp():
     for preset in ("readonly", "standard", "autonomous"):
         spec = build(AgentConfig("gemini", binary="gemini", preset=preset, model="m"), "do it", "", None)
         assert spec.argv[:3] == ["gemini", "--acp", "--skip-trust"] and spec.interactive and spec.parser is not None
-        assert spec.argv[-2:] == ["--model", "m"]
+        assert spec.argv[-2:] == ["-m", "m"]
         assert ("plan" in spec.argv) == (preset == "readonly")
 
 

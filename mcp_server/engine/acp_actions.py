@@ -9,9 +9,10 @@ ACP describes a call by `kind`, `title`, `rawInput` (optional; Gemini CLI 0.61.0
 | read                     | `Read(path)`          | the first location, else rawInput path/file_path          |
 | search                   | `Grep(path)`          | the first location, else the worktree                     |
 | fetch                    | `WebFetch(domain:h)`  | rawInput.url, else the title when it is a URL             |
-| other (an MCP tool)      | `mcp__<server>`       | Gemini's toolCallId `mcp_<server>_<tool>…`: AgentQueue's own server is `mcp__agentqueue` (its daemon decides each call again) |
+| other (an MCP tool)      | `mcp__<server>`       | Gemini's toolCallId `mcp_<server>_<tool>…` (*)            |
 | anything else            | `Acp(title)`          | no preset allows it: standard asks a person               |
 
+(*) AgentQueue's own server is `mcp__agentqueue`, which standard allows: its daemon decides each call again.
 Codex's list `/bin/bash -lc S` is the command S. A command's verdict walks every simple command in it
 (`a & b; c` needs each part allowed), as for Claude.
 """
@@ -23,6 +24,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from .adapters.acp import as_dict
+
 # Gemini CLI names an MCP tool's call `mcp_<server>_<tool>__…` (its registry's `mcp_` prefix).
 _MCP_CALL = re.compile(r"^mcp_(?P<server>[A-Za-z0-9-]+?)_")
 _SHELLS = re.compile(r"^(/usr)?(/bin/)?(ba|z|da)?sh$")
@@ -32,7 +35,7 @@ def _path(call: dict[str, Any]) -> str | None:
     for location in call.get("locations") or []:
         if isinstance(location, dict) and location.get("path"):
             return str(location["path"])
-    raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
+    raw = as_dict(call.get("rawInput"))
     for key in ("file_path", "path", "absolute_path", "filePath"):
         if raw.get(key):
             return str(raw[key])
@@ -40,7 +43,7 @@ def _path(call: dict[str, Any]) -> str | None:
 
 
 def _command(call: dict[str, Any]) -> str:
-    raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
+    raw = as_dict(call.get("rawInput"))
     command = raw.get("command") or raw.get("cmd")
     if isinstance(command, list):
         # Codex ACP sends the argv it runs, `/bin/bash -lc <string>`: the string is the command (the shell policy
@@ -63,7 +66,7 @@ def tool_call_input(call: dict[str, Any], root: Path) -> tuple[str, dict[str, An
     if kind == "search":
         return "Grep", {"path": _path(call) or str(root)}
     if kind == "fetch":
-        raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
+        raw = as_dict(call.get("rawInput"))
         return "WebFetch", {"url": str(raw.get("url") or call.get("title") or "")}
     found = _MCP_CALL.match(str(call.get("toolCallId") or ""))
     if found:

@@ -33,7 +33,7 @@ from anyio.abc import Process
 from .. import paths
 from ..services.policy_rules import agent_action
 from .acp_actions import tool_call_input
-from .adapters.acp import schema
+from .adapters.acp import as_dict, schema
 from .permissions import PermissionChannel
 
 log = logging.getLogger("agentqueue.acp")
@@ -51,7 +51,8 @@ class Refused(Exception):
 
 # Runs a terminal command inside the run's sandbox: (argv, cwd, env) -> a context that yields the argv and
 # environment to start (the orchestrator's, from sandbox/runs.py).
-Contain = Callable[[list[str], Path, dict[str, str]], contextlib.AbstractContextManager[tuple[list[str], dict[str, str]]]]
+Started = tuple[list[str], dict[str, str]]
+Contain = Callable[[list[str], Path, dict[str, str]], contextlib.AbstractContextManager[Started]]
 
 
 @dataclass
@@ -96,7 +97,7 @@ class AcpChannel:
     # -- dispatch ------------------------------------------------------------------------------------
     async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
         method = str(message.get("method") or "")
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = as_dict(message.get("params"))
         handler = self.HANDLERS.get(method)
         if handler is None:
             return _error(METHOD_NOT_FOUND, f"AgentQueue does not serve {method!r}.")
@@ -290,7 +291,7 @@ def sandboxed(services: Any, root: Path, project_id: str, task_id: str | None, p
     sandbox = services.sandbox
 
     @contextlib.contextmanager
-    def contain(argv: list[str], cwd: Path, env: dict[str, str]) -> Iterator[tuple[list[str], dict[str, str]]]:
+    def contain(argv: list[str], cwd: Path, env: dict[str, str]) -> Iterator[Started]:
         if sandbox.unavailable():
             yield argv, env
             return

@@ -29,7 +29,6 @@ import anyio.abc
 from croniter import croniter
 
 from ..services import Services
-from ..services.agents import find_cli
 from ..services.errors import ServiceError
 from ..services.hooks import SCHEDULED, SlotTaken
 from ..services.policy_rules import tool_action
@@ -39,7 +38,7 @@ from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig
 from .agent_mcp import agentqueue_server
 from .permissions import PermissionChannel
-from .acp_client import AcpChannel, sandboxed
+from .acp_client import AcpChannel, sandboxed as acp_sandbox
 from .adapters.acp import AcpSession, agent_binary
 from .runner import RunHandle, run_agent
 from .watchdog import WatchdogLimits
@@ -394,8 +393,9 @@ class HookRunner:
         # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
         channel: Any = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
         if isinstance(spec.parser, AcpSession):
-            channel = AcpChannel(channel, sandboxed(self.services, workspace, hook.project_id, None, policy.preset.name,
-                                                    None, f"hook:{hook.id}"), self.services.settings.agent_environment())
+            contain = acp_sandbox(self.services, workspace, hook.project_id, None, policy.preset.name, None,
+                                  f"hook:{hook.id}")
+            channel = AcpChannel(channel, contain, self.services.settings.agent_environment())
         log_path = self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
 

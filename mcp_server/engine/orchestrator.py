@@ -24,7 +24,6 @@ import anyio
 from .. import paths
 from ..services import Services, gitops
 from ..services.errors import ServiceError
-from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
 from ..services.system import no_repo_warning
 from ..settings import Settings
@@ -43,7 +42,7 @@ from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .parking import QueueParking
 from ..notify.follower import Notifier
 from .permissions import PermissionChannel
-from .acp_client import AcpChannel, sandboxed
+from .acp_client import AcpChannel, sandboxed as acp_sandbox
 from .adapters.acp import AcpSession, agent_binary
 from .adapters.acp_presets import sandbox_kind
 from .ports import Ports
@@ -347,9 +346,9 @@ class Engine:
                                          lambda line: self._log_line(task_id, line))
         if isinstance(spec.parser, AcpSession):  # an ACP agent asks for files and terminals too
             preset = svc.policies.effective(task.project_id).preset.name
-            channel = AcpChannel(channel, sandboxed(svc, workspace.path, task.project_id, task.id, preset,
-                                                    workspace.branch, f"agent:{agent.id}",
-                                                    lambda line: self._log_line(task_id, line)), ready.env, handle)
+            contain = acp_sandbox(svc, workspace.path, task.project_id, task.id, preset, workspace.branch,
+                                  f"agent:{agent.id}", lambda line: self._log_line(task_id, line))
+            channel = AcpChannel(channel, contain, ready.env, handle)
         env = ready.env
         # Claude Code skips planted settings itself (--setting-sources user) and may still edit them; a CLI with no
         # such switch sees the default branch's files over the planted ones, read-only, for this run.

@@ -9,7 +9,6 @@ import shlex
 import shutil
 from typing import Any
 
-from ..engine.adapters import acp_presets
 from ..settings import CLI_FOR_AGENT, CLI_KEYS, Settings
 from ..settings import LABEL
 from ..store.db import Store, now_iso
@@ -27,6 +26,14 @@ INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "cod
                  "gemini": "npm install -g @google/gemini-cli"}
 
 
+def _acp_presets() -> Any:
+    """The ACP preset table (engine/adapters/acp_presets.py), imported when an ACP agent is named: the engine's
+    adapters are no part of what a CLI read or a tool call loads."""
+    from ..engine.adapters import acp_presets  # noqa: PLC0415
+
+    return acp_presets
+
+
 def find_cli(agent_type: str, settings: Settings) -> str | None:
     """The executable for an agent type: config.toml [cli] or its AGENTQUEUE_*_BIN variable, else the search path."""
     return settings.find(CLI_FOR_AGENT[agent_type])
@@ -41,7 +48,7 @@ def missing_cli_message(agent_type: str) -> str:
             "<client>` in a terminal that finds it) and restart_daemon.")
 
 
-def missing_preset_message(command: str, preset: acp_presets.AcpPreset) -> str:
+def missing_preset_message(command: str, preset: Any) -> str:
     key = preset.cli or preset.argv[0]
     return (f"The ACP preset {command.strip()!r} runs {key}, which is not installed where the daemon looks: not in "
             f"config.toml [cli], {CLI_KEYS[key][0]} or the daemon's PATH. Install it ({preset.install}), then set "
@@ -87,8 +94,9 @@ class Agents:
                 "agent_type 'command' needs `command`: the executable to run (the prompt arrives on stdin)."
             )
         if agent_type == "acp" and not (command and command.strip()):
-            raise InvalidInputError("agent_type 'acp' needs `command`: a preset name (" + ", ".join(acp_presets.PRESETS)
-                                    + ") or the command that starts an ACP agent on stdio.")
+            names = ", ".join(_acp_presets().PRESETS)
+            raise InvalidInputError(f"agent_type 'acp' needs `command`: a preset name ({names}) or the command that "
+                                    "starts an ACP agent on stdio.")
         if agent_type not in COMMAND_TYPES and command:
             raise InvalidInputError(f"`command` is only for agent_type 'command' or 'acp'; a {agent_type} agent runs "
                                     "its CLI.")
@@ -183,7 +191,7 @@ class Agents:
 
     def require_runnable(self, agent_type: str, command: str | None) -> None:
         """An agent whose program can't be found would fail every task it takes: refuse it now."""
-        preset = acp_presets.preset_of(command) if agent_type == "acp" else None
+        preset = _acp_presets().preset_of(command) if agent_type == "acp" else None
         if preset is not None and preset.cli is not None:  # a known ACP agent: its program, found as the CLIs are
             if self.settings.find(preset.cli) is None:
                 runs_as = CLI_KEYS[preset.cli][1]

@@ -92,6 +92,11 @@ def agent_binary(agent_type: str, command: str | None, settings: Any) -> str | N
     return find_cli(agent_type, settings)
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """A JSON object from the agent, or {} for anything else it sent in its place."""
+    return value if isinstance(value, dict) else {}
+
+
 def _text(content: Any) -> str:
     """The text of an ACP content block (or a tool call's content list)."""
     if isinstance(content, list):
@@ -177,14 +182,14 @@ class AcpSession:
         if "error" in answer:
             self.error = f"initialize failed: {_error_text(answer)}"
             return False
-        self.agent_info = answer.get("result") or {}
+        self.agent_info = as_dict(answer.get("result"))
         params = {"cwd": str(cwd), "mcpServers": self.servers, **({"_meta": self.session_meta} if self.session_meta
                                                                     else {})}
         answer = await self.request("session/new", params, SETUP_TIMEOUT)
         if "error" in answer:
             self.error = f"session/new failed: {_error_text(answer)}"
             return False
-        self.session_id = str((answer.get("result") or {}).get("sessionId") or "")
+        self.session_id = str(as_dict(answer.get("result")).get("sessionId") or "")
         if self.session_id and self.session_mode:
             answer = await self.request("session/set_mode", {"sessionId": self.session_id, "modeId": self.session_mode},
                                         SETUP_TIMEOUT)
@@ -211,7 +216,7 @@ class AcpSession:
         if "error" in answer:
             self.error = _error_text(answer)
             return
-        result = answer.get("result") or {}
+        result = as_dict(answer.get("result"))
         self.turns += 1
         self.stop_reason = str(result.get("stopReason") or "")
         self._count(result)
@@ -237,13 +242,13 @@ class AcpSession:
                 self._waiting[request_id].set()
                 self._flush_into(events)
             return events
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = as_dict(message.get("params"))
         if "id" not in message:
-            return self._update(params.get("update") or {}) if method == "session/update" else []
+            return self._update(as_dict(params.get("update"))) if method == "session/update" else []
         events = []
         self._flush_into(events)
         if method == "session/request_permission":
-            events += self._tool_call(params.get("toolCall") or {})
+            events += self._tool_call(as_dict(params.get("toolCall")))
         return [*events, AgentEvent("control", data={"request_id": json.dumps(message["id"]), "request": message})]
 
     def _update(self, update: dict[str, Any]) -> list[AgentEvent]:
@@ -287,18 +292,20 @@ class AcpSession:
     def _count(self, result: dict[str, Any]) -> None:
         """A turn's usage: ACP's `usage`, else Gemini's `_meta.quota`; a turn with neither is unpaid (partial)."""
         usage = result.get("usage")
-        quota = ((result.get("_meta") or {}).get("quota") or {}) if isinstance(result.get("_meta"), dict) else {}
+        quota = as_dict(as_dict(result.get("_meta")).get("quota"))
         if isinstance(usage, dict):
-            cached = int(usage.get("cachedReadTokens") or 0)
-            turn = tokens(usage.get("inputTokens"), int(usage.get("outputTokens") or 0)
-                          + int(usage.get("thoughtTokens") or 0), cached, usage.get("cachedWriteTokens"),
-                          usage.get("totalTokens"))
+            given = {k: _count_of(usage.get(k)) for k in ("inputTokens", "outputTokens", "thoughtTokens",
+                                                          "cachedReadTokens", "cachedWriteTokens", "totalTokens")}
+            turn = tokens(given["inputTokens"], given["outputTokens"] + given["thoughtTokens"],
+                          given["cachedReadTokens"], given["cachedWriteTokens"], given["totalTokens"] or None)
             self._add(None, turn)
         elif isinstance(quota.get("token_count"), dict):
-            per_model = [m for m in quota.get("model_usage") or [] if isinstance(m, dict)]
+            listed = quota.get("model_usage")
+            per_model = [m for m in (listed if isinstance(listed, list) else []) if isinstance(m, dict)]
             for entry in per_model or [{"model": None, "token_count": quota["token_count"]}]:
-                count = entry.get("token_count") or {}
-                self._add(entry.get("model"), tokens(count.get("input_tokens"), count.get("output_tokens")))
+                count = as_dict(entry.get("token_count"))
+                model = entry.get("model") if isinstance(entry.get("model"), str) else None
+                self._add(model, tokens(_count_of(count.get("input_tokens")), _count_of(count.get("output_tokens"))))
         else:
             self.unpaid_turns += 1
 
@@ -345,8 +352,13 @@ class AcpSession:
         return RunResult("completed", **common)
 
 
+def _count_of(value: Any) -> int:
+    """A token count the agent sent, or 0 for anything that is not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _error_text(answer: dict[str, Any]) -> str:
-    error = answer.get("error") or {}
+    error = as_dict(answer.get("error"))
     data = error.get("data")
     return str(error.get("message") or "error") + (f" ({json.dumps(data)[:500]})" if data else "")
 

@@ -45,7 +45,7 @@ PRESETS: dict[str, AcpPreset] = {
     # folder it has never seen, and an untrusted folder would load no settings. Under readonly it starts in plan
     # mode (read-only tools only); the policy decides every call either way.
     "gemini": AcpPreset(("gemini", "--acp", "--skip-trust"), cli="gemini", install="npm install -g @google/gemini-cli",
-                        kind="gemini", modes={"readonly": ("--approval-mode", "plan")}, model_flag="--model"),
+                        kind="gemini", modes={"readonly": ("--approval-mode", "plan")}, model_flag="-m"),
     # Claude Code's ACP adapter (@agentclientprotocol/claude-agent-acp 0.101.0, Claude Code 2.1.318 inside; the
     # model API from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY as for `claude`). Its default mode is "auto" (Claude's
     # classifier approves calls itself, asking nobody): "default" ("Manual") sends every call that is not a read
