@@ -9,7 +9,7 @@ ACP describes a call by `kind`, `title`, `rawInput` (optional; Gemini CLI 0.61.0
 | read                     | `Read(path)`          | the first location, else rawInput path/file_path          |
 | search                   | `Grep(path)`          | the first location, else the worktree                     |
 | fetch                    | `WebFetch(domain:h)`  | rawInput.url, else the title when it is a URL             |
-| other (an MCP tool)      | `mcp__<server>`       | Gemini's toolCallId `mcp_<server>_<tool>…` (*)            |
+| other (an MCP tool)      | `mcp__<server>`       | Gemini's toolCallId `mcp_<server>_<tool>…`, Claude's `_meta` (*) |
 | anything else            | `Acp(title)`          | no preset allows it: standard asks a person               |
 
 (*) AgentQueue's own server is `mcp__agentqueue`, which standard allows: its daemon decides each call again.
@@ -28,6 +28,9 @@ from .adapters.acp import as_dict
 
 # Gemini CLI names an MCP tool's call `mcp_<server>_<tool>__…` (its registry's `mcp_` prefix).
 _MCP_CALL = re.compile(r"^mcp_(?P<server>[A-Za-z0-9-]+?)_")
+# Claude Code's ACP adapter names an MCP tool `mcp__<server>__<tool>` in the call's `_meta.claudeCode.toolName`.
+_CLAUDE_MCP_TOOL = re.compile(r"^mcp__(?P<server>[A-Za-z0-9_-]+?)__")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _SHELLS = re.compile(r"^(/usr)?(/bin/)?(ba|z|da)?sh$")
 
 
@@ -54,6 +57,17 @@ def _command(call: dict[str, Any]) -> str:
     return str(command or call.get("title") or "")
 
 
+def _claude_mcp_server(call: dict[str, Any]) -> str | None:
+    """The MCP server of a call Claude Code's ACP adapter asks about: `_meta.claudeCode.mcpServer.name`, else the
+    server in its `toolName` (`mcp__<server>__<tool>`)."""
+    claude = as_dict(as_dict(call.get("_meta")).get("claudeCode"))
+    name = as_dict(claude.get("mcpServer")).get("name")
+    if not isinstance(name, str):
+        tool = _CLAUDE_MCP_TOOL.match(str(claude.get("toolName") or ""))
+        name = tool.group("server") if tool else None
+    return name if isinstance(name, str) and _SERVER_NAME.match(name) else None
+
+
 def tool_call_input(call: dict[str, Any], root: Path) -> tuple[str, dict[str, Any]]:
     """(Claude Code tool name, its input) for an ACP tool call; see the table above."""
     kind = str(call.get("kind") or "other")
@@ -71,4 +85,7 @@ def tool_call_input(call: dict[str, Any], root: Path) -> tuple[str, dict[str, An
     found = _MCP_CALL.match(str(call.get("toolCallId") or ""))
     if found:
         return f"mcp__{found.group('server')}", {}
+    server = _claude_mcp_server(call)
+    if server:
+        return f"mcp__{server}", {}
     return f"Acp({str(call.get('title') or kind)[:200]})", {}
