@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp import Client
 
 from agentqueue.engine.adapters import acp_presets, codex_rollout
 from agentqueue.services import Services
@@ -108,3 +110,21 @@ def test_no_rollout_or_no_count_or_a_path_for_an_id_is_no_figure(tmp_path: Path)
 def test_codex_home_is_codex_home_else_dot_codex_under_home() -> None:
     assert codex_rollout.codex_home({"CODEX_HOME": "/x/codex", "HOME": "/h"}) == Path("/x/codex")
     assert codex_rollout.codex_home({"HOME": "/h"}) == Path("/h/.codex")
+
+
+@pytest.mark.anyio
+async def test_an_acp_preset_is_registered_without_asking_and_a_program_still_asks(
+        server: Any, services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preset's name runs a CLI AgentQueue knows (as agent_type gemini does); any other ACP command is a program of
+    the person's and is asked about (tool:run_command), here by a client that cannot ask, so it is refused."""
+    adapter = tmp_path / "claude-agent-acp"
+    adapter.write_text("#!/bin/sh\nexit 0\n")
+    adapter.chmod(0o755)
+    monkeypatch.setenv("AGENTQUEUE_CLAUDE_AGENT_ACP_BIN", str(adapter))
+    async with Client(server, mode="legacy") as client:  # no elicitation: an ask is refused
+        made = await client.call_tool("create_agent", {"name": "acp", "agent_type": "acp", "command": "claude-code"})
+        assert not made.is_error, made.content
+        asked = await client.call_tool("create_agent", {"name": "other", "agent_type": "acp",
+                                                        "command": str(adapter)})
+        assert asked.is_error and "tool:run_command" in str(asked.content), asked.content
+    assert [a.id for a in services.agents.list()[0]] == ["acp"]
