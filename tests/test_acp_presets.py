@@ -11,7 +11,9 @@ client, as in tests/test_acp_gemini.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,11 +22,13 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
+from agentqueue import daemon, paths
 from agentqueue.engine.orchestrator import Engine
 from agentqueue.server.app import build_server
 from agentqueue.services import Services
+from agentqueue.store.sqlite import SqliteStore as Store
 
 from . import mock_anthropic, mock_openai
 from .conftest import ok, person_says_yes
@@ -215,3 +219,56 @@ async def test_claude_settings_cannot_allow_what_the_policy_denies(queue: Servic
     assert not list((queue.home / "workspaces").rglob("PLANTED_MARKER")), log
     assert on_main(queue, "PLANTED_MARKER") is None
     assert audited(queue, task.id, "Bash(touch PLANTED_MARKER)") == [("deny", "refused")], log
+
+
+@pytest.mark.daemon
+async def test_the_agent_toolset_reaches_the_claude_adapter_through_session_new(tmp_path: Path) -> None:
+    """AgentQueue's MCP server goes in ACP's session/new; the model calls its create_task, the adapter asks about
+    it (decided as mcp__agentqueue, which standard allows), and the daemon decides the tool call itself again."""
+    binary = npm_bin("claude-agent-acp")
+    if binary is None:
+        pytest.skip("claude-agent-acp not installed (.ci/run installs it from npm)")
+    api = mock_anthropic.MockAnthropic().start()
+    home = tmp_path / "aq"
+    (tmp_path / "user-home").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "user-home"), "ANTHROPIC_API_KEY": "test-key",
+           "ANTHROPIC_BASE_URL": api.base_url, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+           "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_MAX_RETRIES": "0", "AGENTQUEUE_CLAUDE_AGENT_ACP_BIN": binary,
+           "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_POLL_SECONDS": "0.1", "AGENTQUEUE_PORT": "0"}
+    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = None
+    try:
+        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, 60, "the daemon")
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        async with Client(params, mode="legacy") as client:
+            await ok(client, "create_project", name="Demo")
+            await ok(client, "add_repo", source="init", name="app", project_id="demo")
+            await ok(client, "create_agent", name="acp", agent_type="acp", command="claude-code")
+            first = await ok(client, "create_task", title="Start", project_id="demo",
+                             description="SCENARIO:followup queue a follow-up")
+        store = Store(paths.db_path(home))
+
+        def follow_ups() -> list[dict]:
+            return store.all("SELECT title, parent_task_id FROM tasks WHERE title = ?",
+                             (mock_anthropic.FOLLOWUP["title"],))
+
+        try:
+            await wait_for(lambda: follow_ups(), 120, "the follow-up queued through MCP")
+        except AssertionError as error:
+            logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
+            raise AssertionError(f"{error}\n{logs}") from None
+        assert follow_ups()[0] == {"title": mock_anthropic.FOLLOWUP["title"], "parent_task_id": first["id"]}
+        await wait_for(lambda: store.scalar("SELECT status FROM tasks WHERE id = ?", (first["id"],)) == "COMPLETED",
+                       60, "the first task to complete")
+        audit = store.all("SELECT action, decision FROM audit_log WHERE task_id = ? AND actor = 'agent:acp'",
+                          (first["id"],))
+        assert audit == [{"action": "mcp__agentqueue", "decision": "allow"},
+                         {"action": "tool:create_task", "decision": "allow"}], audit
+    finally:
+        if store is not None:
+            store.close()
+        daemon.stop(home, timeout=15)
+        if server.poll() is None:
+            server.kill()
+        api.stop()
