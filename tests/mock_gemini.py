@@ -36,6 +36,7 @@ Behaviour of the chat requests is chosen by a `SCENARIO:<name>` marker in the us
 - `run_cmd`: the shell with the command written `CMD[...]` in the task, `TIMES[n]` times, then `FINAL_TEXT`.
 - `loop`: the shell with `LOOP_COMMAND` on every turn until AgentQueue's watchdog warning is in the user text
   (then `warned` is set and it answers `FINAL_TEXT`).
+- `write_tool`: Gemini's `write_file` tool to `PATH[...]` with `WRITE_TOOL_CONTENT`, then `FINAL_TEXT`.
 - `mcp_tool`: AgentQueue's `create_task` (the declared tool whose name ends so) with `MCP_FOLLOWUP_TITLE`.
 - `rate_limit`: HTTP 429 `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": ...}}` without
   `details`, which the CLI classifies as a retryable quota error (retries: see `gemini_home`).
@@ -72,6 +73,8 @@ CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP_TITLE}' --agent-
 DEFAULT_TEXT = "Hello from mock."
 CMD_RE = re.compile(r"CMD\[(.+?)\]")
 TIMES_RE = re.compile(r"TIMES\[(\d+)\]")
+PATH_RE = re.compile(r"PATH\[(.+?)\]")
+WRITE_TOOL_CONTENT = "written by gemini's write_file\n"
 LOOP_COMMAND = "ls"
 WATCHDOG_TEXT = "AgentQueue watchdog"
 MCP_FOLLOWUP_TITLE = "Gemini follow-up through MCP"
@@ -195,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"functionCall": {"name": SHELL_TOOL,
                                      "args": {"command": CLI_FOLLOWUP_COMMAND, "description": "Queue a follow-up."}}}
             return self._answer(stream, [[call]], "tool_call")
-        if scenario in ("run_cmd", "loop", "mcp_tool"):
+        if scenario in ("run_cmd", "loop", "mcp_tool", "write_tool"):
             return self._scripted(stream, scenario, body)
         if scenario == "write_file":
             if any(r.get("name") == SHELL_TOOL for r in function_responses(body)):
@@ -226,6 +229,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
             call = {"functionCall": {"name": SHELL_TOOL, "args": {"command": LOOP_COMMAND, "description": "Again."}}}
             return self._answer(stream, [[call]], "tool_call")
+        if scenario == "write_tool":  # Gemini's own write_file tool, to PATH[...] (relative to the cwd or absolute)
+            if function_responses(body):
+                return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
+            path = PATH_RE.search(_user_text(body))
+            args = {"file_path": path.group(1) if path else WRITE_FILE_NAME, "content": WRITE_TOOL_CONTENT}
+            return self._answer(stream, [[{"functionCall": {"name": "write_file", "args": args}}]], "tool_call")
         if scenario == "mcp_tool":  # AgentQueue's create_task, through the MCP server the client gave the agent
             names = [n for n in tool_names(body) if str(n).endswith("create_task")]
             if function_responses(body) or not names:

@@ -147,3 +147,19 @@ def test_the_tool_call_mapping(tmp_path: Path) -> None:
     assert tool_call_input({"kind": "other", "toolCallId": "mcp_agentqueue_create_task__1"}, tmp_path) == (
         "mcp__agentqueue", {})
     assert tool_call_input({"kind": "other", "title": "weird"}, tmp_path) == ("Acp(weird)", {})
+
+
+async def test_a_planted_settings_file_is_served_as_the_default_branch_has_it_and_never_written(
+        services: Services, tree: Path) -> None:
+    planted = tree / ".gemini" / "settings.json"
+    planted.parent.mkdir()
+    planted.write_text('{"planted": true}')
+    permissions = PermissionChannel(services, "demo", None, "acp-test", tree)
+    chan = AcpChannel(permissions, sandboxed(services, tree, "demo", None, "standard", None, "agent:acp-test"),
+                      dict(os.environ), masks={planted: b'{"default": true}', tree / ".mcp.json": None})
+    assert (await call(chan, "fs/read_text_file", path=str(planted)))["result"] == {"content": '{"default": true}'}
+    assert "cannot be read" in (await call(chan, "fs/read_text_file", path=str(tree / ".mcp.json")))["error"][
+        "message"]
+    refused = await call(chan, "fs/write_text_file", path=str(planted), content="{}")
+    assert "earlier, unmerged run" in refused["error"]["message"]
+    assert planted.read_text() == '{"planted": true}'

@@ -258,3 +258,28 @@ async def test_a_rate_limit_fails_the_run_as_rate_limit_and_parks_gemini(queue: 
         await until(lambda: queue.tasks.results(task.id)[1] is not None, "the run to end")
     _, result = queue.tasks.results(task.id)
     assert result.error_type == "rate_limit", (result, engine.log_path(task.id).read_text())
+
+
+async def test_an_edit_is_decided_once_and_written_through_the_client(queue: Services, api: mock.MockGemini) -> None:
+    task = queue.tasks.create("demo", "Write", "SCENARIO:write_tool PATH[notes/by_gemini.txt]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until(ended(queue, task.id), "the run to end")
+    log = engine.log_path(task.id).read_text()
+    assert status(queue, task.id) == "COMPLETED", log
+    assert on_main(queue, "notes/by_gemini.txt") == mock.WRITE_TOOL_CONTENT.strip()
+    rows = [r for r in queue.audit.query(limit=100, task_id=task.id) if r.actor == "agent:gemini"]
+    assert [(r.action.split("(")[0], r.decision) for r in rows] == [("Edit", "allow")], [r.action for r in rows]
+
+
+async def test_an_edit_outside_the_worktree_never_happens(queue: Services, api: mock.MockGemini,
+                                                          tmp_path: Path) -> None:
+    """Refused by Gemini itself (outside its workspace); the client's jail and the sandbox stand behind that."""
+    outside = tmp_path / "outside.txt"
+    task = queue.tasks.create("demo", "Escape", f"SCENARIO:write_tool PATH[{outside}]", max_retries=0)
+    async with running(queue) as (engine, client):
+        await until(lambda: ended(queue, task.id)() or status(queue, task.id) == "WAITING_INPUT", "the run to go on")
+        if status(queue, task.id) == "WAITING_INPUT":  # standard asks about an edit outside the worktree: say yes
+            (request,) = queue.requests.list("pending")
+            await ok(client, "answer_request", request_id=request.id, decision="allow")
+        await until(ended(queue, task.id), "the run to end")
+    assert not outside.exists(), engine.log_path(task.id).read_text()

@@ -142,3 +142,5 @@ def test_presets_and_mcp_servers() -> None:
                         "env": [{"name": "A", "value": "1"}]}]
     spec = build(AgentConfig("acp", command="my-agent --stdio", model="m"), "p", "ctx", None)
     assert spec.argv == ["my-agent", "--stdio"] and spec.interactive and spec.parser.prompt == "ctx\n\np"
+    assert spec.parser.client_reads  # any agent reads through AgentQueue (the jail, Read(path))...
+    assert not build(AgentConfig("acp", command="gemini"), "p", "", None).parser.client_reads  # ...but gemini

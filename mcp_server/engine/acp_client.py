@@ -73,9 +73,12 @@ class AcpChannel:
     holds_watchdog = True  # the runner's clocks stop only while a person decides, not while a command runs
 
     def __init__(self, permissions: PermissionChannel, contain: Contain, env: dict[str, str],
-                 handle: Any = None) -> None:
+                 handle: Any = None, masks: dict[Path, bytes | None] | None = None) -> None:
         self.permissions = permissions
         self.root = Path(os.path.realpath(permissions.root))
+        # Run-configuring files an unmerged earlier run planted: the sandbox shows the run the default branch's
+        # copy, read-only (None: no such file there), and so do fs/* (engine/protected.py).
+        self.masks = {Path(os.path.realpath(path)): content for path, content in (masks or {}).items()}
         self.contain = contain
         self.env = env
         self.handle = handle
@@ -164,10 +167,16 @@ class AcpChannel:
         request = schema().ReadTextFileRequest.model_validate(params)
         full = self.jailed(request.path)
         await self._require("Read", {"file_path": str(full)})
-        try:
-            text = await anyio.Path(full).read_text(encoding="utf-8", errors="replace")
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as error:
-            raise Refused(f"{request.path} cannot be read: {error.strerror}.") from None
+        if full in self.masks:
+            masked = self.masks[full]
+            if masked is None:
+                raise Refused(f"{request.path} cannot be read: No such file or directory.")
+            text = masked.decode("utf-8", errors="replace")
+        else:
+            try:
+                text = await anyio.Path(full).read_text(encoding="utf-8", errors="replace")
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as error:
+                raise Refused(f"{request.path} cannot be read: {error.strerror}.") from None
         if request.line is not None or request.limit is not None:
             lines = text.splitlines(keepends=True)
             start = max((request.line or 1) - 1, 0)
@@ -177,6 +186,9 @@ class AcpChannel:
     async def write_text_file(self, params: dict[str, Any]) -> dict[str, Any]:
         request = schema().WriteTextFileRequest.model_validate(params)
         full = self.jailed(request.path)
+        if full in self.masks:
+            raise Refused(f"{request.path} is a run-configuring file an earlier, unmerged run changed: this run sees "
+                          "the default branch's copy, read-only.")
         await self._require_once("Edit", {"file_path": str(full)})
         full.parent.mkdir(parents=True, exist_ok=True)
         await anyio.Path(full).write_text(request.content, encoding="utf-8")

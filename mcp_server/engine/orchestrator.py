@@ -342,17 +342,18 @@ class Engine:
         log_path = self.log_path(task_id)
         on_log = self.on_log
         on_line = (lambda _line: on_log(task_id)) if on_log else None
-        channel: Any = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
-                                         lambda line: self._log_line(task_id, line))
-        if isinstance(spec.parser, AcpSession):  # an ACP agent asks for files and terminals too
-            preset = svc.policies.effective(task.project_id).preset.name
-            contain = acp_sandbox(svc, workspace.path, task.project_id, task.id, preset, workspace.branch,
-                                  f"agent:{agent.id}", lambda line: self._log_line(task_id, line))
-            channel = AcpChannel(channel, contain, ready.env, handle)
         env = ready.env
         # Claude Code skips planted settings itself (--setting-sources user) and may still edit them; a CLI with no
         # such switch sees the default branch's files over the planted ones, read-only, for this run.
         masks = ready.planted or {} if agent.agent_type in MASKED_AGENTS else {}
+        channel: Any = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
+                                         lambda line: self._log_line(task_id, line))
+        if isinstance(spec.parser, AcpSession):  # an ACP agent asks for files and terminals too (acp_client.py)
+            preset = await anyio.to_thread.run_sync(lambda: svc.policies.effective(task.project_id).preset.name)
+            contain = acp_sandbox(svc, workspace.path, task.project_id, task.id, preset, workspace.branch,
+                                  f"agent:{agent.id}", lambda line: self._log_line(task_id, line))
+            channel = AcpChannel(channel, contain, ready.env, handle,
+                                 masks={workspace.path / rel: content for rel, content in masks.items()})
         with contextlib.ExitStack() as stack:
             # The sandbox is set up in a worker thread (its paths, the policy, the gate's sockets): several ms that
             # would hold up every other run on the event loop. The thread is waited for even when cancelled, and

@@ -69,8 +69,8 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     """An ACP agent: its command (a preset's, acp_presets.py, or as written), stdin kept open for the session."""
     argv = argv_of(config.command or "", config.preset, config.binary, config.model)
     full = f"{context}\n\n{prompt}" if context else prompt
-    parser = (session or AcpSession)(full, mcp_servers(mcp_config))
     known = preset_of(config.command)
+    parser = (session or AcpSession)(full, mcp_servers(mcp_config), client_reads=known is None or known.client_reads)
     if known is not None:
         parser.session_meta, parser.session_mode = known.session_meta, known.session_mode
         parser.session_usage = known.session_usage
@@ -115,9 +115,10 @@ def _text(content: Any) -> str:
 class AcpSession:
     """One ACP run: the parser the runner feeds stdout to, and the driver that sends the client's requests."""
 
-    def __init__(self, prompt: str, servers: list[dict[str, Any]]) -> None:
+    def __init__(self, prompt: str, servers: list[dict[str, Any]], client_reads: bool = True) -> None:
         self.prompt = prompt
         self.servers = servers
+        self.client_reads = client_reads  # offer fs/read_text_file (acp_presets.AcpPreset.client_reads)
         self.session_id: str | None = None
         self.agent_info: dict[str, Any] = {}
         self._ids = 0
@@ -174,7 +175,7 @@ class AcpSession:
             await close()
 
     async def _start(self, cwd: Path) -> bool:
-        capabilities = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
+        capabilities = {"fs": {"readTextFile": self.client_reads, "writeTextFile": True}, "terminal": True}
         params = schema().InitializeRequest.model_validate(
             {"protocolVersion": protocol_version(), "clientCapabilities": capabilities,
              "clientInfo": {"name": "agentqueue", "version": "1"}}).model_dump(by_alias=True, exclude_none=True)

@@ -38,6 +38,10 @@ class AcpPreset:
     model_config: str | None = None
     # Where the session's tokens are when its PromptResponse carries none: (model, tokens) for a session id.
     session_usage: Callable[[str], tuple[str | None, dict[str, int]] | None] | None = None
+    # Whether the client offers fs/read_text_file. Gemini 0.61.0 rejects a failed client read with the bare JSON-RPC
+    # error object, which its "file not found" check cannot recognise, so its write_file of a new file fails: it
+    # reads for itself (inside the sandbox; outside its workspace it refuses), and writes through the client.
+    client_reads: bool = True
 
 
 PRESETS: dict[str, AcpPreset] = {
@@ -45,7 +49,8 @@ PRESETS: dict[str, AcpPreset] = {
     # folder it has never seen, and an untrusted folder would load no settings. Under readonly it starts in plan
     # mode (read-only tools only); the policy decides every call either way.
     "gemini": AcpPreset(("gemini", "--acp", "--skip-trust"), cli="gemini", install="npm install -g @google/gemini-cli",
-                        kind="gemini", modes={"readonly": ("--approval-mode", "plan")}, model_flag="-m"),
+                        kind="gemini", modes={"readonly": ("--approval-mode", "plan")}, model_flag="-m",
+                        client_reads=False),
     # Claude Code's ACP adapter (@agentclientprotocol/claude-agent-acp 0.101.0, Claude Code 2.1.318 inside; the
     # model API from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY as for `claude`). Its default mode is "auto" (Claude's
     # classifier approves calls itself, asking nobody): "default" ("Manual") sends every call that is not a read
