@@ -128,3 +128,25 @@ async def test_an_acp_preset_is_registered_without_asking_and_a_program_still_as
                                                         "command": str(adapter)})
         assert asked.is_error and "tool:run_command" in str(asked.content), asked.content
     assert [a.id for a in services.agents.list()[0]] == ["acp"]
+
+
+def test_install_records_the_adapters_where_the_terminal_finds_them_and_the_daemon_reads_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentqueue import settings
+    from agentqueue.cli import agent_cli_paths
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for program in ("claude-agent-acp", "codex-acp"):
+        (bin_dir / program).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / program).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    for variable in ("AGENTQUEUE_CLAUDE_AGENT_ACP_BIN", "AGENTQUEUE_CODEX_ACP_BIN"):
+        monkeypatch.delenv(variable, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    assert agent_cli_paths.record(home) is not None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # a daemon started with a GUI's PATH
+    loaded = settings.load(home)
+    assert loaded.find("claude-agent-acp") == str(bin_dir / "claude-agent-acp")
+    assert loaded.find("codex-acp") == str(bin_dir / "codex-acp")
