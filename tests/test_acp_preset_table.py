@@ -150,3 +150,37 @@ def test_install_records_the_adapters_where_the_terminal_finds_them_and_the_daem
     loaded = settings.load(home)
     assert loaded.find("claude-agent-acp") == str(bin_dir / "claude-agent-acp")
     assert loaded.find("codex-acp") == str(bin_dir / "codex-acp")
+
+
+def _update(call_id: str, **fields: Any) -> str:
+    return json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+        "sessionId": "s", "update": {"toolCallId": call_id, **fields}}})
+
+
+def test_claudes_calls_reach_the_watchdog_with_their_input_not_as_empty_announcements() -> None:
+    """claude-agent-acp 0.101.0 announces a Bash call as {"title": "Terminal", "rawInput": {}} and sends its input in
+    a tool_call_update; told at the announcement, every call would look the same to the loop detector."""
+    from agentqueue.engine.adapters.acp import AcpSession
+
+    session = AcpSession("p", [])
+    events = []
+    for call_id, command in (("toolu_1", "make test"), ("toolu_2", "git status")):
+        events += session.feed(_update(call_id, sessionUpdate="tool_call", title="Terminal", kind="execute",
+                                       status="pending", content=[], rawInput={}))
+        events += session.feed(_update(call_id, sessionUpdate="tool_call_update", title=command,
+                                       rawInput={"command": command, "description": "run it"}))
+        events += session.feed(_update(call_id, sessionUpdate="tool_call_update", status="completed",
+                                       rawOutput="ok"))
+    calls = [(e.tool, e.args) for e in events if e.kind == "tool_call"]
+    assert calls == [("execute", {"command": "make test", "description": "run it"}),
+                     ("execute", {"command": "git status", "description": "run it"})]
+    assert [e.kind for e in events].count("tool_result") == 2
+
+
+def test_an_announced_call_whose_input_never_comes_is_told_when_it_ends() -> None:
+    from agentqueue.engine.adapters.acp import AcpSession
+
+    session = AcpSession("p", [])
+    events = session.feed(_update("t1", sessionUpdate="tool_call", title="Tool", kind="other", rawInput={}))
+    events += session.feed(_update("t1", sessionUpdate="tool_call_update", status="failed", content=[]))
+    assert [e.kind for e in events] == ["tool_call", "tool_result"]

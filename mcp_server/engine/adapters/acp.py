@@ -128,6 +128,7 @@ class AcpSession:
         self.in_turn = False
         self.warnings: list[str] = []  # loop warnings waiting to be sent as the next prompt
         self.seen_calls: set[str] = set()  # toolCallIds already told to the watchdog
+        self.pending_calls: dict[str, dict[str, Any]] = {}  # announced with no input yet: told when it comes
         self.message: list[str] = []  # the agent's message being streamed (chunks), flushed as one text event
         self.texts: list[str] = []
         self.stop_reason: str | None = None
@@ -259,9 +260,17 @@ class AcpSession:
             return []
         events: list[AgentEvent] = []
         self._flush_into(events)
-        if kind == "tool_call":
+        call_id = str(update.get("toolCallId") or "")
+        if kind == "tool_call" and update.get("rawInput") == {} and call_id:
+            # Claude's adapter announces a call before its input ("Terminal", rawInput {}) and sends the input in a
+            # tool_call_update: told to the watchdog then, or every call would look the same to its loop detector.
+            self.pending_calls[call_id] = update
+        elif kind == "tool_call":
             events += self._tool_call(update)
-        elif kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
+        elif kind == "tool_call_update" and call_id in self.pending_calls and (
+                as_dict(update.get("rawInput")) or update.get("status") in ("completed", "failed")):
+            events += self._tool_call({**self.pending_calls.pop(call_id), **update})
+        if kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
             events.append(AgentEvent("tool_result", text=f"{update.get('status')}: {_text(update.get('content'))}"[
                 :2000]))
         elif kind == "usage_update" and isinstance(update.get("cost"), dict):
