@@ -26,6 +26,7 @@ from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
 from agentqueue.engine.orchestrator import Engine
+from agentqueue.engine.watchdog import WatchdogLimits
 from agentqueue.server.app import build_server
 from agentqueue.services import Services
 from agentqueue.store.sqlite import SqliteStore as Store
@@ -272,3 +273,26 @@ async def test_the_agent_toolset_reaches_the_claude_adapter_through_session_new(
         if server.poll() is None:
             server.kill()
         api.stop()
+
+
+@pytest.mark.parametrize("model", ["claude-code"], indirect=True)
+async def test_a_loop_warning_reaches_the_claude_adapters_model_in_the_same_run(queue: Services,
+                                                                              model: Model) -> None:
+    """The watchdog's warning cancels the turn (session/cancel) and is the session's next prompt: the model's next
+    requests carry it, from the same process; a model that keeps looping is then killed, as with `claude`."""
+    queue.policies.edit(project_id="demo", add_rule="Bash(echo:*)", rule_list="allow")
+    task = queue.tasks.create("demo", "Loop", "SCENARIO:loop keep going", max_retries=0)
+    limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, loop_warn=2, no_progress_warn=2)
+    engine = engine_for(queue)
+    engine.config.limits = limits
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        await wait_for(ended(queue, task.id), 150, "the run to end")
+        await engine.shutdown(grace=10)
+        tg.cancel_scope.cancel()
+    log = engine.log_path(task.id).read_text()
+    assert "warned the agent in this run" in log, log
+    assert log.count("$ ") == 1  # one process: the warning was a prompt in the same session
+    noted = [i for i, r in enumerate(model.server.messages_for("loop")) if "AgentQueue watchdog" in json.dumps(
+        r["messages"])]
+    assert noted and noted[0] > 0, log
