@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agentqueue.engine.adapters import acp_presets
 from agentqueue.services import Services
 from agentqueue.services.errors import InvalidInputError
 
@@ -84,7 +85,11 @@ def audited_as(services: Services, task_id: str, action: str) -> list[tuple[str,
     return [(r.decision, r.outcome) for r in reversed(rows) if r.actor == "agent:script"]
 
 
-def test_registering_an_acp_agent_says_what_is_wrong(services: Services) -> None:
+def test_registering_an_acp_agent_says_what_is_wrong(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(acp_presets.PRESETS, "fake-acp", acp_presets.AcpPreset(("no-such-acp-prog", "--stdio"),
+                                                                              install="npm install -g fake-acp"))
+    with pytest.raises(InvalidInputError, match=r"'no-such-acp-prog' .* Install it \(npm install -g fake-acp\)"):
+        services.agents.create("p", "acp", command="fake-acp")  # a preset's own program, not its name
     with pytest.raises(InvalidInputError, match="needs `command`: a preset name"):
         services.agents.create("a", "acp")
     with pytest.raises(InvalidInputError, match="no-such-acp-agent"):

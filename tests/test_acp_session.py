@@ -38,7 +38,7 @@ async def drive(session: AcpSession, answers: list[dict[str, Any]], updates: lis
     async def close() -> None:
         return None
 
-    with anyio.fail_after(5):
+    with anyio.fail_after(60):  # a hang guard, not a timing
         await session.drive(send, close, anyio.Path("/tree"))  # type: ignore[arg-type]
     return events
 

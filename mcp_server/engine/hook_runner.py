@@ -385,7 +385,7 @@ class HookRunner:
         agent = AgentConfig(agent_type, binary=binary, model=config.get("model"), command=config.get("command"),
                             max_turns=int(config.get("max_turns", 20)), preset=policy.preset.name, deny_rules=deny,
                             sandboxed=self.services.sandbox.unavailable() is None)
-        spec = BUILDERS[agent_type](agent, prompt, context, mcp)
+        spec = await anyio.to_thread.run_sync(BUILDERS[agent_type], agent, prompt, context, mcp)  # ACP's: an import
         workspace = Path(self.services.projects.get(hook.project_id).workspace)
         workspace.mkdir(parents=True, exist_ok=True)
         limits = WatchdogLimits(stall_seconds=float(config.get("stall_seconds", 300)),

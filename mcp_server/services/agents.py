@@ -198,6 +198,8 @@ class Agents:
                 raise InvalidInputError(missing_cli_message(runs_as) if runs_as else missing_preset_message(
                     command or "", preset))
             return
+        if preset is not None:  # a known ACP agent AgentQueue has no CLI key for: its program, on the PATH
+            command = shlex.join(preset.argv)
         if agent_type not in COMMAND_TYPES:
             if find_cli(agent_type, self.settings) is None:
                 raise InvalidInputError(missing_cli_message(agent_type))
@@ -214,9 +216,10 @@ class Agents:
             return  # relative to the task's worktree (e.g. ./scripts/agent.sh): only a run can tell
         found = program if os.path.isabs(program) else shutil.which(program, path=self.settings.search_path())
         if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            install = f" Install it ({preset.install}) or give" if preset is not None and preset.install else " Give"
             raise InvalidInputError(
                 f"command's program {quoted(program)} is not an executable the daemon can find (absolute path, "
-                "or on its PATH plus config.toml [env] path). Give its absolute path.")
+                f"or on its PATH plus config.toml [env] path).{install} its absolute path.")
 
     def bootstrap_default(self) -> str | None:
         """A home with no agents gets a claude-code agent as soon as a start finds the `claude` CLI.

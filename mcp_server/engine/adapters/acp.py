@@ -67,6 +67,7 @@ def mcp_servers(mcp_config: dict[str, Any] | None) -> list[dict[str, Any]]:
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None,
           session: type[AcpSession] | None = None) -> RunSpec:
     """An ACP agent: its command (a preset's, acp_presets.py, or as written), stdin kept open for the session."""
+    schema()  # its import takes seconds: here, in the engine's worker thread, not on the event loop later
     argv = argv_of(config.command or "", config.preset, config.binary, config.model)
     full = f"{context}\n\n{prompt}" if context else prompt
     known = preset_of(config.command)
@@ -154,7 +155,7 @@ class AcpSession:
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         if not await self._send((json.dumps(message) + "\n").encode()):
             return {"error": {"message": f"the agent closed its stdin before {method}"}}
-        with anyio.move_on_after(timeout) if timeout else _no_timeout():
+        with anyio.move_on_after(timeout):  # None: as long as the turn takes (the watchdog bounds the run)
             await done.wait()
         self._waiting.pop(request_id, None)
         return self._answers.pop(request_id, None) or {"error": {"message": f"no answer to {method} in {timeout} s"}}
@@ -192,6 +193,8 @@ class AcpSession:
             self.error = f"session/new failed: {_error_text(answer)}"
             return False
         self.session_id = str(as_dict(answer.get("result")).get("sessionId") or "")
+        if not self.session_id:
+            self.error = "session/new answered without a sessionId."
         if self.session_id and self.session_mode:
             answer = await self.request("session/set_mode", {"sessionId": self.session_id, "modeId": self.session_mode},
                                         SETUP_TIMEOUT)
@@ -372,10 +375,3 @@ def _error_text(answer: dict[str, Any]) -> str:
     data = error.get("data")
     return str(error.get("message") or "error") + (f" ({json.dumps(data)[:500]})" if data else "")
 
-
-class _no_timeout:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
