@@ -36,6 +36,7 @@ Behaviour of the chat requests is chosen by a `SCENARIO:<name>` marker in the us
 - `run_cmd`: the shell with the command written `CMD[...]` in the task, `TIMES[n]` times, then `FINAL_TEXT`.
 - `loop`: the shell with `LOOP_COMMAND` on every turn until AgentQueue's watchdog warning is in the user text
   (then `warned` is set and it answers `FINAL_TEXT`).
+- `alternate`: the shell with `ALTERNATE_COMMANDS` in turn, and never a final answer.
 - `write_tool`: Gemini's `write_file` tool to `PATH[...]` with `WRITE_TOOL_CONTENT`, then `FINAL_TEXT`.
 - `mcp_tool`: AgentQueue's `create_task` (the declared tool whose name ends so) with `MCP_FOLLOWUP_TITLE`.
 - `rate_limit`: HTTP 429 `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": ...}}` without
@@ -76,6 +77,7 @@ TIMES_RE = re.compile(r"TIMES\[(\d+)\]")
 PATH_RE = re.compile(r"PATH\[(.+?)\]")
 WRITE_TOOL_CONTENT = "written by gemini's write_file\n"
 LOOP_COMMAND = "ls"
+ALTERNATE_COMMANDS = ("ls", "pwd")
 WATCHDOG_TEXT = "AgentQueue watchdog"
 MCP_FOLLOWUP_TITLE = "Gemini follow-up through MCP"
 ROUTER_SCORE = 10
@@ -198,7 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"functionCall": {"name": SHELL_TOOL,
                                      "args": {"command": CLI_FOLLOWUP_COMMAND, "description": "Queue a follow-up."}}}
             return self._answer(stream, [[call]], "tool_call")
-        if scenario in ("run_cmd", "loop", "mcp_tool", "write_tool"):
+        if scenario in ("run_cmd", "loop", "alternate", "mcp_tool", "write_tool"):
             return self._scripted(stream, scenario, body)
         if scenario == "write_file":
             if any(r.get("name") == SHELL_TOOL for r in function_responses(body)):
@@ -229,6 +231,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
             call = {"functionCall": {"name": SHELL_TOOL, "args": {"command": LOOP_COMMAND, "description": "Again."}}}
             return self._answer(stream, [[call]], "tool_call")
+        if scenario == "alternate":  # two commands in turn, forever (a ping-pong, which Gemini's loop check misses)
+            done = len([r for r in function_responses(body) if r.get("name") == SHELL_TOOL])
+            args = {"command": ALTERNATE_COMMANDS[done % 2], "description": "Again."}
+            return self._answer(stream, [[{"functionCall": {"name": SHELL_TOOL, "args": args}}]], "tool_call")
         if scenario == "write_tool":  # Gemini's own write_file tool, to PATH[...] (relative to the cwd or absolute)
             if function_responses(body):
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")

@@ -283,3 +283,18 @@ async def test_an_edit_outside_the_worktree_never_happens(queue: Services, api: 
             await ok(client, "answer_request", request_id=request.id, decision="allow")
         await until(ended(queue, task.id), "the run to end")
     assert not outside.exists(), engine.log_path(task.id).read_text()
+
+
+async def test_a_loop_that_goes_on_is_killed(queue: Services, api: mock.MockGemini) -> None:
+    for rule in ("Bash(ls)", "Bash(pwd)"):
+        queue.policies.edit(project_id="demo", add_rule=rule, rule_list="allow")
+    task = queue.tasks.create("demo", "Ping-pong", "SCENARIO:alternate", max_retries=0)
+    limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, ping_pong_warn=4, ping_pong_kill=8)
+    async with running(queue, limits) as (engine, _):
+        await until(lambda: queue.tasks.results(task.id)[1] is not None, "the run to end")
+        agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'gemini'")
+    _, result = queue.tasks.results(task.id)
+    log = engine.log_path(task.id).read_text()
+    assert result.error_type == "loop" and "alternating" in (result.error_message or ""), log
+    assert "warned the agent in this run" in log and "killing the run" in log
+    assert agent_pid is None or not alive(agent_pid)

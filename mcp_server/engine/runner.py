@@ -330,7 +330,10 @@ class AgentRun:
             # is paid for to the token), or LOOP_KILL_GRACE later by the watchdog for a CLI that never says so.
             self.loop_message = finding.message
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; killing the run")
-            self.loop_kill_at = time.monotonic() + LOOP_KILL_GRACE
+            if getattr(self.parser, "drive", None) is not None:
+                self.handle.kill("loop")  # an ACP agent reports usage only at a turn's end: no response to wait for
+            else:
+                self.loop_kill_at = time.monotonic() + LOOP_KILL_GRACE
 
     async def _read_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
