@@ -40,6 +40,7 @@ from .agent_mcp import agentqueue_server
 from .permissions import PermissionChannel
 from .acp_client import AcpChannel, sandboxed as acp_sandbox
 from .adapters.acp import AcpSession, agent_binary
+from .adapters.acp_presets import sandbox_kind
 from .runner import RunHandle, run_agent
 from .watchdog import WatchdogLimits
 
@@ -407,7 +408,8 @@ class HookRunner:
             environment = self.services.settings.agent_environment()
             sandboxed = self.services.sandbox.around(spec.argv, environment, workspace, hook.project_id,
                                                      preset=policy.preset.name, actor=f"hook:{hook.id}",
-                                                     agent_type=agent_type, agent_socket=True, log_line=log_line)
+                                                     agent_type=sandbox_kind(agent_type, config.get("command")),
+                                                     agent_socket=True, log_line=log_line)
             with sandboxed as (argv, env):
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
                                          spec.parser or PARSERS[agent_type](), handle, log_path, limits, env=env,

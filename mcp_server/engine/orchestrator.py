@@ -44,6 +44,7 @@ from ..notify.follower import Notifier
 from .permissions import PermissionChannel
 from .acp_client import AcpChannel, sandboxed as acp_sandbox
 from .adapters.acp import AcpSession, agent_binary
+from .adapters.acp_presets import sandbox_kind
 from .ports import Ports
 from .prompting import context_for, task_prompt
 from .queue_state import read_queue_state
@@ -462,7 +463,7 @@ class Engine:
         policy = self.services.policies.effective(task.project_id)
         with self.services.sandbox.around(
                 spec.argv, env, workspace.path, task.project_id, preset=policy.preset.name, actor=f"agent:{agent.id}",
-                task_id=task.id, agent_type=agent.agent_type, branch=workspace.branch,
+                task_id=task.id, agent_type=sandbox_kind(agent.agent_type, agent.command), branch=workspace.branch,
                 agent_socket=True,  # every agent reaches its toolset: through MCP, or `agentqueue task …`
                 masks={workspace.path / rel: content for rel, content in planted.items()},
                 log_line=lambda line: self._log_line(task.id, line)) as (argv, inner_env):

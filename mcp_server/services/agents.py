@@ -48,6 +48,13 @@ def missing_cli_message(agent_type: str) -> str:
             "<client>` in a terminal that finds it) and restart_daemon.")
 
 
+def missing_preset_message(command: str, preset: Any) -> str:
+    key = preset.cli or preset.argv[0]
+    return (f"The ACP preset {command.strip()!r} runs {key}, which is not installed where the daemon looks: not in "
+            f"config.toml [cli], {CLI_KEYS[key][0]} or the daemon's PATH. Install it ({preset.install}), then set "
+            f"`\"{key}\" = \"/path/to/{key}\"` under [cli] in $AGENTQUEUE_HOME/config.toml and restart_daemon.")
+
+
 class Agents:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
@@ -185,9 +192,13 @@ class Agents:
     def require_runnable(self, agent_type: str, command: str | None) -> None:
         """An agent whose program can't be found would fail every task it takes: refuse it now."""
         preset = _acp_presets().preset_of(command) if agent_type == "acp" else None
-        if preset is not None and preset.cli is not None:  # a known ACP agent: its CLI, found as the others are
-            agent_type = preset.cli
-        elif preset is not None:  # a known ACP agent AgentQueue has no CLI key for: its program, on the PATH
+        if preset is not None and preset.cli is not None:  # a known ACP agent: its program, found as the CLIs are
+            if self.settings.find(preset.cli) is None:
+                runs_as = CLI_KEYS[preset.cli][1]
+                raise InvalidInputError(missing_cli_message(runs_as) if runs_as else missing_preset_message(
+                    command or "", preset))
+            return
+        if preset is not None:  # a known ACP agent AgentQueue has no CLI key for: its program, on the PATH
             command = shlex.join(preset.argv)
         if agent_type not in COMMAND_TYPES:
             if find_cli(agent_type, self.settings) is None:

@@ -70,8 +70,13 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     schema()  # its import takes seconds: here, in the engine's worker thread, not on the event loop later
     argv = argv_of(config.command or "", config.preset, config.binary, config.model)
     full = f"{context}\n\n{prompt}" if context else prompt
-    preset = preset_of(config.command)
-    parser = (session or AcpSession)(full, mcp_servers(mcp_config), client_reads=preset is None or preset.client_reads)
+    known = preset_of(config.command)
+    parser = (session or AcpSession)(full, mcp_servers(mcp_config), client_reads=known is None or known.client_reads)
+    if known is not None:
+        parser.session_meta, parser.session_mode = known.session_meta, known.session_mode
+        parser.session_usage = known.session_usage
+        if known.model_config and config.model:
+            parser.model_option = (known.model_config, config.model)
     return RunSpec(argv=argv, stdin=b"", interactive=True, parser=parser)
 
 
@@ -84,7 +89,7 @@ def agent_binary(agent_type: str, command: str | None, settings: Any) -> str | N
         return None
     if agent_type == "acp":
         preset = preset_of(command)
-        return find_cli(preset.cli, settings) if preset is not None and preset.cli else None
+        return settings.find(preset.cli) if preset is not None and preset.cli else None
     return find_cli(agent_type, settings)
 
 
@@ -124,6 +129,7 @@ class AcpSession:
         self.in_turn = False
         self.warnings: list[str] = []  # loop warnings waiting to be sent as the next prompt
         self.seen_calls: set[str] = set()  # toolCallIds already told to the watchdog
+        self.pending_calls: dict[str, dict[str, Any]] = {}  # announced with no input yet: told when it comes
         self.message: list[str] = []  # the agent's message being streamed (chunks), flushed as one text event
         self.texts: list[str] = []
         self.stop_reason: str | None = None
@@ -134,6 +140,10 @@ class AcpSession:
         self.unpaid_turns = 0  # turns that ended without usage (a cancelled one): the figures are partial
         self.turns = 0
         self.account_error: Any = None  # a failed login or a limit (adapters/limits.py), set by an agent's subclass
+        self.session_meta: dict[str, Any] = {}  # a preset's `_meta` for session/new
+        self.session_mode: str | None = None  # a preset's session mode, set right after session/new
+        self.session_usage: Any = None  # a preset's reader of the session's tokens, for an agent that reports none
+        self.model_option: tuple[str, str] | None = None  # (config option id, model) set after session/new
 
     # -- the driver ----------------------------------------------------------------------------------
     async def request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
@@ -176,13 +186,28 @@ class AcpSession:
             self.error = f"initialize failed: {_error_text(answer)}"
             return False
         self.agent_info = as_dict(answer.get("result"))
-        answer = await self.request("session/new", {"cwd": str(cwd), "mcpServers": self.servers}, SETUP_TIMEOUT)
+        params = {"cwd": str(cwd), "mcpServers": self.servers, **({"_meta": self.session_meta} if self.session_meta
+                                                                    else {})}
+        answer = await self.request("session/new", params, SETUP_TIMEOUT)
         if "error" in answer:
             self.error = f"session/new failed: {_error_text(answer)}"
             return False
         self.session_id = str(as_dict(answer.get("result")).get("sessionId") or "")
         if not self.session_id:
             self.error = "session/new answered without a sessionId."
+        if self.session_id and self.session_mode:
+            answer = await self.request("session/set_mode", {"sessionId": self.session_id, "modeId": self.session_mode},
+                                        SETUP_TIMEOUT)
+            if "error" in answer:  # its own mode would decide calls the policy must: no prompt is sent
+                self.error = f"session/set_mode {self.session_mode} failed: {_error_text(answer)}"
+                return False
+        if self.session_id and self.model_option:
+            option, model = self.model_option
+            params = {"sessionId": self.session_id, "configId": option, "value": model}
+            answer = await self.request("session/set_config_option", params, SETUP_TIMEOUT)
+            if "error" in answer:  # not another model than the one asked for
+                self.error = f"the agent refused the model {model!r}: {_error_text(answer)}"
+                return False
         return bool(self.session_id)
 
     async def _prompt(self, text: str) -> None:
@@ -238,9 +263,17 @@ class AcpSession:
             return []
         events: list[AgentEvent] = []
         self._flush_into(events)
-        if kind == "tool_call":
+        call_id = str(update.get("toolCallId") or "")
+        if kind == "tool_call" and update.get("rawInput") == {} and call_id:
+            # Claude's adapter announces a call before its input ("Terminal", rawInput {}) and sends the input in a
+            # tool_call_update: told to the watchdog then, or every call would look the same to its loop detector.
+            self.pending_calls[call_id] = update
+        elif kind == "tool_call":
             events += self._tool_call(update)
-        elif kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
+        elif kind == "tool_call_update" and call_id in self.pending_calls and (
+                as_dict(update.get("rawInput")) or update.get("status") in ("completed", "failed")):
+            events += self._tool_call({**self.pending_calls.pop(call_id), **update})
+        if kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
             events.append(AgentEvent("tool_result", text=f"{update.get('status')}: {_text(update.get('content'))}"[
                 :2000]))
         elif kind == "usage_update" and isinstance(update.get("cost"), dict):
@@ -313,6 +346,10 @@ class AcpSession:
 
     def finish(self, exit_code: int | None) -> RunResult:
         self._flush_message()
+        found = self.session_usage(self.session_id) if self.session_usage and self.session_id else None
+        if found is not None:  # the whole session's bill, every turn in it (a cancelled one too)
+            model, self.usage, self.unpaid_turns = found[0], found[1], 0
+            self.model_usage = {model or "": {key: self.usage[key] for key in ("input", "output", "cache_read")}}
         summary = "\n".join(self.texts)[-2000:]
         common: dict[str, Any] = {"summary": summary, "tokens": dict(self.usage), "cost_usd": self.cost(),
                                   "partial": bool(self.unpaid_turns) or self.error is not None}
