@@ -12,6 +12,8 @@ Behaviour is chosen by a `SCENARIO:<name>` marker anywhere in the text of the re
 - `write_file`: turn 1 answers with an `exec_command` function call running `WRITE_FILE_COMMAND`;
   once the request carries that call's `function_call_output`, turn 2 answers "Done.".
 - `cli_followup`: the same with `CLI_FOLLOWUP_COMMAND` (`agentqueue task create`, a follow-up in this scenario).
+- `run_cmd`: turn 1 runs the command written as `CMD[...]` in the prompt (`exec_command`, call id `RUN_CMD_CALL_ID`);
+  once the request carries that call's output, turn 2 answers "Done." (Codex ACP: a denied call ends the turn).
 - `rate_limit`: HTTP 429 with an OpenAI-style error body and `Retry-After: 0`.
 - anything else / no marker: one plain assistant message, `DEFAULT_TEXT`.
 
@@ -57,6 +59,8 @@ CLI_FOLLOWUP_TITLE = "Codex follow-up through the CLI"
 CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP_TITLE}' --agent-type codex "
                         "--description 'SCENARIO:cli_followup Queued by Codex through the CLI.'")
 CLI_CALL_ID = "call_mock_cli"
+RUN_CMD_CALL_ID = "call_mock_run_cmd"
+CMD_RE = re.compile(r"CMD\[(.*?)\]")
 DEFAULT_TEXT = "Hello from mock."
 RATE_LIMIT_MESSAGE = "Rate limit reached for gpt-mock on requests per min (RPM): Limit 1, Used 1, Requested 1."
 
@@ -166,6 +170,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._stream(body, [self._message(FINAL_TEXT)], "final")
             call = {"type": "function_call", "id": "fc_mock_cli", "status": "completed", "name": "exec_command",
                     "call_id": CLI_CALL_ID, "arguments": json.dumps({"cmd": CLI_FOLLOWUP_COMMAND})}
+            return self._stream(body, [call], "tool_call")
+        if scenario == "run_cmd":
+            if _has_call_output(body, RUN_CMD_CALL_ID):
+                return self._stream(body, [self._message(FINAL_TEXT)], "final")
+            command = CMD_RE.search(_user_text(body))
+            call = {"type": "function_call", "id": "fc_mock_run_cmd", "status": "completed", "name": "exec_command",
+                    "call_id": RUN_CMD_CALL_ID, "arguments": json.dumps({"cmd": command[1] if command else "true"})}
             return self._stream(body, [call], "tool_call")
         if scenario == "write_file":
             if _has_call_output(body, WRITE_FILE_CALL_ID):

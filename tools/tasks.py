@@ -161,7 +161,7 @@ NOT_WAITED = ("Not waited: this client does not use MCP Tasks (protocol 2026-07-
 
 @tool(read_only=True)
 def wait_for_task(ctx: Context, task_id: TaskId, project_id: ProjectId = None) -> TaskWait:
-    """Wait until a task ends, as an MCP Task where the client can; else return its state."""
+    """Wait for a task to end (an MCP Task); else get its state."""
     return TaskWait(**dict(task_of(ctx, task_id, project_id)), message=NOT_WAITED)
 
 

@@ -32,6 +32,9 @@ class RunSpec:
     # messages go in while the run goes on; it is closed once the CLI reports its result.
     interactive: bool = False
     shown: list[str] | None = None  # what the task log names as the command (the CLI, not its sandbox)
+    # A parser made with the run, when it must know the run (an ACP session holds the prompt it sends); else the
+    # engine makes its agent type's PARSERS entry.
+    parser: Any = None
 
 
 @dataclass
