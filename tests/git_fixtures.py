@@ -170,3 +170,10 @@ def world(services: Services, tmp_path: Path, git_env: Path, git_templates: Path
     return World(project=project.id, workspace=Path(project.workspace), origin=tmp_path / "origin.git",
                  app=Path(app.checkout_path), lib=Path(lib.checkout_path), mine=Path(linked.checkout_path),
                  seed=tmp_path / "origin-seed", tmp=tmp_path)
+
+
+def on_main(services: Services, name: str) -> str | None:
+    """A file's content on the default branch (main) of the project's repo `app`, or None when it is not there."""
+    repo = services.repos.get("app").checkout_path
+    done = subprocess.run(["git", "show", f"main:{name}"], cwd=repo, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None

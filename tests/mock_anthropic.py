@@ -87,6 +87,8 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
                                                               "description": "step"}})]
         else:
             blocks = [("text", "Results: " + " | ".join(results))]
+    elif scenario == "wait_task":
+        blocks = _wait_task(text, messages)
     elif scenario == "write_tool" and not answered_tool:
         blocks = [("tool_use", {"name": "Write", "input": {"file_path": "written.txt", "content": "written\n"}})]
     elif scenario == "ping_pong":
@@ -110,6 +112,15 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("text", "Done: the task is finished.")]
     return blocks
 
+
+
+def _wait_task(text: str, messages: list[Any]) -> list[tuple[str, Any]]:
+    """TASK[<id>]: AgentQueue's wait_for_task as an MCP tool, once in the conversation; then what it said."""
+    results = _tool_results(messages)
+    if results:
+        return [("text", f"Tool said: {results[-1]}")]
+    task = re.search(r"TASK\[(.*?)\]", text)
+    return [("tool_use", {"name": "mcp__agentqueue__wait_for_task", "input": {"task_id": task[1] if task else ""}})]
 
 
 def _followup(scenario: str, messages: list[Any]) -> list[tuple[str, Any]]:

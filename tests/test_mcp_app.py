@@ -48,7 +48,9 @@ async def test_the_three_tools_point_at_their_pages(client: Client) -> None:
 
 async def test_the_server_declares_the_extension_to_2026_clients(server) -> None:
     async with Client(server, mode="auto") as modern:
-        assert modern.server_capabilities.extensions == {"io.modelcontextprotocol/ui": {}}
+        # MCP Apps, beside MCP Tasks (issue 24: server/mcp_tasks.py), each with no settings.
+        assert modern.server_capabilities.extensions == {"io.modelcontextprotocol/ui": {},
+                                                         "io.modelcontextprotocol/tasks": {}}
 
 
 async def test_the_pages_are_listed_and_self_contained(client: Client) -> None:

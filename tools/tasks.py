@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from ..apps import BOARD_URI, TASK_URI, tool_meta
 from ..services import limits, result_size
+from ..services.errors import InvalidInputError
 from ..services.feedback import MAX_COMMENT
 from ..services.task_states import NEEDS_PERSON
 from ..store.models import AgentType, Task, TaskRef, TaskResult, TaskStatusName, TaskSummary
@@ -134,8 +135,10 @@ def create_task(
     candidates: Candidates = None,
     capabilities: Names = None,  # routing: what they and model mean is said once, in the instructions
     model: Name | None = None,
+    wait: bool = False,  # what it does is said by wait_for_task, in the same list
 ) -> Task:
     """Queue a task for an agent."""
+    del wait  # server/mcp_tasks.py reads it: the call becomes an MCP Task on a client that can wait
     svc, parent = services(ctx), client_state(ctx).options.get("task_id")
     # A task's own agent queues follow-ups of its task, one level deeper, up to [engine] max_task_depth.
     depth = int(svc.settings.engine["max_task_depth"]) if parent else None
@@ -144,6 +147,32 @@ def create_task(
     return svc.tasks.create(project_for(ctx, project_id), title, description, priority, repo_id, requires_approval,
                             depends_on, max_retries, agent_type, parent_task_id=parent, max_depth=depth,
                             candidates=candidates, capabilities=capabilities, model=model)
+
+
+class TaskWait(Task):
+    message: str | None = None
+
+
+# What a client that cannot wait is told (server/mcp_tasks.py makes the call an MCP Task on one that can).
+NOT_WAITED = ("Not waited: this client does not use MCP Tasks (protocol 2026-07-28 with "
+              "io.modelcontextprotocol/tasks), so this is the task's state now. get_task shows it later; "
+              "answer_request answers its pending_requests.")
+
+
+@tool(read_only=True)
+def wait_for_task(ctx: Context, task_id: TaskId, project_id: ProjectId = None) -> TaskWait:
+    """Wait for a task to end (an MCP Task); else get its state."""
+    return TaskWait(**dict(task_of(ctx, task_id, project_id)), message=NOT_WAITED)
+
+
+def task_of(ctx: Context, task_id: str, project_id: str | None) -> Task:
+    """The task, refused when an explicit project_id is not its project (a wait on the wrong one would never end)."""
+    task = services(ctx).tasks.get(task_id)
+    if project_id and task.project_id != project_id:
+        services(ctx).projects.get(project_id)  # an unknown project is named as such
+        raise InvalidInputError(f"Task '{task_id}' belongs to project '{task.project_id}', not '{project_id}'. Nothing "
+                           f"was changed; pass project_id='{task.project_id}' or omit it.")
+    return task
 
 
 @tool(read_only=True, meta=tool_meta(TASK_URI))

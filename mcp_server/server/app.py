@@ -19,7 +19,7 @@ from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
 from .. import __version__, prompts, tools
-from . import resources
+from . import mcp_tasks, resources
 from ..apps import page as app_pages
 from .middleware import readable_tool_errors, selection_and_audit
 from .toolsets import NAMED_TOOLSETS
@@ -286,7 +286,8 @@ def build(services: Services, connection_options: dict[str, Any] | None = None,
         "agentqueue", title="AgentQueue", version=__version__, instructions=prompts.load("instructions"),
         tools=list(sdk_tools()), lifespan=lifespan, subscriptions=bus, warn_on_duplicate_tools=False,
         middleware=[selection_and_audit, readable_tool_errors],
-        extensions=[app_pages.extension()],  # MCP Apps: declares io.modelcontextprotocol/ui, serves ui:// pages
+        # MCP Apps (io.modelcontextprotocol/ui: the ui:// pages) and MCP Tasks (the calls that wait, SEP-2663).
+        extensions=[app_pages.extension(), mcp_tasks.Tasks()],
     )
     resources.register(mcp, services, notifier)
     _register_prompts(mcp, services)

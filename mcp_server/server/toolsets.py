@@ -36,9 +36,9 @@ NAMED_TOOLSETS: dict[str, tuple[str, ...]] = {
               "append_note", "write_memory"),
     # A first session: projects, tasks, status, repos, approvals, and the way to the rest.
     DEFAULT: ("list_projects", "create_project", "set_active_project", "get_status", "list_tasks", "create_task",
-              "get_task", "stop_task", "restart_task", "get_task_result", "get_agent_error", "get_task_diff",
-              "approve_task", "request_changes", "add_repo", "list_repos", "list_requests", "answer_request",
-              DISCOVERY),
+              "get_task", "wait_for_task", "stop_task", "restart_task", "get_task_result", "get_agent_error",
+              "get_task_diff", "approve_task", "request_changes", "add_repo", "list_repos", "list_requests",
+              "answer_request", DISCOVERY),
     ALL: (),  # every tool (see offers)
 }
 # One line each, for enable_toolsets' answer and the reference.
