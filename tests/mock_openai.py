@@ -13,6 +13,13 @@ Behaviour is chosen by a `SCENARIO:<name>` marker anywhere in the text of the re
   once the request carries that call's `function_call_output`, turn 2 answers "Done.".
 - `cli_followup`: the same with `CLI_FOLLOWUP_COMMAND` (`agentqueue task create`, a follow-up in this scenario).
 - `rate_limit`: HTTP 429 with an OpenAI-style error body and `Retry-After: 0`.
+- `run_cmd`: `exec_command` with the command written as CMD[...] (or CMD[...]END when it holds a `]`; JSON string
+  escapes such as `\\n` work), TIMES[n] times (default 1), then "Tool said: <the last output>" (so a test sees
+  what the model was told).
+- `loop`: `exec_command` `echo same` over and over, until a user message after its first call carries
+  "AgentQueue watchdog" (the engine's warning, sent mid-turn), then "Warned.".
+- `mcp_call`: the MCP tool TOOL[namespace:name] with ARGS[<json>]END (Codex offers each MCP server as one
+  `namespace` tool, `mcp__<server>`), then "Tool said: <its output>".
 - anything else / no marker: one plain assistant message, `DEFAULT_TEXT`.
 
 Every 200 response ends with `response.completed` carrying `usage` from `USAGE` (one entry per step), so a
@@ -46,6 +53,7 @@ from .loopback import LoopbackMock, LoopbackServer
 SCENARIO_RE = re.compile(r"SCENARIO:([A-Za-z0-9_\-]+)")
 
 MODEL = "gpt-mock"
+PRICED_MODEL = "gpt-5-codex"
 API_KEY_ENV = "MOCK_KEY"
 
 WRITE_FILE_NAME = "codex_hello.txt"
@@ -116,6 +124,19 @@ def _has_call_output(body: dict[str, Any], call_id: str) -> bool:
                for i in body.get("input") or [])
 
 
+def call_outputs(body: dict[str, Any]) -> list[str]:
+    """The text of every function call output in the request, oldest first."""
+    return [o if isinstance(o := i.get("output"), str) else json.dumps(o) for i in body.get("input") or []
+            if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def said_after_calls(body: dict[str, Any]) -> str:
+    """The text of user messages that came after the first function call (what was said to the model mid-run)."""
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    first = next((n for n, i in enumerate(items) if i.get("type") == "function_call"), len(items))
+    return _user_text({"input": items[first:]})
+
+
 def _tool_names(body: dict[str, Any]) -> set[str]:
     return {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
 
@@ -167,6 +188,10 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"type": "function_call", "id": "fc_mock_cli", "status": "completed", "name": "exec_command",
                     "call_id": CLI_CALL_ID, "arguments": json.dumps({"cmd": CLI_FOLLOWUP_COMMAND})}
             return self._stream(body, [call], "tool_call")
+        if scenario == "mcp_call":
+            return self._mcp_call(body)
+        if scenario in ("run_cmd", "loop"):
+            return self._run_cmd(body, scenario)
         if scenario == "write_file":
             if _has_call_output(body, WRITE_FILE_CALL_ID):
                 return self._stream(body, [self._message(FINAL_TEXT)], "final")
@@ -178,6 +203,40 @@ class _Handler(BaseHTTPRequestHandler):
                     "arguments": json.dumps({"cmd": WRITE_FILE_COMMAND})}
             return self._stream(body, [call], "tool_call")
         return self._stream(body, [self._message(DEFAULT_TEXT)], "text")
+
+    def _run_cmd(self, body: dict[str, Any], scenario: str) -> None:
+        """run_cmd: `exec_command` with CMD[...] TIMES[n] times, then "Tool said: <the last output>"; loop: `echo same`
+        until the model is told by a user message after its first call (the watchdog), then "Warned."."""
+        text = _user_text(body)
+        outputs = call_outputs(body)
+        if scenario == "loop":
+            if len(outputs) and "AgentQueue watchdog" in said_after_calls(body):
+                return self._stream(body, [self._message("Warned.")], "final")
+            command, times = "echo same", 10_000
+        else:
+            found, count = re.search(r"CMD\[(.*?)\]END", text) or re.search(r"CMD\[(.*?)\]", text), \
+                re.search(r"TIMES\[(\d+)\]", text)
+            command, times = (json.loads(f'"{found[1]}"') if found else "true"), int(count[1]) if count else 1
+        if len(outputs) >= times:
+            return self._stream(body, [self._message(f"Tool said: {outputs[-1] if outputs else '(nothing)'}")],
+                                "final")
+        call_id = f"call_mock_cmd_{len(outputs)}"
+        call = {"type": "function_call", "id": f"fc_mock_cmd_{len(outputs)}", "status": "completed",
+                "name": "exec_command", "call_id": call_id, "arguments": json.dumps({"cmd": command})}
+        return self._stream(body, [call], "tool_call")
+
+    def _mcp_call(self, body: dict[str, Any]) -> None:
+        """mcp_call: the MCP tool TOOL[namespace:name] (Codex offers a server's tools as one `namespace` tool) with
+        ARGS[<json>]END, then "Tool said: <its output>"."""
+        text = _user_text(body)
+        outputs = call_outputs(body)
+        if outputs:
+            return self._stream(body, [self._message(f"Tool said: {outputs[-1]}")], "final")
+        tool, args = re.search(r"TOOL\[(.*?):(.*?)\]", text), re.search(r"ARGS\[(.*?)\]END", text)
+        call = {"type": "function_call", "id": "fc_mock_mcp", "status": "completed",
+                "namespace": tool[1] if tool else "", "name": tool[2] if tool else "", "call_id": "call_mock_mcp",
+                "arguments": args[1] if args else "{}"}
+        return self._stream(body, [call], "tool_call")
 
     def _message(self, text: str) -> dict[str, Any]:
         return {"type": "message", "id": f"msg_mock_{next(self.server.mock._ids)}", "role": "assistant",
@@ -228,7 +287,7 @@ class MockOpenAI(LoopbackMock):
         return f"http://{self.host}:{self.port}/v1"
 
 
-def codex_home(tmp_path: Path, base_url: str, *, max_retries: int | None = 0) -> dict[str, str]:
+def codex_home(tmp_path: Path, base_url: str, *, max_retries: int | None = 0, model: str = MODEL) -> dict[str, str]:
     """A CODEX_HOME whose config.toml points Codex at the mock; returns the env vars to run codex with.
 
     Retries (observed with codex 0.169.0): a 429 that carries `Retry-After` is retried
@@ -236,14 +295,16 @@ def codex_home(tmp_path: Path, base_url: str, *, max_retries: int | None = 0) ->
     `{"type":"error","message":"Reconnecting... n/N (exceeded retry limit, last status: 429 ...)"}` line and
     delayed by Retry-After; a 429 *without* Retry-After is not retried at all. `request_max_retries`
     (default 4) did not change the 429 count. `max_retries` sets both keys; None leaves Codex's defaults.
-    The config passes `codex exec --strict-config`, so every key below is one 0.169.0 knows.
+    The config passes `codex exec --strict-config`, so every key below is one 0.169.0 knows. `model`: the name Codex
+    sends and reports (the mock answers any); `PRICED_MODEL` has a price in adapters/prices.py and, like MODEL, no
+    entry in Codex's bundled catalog, so Codex offers the same tools for both.
     """
     home = Path(tmp_path) / "codex-home"
     home.mkdir(parents=True, exist_ok=True)
     user_home = Path(tmp_path) / "home"
     user_home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(f"""\
-model = "{MODEL}"
+model = "{model}"
 model_provider = "mock"
 check_for_update_on_startup = false
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from .. import paths
 
-# Agent CLIs whose adapter passes an MCP config on (the others run without AgentQueue's tools).
-TAKES_MCP_CONFIG = ("claude-code",)
+# Agent CLIs whose adapter passes an MCP config on (the others reach the toolset through `agentqueue task …`).
+TAKES_MCP_CONFIG = ("claude-code", "codex")
 
 
 def agentqueue_server(home: Path, toolsets: tuple[str, ...] = ()) -> dict[str, Any]:

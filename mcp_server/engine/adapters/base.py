@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 # "usage": a model response has ended and its usage is complete in the stream (Claude's message_delta).
-EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done", "usage"]
+# "send": a line the CLI's own protocol needs written to its stdin now (`text`; Codex's JSON-RPC handshake).
+EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done", "usage", "send"]
 
 TOKEN_KEYS = ("input", "output", "cache_read", "cache_write", "total")
 
@@ -32,6 +33,9 @@ class RunSpec:
     # messages go in while the run goes on; it is closed once the CLI reports its result.
     interactive: bool = False
     shown: list[str] | None = None  # what the task log names as the command (the CLI, not its sandbox)
+    # What the adapter's own parser goes on with once the CLI answers (Codex: the thread and the turn to start);
+    # the runner hands it to the parser's `begin`.
+    session: dict[str, Any] | None = None
 
 
 @dataclass
@@ -94,7 +98,9 @@ def classify_message(text: str) -> str | None:
 class Parser(Protocol):
     """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit. A parser that recognises a
     failed login or a usage limit sets `account_error` (adapters/limits.py) at that line: the runner stops the run
-    there, before the CLI's own retries."""
+    there, before the CLI's own retries. A parser of a two-way protocol may also have `begin(spec)` (called before
+    the spawn) and its own `encode_answer` / `encode_message`, which the runner then uses instead of the channel's
+    (Claude Code's stream-json)."""
 
     def feed(self, line: str) -> list[AgentEvent]: ...
 
