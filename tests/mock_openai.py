@@ -13,6 +13,7 @@ Behaviour is chosen by a `SCENARIO:<name>` marker anywhere in the text of the re
   once the request carries that call's `function_call_output`, turn 2 answers "Done.".
 - `cli_followup`: the same with `CLI_FOLLOWUP_COMMAND` (`agentqueue task create`, a follow-up in this scenario).
 - `rate_limit`: HTTP 429 with an OpenAI-style error body and `Retry-After: 0`.
+- `auth`: HTTP 401 (an API key refused).
 - `run_cmd`: `exec_command` with the command written as CMD[...] (or CMD[...]END when it holds a `]`; JSON string
   escapes such as `\\n` work), TIMES[n] times (default 1), then "Tool said: <the last output>" (so a test sees
   what the model was told).
@@ -66,6 +67,7 @@ CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP_TITLE}' --agent-
                         "--description 'SCENARIO:cli_followup Queued by Codex through the CLI.'")
 CLI_CALL_ID = "call_mock_cli"
 DEFAULT_TEXT = "Hello from mock."
+AUTH_MESSAGE = "Incorrect API key provided: mock-key."
 RATE_LIMIT_MESSAGE = "Rate limit reached for gpt-mock on requests per min (RPM): Limit 1, Used 1, Requested 1."
 
 # usage reported by each response, per step; distinct numbers so sums are unambiguous.
@@ -188,6 +190,9 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"type": "function_call", "id": "fc_mock_cli", "status": "completed", "name": "exec_command",
                     "call_id": CLI_CALL_ID, "arguments": json.dumps({"cmd": CLI_FOLLOWUP_COMMAND})}
             return self._stream(body, [call], "tool_call")
+        if scenario == "auth":
+            return self._json(401, {"error": {"message": AUTH_MESSAGE, "type": "invalid_request_error", "param": None,
+                                              "code": "invalid_api_key"}})
         if scenario == "mcp_call":
             return self._mcp_call(body)
         if scenario in ("run_cmd", "loop"):

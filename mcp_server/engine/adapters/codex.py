@@ -265,6 +265,8 @@ class CodexParser:
         if method == "error":
             error = params.get("error") or {}
             text = str(error.get("message") or "codex reported an error")
+            if error.get("additionalDetails"):  # a retry's "Reconnecting... 1/5" says why only here
+                text = f"{text} ({error['additionalDetails']})"
             self._account(text, error)
             if not params.get("willRetry"):
                 self.failure, self.failure_event = text, error
