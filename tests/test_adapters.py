@@ -78,8 +78,8 @@ def test_codex_handshake_answers_and_questions() -> None:
     parser.begin(spec)
     sent = [json.loads(e.text) for e in parser.feed('{"id":1,"result":{}}') if e.kind == "send"]
     assert [m.get("method") for m in sent] == ["initialized", "thread/start"]
-    assert sent[1]["params"] == {"approvalPolicy": "untrusted", "sandbox": "danger-full-access",
-                                 "developerInstructions": "ctx"}
+    assert sent[1]["params"] == {"approvalPolicy": "untrusted", "approvalsReviewer": "user",
+                                 "sandbox": "danger-full-access", "developerInstructions": "ctx"}
     listing = [json.loads(e.text) for e in parser.feed(json.dumps(
         {"id": 2, "result": {"thread": {"id": "t1"}, "model": "gpt-6.1-sol"}})) if e.kind == "send"]
     assert listing[0]["method"] == "mcpServerStatus/list"

@@ -78,6 +78,13 @@ def status(services: Services, task_id: str) -> str:
     return services.tasks.get(task_id).status
 
 
+def completed(services: Services, engine: Engine, task_id: str) -> bool:
+    """Whether the task completed; when not, the assertion says why (its reason and its log)."""
+    task = services.tasks.get(task_id)
+    assert task.status == "COMPLETED", (task.status, task.reason, engine.log_path(task_id).read_text()[-3000:])
+    return True
+
+
 def told(api: mock.MockOpenAI) -> str:
     """What the model was last told after its calls: the tool outputs and AgentQueue's messages of the turn."""
     last = api.requests[-1]
@@ -108,9 +115,9 @@ async def until_settled(services: Services, task_id: str) -> None:
 async def test_a_denied_command_never_runs_and_the_model_is_told(queue: Services, codex_api: mock.MockOpenAI) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch DENIED_MARKER]", max_retries=0)
-    async with running(queue):
+    async with running(queue) as (engine, _):
         await until_settled(queue, task.id)
-    assert status(queue, task.id) == "COMPLETED"
+    assert completed(queue, engine, task.id)
     assert on_main(queue, "DENIED_MARKER") is None and not anywhere(queue, "DENIED_MARKER")
     said = told(codex_api)
     assert "rejected by user" in said  # Codex's own word for a decline...
@@ -122,9 +129,9 @@ async def test_a_denied_command_never_runs_and_the_model_is_told(queue: Services
 async def test_an_allowed_command_runs_and_the_run_is_paid_for(queue: Services, codex_api: mock.MockOpenAI) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
     task = queue.tasks.create("demo", "Allow", "SCENARIO:run_cmd CMD[touch ALLOWED_MARKER]", max_retries=0)
-    async with running(queue):
+    async with running(queue) as (engine, _):
         await until_settled(queue, task.id)
-    assert status(queue, task.id) == "COMPLETED"
+    assert completed(queue, engine, task.id)
     assert on_main(queue, "ALLOWED_MARKER") == ""  # the file the command made landed on main
     assert audited(queue, task.id, "Bash(touch ALLOWED_MARKER)") == [("allow", "ok")]
     # Tokens and cost in the ledger: the mock's two responses, priced as gpt-5-codex one response at a time.
@@ -162,7 +169,7 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
         answered = await ok(client, "answer_request", request_id=pending[0]["id"], decision=decision)
         assert answered["status"] == ("allowed" if decision == "allow" else "denied")
         await until_settled(queue, task.id)
-    assert status(queue, task.id) == "COMPLETED"
+    assert completed(queue, engine, task.id)
     attempts, _ = queue.tasks.results(task.id)
     assert attempts == 1  # one run in the ledger: the same process, not a retry
     assert queue.store.scalar("SELECT count(*) FROM token_ledger WHERE task_id = ?", (task.id,)) == 1
@@ -187,9 +194,9 @@ async def test_a_hostile_command_is_decided_part_by_part(queue: Services, codex_
     denied part refuses the whole (the red team's command: nothing of it runs)."""
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "Hostile", f"SCENARIO:run_cmd CMD[{command}]END", max_retries=0)
-    async with running(queue):
+    async with running(queue) as (engine, _):
         await until_settled(queue, task.id)
-    assert status(queue, task.id) == "COMPLETED"
+    assert completed(queue, engine, task.id)
     for name in ("PWNED_BG", "PWNED_SUBST", "PWNED_SEQ", "outside.txt"):
         assert not anywhere(queue, name), name
     said = told(codex_api)
@@ -204,8 +211,7 @@ async def test_a_patch_is_decided_path_by_path(queue: Services, codex_api: mock.
     task = queue.tasks.create("demo", "Patch", f"SCENARIO:run_cmd CMD[{PATCH}]END", max_retries=0)
     async with running(queue) as (engine, _):
         await until_settled(queue, task.id)
-    log = engine.log_path(task.id).read_text()
-    assert status(queue, task.id) == "COMPLETED", log
+    assert completed(queue, engine, task.id)
     rows = [r for r in queue.audit.query(limit=100, task_id=task.id) if r.actor == "agent:codex"]
     writes = [(r.action, r.decision) for r in rows if r.action.startswith("Write(")]
     assert len(writes) == 1 and writes[0][0].endswith("/patched.txt)") and writes[0][1] == rule_list, rows
@@ -224,7 +230,7 @@ async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services,
     assert "warned the agent in this run" in log, log
     warned = [r for r in codex_api.requests if "AgentQueue watchdog" in mock.said_after_calls(r)]
     assert warned, "the mock never saw the warning"
-    assert status(queue, task.id) == "COMPLETED"  # the model stopped on being told: no kill
+    assert completed(queue, engine, task.id)  # the model stopped on being told: no kill
     assert queue.tasks.results(task.id)[1].summary.endswith("Warned.")
     assert log.count("$ ") == 1
 
@@ -262,7 +268,7 @@ async def test_another_mcp_servers_tool_is_decided_by_the_policy(queue: Services
     async with running(queue) as (engine, _):
         await until_settled(queue, task.id)
     log = engine.log_path(task.id).read_text()
-    assert status(queue, task.id) == "COMPLETED", log
+    assert completed(queue, engine, task.id)
     assert audited(queue, task.id, "mcp__marker__make_marker") == [
         (rule_list, "ok" if rule_list == "allow" else "refused")], log
     if rule_list == "allow":

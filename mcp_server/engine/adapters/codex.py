@@ -72,7 +72,9 @@ def _mcp_servers(mcp_config: dict[str, Any] | None) -> dict[str, Any]:
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
     """`codex app-server` on stdio: the spec's stdin is `initialize`; the parser continues the conversation."""
     sandbox = "danger-full-access" if config.sandboxed else SANDBOX.get(config.preset, "workspace-write")
-    thread: dict[str, Any] = {"approvalPolicy": APPROVAL, "sandbox": sandbox}
+    # The person's config cannot send the questions elsewhere (`approvals_reviewer = "auto_review"` would hand them
+    # to a Codex subagent).
+    thread: dict[str, Any] = {"approvalPolicy": APPROVAL, "approvalsReviewer": "user", "sandbox": sandbox}
     if context:
         thread["developerInstructions"] = context
     if config.model:
