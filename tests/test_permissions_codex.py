@@ -183,6 +183,31 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
     assert audited(queue, task.id, "Bash(touch ASKED_MARKER)") == [expected]
 
 
+async def test_an_unanswered_request_times_out_into_a_deny(queue: Services, codex_api: mock.MockOpenAI) -> None:
+    queue.policies.edit(project_id="demo", ask_timeout="1s")
+    task = queue.tasks.create("demo", "Nobody", "SCENARIO:run_cmd CMD[touch LATE_MARKER]", max_retries=0)
+    async with running(queue) as (engine, _):
+        await until_settled(queue, task.id)
+    assert completed(queue, engine, task.id)
+    (request,) = queue.requests.list(None, task_id=task.id)
+    assert request.status == "expired" and request.decided_by == "timeout"
+    assert not anywhere(queue, "LATE_MARKER") and "Nobody answered" in told(codex_api)
+    assert audited(queue, task.id, "Bash(touch LATE_MARKER)") == [("ask→timeout", "refused")]
+
+
+async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: Services) -> None:
+    task = queue.tasks.create("demo", "Stop me", "SCENARIO:run_cmd CMD[touch STOPPED_MARKER]", max_retries=0)
+    async with running(queue) as (engine, client):
+        await wait_for(lambda: status(queue, task.id) == "WAITING_INPUT", 90, "the task to wait")
+        agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'codex'")
+        await ok(client, "stop_task", task_id=task.id)
+        await wait_for(lambda: task.id not in engine.running, 60, "the run to end")
+    assert status(queue, task.id) == "BLOCKED" and not alive(agent_pid)
+    (request,) = queue.requests.list(None, task_id=task.id)
+    assert request.status == "expired" and request.decided_by == "run ended"
+    assert not anywhere(queue, "STOPPED_MARKER")
+
+
 @pytest.mark.parametrize("command, parts", [
     ("ls & touch PWNED_BG; echo owned > outside.txt", ["touch PWNED_BG"]),
     ("echo $(touch PWNED_SUBST)", ["touch PWNED_SUBST"]),
