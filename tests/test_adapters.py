@@ -74,8 +74,7 @@ def test_codex_handshake_answers_and_questions() -> None:
     """What the parser writes back: `initialized` and `thread/start` after `initialize`, the MCP listing after the
     thread, `turn/start` after it; a question becomes one `can_use_tool` per part, answered once all are in."""
     spec = codex.build(AgentConfig("codex", binary="codex", sandboxed=True), "do it", "ctx", None)
-    parser = codex.CodexParser()
-    parser.begin(spec)
+    parser = spec.parser
     sent = [json.loads(e.text) for e in parser.feed('{"id":1,"result":{}}') if e.kind == "send"]
     assert [m.get("method") for m in sent] == ["initialized", "thread/start"]
     assert sent[1]["params"] == {"approvalPolicy": "untrusted", "approvalsReviewer": "user",
@@ -131,11 +130,10 @@ def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
     assert spec.argv[spec.argv.index("--disallowedTools") + 1] == "mcp__github__delete_repo"
     spec = codex.build(AgentConfig("codex", binary="codex"), "do it", "", None)
     assert spec.argv == ["codex", "app-server"] and spec.interactive  # the prompt goes in with `turn/start`
-    assert json.loads(spec.stdin or b"")["method"] == "initialize" and spec.session["prompt"] == "do it"
-    assert spec.session["thread"]["sandbox"] == "workspace-write"  # the standard preset, outside our sandbox
-    assert codex.build(AgentConfig("codex", preset="readonly"), "x", "", None).session["thread"]["sandbox"] == \
-        "read-only"
-    inside = codex.build(AgentConfig("codex", preset="readonly", sandboxed=True), "x", "", None).session["thread"]
+    assert json.loads(spec.stdin or b"")["method"] == "initialize" and spec.parser.prompt == "do it"
+    assert spec.parser.thread["sandbox"] == "workspace-write"  # the standard preset, outside our sandbox
+    assert codex.build(AgentConfig("codex", preset="readonly"), "x", "", None).parser.thread["sandbox"] == "read-only"
+    inside = codex.build(AgentConfig("codex", preset="readonly", sandboxed=True), "x", "", None).parser.thread
     assert inside["sandbox"] == "danger-full-access" and inside["approvalPolicy"] == "untrusted"  # our walls
     spec = gemini.build(AgentConfig("gemini"), "-rf", "", None)
     assert spec.stdin is None and spec.argv[-1] == "--prompt=-rf"

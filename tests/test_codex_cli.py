@@ -52,8 +52,8 @@ def converse(tmp_path: Path, base_url: str, prompt: str, **home: Any) -> Convers
     workdir.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=workdir, check=True)
     env = {**os.environ, **mock.codex_home(tmp_path, base_url, **home), **spec.env}
-    parser, out = CodexParser(), Conversation()
-    parser.begin(spec)
+    parser, out = spec.parser, Conversation()
+    assert isinstance(parser, CodexParser)  # a parser made with the run: it holds the thread and the prompt
     started = time.monotonic()
     process = subprocess.Popen(spec.argv, cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL)

@@ -329,7 +329,7 @@ def test_each_cli_gets_the_model_where_it_takes_it() -> None:
         assert argv[argv.index(flag) + 1] == "big-model", agent_type
     # Codex's goes in with its thread (`thread/start`'s model).
     spec = codex.build(AgentConfig("codex", binary="codex", model="big-model"), "p", "", None)
-    assert (spec.session or {})["thread"]["model"] == "big-model"
+    assert spec.parser.thread["model"] == "big-model"
     spec = command.build(AgentConfig("command", command="true", model="big-model"), "p", "", None)
     assert spec.env == {"AGENTQUEUE_MODEL": "big-model"}
     assert command.build(AgentConfig("command", command="true"), "p", "", None).env == {}

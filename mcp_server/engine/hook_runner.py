@@ -405,7 +405,8 @@ class HookRunner:
                                                      agent_type=agent_type, agent_socket=True, log_line=log_line)
             with sandboxed as (argv, env):
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
-                                         PARSERS[agent_type](), handle, log_path, limits, env=env, channel=channel)
+                                         spec.parser or PARSERS[agent_type](), handle, log_path, limits, env=env,
+                                         channel=channel)
         finally:
             self.llm_runs.pop(hook.id, None)
         log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)

@@ -353,8 +353,8 @@ class Engine:
             contained = self._contained(task, agent, workspace, spec, env, masks)
             spec, env = await anyio.to_thread.run_sync(contained.__enter__)
             stack.push(contained)
-            runner = run_agent(spec, workspace.path, PARSERS[agent.agent_type](), handle, log_path, self.config.limits,
-                               on_line, env=env, channel=channel)
+            runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
+                               self.config.limits, on_line, env=env, channel=channel)
             async with anyio.create_task_group() as tg:
                 async def note_pid() -> None:
                     while handle.pid is None:

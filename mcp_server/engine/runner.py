@@ -113,9 +113,6 @@ class AgentRun:
         # Who writes the answers and messages on the CLI's wire: its parser when the protocol is its own (Codex's
         # JSON-RPC), else the channel (Claude Code's stream-json).
         self.wire: AgentChannel | Any = parser if hasattr(parser, "encode_answer") else channel
-        begin = getattr(parser, "begin", None)
-        if begin is not None:
-            begin(spec)
         self.loops = LoopDetector(limits)
         self.last_output = time.monotonic()  # the watchdog's stall clock
         self.stderr_tail = bytearray()

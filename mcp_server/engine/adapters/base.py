@@ -33,9 +33,9 @@ class RunSpec:
     # messages go in while the run goes on; it is closed once the CLI reports its result.
     interactive: bool = False
     shown: list[str] | None = None  # what the task log names as the command (the CLI, not its sandbox)
-    # What the adapter's own parser goes on with once the CLI answers (Codex: the thread and the turn to start);
-    # the runner hands it to the parser's `begin`.
-    session: dict[str, Any] | None = None
+    # A parser made with the run, when it must know the run (an ACP session holds the prompt it sends); else the
+    # engine makes its agent type's PARSERS entry.
+    parser: Any = None
 
 
 @dataclass
@@ -98,9 +98,8 @@ def classify_message(text: str) -> str | None:
 class Parser(Protocol):
     """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit. A parser that recognises a
     failed login or a usage limit sets `account_error` (adapters/limits.py) at that line: the runner stops the run
-    there, before the CLI's own retries. A parser of a two-way protocol may also have `begin(spec)` (called before
-    the spawn) and its own `encode_answer` / `encode_message`, which the runner then uses instead of the channel's
-    (Claude Code's stream-json)."""
+    there, before the CLI's own retries. A parser of a two-way protocol may have its own `encode_answer` /
+    `encode_message`, which the runner then uses instead of the channel's (Claude Code's stream-json)."""
 
     def feed(self, line: str) -> list[AgentEvent]: ...
 

@@ -86,7 +86,7 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
         "clientInfo": {"name": "agentqueue", "version": __version__},
         "capabilities": {"experimentalApi": True, "optOutNotificationMethods": _QUIET}}}
     return RunSpec(argv=[config.binary or "codex", "app-server"], stdin=_line(hello).encode(), interactive=True,
-                   session={"thread": thread, "prompt": prompt})
+                   parser=CodexParser(thread, prompt))
 
 
 def shell_script(command: str) -> str:
@@ -104,8 +104,9 @@ class CodexParser:
     """The client side of one app-server conversation: the stream read into events, the handshake and the answers
     written back (`send` events, `encode_answer`, `encode_message`)."""
 
-    def __init__(self) -> None:
-        self.session: dict[str, Any] = {}
+    def __init__(self, thread: dict[str, Any] | None = None, prompt: str = "") -> None:
+        self.thread = thread or {}  # `thread/start`'s parameters, and the turn's prompt (build's)
+        self.prompt = prompt
         self.next_id = 2  # 1 is `initialize`, in the spec's stdin
         self.pending: dict[int, str] = {1: "initialize"}  # our requests awaiting an answer: id -> method
         self.thread_id: str | None = None
@@ -121,9 +122,6 @@ class CodexParser:
         self.turns = 0
         self.in_turn = False  # a turn started and has not completed
         self.account_error: AccountError | None = None  # a failed login or a limit, at its first error line
-
-    def begin(self, spec: RunSpec) -> None:
-        self.session = spec.session or {}
 
     # -- writing ---------------------------------------------------------------------------------------------------
     def _request(self, method: str, params: dict[str, Any]) -> str:
@@ -186,7 +184,7 @@ class CodexParser:
         result = message.get("result") or {}
         if method == "initialize":
             return [AgentEvent("send", _line({"method": "initialized"})),
-                    AgentEvent("send", self._request("thread/start", dict(self.session.get("thread") or {})))]
+                    AgentEvent("send", self._request("thread/start", dict(self.thread)))]
         if method == "thread/start":
             self.thread_id = (result.get("thread") or {}).get("id")
             self.model = result.get("model") or self.model
@@ -205,7 +203,7 @@ class CodexParser:
         return []
 
     def _start_turn(self) -> AgentEvent:
-        turn = {"threadId": self.thread_id, "input": [{"type": "text", "text": self.session.get("prompt", "")}]}
+        turn = {"threadId": self.thread_id, "input": [{"type": "text", "text": self.prompt}]}
         return AgentEvent("send", self._request("turn/start", turn))
 
     def _server_request(self, method: str, message: dict[str, Any]) -> list[AgentEvent]:
