@@ -195,6 +195,8 @@ class _Handler(BaseHTTPRequestHandler):
                                               "code": "invalid_api_key"}})
         if scenario == "mcp_call":
             return self._mcp_call(body)
+        if scenario == "stdin":
+            return self._stdin(body)
         if scenario in ("run_cmd", "loop"):
             return self._run_cmd(body, scenario)
         if scenario == "write_file":
@@ -241,6 +243,26 @@ class _Handler(BaseHTTPRequestHandler):
         call = {"type": "function_call", "id": "fc_mock_mcp", "status": "completed",
                 "namespace": tool[1] if tool else "", "name": tool[2] if tool else "", "call_id": "call_mock_mcp",
                 "arguments": args[1] if args else "{}"}
+        return self._stream(body, [call], "tool_call")
+
+    def _stdin(self, body: dict[str, Any]) -> None:
+        """stdin: `exec_command` starts CMD[...] on a terminal, then `write_stdin` types TYPE[...] into it, then "Tool
+        said: <the last output>"."""
+        text, outputs = _user_text(body), call_outputs(body)
+        if len(outputs) >= 2 or outputs and "session ID" not in outputs[0]:
+            return self._stream(body, [self._message(f"Tool said: {outputs[-1]}")], "final")
+        if outputs:
+            session = re.search(r"session ID (\d+)", outputs[0])
+            typed = re.search(r"TYPE\[(.*?)\]END", text)
+            args = {"session_id": int(session[1]) if session else 0,
+                    "chars": json.loads(f'"{typed[1]}"') if typed else "", "yield_time_ms": 1000}
+            call = {"type": "function_call", "id": "fc_mock_stdin_1", "status": "completed", "name": "write_stdin",
+                    "call_id": "call_mock_stdin_1", "arguments": json.dumps(args)}
+            return self._stream(body, [call], "tool_call")
+        found = re.search(r"CMD\[(.*?)\]END", text)
+        args = {"cmd": found[1] if found else "cat", "tty": True, "yield_time_ms": 500}
+        call = {"type": "function_call", "id": "fc_mock_stdin_0", "status": "completed", "name": "exec_command",
+                "call_id": "call_mock_stdin_0", "arguments": json.dumps(args)}
         return self._stream(body, [call], "tool_call")
 
     def _message(self, text: str) -> dict[str, Any]:

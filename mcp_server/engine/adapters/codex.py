@@ -258,6 +258,9 @@ class CodexParser:
             return self._started(item)
         if method == "item/completed":
             return self._completed(item)
+        if method == "item/commandExecution/terminalInteraction" and str(params.get("stdin") or "").strip():
+            # Typed into a terminal session Codex started: 0.169 asks nobody about it, so it is shown and counted.
+            return [AgentEvent("tool_call", tool="write_stdin", args={"stdin": str(params["stdin"])})]
         if method == "thread/tokenUsage/updated":
             return self._usage(params.get("tokenUsage") or {})
         if method == "turn/completed":
