@@ -19,6 +19,8 @@ Behaviour is chosen by a `SCENARIO:<name>` marker anywhere in the text of the re
   what the model was told).
 - `loop`: `exec_command` `echo same` over and over, until a user message after its first call carries
   "AgentQueue watchdog" (the engine's warning, sent mid-turn), then "Warned.".
+- `stdin`: `exec_command` starts CMD[...]END on a terminal, `write_stdin` types TYPE[...]END into that session,
+  then "Tool said: <the last output>".
 - `mcp_call`: the MCP tool TOOL[namespace:name] with ARGS[<json>]END (Codex offers each MCP server as one
   `namespace` tool, `mcp__<server>`), then "Tool said: <its output>".
 - anything else / no marker: one plain assistant message, `DEFAULT_TEXT`.
