@@ -15,8 +15,8 @@ Behaviour is chosen by a `SCENARIO:<name>` marker anywhere in the text of the re
 - `rate_limit`: HTTP 429 with an OpenAI-style error body and `Retry-After: 0`.
 - `auth`: HTTP 401 (an API key refused).
 - `run_cmd`: `exec_command` with the command written as CMD[...] (or CMD[...]END when it holds a `]`; JSON string
-  escapes such as `\\n` work), TIMES[n] times (default 1), then "Tool said: <the last output>" (so a test sees
-  what the model was told).
+  escapes such as `\\n` work), TIMES[n] times (default 1; the first call's id is `RUN_CMD_CALL_ID`), then "Tool
+  said: <the last output>" (so a test sees what the model was told).
 - `loop`: `exec_command` `echo same` over and over, until a user message after its first call carries
   "AgentQueue watchdog" (the engine's warning, sent mid-turn), then "Warned.".
 - `stdin`: `exec_command` starts CMD[...]END on a terminal, `write_stdin` types TYPE[...]END into that session,
@@ -68,6 +68,8 @@ CLI_FOLLOWUP_TITLE = "Codex follow-up through the CLI"
 CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP_TITLE}' --agent-type codex "
                         "--description 'SCENARIO:cli_followup Queued by Codex through the CLI.'")
 CLI_CALL_ID = "call_mock_cli"
+RUN_CMD_CALL_ID = "call_mock_run_cmd"
+CMD_RE = re.compile(r"CMD\[(.*?)\]")
 DEFAULT_TEXT = "Hello from mock."
 AUTH_MESSAGE = "Incorrect API key provided: mock-key."
 RATE_LIMIT_MESSAGE = "Rate limit reached for gpt-mock on requests per min (RPM): Limit 1, Used 1, Requested 1."
@@ -223,15 +225,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._stream(body, [self._message("Warned.")], "final")
             command, times = "echo same", 10_000
         else:
-            found, count = re.search(r"CMD\[(.*?)\]END", text) or re.search(r"CMD\[(.*?)\]", text), \
-                re.search(r"TIMES\[(\d+)\]", text)
+            found = re.search(r"CMD\[(.*?)\]END", text) or CMD_RE.search(text)
+            count = re.search(r"TIMES\[(\d+)\]", text)
             command, times = (json.loads(f'"{found[1]}"') if found else "true"), int(count[1]) if count else 1
         if len(outputs) >= times:
             return self._stream(body, [self._message(f"Tool said: {outputs[-1] if outputs else '(nothing)'}")],
                                 "final")
-        call_id = f"call_mock_cmd_{len(outputs)}"
-        call = {"type": "function_call", "id": f"fc_mock_cmd_{len(outputs)}", "status": "completed",
-                "name": "exec_command", "call_id": call_id, "arguments": json.dumps({"cmd": command})}
+        step = f"_{len(outputs)}" if outputs else ""  # the first call is RUN_CMD_CALL_ID
+        call = {"type": "function_call", "id": f"fc_mock_run_cmd{step}", "status": "completed",
+                "name": "exec_command", "call_id": RUN_CMD_CALL_ID + step, "arguments": json.dumps({"cmd": command})}
         return self._stream(body, [call], "tool_call")
 
     def _mcp_call(self, body: dict[str, Any]) -> None:
