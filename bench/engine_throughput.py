@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -80,13 +81,21 @@ def by_kind(calls: list[tuple[str, list[str]]], tasks: int) -> dict[str, float]:
     return {name: round(n / tasks, 2) for name, n in counts.most_common()}
 
 
-def floor(root: Path, n: int, log: Path) -> tuple[float, int, dict[str, float]]:
-    """The same git steps by hand, one task after another: seconds per task, commands, and their kinds."""
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of every child it has waited for: a figure that holds on a
+    busy machine, where the wall time does not."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def floor(root: Path, n: int, log: Path) -> tuple[float, int, dict[str, float], float]:
+    """The same git steps by hand, one task after another: seconds per task, commands, their kinds, and CPU
+    seconds per task (git's, and this loop's)."""
     repo = root / "floor"
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     subprocess.run(["git", *IDENTITY, "commit", "-q", "--allow-empty", "-m", "init"], cwd=repo, check=True)
     before = len(read_calls(log))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     for i in range(n):
         tree, branch = root / "floor-trees" / str(i), f"t{i}/work"
         subprocess.run(["git", "worktree", "add", "-q", "-b", branch, str(tree), "main"], cwd=repo, check=True)
@@ -96,9 +105,9 @@ def floor(root: Path, n: int, log: Path) -> tuple[float, int, dict[str, float]]:
         subprocess.run(["git", "merge", "--ff-only", "-q", branch], cwd=repo, check=True)
         subprocess.run(["git", "worktree", "remove", str(tree)], cwd=repo, check=True)
         subprocess.run(["git", "branch", "-q", "-d", branch], cwd=repo, check=True)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     calls = read_calls(log)[before:]
-    return elapsed / n, len(calls), by_kind(calls, n)
+    return elapsed / n, len(calls), by_kind(calls, n), cpu / n
 
 
 async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, object]:
@@ -111,7 +120,7 @@ async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, ob
     ids = [svc.tasks.create("bench", f"Task {i}", "write a file and commit it", repo_id="repo").id for i in range(n)]
     engine = Engine(svc, home, config=EngineConfig(poll_seconds=0.05))
     before = len(read_calls(log))
-    start = time.perf_counter()
+    start, cpu, own = time.perf_counter(), cpu_seconds(), time.process_time()
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
         # Checked every 0.1 s in one query: the bench shares the engine's process (its GIL, its store), so a
@@ -124,6 +133,7 @@ async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, ob
             await anyio.sleep(0.1)
         await engine.shutdown()
         tg.cancel_scope.cancel()
+    cpu, own = cpu_seconds() - cpu, time.process_time() - own  # the engine and its children, agents included
     calls = read_calls(log)[before:]
     overheads, runs, first, last = [], [], None, None
     for task_id in ids:  # assigned -> completed, minus the agent process's own run
@@ -152,10 +162,12 @@ async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, ob
         raise SystemExit(f"main has {files} of the {n} tasks' files; see {home}")
     elapsed = (last - first).total_seconds() if first and last else time.perf_counter() - start
     return {"seconds": elapsed, "overheads": overheads, "runs": runs, "calls": len(calls),
-            "kinds": by_kind(calls, n), "left": {"branches": len(left) - 1, "worktrees": trees - 1}}
+            "kinds": by_kind(calls, n), "left": {"branches": len(left) - 1, "worktrees": trees - 1},
+            "cpu": cpu / n, "own_cpu": own / n}
 
 
-def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, floor_kinds: dict) -> list[dict]:
+def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, floor_kinds: dict,
+             floor_cpu: float) -> list[dict]:
     overhead = statistics.median(eng["overheads"])
     p90 = sorted(eng["overheads"])[int(len(eng["overheads"]) * 0.9)]
     ratio = overhead / floor_s
@@ -166,7 +178,9 @@ def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, f
          "anchor": "the same git steps by hand in a loop", "anchor_value": round(floor_s * 1000, 1),
          "ratio": round(ratio, 2), "goal": "≤ 2 × the floor", "met": ratio <= 2.0,
          "p90_ms": round(p90 * 1000, 1), "agent_run_ms_median": round(statistics.median(eng["runs"]) * 1000, 1),
-         "left_behind": eng["left"], **common},
+         "left_behind": eng["left"], "cpu_ms_per_task": round(eng["cpu"] * 1000, 1),
+         "engine_process_cpu_ms_per_task": round(eng["own_cpu"] * 1000, 1),
+         "floor_cpu_ms_per_task": round(floor_cpu * 1000, 1), **common},
         {"metric": "engine throughput, the same run", "value": round(n / eng["seconds"], 2), "unit": "tasks/s",
          "anchor": None, "anchor_value": None, "ratio": None, "goal": "—", "met": True,
          "seconds": round(eng["seconds"], 2), **common},
@@ -194,10 +208,13 @@ def main() -> None:
     eng = anyio.run(engine_run, root, n, args.agents, log)
     floor_after = floor(root / "after", n, log)
     floor_s = statistics.mean([floor_before[0], floor_after[0]])
-    rows = rows_for(n, args.agents, eng, floor_s, floor_before[1], floor_before[2])
+    rows = rows_for(n, args.agents, eng, floor_s, floor_before[1], floor_before[2],
+                    statistics.mean([floor_before[3], floor_after[3]]))
     for row in rows:
         anchor = f"  (anchor {row['anchor_value']} {row['unit']}, ratio {row['ratio']})" if row["anchor"] else ""
         print(f"{row['metric']}: {row['value']} {row['unit']}{anchor}")
+    print(f"CPU per task: {rows[0]['cpu_ms_per_task']} ms (the engine, its git and its agents; the engine process "
+          f"alone {rows[0]['engine_process_cpu_ms_per_task']} ms), the floor's {rows[0]['floor_cpu_ms_per_task']} ms")
     print("engine git commands per task by kind:", json.dumps(rows[2]["by_kind"]))
     print("floor git commands per task by kind: ", json.dumps(rows[2]["anchor_by_kind"]))
     if args.json:

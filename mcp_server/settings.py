@@ -55,7 +55,10 @@ LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
 
 # The CLI each key names, the env var that overrides it, the agent type that runs it.
 CLI_KEYS = {"claude": ("AGENTQUEUE_CLAUDE_BIN", "claude-code"), "codex": ("AGENTQUEUE_CODEX_BIN", "codex"),
-            "gemini": ("AGENTQUEUE_GEMINI_BIN", "gemini"), "gh": ("AGENTQUEUE_GH_BIN", None)}
+            "gemini": ("AGENTQUEUE_GEMINI_BIN", "gemini"), "gh": ("AGENTQUEUE_GH_BIN", None),
+            # The ACP adapters the `claude-code` and `codex` ACP presets run (engine/adapters/acp_presets.py).
+            "claude-agent-acp": ("AGENTQUEUE_CLAUDE_AGENT_ACP_BIN", None),
+            "codex-acp": ("AGENTQUEUE_CODEX_ACP_BIN", None)}
 CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
 # What an agent keeps of the daemon's environment when [env] pass restricts it.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")

@@ -19,7 +19,8 @@ from agentqueue.daemon_client import call_tool, running_daemon
 
 # Variables from the machine that would make a test depend on it.
 _MACHINE = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "AGENTQUEUE_TOKEN", "AGENTQUEUE_CLAUDE_BIN", "AGENTQUEUE_CODEX_BIN",
-            "AGENTQUEUE_GEMINI_BIN", "AGENTQUEUE_GH_BIN", "AGENTQUEUE_PORT", "GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME",
+            "AGENTQUEUE_GEMINI_BIN", "AGENTQUEUE_GH_BIN", "AGENTQUEUE_CLAUDE_AGENT_ACP_BIN", "AGENTQUEUE_CODEX_ACP_BIN",
+            "AGENTQUEUE_PORT", "GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME",
             "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL")
 
 # What a client launch must not load: the server's libraries, and the stdlib modules the relay has no use for

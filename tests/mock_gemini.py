@@ -33,6 +33,12 @@ Behaviour of the chat requests is chosen by a `SCENARIO:<name>` marker in the us
   list_directory, read_file, grep_search, glob, replace, write_file, web_fetch, google_web_search, ... and
   the mock answers 400 naming the tools it got.
 - `cli_followup`: the same with `CLI_FOLLOWUP_COMMAND` (`agentqueue task create`, a follow-up in this scenario).
+- `run_cmd`: the shell with the command written `CMD[...]` in the task, `TIMES[n]` times, then `FINAL_TEXT`.
+- `loop`: the shell with `LOOP_COMMAND` on every turn until AgentQueue's watchdog warning is in the user text
+  (then `warned` is set and it answers `FINAL_TEXT`).
+- `alternate`: the shell with `ALTERNATE_COMMANDS` in turn, and never a final answer.
+- `write_tool`: Gemini's `write_file` tool to `PATH[...]` with `WRITE_TOOL_CONTENT`, then `FINAL_TEXT`.
+- `mcp_tool`: AgentQueue's `create_task` (the declared tool whose name ends so) with `MCP_FOLLOWUP_TITLE`.
 - `rate_limit`: HTTP 429 `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": ...}}` without
   `details`, which the CLI classifies as a retryable quota error (retries: see `gemini_home`).
 - anything else / no marker: `DEFAULT_TEXT`, streamed in two chunks.
@@ -66,6 +72,14 @@ CLI_FOLLOWUP_TITLE = "Gemini follow-up through the CLI"
 CLI_FOLLOWUP_COMMAND = (f"agentqueue task create '{CLI_FOLLOWUP_TITLE}' --agent-type gemini "
                         "--description 'SCENARIO:cli_followup Queued by Gemini through the CLI.'")
 DEFAULT_TEXT = "Hello from mock."
+CMD_RE = re.compile(r"CMD\[(.+?)\]")
+TIMES_RE = re.compile(r"TIMES\[(\d+)\]")
+PATH_RE = re.compile(r"PATH\[(.+?)\]")
+WRITE_TOOL_CONTENT = "written by gemini's write_file\n"
+LOOP_COMMAND = "ls"
+ALTERNATE_COMMANDS = ("ls", "pwd")
+WATCHDOG_TEXT = "AgentQueue watchdog"
+MCP_FOLLOWUP_TITLE = "Gemini follow-up through MCP"
 ROUTER_SCORE = 10
 RATE_LIMIT_MESSAGE = "Too many requests for gemini-mock (mock rate limit)."
 
@@ -186,6 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"functionCall": {"name": SHELL_TOOL,
                                      "args": {"command": CLI_FOLLOWUP_COMMAND, "description": "Queue a follow-up."}}}
             return self._answer(stream, [[call]], "tool_call")
+        if scenario in ("run_cmd", "loop", "alternate", "mcp_tool", "write_tool"):
+            return self._scripted(stream, scenario, body)
         if scenario == "write_file":
             if any(r.get("name") == SHELL_TOOL for r in function_responses(body)):
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
@@ -197,6 +213,42 @@ class _Handler(BaseHTTPRequestHandler):
             return self._answer(stream, [[call]], "tool_call")
         half = len(DEFAULT_TEXT) // 2
         return self._answer(stream, [[{"text": DEFAULT_TEXT[:half]}], [{"text": DEFAULT_TEXT[half:]}]], "text")
+
+
+    def _scripted(self, stream: bool, scenario: str, body: dict[str, Any]) -> None:
+        """The scenarios of tests/test_acp_gemini.py (see the module's docstring)."""
+        if scenario == "run_cmd":  # the shell with CMD[...] from the task, TIMES[n] times (default once)
+            command, times = CMD_RE.search(_user_text(body)), TIMES_RE.search(_user_text(body))
+            command = command.group(1) if command else WRITE_FILE_COMMAND
+            times = int(times.group(1)) if times else 1
+            if len([r for r in function_responses(body) if r.get("name") == SHELL_TOOL]) >= times:
+                return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
+            call = {"functionCall": {"name": SHELL_TOOL, "args": {"command": command, "description": "Run it."}}}
+            return self._answer(stream, [[call]], "tool_call")
+        if scenario == "loop":  # the same call again and again, until a watchdog warning is in the conversation
+            if WATCHDOG_TEXT in _user_text(body):
+                self.server.mock.warned = True
+                return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
+            call = {"functionCall": {"name": SHELL_TOOL, "args": {"command": LOOP_COMMAND, "description": "Again."}}}
+            return self._answer(stream, [[call]], "tool_call")
+        if scenario == "alternate":  # two commands in turn, forever (a ping-pong, which Gemini's loop check misses)
+            done = len([r for r in function_responses(body) if r.get("name") == SHELL_TOOL])
+            args = {"command": ALTERNATE_COMMANDS[done % 2], "description": "Again."}
+            return self._answer(stream, [[{"functionCall": {"name": SHELL_TOOL, "args": args}}]], "tool_call")
+        if scenario == "write_tool":  # Gemini's own write_file tool, to PATH[...] (relative to the cwd or absolute)
+            if function_responses(body):
+                return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
+            path = PATH_RE.search(_user_text(body))
+            args = {"file_path": path.group(1) if path else WRITE_FILE_NAME, "content": WRITE_TOOL_CONTENT}
+            return self._answer(stream, [[{"functionCall": {"name": "write_file", "args": args}}]], "tool_call")
+        if scenario == "mcp_tool":  # AgentQueue's create_task, through the MCP server the client gave the agent
+            names = [n for n in tool_names(body) if str(n).endswith("create_task")]
+            if function_responses(body) or not names:
+                text = FINAL_TEXT if names else f"no create_task tool in {sorted(map(str, tool_names(body)))}"
+                return self._answer(stream, [[{"text": text}]], "final")
+            call = {"functionCall": {"name": names[0], "args": {"title": MCP_FOLLOWUP_TITLE,
+                                                                "description": "Queued by Gemini through MCP."}}}
+            return self._answer(stream, [[call]], "tool_call")
 
     def _answer(self, stream: bool, chunks: list[list[dict[str, Any]]], step: str) -> None:
         """chunks: the parts of each streamed chunk (joined into one response when not streaming)."""
@@ -230,6 +282,8 @@ class MockGemini(LoopbackMock):
 
     handler = _Handler
     name = "mock-gemini"
+
+    warned = False  # the `loop` scenario saw the watchdog's warning
 
     @property
     def base_url(self) -> str:

@@ -135,9 +135,11 @@ def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
     assert codex.build(AgentConfig("codex", preset="readonly"), "x", "", None).parser.thread["sandbox"] == "read-only"
     inside = codex.build(AgentConfig("codex", preset="readonly", sandboxed=True), "x", "", None).parser.thread
     assert inside["sandbox"] == "danger-full-access" and inside["approvalPolicy"] == "untrusted"  # our walls
+    # Issue 24: gemini runs through ACP; the prompt goes in the session's first session/prompt, not in argv.
     spec = gemini.build(AgentConfig("gemini"), "-rf", "", None)
-    assert spec.stdin is None and spec.argv[-1] == "--prompt=-rf"
-    assert gemini.build(AgentConfig("gemini", preset="readonly"), "x", "", None).argv[4] == "plan"
+    assert spec.interactive and spec.parser.prompt == "-rf" and "-rf" not in spec.argv
+    assert gemini.build(AgentConfig("gemini", preset="readonly"), "x", "", None).argv[-2:] == ["--approval-mode",
+                                                                                              "plan"]
     spec = command.build(AgentConfig("command", command="python3 -c 'print(1)'"), "p", "", None)
     assert spec.argv == ["python3", "-c", "print(1)"] and spec.stdin == b"p"
 

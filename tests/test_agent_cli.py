@@ -202,7 +202,8 @@ def shell_outputs(api: mock_gemini.MockGemini) -> list[str]:
 
 @pytest.mark.skipif(GEMINI is None, reason="gemini CLI not installed (npm @google/gemini-cli)")
 async def test_gemini_which_has_no_agentqueue_tools_queues_a_follow_up_through_the_cli(tmp_path: Path) -> None:
-    """Gemini is given no MCP server by the engine either: the CLI is its way to the queue."""
+    """Gemini queues a follow-up through the CLI (since issue 24 it has the MCP toolset too, through ACP: this is the
+    CLI's path, tests/test_acp_gemini.py the toolset's)."""
     api = mock_gemini.MockGemini().start()
     home = tmp_path / "aq"
     # Not the mock's TMPDIR: the daemon's gate sockets go under it, and this one is too long for AF_UNIX.

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentqueue.engine.adapters.base import AgentConfig
-from agentqueue.engine.adapters.gemini import GeminiParser, build
+from agentqueue.engine.adapters.gemini import GeminiParser, build, build_headless
 
 from . import mock_gemini as mock
 from .processes import run_cli_in_new_repo
@@ -29,7 +29,7 @@ RUN_TIMEOUT = 60  # wall clock per gemini run; each takes 2-4 s (node startup do
 
 def run_gemini(tmp_path: Path, base_url: str, prompt: str, preset: str = "standard",
                **home: Any) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]], float]:
-    spec = build(AgentConfig("gemini", binary=GEMINI, preset=preset), prompt, "", None)
+    spec = build_headless(AgentConfig("gemini", binary=GEMINI, preset=preset), prompt, "", None)
     assert spec.stdin is None  # stdin is closed: -p would append anything piped in to the prompt
     env = {**os.environ, **mock.gemini_home(tmp_path, base_url, **home), **spec.env}
     return run_cli_in_new_repo(spec.argv, tmp_path / "repo", env, RUN_TIMEOUT)
@@ -55,8 +55,17 @@ def api():
         yield server
 
 
+def test_the_engine_runs_gemini_through_acp():
+    """Issue 24: every preset runs Gemini's ACP mode, so the policy decides each call (tests/test_acp_gemini.py)."""
+    for preset in ("readonly", "standard", "autonomous"):
+        spec = build(AgentConfig("gemini", binary="gemini", preset=preset, model="m"), "do it", "", None)
+        assert spec.argv[:3] == ["gemini", "--acp", "--skip-trust"] and spec.interactive and spec.parser is not None
+        assert spec.argv[-2:] == ["-m", "m"]
+        assert ("plan" in spec.argv) == (preset == "readonly")
+
+
 def test_argv_is_headless_stream_json_yolo():
-    argv = build(AgentConfig("gemini", binary="gemini"), "do it", "", None).argv
+    argv = build_headless(AgentConfig("gemini", binary="gemini"), "do it", "", None).argv
     assert argv[0] == "gemini" and argv[argv.index("-o") + 1] == "stream-json" and "--skip-trust" in argv
     assert argv[argv.index("--approval-mode") + 1] == "yolo"  # auto_edit offers no shell tool headless
     assert argv[-1] == "--prompt=do it"  # one argument, so a prompt starting with "-" is still the prompt
@@ -156,7 +165,7 @@ def test_rate_limit_fails_fast_as_rate_limit(tmp_path: Path, api: mock.MockGemin
 @pytest.mark.real_cli
 def test_the_readonly_preset_offers_gemini_no_shell(tmp_path: Path, api: mock.MockGemini):
     """Gemini asks no host about single calls: `readonly` runs it in plan mode, where it has no shell tool."""
-    argv = build(AgentConfig("gemini", binary="gemini", preset="readonly"), "x", "", None).argv
+    argv = build_headless(AgentConfig("gemini", binary="gemini", preset="readonly"), "x", "", None).argv
     assert argv[argv.index("--approval-mode") + 1] == "plan"
     proc, _, _ = run_gemini(tmp_path, api.base_url, "SCENARIO:write_file create the hello file", preset="readonly")
     assert not (tmp_path / "repo" / mock.WRITE_FILE_NAME).exists()

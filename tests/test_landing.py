@@ -225,3 +225,29 @@ def test_git_maintenance_runs_every_few_landings_never_inside_one(svc: Services,
     workspaces_module._MAINTENANCE.submit(lambda: None).result(WAIT)  # one worker: the maintenance ran before
     started = [line for line in trace.read_text().splitlines() if "built-in: git maintenance " in line]
     assert len(started) == 1 and "maintenance run --auto --quiet" in started[0], started
+
+
+def test_the_removal_of_a_landed_worktree_runs_at_a_lower_cpu_priority_and_its_start_does_not(
+        svc: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cleanup nobody waits for yields the CPU to the starts and landings people wait for: a `git` first on PATH
+    notes the niceness its commands run at (after a pause, so the engine has set it) and runs the real one."""
+    notes, shim = tmp_path / "niceness.log", tmp_path / "shim"
+    shim.mkdir()
+    real_git = next(Path(d) / "git" for d in os.environ["PATH"].split(os.pathsep) if (Path(d) / "git").is_file())
+    (shim / "git").write_text(
+        "#!/bin/sh\ncase \"$*\" in\n"
+        f"  *'worktree add'*|*'worktree remove'*) sleep 0.3; echo \"$(nice) $*\" >> {shlex.quote(str(notes))};;\n"
+        f"esac\nexec {shlex.quote(str(real_git))} \"$@\"\n")
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    workspaces, first, _, repo = two_tasks(svc)
+    landing = workspaces.land(first)
+    assert landing.merged
+    assert workspaces.remove(first, landed_tip=landing.tip)
+    assert not first.path.exists()
+    assert "task-a/" not in git(repo, "branch", "--list", "task-a/*")  # the branch went with it
+    lines = notes.read_text().splitlines()
+    adds = [int(line.split()[0]) for line in lines if "worktree add" in line]
+    removes = [int(line.split()[0]) for line in lines if "worktree remove" in line]
+    assert adds == [own, own] and removes == [min(own + 10, 19)], lines

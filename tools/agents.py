@@ -30,7 +30,7 @@ def create_agent(
     repo_id: Annotated[str | None, Field(description="runs only its tasks")] = None,
     model: str | None = None,
     capabilities: list[str] | None = None,
-    command: Annotated[Command | None, Field(description="for agent_type=command")] = None,
+    command: Annotated[Command | None, Field(description="for agent_type=command or acp (e.g. gemini)")] = None,
     label: Annotated[Label | None, Field(description="run only on daemons with it")] = None,
 ) -> Agent:
     """Register an agent that runs tasks with a coding CLI or a command."""

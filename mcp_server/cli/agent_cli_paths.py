@@ -15,7 +15,8 @@ import tomllib
 from pathlib import Path
 
 # The `[cli]` keys of config.toml (the names `agentqueue.settings` reads) and the program each names.
-CLI_KEYS = {"claude": "claude", "codex": "codex", "gemini": "gemini", "gh": "gh"}
+CLI_KEYS = {"claude": "claude", "codex": "codex", "gemini": "gemini", "gh": "gh",
+            "claude-agent-acp": "claude-agent-acp", "codex-acp": "codex-acp"}  # the ACP presets' adapters
 
 
 def config_file(home: Path) -> Path:

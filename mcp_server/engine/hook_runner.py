@@ -29,7 +29,6 @@ import anyio.abc
 from croniter import croniter
 
 from ..services import Services
-from ..services.agents import find_cli
 from ..services.errors import ServiceError
 from ..services.hooks import SCHEDULED, SlotTaken
 from ..services.policy_rules import tool_action
@@ -39,6 +38,9 @@ from .adapters import BUILDERS, PARSERS
 from .adapters.base import AgentConfig
 from .agent_mcp import agentqueue_server
 from .permissions import PermissionChannel
+from .acp_client import AcpChannel, sandboxed as acp_sandbox
+from .adapters.acp import AcpSession, agent_binary
+from .adapters.acp_presets import sandbox_kind
 from .runner import RunHandle, run_agent
 from .watchdog import WatchdogLimits
 
@@ -366,7 +368,7 @@ class HookRunner:
         """The prompt through an agent CLI in the project workspace, with AgentQueue's own MCP server attached."""
         config = hook.llm_config or {}
         agent_type = config.get("agent_type", "claude-code")
-        if agent_type not in BUILDERS or agent_type == "command" and not config.get("command"):
+        if agent_type not in BUILDERS or agent_type in ("command", "acp") and not config.get("command"):
             raise ServiceError(f"llm_config.agent_type {agent_type!r} cannot run a hook.")
         if agent_type == "command":  # checked at create_hook, and again now: a deny added since stops it
             self.services.policies.require(tool_action("run_command", str(config["command"])), hook.project_id,
@@ -374,7 +376,7 @@ class HookRunner:
         refused = self.services.sandbox.blocked(hook.project_id)
         if refused:  # fail closed, as for tasks
             raise ServiceError(refused)
-        binary = find_cli(agent_type, self.services.settings) if agent_type != "command" else None
+        binary = agent_binary(agent_type, config.get("command"), self.services.settings)
         mcp = agentqueue_server(self.home)
         context = (f"You are running AgentQueue hook '{hook.name}' for project '{hook.project_id}'. The agentqueue "
                    "MCP tools (mcp__agentqueue__*) act on the queue: use them to do what the prompt asks.")
@@ -383,14 +385,18 @@ class HookRunner:
         agent = AgentConfig(agent_type, binary=binary, model=config.get("model"), command=config.get("command"),
                             max_turns=int(config.get("max_turns", 20)), preset=policy.preset.name, deny_rules=deny,
                             sandboxed=self.services.sandbox.unavailable() is None)
-        spec = BUILDERS[agent_type](agent, prompt, context, mcp)
+        spec = await anyio.to_thread.run_sync(BUILDERS[agent_type], agent, prompt, context, mcp)  # ACP's: an import
         workspace = Path(self.services.projects.get(hook.project_id).workspace)
         workspace.mkdir(parents=True, exist_ok=True)
         limits = WatchdogLimits(stall_seconds=float(config.get("stall_seconds", 300)),
                                 timeout_seconds=float(config.get("timeout_seconds", 900)))
         started = time.monotonic()
         # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
-        channel = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
+        channel: Any = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
+        if isinstance(spec.parser, AcpSession):
+            contain = acp_sandbox(self.services, workspace, hook.project_id, None, policy.preset.name, None,
+                                  f"hook:{hook.id}")
+            channel = AcpChannel(channel, contain, self.services.settings.agent_environment())
         log_path = self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -402,12 +408,15 @@ class HookRunner:
             environment = self.services.settings.agent_environment()
             sandboxed = self.services.sandbox.around(spec.argv, environment, workspace, hook.project_id,
                                                      preset=policy.preset.name, actor=f"hook:{hook.id}",
-                                                     agent_type=agent_type, agent_socket=True, log_line=log_line)
+                                                     agent_type=sandbox_kind(agent_type, config.get("command")),
+                                                     agent_socket=True, log_line=log_line)
             with sandboxed as (argv, env):
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
                                          spec.parser or PARSERS[agent_type](), handle, log_path, limits, env=env,
                                          channel=channel)
         finally:
+            if isinstance(channel, AcpChannel):
+                channel.close()
             self.llm_runs.pop(hook.id, None)
         log.info("hook %s llm run %s in %.1f s: %s", hook.id, run_id, time.monotonic() - started, result.status)
         return result

@@ -24,7 +24,6 @@ import anyio
 from .. import paths
 from ..services import Services, gitops
 from ..services.errors import ServiceError
-from ..services.agents import find_cli
 from ..services.policy_rules import tool_action
 from ..services.system import no_repo_warning
 from ..settings import Settings
@@ -43,6 +42,9 @@ from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .parking import QueueParking
 from ..notify.follower import Notifier
 from .permissions import PermissionChannel
+from .acp_client import AcpChannel, sandboxed as acp_sandbox
+from .adapters.acp import AcpSession, agent_binary
+from .adapters.acp_presets import sandbox_kind
 from .ports import Ports
 from .prompting import context_for, task_prompt
 from .queue_state import read_queue_state
@@ -98,7 +100,7 @@ class ReadyRun:
 
 
 # Agent CLIs that read project settings from the worktree and have no switch to skip them.
-MASKED_AGENTS = ("codex", "gemini")
+MASKED_AGENTS = ("codex", "gemini", "acp")
 
 
 def completed_warning(task: Task, workspace: Workspace, result: RunResult, read: BranchReads) -> str | None:
@@ -340,12 +342,18 @@ class Engine:
         log_path = self.log_path(task_id)
         on_log = self.on_log
         on_line = (lambda _line: on_log(task_id)) if on_log else None
-        channel = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
-                                    lambda line: self._log_line(task_id, line))
         env = ready.env
         # Claude Code skips planted settings itself (--setting-sources user) and may still edit them; a CLI with no
         # such switch sees the default branch's files over the planted ones, read-only, for this run.
         masks = ready.planted or {} if agent.agent_type in MASKED_AGENTS else {}
+        channel: Any = PermissionChannel(svc, task.project_id, task.id, agent.id, workspace.path,
+                                         lambda line: self._log_line(task_id, line))
+        if isinstance(spec.parser, AcpSession):  # an ACP agent asks for files and terminals too (acp_client.py)
+            preset = await anyio.to_thread.run_sync(lambda: svc.policies.effective(task.project_id).preset.name)
+            contain = acp_sandbox(svc, workspace.path, task.project_id, task.id, preset, workspace.branch,
+                                  f"agent:{agent.id}", lambda line: self._log_line(task_id, line))
+            channel = AcpChannel(channel, contain, ready.env, handle,
+                                 masks={workspace.path / rel: content for rel, content in masks.items()})
         with contextlib.ExitStack() as stack:
             # The sandbox is set up in a worker thread (its paths, the policy, the gate's sockets): several ms that
             # would hold up every other run on the event loop. The thread is waited for even when cancelled, and
@@ -355,6 +363,8 @@ class Engine:
             stack.push(contained)
             runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
                                self.config.limits, on_line, env=env, channel=channel)
+            if isinstance(channel, AcpChannel):
+                stack.callback(channel.close)  # its terminals end with the run
             async with anyio.create_task_group() as tg:
                 async def note_pid() -> None:
                     while handle.pid is None:
@@ -453,7 +463,7 @@ class Engine:
         policy = self.services.policies.effective(task.project_id)
         with self.services.sandbox.around(
                 spec.argv, env, workspace.path, task.project_id, preset=policy.preset.name, actor=f"agent:{agent.id}",
-                task_id=task.id, agent_type=agent.agent_type, branch=workspace.branch,
+                task_id=task.id, agent_type=sandbox_kind(agent.agent_type, agent.command), branch=workspace.branch,
                 agent_socket=True,  # every agent reaches its toolset: through MCP, or `agentqueue task …`
                 masks={workspace.path / rel: content for rel, content in planted.items()},
                 log_line=lambda line: self._log_line(task.id, line)) as (argv, inner_env):
@@ -482,7 +492,7 @@ class Engine:
         return Workspace(Path(project.workspace))
 
     def _agent_config(self, agent: Agent, project_id: str, project_settings: bool = True) -> AgentConfig:
-        binary = find_cli(agent.agent_type, self.services.settings) if agent.agent_type != "command" else None
+        binary = agent_binary(agent.agent_type, agent.command, self.services.settings)
         policy = self.services.policies.effective(project_id)
         deny = [rule.text for rule, _ in policy.rules["deny"] if not rule.tool.startswith("tool:")]
         return AgentConfig(agent.agent_type, binary=binary, model=agent.model, command=agent.command,

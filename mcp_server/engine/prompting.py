@@ -18,8 +18,9 @@ RULES = """Rules:
 - Stay in the current directory (your git worktree). Do not switch branches, do not push.
 - Leave your changes in the working tree (or commit them); AgentQueue commits what is left and merges it.
 - End with a short summary of what you changed and anything left undone."""
-TOOLS_NOTE = """- AgentQueue's own tools (mcp__agentqueue__*) let you queue follow-up tasks (they run after this one
-  lands), read and add to the project's notes, and see the queue. Queue only work that is out of scope.
+TOOLS_NOTE = """- AgentQueue's own tools (its `agentqueue` MCP server's, e.g. create_task) let you queue follow-up
+  tasks (they run after this one lands), read and add to the project's notes, and see the queue. Queue only work
+  that is out of scope.
 - write_memory adds a short, lasting fact to the project's MEMORY.md (every later agent reads it): record only
   what the next agent must know (a convention, a trap), not what you did."""
 # An agent without them has the same through its shell (cli/commands/task.py; each prints JSON).

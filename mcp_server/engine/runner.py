@@ -30,6 +30,8 @@ log = logging.getLogger("agentqueue.runner")
 MAX_LINE_BYTES = 8 * 1024 * 1024
 # How long a loop kill waits for the end of the response that made the call (its usage complete in the stream).
 LOOP_KILL_GRACE = 1.0
+# How long an agent whose protocol session is over (ACP) may take to exit by itself once its stdin is closed.
+SESSION_EXIT_GRACE = 3.0
 # Env vars of an outer Claude Code session that would confuse a nested one.
 _DROP_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
 
@@ -236,19 +238,40 @@ class AgentRun:
         if self.process is None or self.process.stdin is None:
             return
         await self._send(self.spec.stdin or b"")
-        if not self.interactive:
+        drive = getattr(self.parser, "drive", None)  # a parser that is the client of a protocol (ACP) drives it
+        if self.interactive and drive is not None:
+            await drive(self._send, self._close_stdin, self.cwd)
+            await self._end_lingering()
+        elif not self.interactive:
             await self._close_stdin()
+
+    async def _end_lingering(self) -> None:
+        """The session is over and stdin closed: an agent still running SESSION_EXIT_GRACE later is ended (Gemini in
+        ACP mode stays up while an MCP server it started is connected); the run's result is the session's."""
+        assert self.process is not None
+        with anyio.move_on_after(SESSION_EXIT_GRACE):
+            await self.process.wait()
+        if self.process.returncode is None and self.handle.stop_reason is None:
+            self.write(f"[runner] the session is over but the agent is still running after {SESSION_EXIT_GRACE:g} s; "
+                       "ending it")
+            signal_group(self.process.pid, signal.SIGTERM)
+            with anyio.move_on_after(1.5):
+                await self.process.wait()
+            signal_group(self.process.pid, signal.SIGKILL)
 
     async def _answer(self, event: AgentEvent) -> None:
         """A question from the CLI: the channel decides (maybe after a person answers); the run waits."""
         assert self.channel is not None and event.data is not None
         request_id = str(event.data.get("request_id"))
-        self.handle.waiting += 1
-        try:
+        if getattr(self.channel, "holds_watchdog", False):  # it stops the clocks itself, only while a person decides
             response = await self.channel.answer(event.data.get("request") or {})
-        finally:
-            self.handle.waiting -= 1
-            self.handle.waited_until = time.monotonic()
+        else:
+            self.handle.waiting += 1
+            try:
+                response = await self.channel.answer(event.data.get("request") or {})
+            finally:
+                self.handle.waiting -= 1
+                self.handle.waited_until = time.monotonic()
         await self._send(self.wire.encode_answer(request_id, response))
 
     # -- stdout and stderr ---------------------------------------------------------------------------
@@ -301,8 +324,12 @@ class AgentRun:
         """The loop detector's verdict on a tool call: a warning (to the agent when it can be told) or a kill."""
         finding = self.loops.observe(event.tool, event.args)
         if finding.verdict == "warn":
-            note = self.wire.encode_message(finding.message) if self.interactive and self.wire is not None else b""
-            told = bool(note) and await self._send(note)  # empty: the CLI cannot be told right now
+            warn = getattr(self.parser, "warn", None)  # a protocol client tells the model its own way (ACP: a prompt)
+            if warn is not None:
+                told = self.interactive and await warn(finding.message)
+            else:
+                note = self.wire.encode_message(finding.message) if self.interactive and self.wire is not None else b""
+                told = bool(note) and await self._send(note)  # empty: the CLI cannot be told right now
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
                        + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
         elif finding.verdict == "kill" and self.handle.stop_reason is None and self.loop_kill_at is None:
@@ -310,7 +337,10 @@ class AgentRun:
             # is paid for to the token), or LOOP_KILL_GRACE later by the watchdog for a CLI that never says so.
             self.loop_message = finding.message
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; killing the run")
-            self.loop_kill_at = time.monotonic() + LOOP_KILL_GRACE
+            if getattr(self.parser, "drive", None) is not None:
+                self.handle.kill("loop")  # an ACP agent reports usage only at a turn's end: no response to wait for
+            else:
+                self.loop_kill_at = time.monotonic() + LOOP_KILL_GRACE
 
     async def _read_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None

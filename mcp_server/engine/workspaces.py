@@ -524,7 +524,7 @@ class Workspaces:
         """git's automatic maintenance (`gc --auto` and the tasks it is configured for), which AgentQueue's own git
         commands never start (SAFE_GIT): run every MAINTAIN_EVERY landings, off the landing's path."""
         try:
-            main.run("maintenance", "run", "--auto", "--quiet")
+            main.run("maintenance", "run", "--auto", "--quiet", background=True)
         except ServiceError as error:
             log.warning("git maintenance in %s failed: %s", main.path, error)
 
@@ -545,7 +545,7 @@ class Workspaces:
         # that one was being written, it is tried once more under the worktree lock.
         main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
         try:
-            main.run("worktree", "remove", str(workspace.path))
+            main.run("worktree", "remove", str(workspace.path), background=True)
             removed = True
         except ServiceError:
             removed = False

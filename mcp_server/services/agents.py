@@ -19,9 +19,19 @@ from .limits import MAX_COMMAND, quoted
 from .routing import check_instructions, covers
 from .task_states import CLAIMED, in_clause
 
-AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
+AGENT_TYPES = ("claude-code", "codex", "gemini", "command", "acp")
+# The types whose `command` is what runs: a program (command), or an ACP agent's (a preset name, acp_presets.py).
+COMMAND_TYPES = ("command", "acp")
 INSTALL_HINTS = {"claude-code": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
                  "gemini": "npm install -g @google/gemini-cli"}
+
+
+def _acp_presets() -> Any:
+    """The ACP preset table (engine/adapters/acp_presets.py), imported when an ACP agent is named: the engine's
+    adapters are no part of what a CLI read or a tool call loads."""
+    from ..engine.adapters import acp_presets  # noqa: PLC0415
+
+    return acp_presets
 
 
 def find_cli(agent_type: str, settings: Settings) -> str | None:
@@ -36,6 +46,13 @@ def missing_cli_message(agent_type: str) -> str:
             f"[cli], {env_name} or the daemon's PATH. Install it ({INSTALL_HINTS[agent_type]}), then set "
             f"`{key} = \"/path/to/{key}\"` under [cli] in $AGENTQUEUE_HOME/config.toml (or run `agentqueue install "
             "<client>` in a terminal that finds it) and restart_daemon.")
+
+
+def missing_preset_message(command: str, preset: Any) -> str:
+    key = preset.cli or preset.argv[0]
+    return (f"The ACP preset {command.strip()!r} runs {key}, which is not installed where the daemon looks: not in "
+            f"config.toml [cli], {CLI_KEYS[key][0]} or the daemon's PATH. Install it ({preset.install}), then set "
+            f"`\"{key}\" = \"/path/to/{key}\"` under [cli] in $AGENTQUEUE_HOME/config.toml and restart_daemon.")
 
 
 class Agents:
@@ -76,8 +93,13 @@ class Agents:
             raise InvalidInputError(
                 "agent_type 'command' needs `command`: the executable to run (the prompt arrives on stdin)."
             )
-        if agent_type != "command" and command:
-            raise InvalidInputError(f"`command` is only for agent_type 'command'; a {agent_type} agent runs its CLI.")
+        if agent_type == "acp" and not (command and command.strip()):
+            names = ", ".join(_acp_presets().PRESETS)
+            raise InvalidInputError(f"agent_type 'acp' needs `command`: a preset name ({names}) or the command that "
+                                    "starts an ACP agent on stdio.")
+        if agent_type not in COMMAND_TYPES and command:
+            raise InvalidInputError(f"`command` is only for agent_type 'command' or 'acp'; a {agent_type} agent runs "
+                                    "its CLI.")
         if repo_id is not None and self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)) is None:
             raise NotFoundError(f"Repo '{repo_id}' not found. list_repos shows repo ids.")
         caps = [c.strip() for c in capabilities or [] if c.strip()]
@@ -116,12 +138,12 @@ class Agents:
         if model is not None:
             changes["model"] = model.strip() or None
         if command is not None:
-            if agent.agent_type != "command":
-                raise InvalidInputError(f"`command` is only for agent_type 'command'; '{agent_id}' is a "
+            if agent.agent_type not in COMMAND_TYPES:
+                raise InvalidInputError(f"`command` is only for agent_type 'command' or 'acp'; '{agent_id}' is a "
                                         f"{agent.agent_type} agent and runs its CLI.")
             if not command.strip():
-                raise InvalidInputError("command is empty; a command agent needs the executable to run.")
-            self.require_runnable("command", command)
+                raise InvalidInputError(f"command is empty; a {agent.agent_type} agent needs the executable to run.")
+            self.require_runnable(agent.agent_type, command)
             changes["command"] = command.strip()
         if repo_id is not None:
             if repo_id and self.store.scalar("SELECT 1 FROM repos WHERE id = ?", (repo_id,)) is None:
@@ -169,7 +191,16 @@ class Agents:
 
     def require_runnable(self, agent_type: str, command: str | None) -> None:
         """An agent whose program can't be found would fail every task it takes: refuse it now."""
-        if agent_type != "command":
+        preset = _acp_presets().preset_of(command) if agent_type == "acp" else None
+        if preset is not None and preset.cli is not None:  # a known ACP agent: its program, found as the CLIs are
+            if self.settings.find(preset.cli) is None:
+                runs_as = CLI_KEYS[preset.cli][1]
+                raise InvalidInputError(missing_cli_message(runs_as) if runs_as else missing_preset_message(
+                    command or "", preset))
+            return
+        if preset is not None:  # a known ACP agent AgentQueue has no CLI key for: its program, on the PATH
+            command = shlex.join(preset.argv)
+        if agent_type not in COMMAND_TYPES:
             if find_cli(agent_type, self.settings) is None:
                 raise InvalidInputError(missing_cli_message(agent_type))
             return
@@ -185,9 +216,10 @@ class Agents:
             return  # relative to the task's worktree (e.g. ./scripts/agent.sh): only a run can tell
         found = program if os.path.isabs(program) else shutil.which(program, path=self.settings.search_path())
         if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            install = f" Install it ({preset.install}) or give" if preset is not None and preset.install else " Give"
             raise InvalidInputError(
                 f"command's program {quoted(program)} is not an executable the daemon can find (absolute path, "
-                "or on its PATH plus config.toml [env] path). Give its absolute path.")
+                f"or on its PATH plus config.toml [env] path).{install} its absolute path.")
 
     def bootstrap_default(self) -> str | None:
         """A home with no agents gets a claude-code agent as soon as a start finds the `claude` CLI.

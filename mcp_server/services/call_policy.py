@@ -163,15 +163,17 @@ class CallPolicy:
         elif name == "restart_daemon":
             own = Step(tool_action(name),
                        "Restart the AgentQueue daemon (running agents stop, their tasks are requeued)")
-        if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
+        if (name == "create_agent" and args.get("agent_type") in ("command", "acp") or name == "edit_agent") \
                 and _text(args, "command"):
             # A program that cannot run is refused with the tool's own message, before anyone is asked.
-            self.svc.agents.require_runnable("command", _text(args, "command"))
+            self.svc.agents.require_runnable(self._agent_type(args), _text(args, "command"))
         extra += [Step(tool_action("outside_roots", folder), f"Let AgentQueue use {folder} ({why}), outside the "
                        "folders it may use without asking ([files] roots in config.toml)")
                   for folder, why in self._outside_roots(name, args)]
+        # An ACP preset's name is no program of the person's: it runs a CLI AgentQueue knows (as agent_type gemini).
+        preset = name in ("create_agent", "edit_agent") and self._agent_type(args) == "acp" and _is_preset(args)
         extra += [Step(tool_action("run_command", command), f"Let AgentQueue run `{command[:300]}` ({why})")
-                  for command, why in self._defined_commands(name, args)]
+                  for command, why in self._defined_commands(name, args, preset)]
         return [own, *extra]
 
     def _repo(self, name: str, args: dict[str, Any], project_id: str | None) -> Any:
@@ -236,12 +238,23 @@ class CallPolicy:
                 found.append((str(real), why))
         return found
 
+    def _agent_type(self, args: dict[str, Any]) -> str:
+        """The type whose command a create_agent or edit_agent call sets (command or acp)."""
+        kind = args.get("agent_type")
+        if not kind:
+            try:
+                kind = self.svc.agents.get(str(args.get("agent_id") or "")).agent_type
+            except Exception:  # an unknown agent: edit_agent itself says so
+                kind = None
+        return "acp" if kind == "acp" else "command"  # any other type: checked as a program, as before
+
     @staticmethod
-    def _defined_commands(name: str, args: dict[str, Any]) -> list[tuple[str, str]]:
-        """Commands this call defines for AgentQueue to execute later (checked now, as run_command)."""
+    def _defined_commands(name: str, args: dict[str, Any], preset: bool = False) -> list[tuple[str, str]]:
+        """Commands this call defines for AgentQueue to execute later (checked now, as run_command); `preset`: the
+        agent's command is an ACP preset's name, not a program."""
         found: list[tuple[str, str]] = []
-        if (name == "create_agent" and args.get("agent_type") == "command" or name == "edit_agent") \
-                and _text(args, "command"):
+        if (name == "create_agent" and args.get("agent_type") in ("command", "acp") or name == "edit_agent") \
+                and _text(args, "command") and not preset:
             found.append((_text(args, "command") or "", "as a command agent's program"))
         if name in ("create_hook", "edit_hook"):
             for step in args.get("context_steps") or []:
@@ -271,3 +284,10 @@ class CallPolicy:
         suggested = tuple(rule for rule in dict.fromkeys(str(part) for part in parts or [step.action])
                           if is_rule(rule))
         return CallDecision(verdict.decision, step, verdict, project_id, task_id, verdict.decided_by, suggested)
+
+
+def _is_preset(args: dict[str, Any]) -> bool:
+    """Whether a create_agent/edit_agent call's command is exactly an ACP preset's name (adapters/acp_presets.py)."""
+    from ..engine.adapters.acp_presets import preset_of  # noqa: PLC0415  (only for an ACP agent's command)
+
+    return preset_of(_text(args, "command")) is not None

@@ -24,7 +24,7 @@ from .system import task_warning
 from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, QUEUED, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES,
                           STOPPABLE, check_transition, in_clause, list_filter, parse_statuses)
 
-AGENT_TYPES = ("claude-code", "codex", "gemini", "command")
+AGENT_TYPES = ("claude-code", "codex", "gemini", "command", "acp")
 
 log = logging.getLogger("agentqueue.tasks")
 

@@ -26,7 +26,7 @@ TaskStatusName = Literal[
     "DEFINED", "READY", "ASSIGNED", "IN_PROGRESS", "WAITING_INPUT", "PAUSED", "VERIFYING",
     "AWAITING_APPROVAL", "COMPLETED", "FAILED", "BLOCKED",
 ]
-AgentType = Literal["claude-code", "codex", "gemini", "command"]
+AgentType = Literal["claude-code", "codex", "gemini", "command", "acp"]
 ProjectStatus = Literal["ACTIVE", "PAUSED"]
 
 

@@ -8,9 +8,11 @@ message, so the error is classified from the text before it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
+from . import acp
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
 from .limits import AccountError, reset_time
 
@@ -29,6 +31,26 @@ APPROVAL = {"readonly": "plan", "standard": "yolo", "autonomous": "yolo"}
 
 
 def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    """Gemini through its ACP mode (acp_presets.py "gemini"), under every preset: each call it would confirm is a
+    `session/request_permission` the policy decides, its reads and writes go through fs/*, and AgentQueue's MCP
+    server is in session/new (issue 24)."""
+    return acp.build(dataclasses.replace(config, command="gemini"), prompt, context, mcp_config, GeminiSession)
+
+
+class GeminiSession(acp.AcpSession):
+    """An ACP session with Gemini's early parking: its 429 and 401 retries show only on stderr."""
+
+    def feed_stderr(self, line: str) -> None:
+        if re.search(r"\b(401|403|429)\b|api key not valid|too many requests|resource_exhausted", line, re.IGNORECASE):
+            kind = classify_error(line.strip())
+            if self.account_error is None and kind in ("auth", "rate_limit", "quota"):
+                self.account_error = AccountError(kind, line.strip(),  # type: ignore[arg-type]
+                                                  reset_time(line) if kind != "auth" else None)
+
+
+def build_headless(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, Any] | None) -> RunSpec:
+    """The headless stream-json run (`--approval-mode`, no per-call questions) the engine used before issue 24;
+    kept with GeminiParser as what tests/test_gemini_cli.py pins about the CLI's own output."""
     full = f"{context}\n\n{prompt}" if context else prompt
     argv = [config.binary or "gemini", "-o", "stream-json", "--approval-mode", APPROVAL.get(config.preset, "yolo"),
             "--skip-trust"]
