@@ -12,9 +12,17 @@ Behaviour is chosen by a `SCENARIO:<name>` marker anywhere in the text of the re
 - `write_file`: turn 1 answers with an `exec_command` function call running `WRITE_FILE_COMMAND`;
   once the request carries that call's `function_call_output`, turn 2 answers "Done.".
 - `cli_followup`: the same with `CLI_FOLLOWUP_COMMAND` (`agentqueue task create`, a follow-up in this scenario).
-- `run_cmd`: turn 1 runs the command written as `CMD[...]` in the prompt (`exec_command`, call id `RUN_CMD_CALL_ID`);
-  once the request carries that call's output, turn 2 answers "Done." (Codex ACP: a denied call ends the turn).
 - `rate_limit`: HTTP 429 with an OpenAI-style error body and `Retry-After: 0`.
+- `auth`: HTTP 401 (an API key refused).
+- `run_cmd`: `exec_command` with the command written as CMD[...] (or CMD[...]END when it holds a `]`; JSON string
+  escapes such as `\\n` work), TIMES[n] times (default 1; the first call's id is `RUN_CMD_CALL_ID`), then "Tool
+  said: <the last output>" (so a test sees what the model was told).
+- `loop`: `exec_command` `echo same` over and over, until a user message after its first call carries
+  "AgentQueue watchdog" (the engine's warning, sent mid-turn), then "Warned.".
+- `stdin`: `exec_command` starts CMD[...]END on a terminal, `write_stdin` types TYPE[...]END into that session,
+  then "Tool said: <the last output>".
+- `mcp_call`: the MCP tool TOOL[namespace:name] with ARGS[<json>]END (Codex offers each MCP server as one
+  `namespace` tool, `mcp__<server>`), then "Tool said: <its output>".
 - anything else / no marker: one plain assistant message, `DEFAULT_TEXT`.
 
 Every 200 response ends with `response.completed` carrying `usage` from `USAGE` (one entry per step), so a
@@ -48,6 +56,7 @@ from .loopback import LoopbackMock, LoopbackServer
 SCENARIO_RE = re.compile(r"SCENARIO:([A-Za-z0-9_\-]+)")
 
 MODEL = "gpt-mock"
+PRICED_MODEL = "gpt-5-codex"
 API_KEY_ENV = "MOCK_KEY"
 
 WRITE_FILE_NAME = "codex_hello.txt"
@@ -62,6 +71,7 @@ CLI_CALL_ID = "call_mock_cli"
 RUN_CMD_CALL_ID = "call_mock_run_cmd"
 CMD_RE = re.compile(r"CMD\[(.*?)\]")
 DEFAULT_TEXT = "Hello from mock."
+AUTH_MESSAGE = "Incorrect API key provided: mock-key."
 RATE_LIMIT_MESSAGE = "Rate limit reached for gpt-mock on requests per min (RPM): Limit 1, Used 1, Requested 1."
 
 # usage reported by each response, per step; distinct numbers so sums are unambiguous.
@@ -120,6 +130,19 @@ def _has_call_output(body: dict[str, Any], call_id: str) -> bool:
                for i in body.get("input") or [])
 
 
+def call_outputs(body: dict[str, Any]) -> list[str]:
+    """The text of every function call output in the request, oldest first."""
+    return [o if isinstance(o := i.get("output"), str) else json.dumps(o) for i in body.get("input") or []
+            if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def said_after_calls(body: dict[str, Any]) -> str:
+    """The text of user messages that came after the first function call (what was said to the model mid-run)."""
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    first = next((n for n, i in enumerate(items) if i.get("type") == "function_call"), len(items))
+    return _user_text({"input": items[first:]})
+
+
 def _tool_names(body: dict[str, Any]) -> set[str]:
     return {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
 
@@ -171,13 +194,15 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"type": "function_call", "id": "fc_mock_cli", "status": "completed", "name": "exec_command",
                     "call_id": CLI_CALL_ID, "arguments": json.dumps({"cmd": CLI_FOLLOWUP_COMMAND})}
             return self._stream(body, [call], "tool_call")
-        if scenario == "run_cmd":
-            if _has_call_output(body, RUN_CMD_CALL_ID):
-                return self._stream(body, [self._message(FINAL_TEXT)], "final")
-            command = CMD_RE.search(_user_text(body))
-            call = {"type": "function_call", "id": "fc_mock_run_cmd", "status": "completed", "name": "exec_command",
-                    "call_id": RUN_CMD_CALL_ID, "arguments": json.dumps({"cmd": command[1] if command else "true"})}
-            return self._stream(body, [call], "tool_call")
+        if scenario == "auth":
+            return self._json(401, {"error": {"message": AUTH_MESSAGE, "type": "invalid_request_error", "param": None,
+                                              "code": "invalid_api_key"}})
+        if scenario == "mcp_call":
+            return self._mcp_call(body)
+        if scenario == "stdin":
+            return self._stdin(body)
+        if scenario in ("run_cmd", "loop"):
+            return self._run_cmd(body, scenario)
         if scenario == "write_file":
             if _has_call_output(body, WRITE_FILE_CALL_ID):
                 return self._stream(body, [self._message(FINAL_TEXT)], "final")
@@ -189,6 +214,60 @@ class _Handler(BaseHTTPRequestHandler):
                     "arguments": json.dumps({"cmd": WRITE_FILE_COMMAND})}
             return self._stream(body, [call], "tool_call")
         return self._stream(body, [self._message(DEFAULT_TEXT)], "text")
+
+    def _run_cmd(self, body: dict[str, Any], scenario: str) -> None:
+        """run_cmd: `exec_command` with CMD[...] TIMES[n] times, then "Tool said: <the last output>"; loop: `echo same`
+        until the model is told by a user message after its first call (the watchdog), then "Warned."."""
+        text = _user_text(body)
+        outputs = call_outputs(body)
+        if scenario == "loop":
+            if len(outputs) and "AgentQueue watchdog" in said_after_calls(body):
+                return self._stream(body, [self._message("Warned.")], "final")
+            command, times = "echo same", 10_000
+        else:
+            found = re.search(r"CMD\[(.*?)\]END", text) or CMD_RE.search(text)
+            count = re.search(r"TIMES\[(\d+)\]", text)
+            command, times = (json.loads(f'"{found[1]}"') if found else "true"), int(count[1]) if count else 1
+        if len(outputs) >= times:
+            return self._stream(body, [self._message(f"Tool said: {outputs[-1] if outputs else '(nothing)'}")],
+                                "final")
+        step = f"_{len(outputs)}" if outputs else ""  # the first call is RUN_CMD_CALL_ID
+        call = {"type": "function_call", "id": f"fc_mock_run_cmd{step}", "status": "completed",
+                "name": "exec_command", "call_id": RUN_CMD_CALL_ID + step, "arguments": json.dumps({"cmd": command})}
+        return self._stream(body, [call], "tool_call")
+
+    def _mcp_call(self, body: dict[str, Any]) -> None:
+        """mcp_call: the MCP tool TOOL[namespace:name] (Codex offers a server's tools as one `namespace` tool) with
+        ARGS[<json>]END, then "Tool said: <its output>"."""
+        text = _user_text(body)
+        outputs = call_outputs(body)
+        if outputs:
+            return self._stream(body, [self._message(f"Tool said: {outputs[-1]}")], "final")
+        tool, args = re.search(r"TOOL\[(.*?):(.*?)\]", text), re.search(r"ARGS\[(.*?)\]END", text)
+        call = {"type": "function_call", "id": "fc_mock_mcp", "status": "completed",
+                "namespace": tool[1] if tool else "", "name": tool[2] if tool else "", "call_id": "call_mock_mcp",
+                "arguments": args[1] if args else "{}"}
+        return self._stream(body, [call], "tool_call")
+
+    def _stdin(self, body: dict[str, Any]) -> None:
+        """stdin: `exec_command` starts CMD[...] on a terminal, then `write_stdin` types TYPE[...] into it, then "Tool
+        said: <the last output>"."""
+        text, outputs = _user_text(body), call_outputs(body)
+        if len(outputs) >= 2 or outputs and "session ID" not in outputs[0]:
+            return self._stream(body, [self._message(f"Tool said: {outputs[-1]}")], "final")
+        if outputs:
+            session = re.search(r"session ID (\d+)", outputs[0])
+            typed = re.search(r"TYPE\[(.*?)\]END", text)
+            args = {"session_id": int(session[1]) if session else 0,
+                    "chars": json.loads(f'"{typed[1]}"') if typed else "", "yield_time_ms": 1000}
+            call = {"type": "function_call", "id": "fc_mock_stdin_1", "status": "completed", "name": "write_stdin",
+                    "call_id": "call_mock_stdin_1", "arguments": json.dumps(args)}
+            return self._stream(body, [call], "tool_call")
+        found = re.search(r"CMD\[(.*?)\]END", text)
+        args = {"cmd": found[1] if found else "cat", "tty": True, "yield_time_ms": 500}
+        call = {"type": "function_call", "id": "fc_mock_stdin_0", "status": "completed", "name": "exec_command",
+                "call_id": "call_mock_stdin_0", "arguments": json.dumps(args)}
+        return self._stream(body, [call], "tool_call")
 
     def _message(self, text: str) -> dict[str, Any]:
         return {"type": "message", "id": f"msg_mock_{next(self.server.mock._ids)}", "role": "assistant",
@@ -239,7 +318,7 @@ class MockOpenAI(LoopbackMock):
         return f"http://{self.host}:{self.port}/v1"
 
 
-def codex_home(tmp_path: Path, base_url: str, *, max_retries: int | None = 0) -> dict[str, str]:
+def codex_home(tmp_path: Path, base_url: str, *, max_retries: int | None = 0, model: str = MODEL) -> dict[str, str]:
     """A CODEX_HOME whose config.toml points Codex at the mock; returns the env vars to run codex with.
 
     Retries (observed with codex 0.169.0): a 429 that carries `Retry-After` is retried
@@ -247,14 +326,16 @@ def codex_home(tmp_path: Path, base_url: str, *, max_retries: int | None = 0) ->
     `{"type":"error","message":"Reconnecting... n/N (exceeded retry limit, last status: 429 ...)"}` line and
     delayed by Retry-After; a 429 *without* Retry-After is not retried at all. `request_max_retries`
     (default 4) did not change the 429 count. `max_retries` sets both keys; None leaves Codex's defaults.
-    The config passes `codex exec --strict-config`, so every key below is one 0.169.0 knows.
+    The config passes `codex exec --strict-config`, so every key below is one 0.169.0 knows. `model`: the name Codex
+    sends and reports (the mock answers any); `PRICED_MODEL` has a price in adapters/prices.py and, like MODEL, no
+    entry in Codex's bundled catalog, so Codex offers the same tools for both.
     """
     home = Path(tmp_path) / "codex-home"
     home.mkdir(parents=True, exist_ok=True)
     user_home = Path(tmp_path) / "home"
     user_home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(f"""\
-model = "{MODEL}"
+model = "{model}"
 model_provider = "mock"
 check_for_update_on_startup = false
 

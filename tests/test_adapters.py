@@ -55,15 +55,48 @@ def test_claude_without_result_event_crashed() -> None:
 
 
 def test_codex_tokens_subtract_cached_from_input() -> None:
-    events, result = parse("codex_exec_json_tool.jsonl", "codex", 0)
-    assert result.status == "completed"
-    assert result.tokens == {"input": 150, "output": 84, "cache_read": 50, "cache_write": 0, "total": 284}
-    assert [e.tool for e in events if e.kind == "tool_call"] == ["shell"]
+    """`codex app-server` against the mock (write_file: a command, then "Done."), recorded as the engine reads it."""
+    events, result = parse("codex_app_server_tool.jsonl", "codex", 0)
+    assert result.status == "completed" and result.summary == "Done."
+    assert result.tokens == {"input": 190, "output": 42, "cache_read": 80, "cache_write": 0, "total": 312}
+    assert result.cost_usd is None  # gpt-mock has no price: unknown, never guessed
+    assert [(e.tool, e.args) for e in events if e.kind == "tool_call"] == [
+        ("shell", {"command": "echo hello > codex_hello.txt"})]  # the script, unwrapped from `/bin/bash -lc`
+    assert sum(e.kind == "usage" for e in events) == 2  # one per model response
 
 
 def test_codex_401_is_auth() -> None:
-    _, result = parse("codex_exec_json_401.jsonl", "codex", 1)
-    assert result.status == "failed" and result.error_type == "auth"
+    _, result = parse("codex_app_server_401.jsonl", "codex", 0)
+    assert result.status == "failed" and result.error_type == "auth" and "401" in (result.error_message or "")
+
+
+def test_codex_handshake_answers_and_questions() -> None:
+    """What the parser writes back: `initialized` and `thread/start` after `initialize`, the MCP listing after the
+    thread, `turn/start` after it; a question becomes one `can_use_tool` per part, answered once all are in."""
+    spec = codex.build(AgentConfig("codex", binary="codex", sandboxed=True), "do it", "ctx", None)
+    parser = spec.parser
+    sent = [json.loads(e.text) for e in parser.feed('{"id":1,"result":{}}') if e.kind == "send"]
+    assert [m.get("method") for m in sent] == ["initialized", "thread/start"]
+    assert sent[1]["params"] == {"approvalPolicy": "untrusted", "approvalsReviewer": "user",
+                                 "sandbox": "danger-full-access", "developerInstructions": "ctx"}
+    listing = [json.loads(e.text) for e in parser.feed(json.dumps(
+        {"id": 2, "result": {"thread": {"id": "t1"}, "model": "gpt-6.1-sol"}})) if e.kind == "send"]
+    assert listing[0]["method"] == "mcpServerStatus/list"
+    turn = [json.loads(e.text) for e in parser.feed(json.dumps({"id": 3, "result": {"data": []}})) if e.kind == "send"]
+    assert turn[0]["method"] == "turn/start" and turn[0]["params"]["input"][0]["text"] == "do it"
+    parser.feed(json.dumps({"method": "turn/started", "params": {"turn": {"id": "u1"}}}))
+    parser.feed(json.dumps({"method": "item/started", "params": {"item": {"id": "c1", "type": "fileChange", "changes": [
+        {"path": "/w/a.txt", "kind": {"type": "add"}}, {"path": "/w/b.txt", "kind": {"type": "update"}}]}}}))
+    asked = parser.feed(json.dumps({"id": 0, "method": "item/fileChange/requestApproval", "params": {"itemId": "c1"}}))
+    assert [(e.data["request"]["tool_name"], e.data["request"]["input"]) for e in asked if e.data] == [
+        ("Write", {"file_path": "/w/a.txt"}), ("Edit", {"file_path": "/w/b.txt"})]
+    assert parser.encode_answer("0#0", {"behavior": "allow"}) == b""  # one part still undecided
+    lines = [json.loads(x) for x in parser.encode_answer("0#1", {"behavior": "deny", "message": "No."}).splitlines()]
+    assert lines[0]["method"] == "turn/steer" and lines[0]["params"]["input"][0]["text"] == "AgentQueue: No."
+    assert lines[1] == {"jsonrpc": "2.0", "id": 0, "result": {"decision": "decline"}}
+    assert json.loads(parser.encode_message("Stop looping."))["params"]["expectedTurnId"] == "u1"
+    refused = parser.feed(json.dumps({"id": 5, "method": "item/tool/requestUserInput", "params": {}}))
+    assert json.loads(next(e.text for e in refused if e.kind == "send"))["error"]["code"] == -32601
 
 
 def test_gemini_stream_and_error() -> None:
@@ -96,11 +129,12 @@ def test_builders_put_the_prompt_where_each_cli_wants_it() -> None:
     # A deny on an asked tool is answered by us; on any other tool the CLI enforces it itself.
     assert spec.argv[spec.argv.index("--disallowedTools") + 1] == "mcp__github__delete_repo"
     spec = codex.build(AgentConfig("codex", binary="codex"), "do it", "", None)
-    assert spec.stdin is None and spec.argv[-1] == "do it" and spec.argv[-2] == "--"
-    assert "workspace-write" in spec.argv  # the standard preset
-    assert "read-only" in codex.build(AgentConfig("codex", preset="readonly"), "x", "", None).argv
-    assert "--dangerously-bypass-approvals-and-sandbox" in codex.build(AgentConfig("codex", preset="autonomous"),
-                                                                         "x", "", None).argv
+    assert spec.argv == ["codex", "app-server"] and spec.interactive  # the prompt goes in with `turn/start`
+    assert json.loads(spec.stdin or b"")["method"] == "initialize" and spec.parser.prompt == "do it"
+    assert spec.parser.thread["sandbox"] == "workspace-write"  # the standard preset, outside our sandbox
+    assert codex.build(AgentConfig("codex", preset="readonly"), "x", "", None).parser.thread["sandbox"] == "read-only"
+    inside = codex.build(AgentConfig("codex", preset="readonly", sandboxed=True), "x", "", None).parser.thread
+    assert inside["sandbox"] == "danger-full-access" and inside["approvalPolicy"] == "untrusted"  # our walls
     # Issue 24: gemini runs through ACP; the prompt goes in the session's first session/prompt, not in argv.
     spec = gemini.build(AgentConfig("gemini"), "-rf", "", None)
     assert spec.interactive and spec.parser.prompt == "-rf" and "-rf" not in spec.argv
@@ -185,11 +219,16 @@ def test_a_run_that_used_nothing_costs_nothing() -> None:
 
 
 def test_prices_know_snapshots_and_long_prompts_and_nothing_else() -> None:
-    from agentqueue.engine.adapters.prices import message_cost, price_of
+    from agentqueue.engine.adapters.prices import message_cost, openai_cost, price_of
 
     assert price_of("claude-haiku-4-5-20251001") is price_of("claude-haiku-4-5") is not None
     assert price_of("claude-opus-5-5[1m]") is price_of("claude-opus-5-5")
     assert price_of("claude-opus-4-9") is None and price_of("gpt-5") is None and price_of(None) is None
+    # OpenAI's, for Codex: codex-cli 0.169's default model, its dated snapshot, its long-context rate.
+    assert openai_cost("gpt-6.1-sol-2026-09-29", {"input": 1000, "cache_read": 1000, "output": 1000}) == \
+        pytest.approx((1000 * 2 + 1000 * 0.10 + 1000 * 10) / 1e6)
+    assert openai_cost("gpt-6.1-sol", {"input": 300_000}) == pytest.approx(300_000 * 4 / 1e6)
+    assert openai_cost("gpt-mock", {"input": 1}) is None and openai_cost("claude-opus-5-5", {"input": 1}) is None
     usage = {"input_tokens": 1_000_000, "output_tokens": 0}
     assert message_cost("claude-sonnet-4-5", usage) == pytest.approx(6.0)  # over 200K: the long-context rate
     assert message_cost("claude-sonnet-4-5", {"input_tokens": 1000}) == pytest.approx(0.003)
@@ -197,15 +236,15 @@ def test_prices_know_snapshots_and_long_prompts_and_nothing_else() -> None:
     assert message_cost("claude-opus-5-5", hour) == pytest.approx((600 * 5 + 400 * 8) / 1e6)
 
 
-def test_a_codex_run_killed_mid_turn_keeps_its_finished_turns_and_is_partial() -> None:
+def test_a_codex_run_killed_mid_turn_keeps_its_finished_responses_and_is_partial() -> None:
     parser = PARSERS["codex"]()
-    lines = (STREAMS / "codex_exec_json_tool.jsonl").read_text().splitlines()
-    for line in [*lines, '{"type":"turn.started"}', '{"type":"item.started","item":{"id":"i9","type":'
-                 '"command_execution","command":"sleep 600","status":"in_progress"}}']:
+    lines = (STREAMS / "codex_app_server_tool.jsonl").read_text().splitlines()
+    first_usage = next(n for n, line in enumerate(lines) if "thread/tokenUsage/updated" in line)
+    for line in lines[:first_usage + 1]:  # killed after the first response (the command), before the second
         parser.feed(line)
     result = parser.finish(-15)
-    assert result.status == "failed" and result.partial and result.tokens["total"] == 284
-    _, whole = parse("codex_exec_json_tool.jsonl", "codex", 0)
+    assert result.status == "failed" and result.partial and result.tokens["total"] == 150  # the mock's tool_call step
+    _, whole = parse("codex_app_server_tool.jsonl", "codex", 0)
     assert not whole.partial
 
 

@@ -6,7 +6,8 @@ The daemon knows the run from the calling process (SO_PEERCRED and its lineage),
 one level deeper; the level beyond [engine] max_task_depth is refused and the agent reads the refusal as the
 command's output. Each agent writes MEMORY.md with `agentqueue task memory`, and is refused a person's decision
 (`agentqueue approve`) though the policy allows the command. A person's shell is a person's client, and a forged
-AGENTQUEUE_TASK_ID names nobody. The real `codex` and `gemini` (no MCP at all) do the same through their shells.
+AGENTQUEUE_TASK_ID names nobody. The real `codex` (which has the MCP tools too) and `gemini` (no MCP at all) do the
+same through their shells.
 """
 
 from __future__ import annotations
@@ -150,8 +151,8 @@ def call_outputs(api: mock_openai.MockOpenAI) -> list[str]:
 
 
 @pytest.mark.skipif(CODEX is None, reason="codex CLI not installed (.ci/run installs it)")
-async def test_codex_which_has_no_agentqueue_tools_queues_a_follow_up_through_the_cli(tmp_path: Path) -> None:
-    """Codex is given no MCP server by the engine: the CLI is its only way to the queue."""
+async def test_codex_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> None:
+    """Codex has AgentQueue's MCP tools (tests/test_permissions_codex.py); the CLI is a way to the queue as well."""
     api = mock_openai.MockOpenAI().start()
     home = tmp_path / "aq"
     env = {**os.environ, **mock_openai.codex_home(tmp_path, api.base_url), "AGENTQUEUE_CODEX_BIN": CODEX,

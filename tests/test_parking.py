@@ -48,8 +48,9 @@ def first_account_error(agent_type: str, sample: str) -> tuple[int, object]:
     ("claude-code", "claude_stream_401.jsonl", 2, "auth", "401"),
     ("claude-code", "claude_stream_429.jsonl", 2, "rate_limit", "429"),
     ("claude-code", "claude_stream_not_logged_in.jsonl", 2, "auth", "Not logged in"),
-    # Codex: the first "Reconnecting... 1/5 (unexpected status 401 …)", not the turn.failed after five retries.
-    ("codex", "codex_exec_json_401.jsonl", 4, "auth", "401 Unauthorized"),
+    # Codex: the first "Reconnecting... 1/5 (unexpected status 401 …)", not the failed turn after five retries.
+    ("codex", "codex_app_server_401.jsonl", 12, "auth", "401 Unauthorized"),
+    ("codex", "codex_app_server_429.jsonl", 12, "rate_limit", "429"),
     ("gemini", "gemini_stream_json_api_error.jsonl", 3, "auth", "API key not valid"),
 ])
 def test_each_adapter_sees_a_failed_login_or_a_limit_at_its_first_error_line(
@@ -63,7 +64,7 @@ def test_a_stream_without_an_account_error_never_parks() -> None:
     for agent_type, sample in [("claude-code", "claude_stream_mcp_tool_allowed.jsonl"),
                                ("claude-code", "claude_stream_400_prompt_too_long.jsonl"),
                                ("claude-code", "claude_stream_error_max_turns.jsonl"),
-                               ("codex", "codex_exec_json_tool.jsonl"), ("gemini", "gemini_stream_json_tool.jsonl")]:
+                               ("codex", "codex_app_server_tool.jsonl"), ("gemini", "gemini_stream_json_tool.jsonl")]:
         assert first_account_error(agent_type, sample) == (0, None), sample
 
 
@@ -92,9 +93,10 @@ def test_reset_times_are_read_from_what_the_clis_say() -> None:
 def test_a_codex_usage_limit_event_parks_until_its_resets_at() -> None:
     parser = PARSERS["codex"]()
     resets = time.time() + 3600
-    parser.feed(json.dumps({"type": "error", "message": "You've hit your usage limit.", "resets_at": resets}))
+    parser.feed(json.dumps({"method": "account/rateLimits/updated", "params": {"rateLimits": {
+        "primary": {"usedPercent": 100, "windowDurationMins": 300, "resetsAt": int(resets)}}}}))
     found = parser.account_error  # type: ignore[attr-defined]
-    assert found is not None and found.kind == "quota" and found.resets_at == pytest.approx(resets)
+    assert found is not None and found.kind == "quota" and found.resets_at == pytest.approx(resets, abs=1)
 
 
 def test_a_claude_retry_after_becomes_the_reset_time_and_its_own_backoff_does_not() -> None:

@@ -408,6 +408,24 @@ def test_a_cli_installed_by_npm_under_tmp_is_shown_with_its_sibling_packages(tmp
     assert all(not path.is_relative_to(modules.resolve()) or path == modules.resolve() for path in shown)
 
 
+def test_a_codex_run_cannot_plant_an_exec_policy_rule(services: Services, tmp_path: Path) -> None:
+    """Codex's state is writable for its run, but not its rules: an `allow` rule there would let later runs' commands
+    pass without asking AgentQueue's policy (tests/test_permissions_codex.py). Both ~/.codex and $CODEX_HOME."""
+    home, codex_home = tmp_path / "person", tmp_path / "codex-home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home)}
+    work = tmp_path / "work"
+    work.mkdir()
+    rules = services.sandbox.rules_for(work, None, preset="standard", agent_type="codex", env=env)
+    assert {home / ".codex" / "rules", codex_home / "rules", codex_home / "skills"} <= set(rules.frozen)
+    argv = ["/bin/sh", "-c", "echo state > $CODEX_HOME/state.txt; echo x > ~/.codex/rules/a.rules; "
+                             "echo x > $CODEX_HOME/rules/a.rules; echo done"]
+    with services.sandbox.contained(argv, env, rules, lambda *_: None) as (inner, inner_env):
+        done = subprocess.run(inner, cwd=work, env=inner_env, capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == "done" and done.stderr.count("Read-only file system") == 2, done
+    assert (codex_home / "state.txt").read_text() == "state\n"
+    assert list((home / ".codex" / "rules").iterdir()) == list((codex_home / "rules").iterdir()) == []
+
+
 def test_a_run_cannot_plant_a_skill_in_the_persons_cli_state(services: Services, tmp_path: Path) -> None:
     """Claude Code's state (~/.claude) is writable for its run, but its skills folder is not: a skill there steers
     every later session of the person's (issue 24: `agentqueue install --skill --user` is the person's to run)."""

@@ -324,10 +324,12 @@ def test_each_cli_gets_the_model_where_it_takes_it() -> None:
     from agentqueue.engine.adapters import claude_code, codex, command, gemini
     from agentqueue.engine.adapters.base import AgentConfig
 
-    for module, agent_type, flag in ((claude_code, "claude-code", "--model"), (codex, "codex", "-m"),
-                                     (gemini, "gemini", "-m")):
+    for module, agent_type, flag in ((claude_code, "claude-code", "--model"), (gemini, "gemini", "-m")):
         argv = module.build(AgentConfig(agent_type, binary=agent_type, model="big-model"), "p", "", None).argv
         assert argv[argv.index(flag) + 1] == "big-model", agent_type
+    # Codex's goes in with its thread (`thread/start`'s model).
+    spec = codex.build(AgentConfig("codex", binary="codex", model="big-model"), "p", "", None)
+    assert spec.parser.thread["model"] == "big-model"
     spec = command.build(AgentConfig("command", command="true", model="big-model"), "p", "", None)
     assert spec.env == {"AGENTQUEUE_MODEL": "big-model"}
     assert command.build(AgentConfig("command", command="true"), "p", "", None).env == {}

@@ -9,9 +9,9 @@ from typing import Any
 
 from .. import paths
 
-# Agent CLIs whose adapter passes an MCP config on (the others run without AgentQueue's tools).
+# Agent CLIs whose adapter passes an MCP config on (the others reach the toolset through `agentqueue task …`).
 # ACP agents (gemini runs through its ACP mode) get it in session/new's mcpServers.
-TAKES_MCP_CONFIG = ("claude-code", "gemini", "acp")
+TAKES_MCP_CONFIG = ("claude-code", "codex", "gemini", "acp")
 
 
 def agentqueue_server(home: Path, toolsets: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -112,6 +112,9 @@ class AgentRun:
         self.spec, self.cwd, self.parser, self.handle = spec, cwd, parser, handle
         self.log_path, self.limits, self.on_event, self.channel = log_path, limits, on_event, channel
         self.interactive = spec.interactive and channel is not None
+        # Who writes the answers and messages on the CLI's wire: its parser when the protocol is its own (Codex's
+        # JSON-RPC), else the channel (Claude Code's stream-json).
+        self.wire: AgentChannel | Any = parser if hasattr(parser, "encode_answer") else channel
         self.loops = LoopDetector(limits)
         self.last_output = time.monotonic()  # the watchdog's stall clock
         self.stderr_tail = bytearray()
@@ -269,7 +272,7 @@ class AgentRun:
             finally:
                 self.handle.waiting -= 1
                 self.handle.waited_until = time.monotonic()
-        await self._send(self.channel.encode_answer(request_id, response))
+        await self._send(self.wire.encode_answer(request_id, response))
 
     # -- stdout and stderr ---------------------------------------------------------------------------
     async def _read_stdout(self, tg: anyio.abc.TaskGroup) -> None:
@@ -289,6 +292,10 @@ class AgentRun:
             if event.kind == "control":
                 if self.interactive:
                     tg.start_soon(self._answer, event)
+                continue
+            if event.kind == "send":
+                if self.interactive:
+                    await self._send(event.text.encode())
                 continue
             if event.kind == "done":
                 if self.interactive:
@@ -321,8 +328,8 @@ class AgentRun:
             if warn is not None:
                 told = self.interactive and await warn(finding.message)
             else:
-                told = self.interactive and self.channel is not None and \
-                    await self._send(self.channel.encode_message(finding.message))
+                note = self.wire.encode_message(finding.message) if self.interactive and self.wire is not None else b""
+                told = bool(note) and await self._send(note)  # empty: the CLI cannot be told right now
             self.write(f"[watchdog] {finding.pattern}: {event.tool} {finding.count} times; warned the "
                        + ("agent in this run" if told else "log (this CLI has no channel for messages)"))
         elif finding.verdict == "kill" and self.handle.stop_reason is None and self.loop_kill_at is None:

@@ -8,7 +8,7 @@ Each tool call is hashed as `tool + sha256(stable JSON of its arguments)`, each 
 - **no progress**: the same call giving the same result, back to back: 6 in a row warn, 12 kill.
 
 A warning reaches the model in the same run where the CLI has a channel for it (Claude Code's
-stream-json), and the log everywhere; a kill stops the run as `loop`.
+stream-json, Codex's `turn/steer`), and the log everywhere; a kill stops the run as `loop`.
 """
 
 from __future__ import annotations

@@ -39,6 +39,11 @@ SHARED_STATE = (".cache", ".npm", ".local/state")
 # Skill folders inside a CLI's writable state: skills steer every later session of the person's (issue 24's
 # `agentqueue install --skill --user` writes one), so a run never plants or changes one.
 USER_SKILLS = (".claude/skills", ".codex/skills")
+# Codex's exec-policy rules (`rules/*.rules` in its home): a prefix rule with `decision="allow"` runs matching commands
+# without asking its client (verified with 0.169), so a planted one would take later runs' commands out of
+# AgentQueue's policy. Frozen like the skills, under ~/.codex and under $CODEX_HOME (with its skills).
+CODEX_RULES = ".codex/rules"
+CODEX_HOME_FROZEN = ("skills", "rules")
 # Where each CLI's model lives unless its environment says otherwise.
 DEFAULT_ENDPOINTS = {
     "claude-code": ("api.anthropic.com:443", "statsig.anthropic.com:443", "console.anthropic.com:443"),

@@ -25,8 +25,8 @@ from ..settings import Settings
 from . import bwrap
 from .gate import NetworkGate
 from .rules import (
-    REGISTRIES, USER_SKILLS, Endpoint, SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of,
-    project_settings, secret_paths, state_paths,
+    CODEX_HOME_FROZEN, CODEX_RULES, REGISTRIES, USER_SKILLS, Endpoint, SandboxConfigError, SandboxRules,
+    SandboxSettings, endpoints_of, project_settings, secret_paths, state_paths,
 )
 
 log = logging.getLogger("agentqueue.sandbox")
@@ -108,7 +108,7 @@ class Sandbox:
         if self.decide_install(project_id):
             hosts += REGISTRIES
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
-        frozen = _skills(homes, writable)
+        frozen = _frozen(homes, env, writable)
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
                             hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0)), frozen=frozen,
                             network=chosen.network or "allowlist",
@@ -169,16 +169,18 @@ class Sandbox:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _skills(homes: set[Path], writable: list[Path]) -> tuple[Path, ...]:
-    """The person's skill folders that lie inside a folder the run may write (created, so none can be planted)."""
+def _frozen(homes: set[Path], env: Mapping[str, str], writable: list[Path]) -> tuple[Path, ...]:
+    """The person's skill folders and Codex's rules that lie inside a folder the run may write (created, so none can
+    be planted)."""
+    candidates = [home_dir / rel for home_dir in homes for rel in (*USER_SKILLS, CODEX_RULES)]
+    if env.get("CODEX_HOME"):
+        candidates += [Path(env["CODEX_HOME"]) / rel for rel in CODEX_HOME_FROZEN]
     found = []
-    for home_dir in homes:
-        for rel in USER_SKILLS:
-            folder = home_dir / rel
-            if any(folder.is_relative_to(w) for w in writable):
-                with contextlib.suppress(OSError):
-                    folder.mkdir(parents=True, exist_ok=True)
-                found.append(folder)
+    for folder in dict.fromkeys(candidates):
+        if any(folder.is_relative_to(w) for w in writable):
+            with contextlib.suppress(OSError):
+                folder.mkdir(parents=True, exist_ok=True)
+            found.append(folder)
     return tuple(found)
 
 

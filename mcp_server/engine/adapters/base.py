@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 # "usage": a model response has ended and its usage is complete in the stream (Claude's message_delta).
-EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done", "usage"]
+# "send": a line the CLI's own protocol needs written to its stdin now (`text`; Codex's JSON-RPC handshake).
+EventKind = Literal["text", "tool_call", "tool_result", "system", "error", "control", "done", "usage", "send"]
 
 TOKEN_KEYS = ("input", "output", "cache_read", "cache_write", "total")
 
@@ -97,7 +98,8 @@ def classify_message(text: str) -> str | None:
 class Parser(Protocol):
     """Stateful parser of one run's stdout; `feed` per line, `finish` once at exit. A parser that recognises a
     failed login or a usage limit sets `account_error` (adapters/limits.py) at that line: the runner stops the run
-    there, before the CLI's own retries."""
+    there, before the CLI's own retries. A parser of a two-way protocol may have its own `encode_answer` /
+    `encode_message`, which the runner then uses instead of the channel's (Claude Code's stream-json)."""
 
     def feed(self, line: str) -> list[AgentEvent]: ...
 

@@ -1,9 +1,13 @@
-"""What Claude models cost, to price a run the CLI gave no `total_cost_usd` for (one killed, stopped or timed out).
+"""What models cost: Claude's, to price a run the CLI gave no `total_cost_usd` for (one killed, stopped or timed
+out), and OpenAI's, to price every Codex run (Codex reports tokens, never dollars).
 
-Prices are USD per million tokens, as Anthropic publishes them on platform.claude.com/docs (the pricing page and
+Prices are USD per million tokens. Anthropic's as published on platform.claude.com/docs (the pricing page and
 each model's overview page), read on 2026-11-26. Claude Sonnet 5.5's cache read is the $0.10 that applies since
-2026-10-07 (its overview page still said $0.20 when read). A model missing here is priced at nothing: its run's
-cost is recorded as unknown (NULL), never guessed. Update this table when Anthropic changes a price.
+2026-10-07 (its overview page still said $0.20 when read). OpenAI's Standard tier (OPENAI_PRICES), read on
+2026-11-26: gpt-5-codex from its model page on developers.openai.com; the GPT-6 models and gpt-5.5 as the
+stored copies of third-party tables quoting OpenAI's price page give them (several agreeing). gpt-6.1-sol is the
+default of codex-cli 0.169 (priority 1 in its bundled model catalog). A model missing here is priced at nothing:
+its run's cost is recorded as unknown (NULL), never guessed. Update these tables when a price changes.
 """
 
 from __future__ import annotations
@@ -54,18 +58,43 @@ PRICES: dict[str, Price] = {
     "claude-haiku-4-5": Price(Rates(1, 5, 1.25, 2, 0.10)),
 }
 
-# A dated snapshot (claude-haiku-4-5-20251001, or @20251001 on Vertex) costs what its model does; "[1m]" names the
-# 1M-context variant of the same model.
-_SNAPSHOT = re.compile(r"(?:[-@]\d{8})?(?:\[\w+\])?")
+# OpenAI's: no 1-hour cache writes (the 5-minute rate stands in); a model without cache-write pricing charges such
+# tokens as input. The GPT-6 long-context rule: a request over 272K input tokens is priced whole at the long rates
+# (2x input and cache reads, 1.5x output; the tables read give cache writes no long rate).
+OPENAI_PRICES: dict[str, Price] = {
+    "gpt-6.1-sol": Price(Rates(2, 10, 2.50, 2.50, 0.10), long_over=272_000, long=Rates(4, 15, 2.50, 2.50, 0.20)),
+    "gpt-6-sol": Price(Rates(2, 10, 2.50, 2.50, 0.20), long_over=272_000, long=Rates(4, 15, 2.50, 2.50, 0.40)),
+    "gpt-6-luna": Price(Rates(0.10, 0.50, 0.125, 0.125, 0.01)),
+    "gpt-5.5": Price(Rates(5, 30, 5, 5, 0.50)),
+    "gpt-5-codex": Price(Rates(1.25, 10, 1.25, 1.25, 0.125)),
+}
+
+# A dated snapshot (claude-haiku-4-5-20251001, @20251001 on Vertex, gpt-6.1-sol-2026-09-29) costs what its model
+# does; "[1m]" names the 1M-context variant of the same model.
+_SNAPSHOT = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2})?(?:\[\w+\])?")
 
 
-def price_of(model: str | None) -> Price | None:
-    """The model's price, or None when this table does not know it."""
+def price_of(model: str | None, table: dict[str, Price] | None = None) -> Price | None:
+    """The model's price (in Anthropic's table unless another is named), or None when the table does not know it."""
+    table = PRICES if table is None else table
     name = (model or "").strip().lower()
-    for known in sorted(PRICES, key=len, reverse=True):
+    for known in sorted(table, key=len, reverse=True):
         if name.startswith(known) and _SNAPSHOT.fullmatch(name[len(known):]):
-            return PRICES[known]
+            return table[known]
     return None
+
+
+def openai_cost(model: str | None, used: dict[str, int]) -> float | None:
+    """What one OpenAI model response cost, from its tokens in our keys (`input` uncached, `cache_read`,
+    `cache_write`, `output` with the reasoning tokens in it); None for a model of unknown price."""
+    price = price_of(model, OPENAI_PRICES)
+    if price is None:
+        return None
+    count = {k: int(used.get(k) or 0) for k in ("input", "output", "cache_read", "cache_write")}
+    prompt = count["input"] + count["cache_read"] + count["cache_write"]
+    rates = price.long if price.long and price.long_over and prompt > price.long_over else price.rates
+    return (count["input"] * rates.input + count["output"] * rates.output + count["cache_read"] * rates.cache_read
+            + count["cache_write"] * rates.cache_write) / 1_000_000
 
 
 def message_cost(model: str | None, usage: dict[str, Any]) -> float | None:
