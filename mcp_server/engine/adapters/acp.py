@@ -392,7 +392,7 @@ class AcpSession:
         for model, counts in self.model_usage.items():
             if not any(counts.values()):
                 continue
-            cost = tokens_cost(model or None, counts)
+            cost = tokens_cost(model or None, counts, one_request=False)  # the run's sum of many requests
             if cost is None:
                 return None
             total += cost

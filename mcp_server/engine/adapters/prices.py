@@ -116,16 +116,19 @@ def openai_cost(model: str | None, used: dict[str, int]) -> float | None:
     return tokens_cost(model, used, OPENAI_PRICES)
 
 
-def tokens_cost(model: str | None, used: dict[str, int], table: dict[str, Price] | None = None) -> float | None:
+def tokens_cost(model: str | None, used: dict[str, int], table: dict[str, Price] | None = None,
+                one_request: bool = True) -> float | None:
     """What one model response cost, from its tokens in our keys, in `table` or else whichever table knows the
-    model (Anthropic's, OpenAI's, Google's); None for a model of unknown price."""
+    model (Anthropic's, OpenAI's, Google's); None for a model of unknown price. `one_request=False`: the tokens are
+    several requests' sum (an ACP turn's), whose long-prompt tier cannot be told: the base rates."""
     tables = [table] if table is not None else [PRICES, OPENAI_PRICES, GEMINI_PRICES]
     price = next((found for known in tables if (found := price_of(model, known)) is not None), None)
     if price is None:
         return None
     count = {k: int(used.get(k) or 0) for k in ("input", "output", "cache_read", "cache_write")}
     prompt = count["input"] + count["cache_read"] + count["cache_write"]
-    rates = price.long if price.long and price.long_over and prompt > price.long_over else price.rates
+    long = one_request and price.long and price.long_over and prompt > price.long_over
+    rates = price.long if long and price.long else price.rates
     return (count["input"] * rates.input + count["output"] * rates.output + count["cache_read"] * rates.cache_read
             + count["cache_write"] * rates.cache_write) / 1_000_000
 
