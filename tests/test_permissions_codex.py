@@ -283,9 +283,10 @@ async def test_another_mcp_servers_tool_is_decided_by_the_policy(queue: Services
     """An MCP server of the person's own Codex config: Codex asks before each call of an unannotated tool (an
     elicitation), and the policy decides `mcp__<server>__<tool>` as for Claude Code."""
     config = Path(os.environ["CODEX_HOME"]) / "config.toml"
-    server = Path(__file__).with_name("mcp_marker_server.py")
+    # Its source inline (`python -c`): a file in a checkout under /tmp is hidden by the sandbox's private /tmp.
+    server = json.dumps(Path(__file__).with_name("mcp_marker_server.py").read_text())
     config.write_text(config.read_text() + f'\n[mcp_servers.marker]\ncommand = "{sys.executable}"\n'
-                                           f'args = ["{server}"]\nstartup_timeout_sec = 60\n')
+                                           f'args = ["-c", {server}]\nstartup_timeout_sec = 60\n')
     queue.policies.edit(project_id="demo", add_rule="mcp__marker__make_marker", rule_list=rule_list)
     task = queue.tasks.create("demo", "MCP", 'SCENARIO:mcp_call TOOL[mcp__marker:make_marker] '
                                              'ARGS[{"name": "MCP_MARKER"}]END', max_retries=0)
