@@ -47,15 +47,18 @@ class Model:
     server: Any
 
     def told_refused(self) -> bool:
-        """Whether the model was told its shell call was refused (Claude), or never got a result for it (Codex
-        ends its turn at a refusal: the call's output never reaches the model)."""
+        """Whether the model was told why its shell call was refused: the reason (the rule, how to lift it) is the
+        next prompt of the same session (ACP's reject carries none). Claude's adapter also tells it "refused" in the
+        call's result; Codex's ends its turn at a refusal, and the model reads the reason in its next turn."""
+        bodies = self.server.requests if self.preset == "codex" else self.server.messages_for("run_cmd")
+        reason = "AgentQueue refused your last tool call: Bash(touch DENIED_MARKER) is denied"
+        told = any(reason in json.dumps(body) and "remove_rule='Bash(touch:*)'" in json.dumps(body) for body in bodies)
         if self.preset == "codex":
-            return not any(i.get("type") == "function_call_output" and i.get("call_id") == mock_openai.RUN_CMD_CALL_ID
-                           for body in self.server.requests for i in body.get("input") or [] if isinstance(i, dict))
+            return told
         results = [json.dumps(b.get("content")) for request in self.server.messages_for("run_cmd")
                    for message in request["messages"] if isinstance(message.get("content"), list)
                    for b in message["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
-        return bool(results) and "refused" in results[-1]
+        return told and bool(results) and "refused" in results[-1]
 
 
 @pytest.fixture(params=sorted(ADAPTERS))
