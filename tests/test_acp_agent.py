@@ -14,7 +14,8 @@ from agentqueue.services import Services
 from agentqueue.services.errors import InvalidInputError
 
 from . import acp_script_agent as script
-from .test_acp_gemini import ended, running, until
+from .engine_runs import engine_and_person
+from .test_acp_gemini import ended, until
 from .test_permissions_claude import on_main, status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -39,7 +40,7 @@ async def test_an_allowed_command_runs_in_a_client_terminal_and_usage_and_cost_r
         queue: Services) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
     task = queue.tasks.create("demo", "Go", "CMD[touch GENERIC_MARKER] WRITE[acp_written.txt]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until(ended(queue, task.id), "the run to end")
     log = engine.log_path(task.id).read_text()
     assert status(queue, task.id) == "COMPLETED", log
@@ -59,7 +60,7 @@ async def test_an_allowed_command_runs_in_a_client_terminal_and_usage_and_cost_r
 async def test_a_denied_command_never_runs(queue: Services) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "No", "CMD[touch DENIED_MARKER]", max_retries=0)
-    async with running(queue):
+    async with engine_and_person(queue):
         await until(ended(queue, task.id), "the run to end")
     said = summary(queue, task.id)
     assert "permission: reject" in said
@@ -72,7 +73,7 @@ async def test_a_denied_command_never_runs(queue: Services) -> None:
 
 async def test_an_ask_parks_the_task_and_the_answer_lets_it_go_on(queue: Services) -> None:
     task = queue.tasks.create("demo", "Ask", "CMD[touch ASKED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await until(lambda: status(queue, task.id) == "WAITING_INPUT", "the task to wait for a person")
         (request,) = queue.requests.list("pending")
         assert request.action == "Bash(touch ASKED_MARKER)"

@@ -11,25 +11,21 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
-from agentqueue.engine.orchestrator import Engine
 from agentqueue.engine.watchdog import WatchdogLimits
-from agentqueue.server.app import build_server
 from agentqueue.services import Services
 from agentqueue.store.sqlite import SqliteStore as Store
 
 from . import mock_gemini as mock
-from .conftest import ok, person_says_yes
+from .conftest import ok
 from .processes import alive, wait_for
-from .test_engine_claude import engine_for
+from .engine_runs import engine_and_person
 from .test_permissions_claude import on_main, status
 from .third_party import npm_bin
 
@@ -57,20 +53,6 @@ def queue(services: Services, api: mock.MockGemini) -> Services:
     return services
 
 
-@asynccontextmanager
-async def running(services: Services, limits: WatchdogLimits | None = None) -> AsyncIterator[tuple[Engine, Client]]:
-    engine = engine_for(services)
-    if limits is not None:
-        engine.config.limits = limits
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        try:
-            async with Client(build_server(services), mode="legacy", elicitation_callback=person_says_yes) as client:
-                yield engine, client
-        finally:
-            with anyio.CancelScope(shield=True):
-                await engine.shutdown(grace=10)
-            tg.cancel_scope.cancel()
 
 
 def audited(services: Services, task_id: str, action: str) -> list[tuple[str, str]]:
@@ -98,7 +80,7 @@ async def test_a_denied_command_never_runs(queue: Services, api: mock.MockGemini
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     queue.policies.edit(project_id="demo", add_rule="Bash(echo:*)", rule_list="allow")  # a compound needs every part
     task = queue.tasks.create("demo", "Deny", f"SCENARIO:run_cmd CMD[{command}]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until(ended(queue, task.id), "the run to end")
     log = engine.log_path(task.id).read_text()
     assert status(queue, task.id) == "COMPLETED", log
@@ -124,7 +106,7 @@ async def test_a_denied_command_never_runs(queue: Services, api: mock.MockGemini
 async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Services, api: mock.MockGemini,
                                                                   decision: str) -> None:
     task = queue.tasks.create("demo", "Ask", "SCENARIO:run_cmd CMD[touch ASKED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await until(lambda: status(queue, task.id) == "WAITING_INPUT", "the task to wait for a person")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'gemini'")
         assert agent_pid and alive(agent_pid)
@@ -164,7 +146,7 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
 async def test_an_allowed_command_runs_without_asking(queue: Services, api: mock.MockGemini) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
     task = queue.tasks.create("demo", "Allow", "SCENARIO:run_cmd CMD[touch ALLOWED_MARKER]", max_retries=0)
-    async with running(queue):
+    async with engine_and_person(queue):
         await until(ended(queue, task.id), "the run to end")
     assert status(queue, task.id) == "COMPLETED"
     assert on_main(queue, "ALLOWED_MARKER") == ""
@@ -177,7 +159,7 @@ async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services,
     task = queue.tasks.create("demo", "Loop", "SCENARIO:loop list the files", max_retries=0)
     # Gemini stops a turn itself after a few identical calls (its own loop detection): ours warns before that.
     limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, loop_warn=2, no_progress_warn=2)
-    async with running(queue, limits) as (engine, _):
+    async with engine_and_person(queue, limits) as (engine, _):
         await until(ended(queue, task.id), "the run to end", 150)
     log = engine.log_path(task.id).read_text()
     assert api.warned, log  # the model's next request carried the warning
@@ -243,7 +225,7 @@ async def test_the_agent_toolset_reaches_gemini_through_session_new(tmp_path: Pa
 async def test_readonly_runs_gemini_in_plan_mode_and_nothing_is_written(queue: Services, api: mock.MockGemini) -> None:
     queue.policies.edit(project_id="demo", preset="readonly")
     task = queue.tasks.create("demo", "Read only", "SCENARIO:run_cmd CMD[touch RO_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until(ended(queue, task.id), "the run to end")
     assert status(queue, task.id) == "COMPLETED", engine.log_path(task.id).read_text()
     assert not list((queue.home / "workspaces").rglob("RO_MARKER")) and on_main(queue, "RO_MARKER") is None
@@ -254,7 +236,7 @@ async def test_readonly_runs_gemini_in_plan_mode_and_nothing_is_written(queue: S
 
 async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: Services, api: mock.MockGemini) -> None:
     task = queue.tasks.create("demo", "Stop me", "SCENARIO:run_cmd CMD[touch STOPPED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await until(lambda: status(queue, task.id) == "WAITING_INPUT", "the task to wait")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'gemini'")
         await ok(client, "stop_task", task_id=task.id)
@@ -269,7 +251,7 @@ async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: S
 async def test_a_rate_limit_fails_the_run_as_rate_limit_and_parks_gemini(queue: Services,
                                                                         api: mock.MockGemini) -> None:
     task = queue.tasks.create("demo", "Limited", "SCENARIO:rate_limit anything", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until(lambda: queue.tasks.results(task.id)[1] is not None, "the run to end")
     _, result = queue.tasks.results(task.id)
     assert result.error_type == "rate_limit", (result, engine.log_path(task.id).read_text())
@@ -277,7 +259,7 @@ async def test_a_rate_limit_fails_the_run_as_rate_limit_and_parks_gemini(queue: 
 
 async def test_an_edit_is_decided_once_and_written_through_the_client(queue: Services, api: mock.MockGemini) -> None:
     task = queue.tasks.create("demo", "Write", "SCENARIO:write_tool PATH[notes/by_gemini.txt]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until(ended(queue, task.id), "the run to end")
     log = engine.log_path(task.id).read_text()
     assert status(queue, task.id) == "COMPLETED", log
@@ -291,7 +273,7 @@ async def test_an_edit_outside_the_worktree_never_happens(queue: Services, api: 
     """Refused by Gemini itself (outside its workspace); the client's jail and the sandbox stand behind that."""
     outside = tmp_path / "outside.txt"
     task = queue.tasks.create("demo", "Escape", f"SCENARIO:write_tool PATH[{outside}]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await until(lambda: ended(queue, task.id)() or status(queue, task.id) == "WAITING_INPUT", "the run to go on")
         if status(queue, task.id) == "WAITING_INPUT":  # standard asks about an edit outside the worktree: say yes
             (request,) = queue.requests.list("pending")
@@ -305,7 +287,7 @@ async def test_a_loop_that_goes_on_is_killed(queue: Services, api: mock.MockGemi
         queue.policies.edit(project_id="demo", add_rule=rule, rule_list="allow")
     task = queue.tasks.create("demo", "Ping-pong", "SCENARIO:alternate", max_retries=0)
     limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, ping_pong_warn=4, ping_pong_kill=8)
-    async with running(queue, limits) as (engine, _):
+    async with engine_and_person(queue, limits) as (engine, _):
         await until(lambda: queue.tasks.results(task.id)[1] is not None, "the run to end")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'gemini'")
     _, result = queue.tasks.results(task.id)

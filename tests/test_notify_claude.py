@@ -27,7 +27,8 @@ from .mock_anthropic import MockAnthropic
 from .notify_receiver import Receiver
 from .processes import at_a_terminal, claude_env, wait_for
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
-from .test_permissions_claude import last_tool_result, running, status
+from .engine_runs import engine_and_person
+from .test_permissions_claude import last_tool_result, status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.real_cli,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
@@ -134,7 +135,7 @@ async def test_nobody_is_denied_before_a_notification_went_out(home: Path, mock_
     services.policies.edit(project_id="demo", ask_timeout="1s")
     task = services.tasks.create("demo", "Late", "SCENARIO:run_cmd CMD[touch LATE_MARKER]", max_retries=0)
     try:
-        async with running(services) as (engine, _client):
+        async with engine_and_person(services) as (engine, _client):
             engine.notifier.retry_base = 0.3
             await wait_for(lambda: status(services, task.id) == "WAITING_INPUT", 120, "the agent to ask")
             await wait_for(lambda: receiver.attempts >= 3, 30, "the notifier to fail a few times")
@@ -156,7 +157,7 @@ async def test_without_a_notifier_a_request_waits_a_day_and_says_why(home: Path,
     services = ready(Services(home))
     task = services.tasks.create("demo", "Quiet", "SCENARIO:run_cmd CMD[touch QUIET_MARKER]", max_retries=0)
     try:
-        async with running(services) as (engine, client):
+        async with engine_and_person(services) as (engine, client):
             await wait_for(lambda: status(services, task.id) == "WAITING_INPUT", 120, "the agent to ask")
             (request,) = services.requests.list("pending", task_id=task.id)
             await wait_for(lambda: "no notifier is configured, so it waits 24 h" in engine_log(engine, task.id), 10,
