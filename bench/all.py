@@ -175,7 +175,7 @@ def merged(text: str, results: dict[str, tuple[list[dict[str, Any]], float, str]
     lines = [line for line in lines if not line.startswith("Measured again with `--only`")]
     lines.insert(len(lines) - 1 if lines and not lines[-1].strip() else len(lines),
                  f"Measured again with `--only` at {when}: the rows of {again}.")
-    return BEGIN + "\n".join(lines) + END
+    return BEGIN + "\n".join(lines) + "\n" + END  # the end marker on a line of its own, as a full run leaves it
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Each prompt's text chooses what it does (markers as in the model mocks):
 - `CMD[...]`: asks `session/request_permission` for an `execute` call of that command; when allowed, runs it in a
   client terminal (`terminal/create`, `wait_for_exit`, `output`, `release`).
 - `WRITE[name]`: writes `name` (relative to its cwd) through `fs/write_text_file`, then reads it back.
+- a prompt that starts "AgentQueue refused" (the client telling it why a call was refused): `told: <text>`.
 - always: a `usage_update` with a USD cost of `COST`, and a PromptResponse with `USAGE`.
 
 It says what happened in its agent message, one line per step, so a test reads it in the run's summary.
@@ -56,6 +57,8 @@ class ScriptAgent:
             await self.client.write_text_file(session_id=session_id, path=path, content="written over ACP\n")
             back = await self.client.read_text_file(session_id=session_id, path=path)
             await self.say(session_id, f"read back: {back.content.strip()}")
+        if text.startswith("AgentQueue refused"):  # a refusal's reason, sent by the client as a prompt
+            await self.say(session_id, f"told: {text}")
         await self.client.session_update(session_id, schema.UsageUpdate(
             session_update="usage_update", used=150, size=200_000, cost=schema.Cost(amount=COST, currency="USD")))
         usage = schema.Usage(input_tokens=USAGE["input"], output_tokens=USAGE["output"],

@@ -117,12 +117,17 @@ def _parts(body: dict[str, Any], role: str = "user") -> list[dict[str, Any]]:
             and content.get("role", "user") == role for part in content.get("parts") or [] if isinstance(part, dict)]
 
 
-def _user_text(body: dict[str, Any]) -> str:
-    return "\n".join(p["text"] for p in _parts(body) if isinstance(p.get("text"), str))
+def user_text(body: dict[str, Any]) -> str:
+    return "\n".join(user_texts(body))
+
+
+def user_texts(body: dict[str, Any]) -> list[str]:
+    """The text parts of the user's contents, oldest first."""
+    return [p["text"] for p in _parts(body) if isinstance(p.get("text"), str)]
 
 
 def scenario_of(body: dict[str, Any]) -> str | None:
-    found = SCENARIO_RE.search(_user_text(body))
+    found = SCENARIO_RE.search(user_text(body))
     return found.group(1) if found else None
 
 
@@ -218,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _scripted(self, stream: bool, scenario: str, body: dict[str, Any]) -> None:
         """The scenarios of tests/test_acp_gemini.py (see the module's docstring)."""
         if scenario == "run_cmd":  # the shell with CMD[...] from the task, TIMES[n] times (default once)
-            command, times = CMD_RE.search(_user_text(body)), TIMES_RE.search(_user_text(body))
+            command, times = CMD_RE.search(user_text(body)), TIMES_RE.search(user_text(body))
             command = command.group(1) if command else WRITE_FILE_COMMAND
             times = int(times.group(1)) if times else 1
             if len([r for r in function_responses(body) if r.get("name") == SHELL_TOOL]) >= times:
@@ -226,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             call = {"functionCall": {"name": SHELL_TOOL, "args": {"command": command, "description": "Run it."}}}
             return self._answer(stream, [[call]], "tool_call")
         if scenario == "loop":  # the same call again and again, until a watchdog warning is in the conversation
-            if WATCHDOG_TEXT in _user_text(body):
+            if WATCHDOG_TEXT in user_text(body):
                 self.server.mock.warned = True
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
             call = {"functionCall": {"name": SHELL_TOOL, "args": {"command": LOOP_COMMAND, "description": "Again."}}}
@@ -238,7 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
         if scenario == "write_tool":  # Gemini's own write_file tool, to PATH[...] (relative to the cwd or absolute)
             if function_responses(body):
                 return self._answer(stream, [[{"text": FINAL_TEXT}]], "final")
-            path = PATH_RE.search(_user_text(body))
+            path = PATH_RE.search(user_text(body))
             args = {"file_path": path.group(1) if path else WRITE_FILE_NAME, "content": WRITE_TOOL_CONTENT}
             return self._answer(stream, [[{"functionCall": {"name": "write_file", "args": args}}]], "tool_call")
         if scenario == "mcp_tool":  # AgentQueue's create_task, through the MCP server the client gave the agent

@@ -61,7 +61,11 @@ async def test_a_denied_command_never_runs(queue: Services) -> None:
     task = queue.tasks.create("demo", "No", "CMD[touch DENIED_MARKER]", max_retries=0)
     async with running(queue):
         await until(ended(queue, task.id), "the run to end")
-    assert "permission: reject" in summary(queue, task.id)
+    said = summary(queue, task.id)
+    assert "permission: reject" in said
+    # ACP's reject carries no reason: the client sends it as the next prompt of the same session, once.
+    assert said.count("told: AgentQueue refused your last tool call: Bash(touch DENIED_MARKER) is denied") == 1, said
+    assert "remove_rule='Bash(touch:*)'" in said
     assert on_main(queue, "DENIED_MARKER") is None and not list((queue.home / "workspaces").rglob("DENIED_MARKER"))
     assert audited_as(queue, task.id, "Bash(touch DENIED_MARKER)") == [("deny", "refused")]
 

@@ -129,7 +129,11 @@ async def test_a_permission_request_is_decided_by_the_policy(services: Services,
                {"optionId": "no", "name": "Reject", "kind": "reject_once"}]
     denied = await call(chan, "session/request_permission", options=options,
                         toolCall={"toolCallId": "t1", "title": "ls && rm -rf /", "kind": "execute"})
-    assert denied == {"result": {"outcome": {"outcome": "selected", "optionId": "no"}}}
+    assert denied["result"]["outcome"] == {"outcome": "selected", "optionId": "no"}
+    # ACP's reject has no message: the reason (the rule, how to lift it) rides in `_meta`, for the session to tell the
+    # model as its next prompt (tests/test_acp_agent.py, test_acp_gemini.py).
+    reason = denied["result"]["_meta"]["agentqueue"]["refusal"]
+    assert "Bash(rm:*)" in reason and "remove_rule='Bash(rm:*)'" in reason and "Do not retry" in reason, reason
     allowed = await call(chan, "session/request_permission", options=options,
                          toolCall={"toolCallId": "t2", "title": "git status", "kind": "execute"})
     assert allowed == {"result": {"outcome": {"outcome": "selected", "optionId": "once"}}}  # never "always"

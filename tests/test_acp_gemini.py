@@ -107,8 +107,16 @@ async def test_a_denied_command_never_runs(queue: Services, api: mock.MockGemini
     assert not list((queue.home / "workspaces").rglob("DENIED_MARKER"))
     assert queue.requests.list(None) == []  # a deny asks nobody
     assert audited(queue, task.id, f"Bash({command})") == [("deny", "refused")]
-    # Gemini tells its model a rejected call was "canceled by the user" (ACP carries no reason with a reject).
+    # Gemini tells its model a rejected call was "canceled by the user" (ACP carries no reason with a reject)...
     assert "canceled" in shell_results(api)[-1], shell_results(api)
+    # ...and the reason, the rule and how to lift it, is the next prompt of the same session: the model's next
+    # request carries it, once, after the refused call's result.
+    first = next(body for body in api.chat_requests if "AgentQueue refused" in mock.user_text(body))
+    told = mock.user_texts(first)[-1]
+    assert told.startswith("AgentQueue refused your last tool call: "), told
+    assert "Bash(touch:*)" in told and "remove_rule='Bash(touch:*)'" in told and "Do not retry" in told, told
+    assert mock.user_text(first).count("AgentQueue refused") == 1 and mock.function_responses(first)
+    assert log.count("$ ") == 1  # the same process, the same session
     assert "gemini" in log and "--acp" in log
 
 
@@ -137,13 +145,20 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
         assert on_main(queue, "ASKED_MARKER") == ""  # the work landed on main
     else:
         assert on_main(queue, "ASKED_MARKER") is None
-    # The tokens are in the ledger: Gemini's per-turn `_meta.quota` (prompt and candidates of each chat call).
+    # The tokens are in the ledger: Gemini's per-turn `_meta.quota` (prompt and candidates of each chat call, the
+    # router's not counted); a person's decline is told to the model as one more prompt (one more "final" answer).
     row = queue.store.one("SELECT input, output, total, cost_usd FROM token_ledger WHERE task_id = ?", (task.id,))
-    steps = ("tool_call", "final")
+    steps = ("tool_call", "final") + (("final",) if decision == "deny" else ())
     want_in = sum(mock.USAGE[s]["prompt"] for s in steps)
     want_out = sum(mock.USAGE[s]["candidates"] for s in steps)
     assert row is not None and (row["input"], row["output"]) == (want_in, want_out), row
-    assert row["cost_usd"] is None  # no Gemini price in adapters/prices.py: unknown, never guessed
+    # The cost: every chat call went to gemini-3.8-flash (the CLI's "auto" routing with an API key; the mock's
+    # modelVersion is not what the CLI reports), priced at $0.75 / $3.75 per 1M (adapters/prices.py), input
+    # priced whole (ACP's count has the cached tokens in it and no split), to the micro-dollar as every run's cost.
+    assert [p for _, p in api.log if "streamGenerateContent" in p][0].startswith("/v1beta/models/gemini-3.8-flash:")
+    assert row["cost_usd"] == pytest.approx(round((want_in * 0.75 + want_out * 3.75) / 1_000_000, 6), abs=1e-12)
+    if decision == "deny":
+        assert "A person denied Bash(touch ASKED_MARKER)" in mock.user_text(api.chat_requests[-1])
 
 
 async def test_an_allowed_command_runs_without_asking(queue: Services, api: mock.MockGemini) -> None:

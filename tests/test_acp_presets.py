@@ -14,8 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,16 +24,14 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
-from agentqueue.engine.orchestrator import Engine
 from agentqueue.engine.watchdog import WatchdogLimits
-from agentqueue.server.app import build_server
 from agentqueue.services import Services
 from agentqueue.store.sqlite import SqliteStore as Store
 
 from . import mock_anthropic, mock_openai
-from .conftest import ok, person_says_yes
+from .conftest import ok
 from .processes import alive, wait_for
-from .test_engine_claude import engine_for
+from .engine_runs import engine_and_person, engine_for
 from .test_permissions_claude import on_main, status
 from .third_party import npm_bin
 
@@ -50,15 +47,18 @@ class Model:
     server: Any
 
     def told_refused(self) -> bool:
-        """Whether the model was told its shell call was refused (Claude), or never got a result for it (Codex
-        ends its turn at a refusal: the call's output never reaches the model)."""
+        """Whether the model was told why its shell call was refused: the reason (the rule, how to lift it) is the
+        next prompt of the same session (ACP's reject carries none). Claude's adapter also tells it "refused" in the
+        call's result; Codex's ends its turn at a refusal, and the model reads the reason in its next turn."""
+        bodies = self.server.requests if self.preset == "codex" else self.server.messages_for("run_cmd")
+        reason = "AgentQueue refused your last tool call: Bash(touch DENIED_MARKER) is denied"
+        told = any(reason in json.dumps(body) and "remove_rule='Bash(touch:*)'" in json.dumps(body) for body in bodies)
         if self.preset == "codex":
-            return not any(i.get("type") == "function_call_output" and i.get("call_id") == mock_openai.RUN_CMD_CALL_ID
-                           for body in self.server.requests for i in body.get("input") or [] if isinstance(i, dict))
+            return told
         results = [json.dumps(b.get("content")) for request in self.server.messages_for("run_cmd")
                    for message in request["messages"] if isinstance(message.get("content"), list)
                    for b in message["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
-        return bool(results) and "refused" in results[-1]
+        return told and bool(results) and "refused" in results[-1]
 
 
 @pytest.fixture(params=sorted(ADAPTERS))
@@ -92,18 +92,6 @@ def queue(services: Services, model: Model) -> Services:
     return services
 
 
-@asynccontextmanager
-async def running(services: Services) -> AsyncIterator[tuple[Engine, Client]]:
-    engine = engine_for(services)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        try:
-            async with Client(build_server(services), mode="legacy", elicitation_callback=person_says_yes) as client:
-                yield engine, client
-        finally:
-            with anyio.CancelScope(shield=True):
-                await engine.shutdown(grace=10)
-            tg.cancel_scope.cancel()
 
 
 def audited(services: Services, task_id: str, action: str) -> list[tuple[str, str]]:
@@ -123,7 +111,7 @@ def ledger(services: Services, task_id: str) -> dict[str, Any] | None:
 async def test_a_denied_command_never_runs(queue: Services, model: Model) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch DENIED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await wait_for(ended(queue, task.id), 120, "the run to end")
     log = engine.log_path(task.id).read_text()
     assert status(queue, task.id) == "COMPLETED", log
@@ -138,7 +126,7 @@ async def test_a_denied_command_never_runs(queue: Services, model: Model) -> Non
 
 async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Services, model: Model) -> None:
     task = queue.tasks.create("demo", "Ask", "SCENARIO:run_cmd CMD[touch ASKED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await wait_for(lambda: status(queue, task.id) == "WAITING_INPUT", 120, "the task to wait for a person")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'acp'")
         assert agent_pid and alive(agent_pid)
@@ -176,7 +164,7 @@ async def test_the_agents_model_is_the_claude_adapters_model_option(queue: Servi
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
     queue.agents.edit("acp", model="sonnet")
     task = queue.tasks.create("demo", "Sonnet", "SCENARIO:run_cmd CMD[touch SONNET_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await wait_for(ended(queue, task.id), 120, "the run to end")
     assert status(queue, task.id) == "COMPLETED", engine.log_path(task.id).read_text()
     assert on_main(queue, "SONNET_MARKER") == ""
@@ -189,7 +177,7 @@ async def test_a_model_the_adapter_does_not_offer_fails_the_run_before_any_promp
                                                                                   model: Model) -> None:
     queue.agents.edit("acp", model="no-such-model")
     task = queue.tasks.create("demo", "Nope", "SCENARIO:run_cmd CMD[touch NOPE_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await wait_for(ended(queue, task.id), 120, "the run to end")
     log = engine.log_path(task.id).read_text()
     assert status(queue, task.id) != "COMPLETED", log
@@ -214,7 +202,7 @@ async def test_claude_settings_cannot_allow_what_the_policy_denies(queue: Servic
                    cwd=repo, check=True)
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch PLANTED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await wait_for(ended(queue, task.id), 120, "the run to end")
     log = engine.log_path(task.id).read_text()
     assert not list((queue.home / "workspaces").rglob("PLANTED_MARKER")), log

@@ -75,6 +75,85 @@ async def test_gemini_quota_meta_per_model_is_priced_when_the_model_is_known() -
     assert result.cost_usd == pytest.approx((3000 * 1 + 300 * 5) / 1_000_000)  # haiku 4.5: $1 in, $5 out
 
 
+def gemini_session(model: str | None = None) -> AcpSession:
+    return build(AgentConfig("acp", command="gemini", model=model), "x", "", None).parser
+
+
+def meta(*usage: tuple[str, int, int]) -> dict[str, Any]:
+    """A prompt's answer as gemini-cli 0.61.0 sends it: `_meta.quota` with (model, input, output) per model."""
+    models = [{"model": m, "token_count": {"input_tokens": i, "output_tokens": o}} for m, i, o in usage]
+    total = {"input_tokens": sum(i for _, i, _ in usage), "output_tokens": sum(o for _, _, o in usage)}
+    return {"result": {"stopReason": "end_turn", "_meta": {"quota": {"token_count": total, "model_usage": models}}}}
+
+
+@pytest.mark.anyio
+async def test_gemini_tokens_under_auto_are_the_routed_models() -> None:
+    """gemini-cli 0.61.0 names the model its router chose on a turn's first call only, the others `auto` (what the
+    real CLI sent against tests/mock_gemini.py): all of them are that model's, priced at Google's rates."""
+    session = gemini_session()
+    await drive(session, [*SETUP, meta(("gemini-3.8-flash", 120, 30), ("auto", 150, 12))])
+    result = session.finish(0)
+    assert set(session.model_usage) == {"gemini-3.8-flash"} and result.tokens["input"] == 270
+    assert result.cost_usd == pytest.approx(round((270 * 0.75 + 42 * 3.75) / 1_000_000, 6), abs=1e-12)
+
+
+@pytest.mark.parametrize(("model", "usage", "cost"), [
+    ("gemini-2.5-pro", [("gemini-2.5-pro", 1000, 100)], (1000 * 1.25 + 100 * 10) / 1_000_000),  # as configured
+    ("gemini-2.5-pro", [("auto", 1000, 100)], (1000 * 1.25 + 100 * 10) / 1_000_000),  # unnamed: the configured one
+    (None, [("auto", 1000, 100)], None),  # nobody says which model: unknown, not guessed
+    (None, [("gemini-3.8-flash", 10, 1), ("gemini-2.5-pro", 10, 1), ("auto", 10, 1)], None),  # which one? unknown
+    (None, [("gemini-3.5-flash-lite", 1000, 100)], None),  # a model with no price found
+    # A turn's sum of many calls says nothing of one prompt's size: the base rates, not the >200K tier.
+    ("gemini-2.5-pro", [("gemini-2.5-pro", 300_000, 100)], (300_000 * 1.25 + 100 * 10) / 1_000_000),
+])
+@pytest.mark.anyio
+async def test_gemini_usage_is_priced_by_the_model_that_ran(model: str | None, usage: list[tuple[str, int, int]],
+                                                           cost: float | None) -> None:
+    session = gemini_session(model)
+    await drive(session, [*SETUP, meta(*usage)])
+    result = session.finish(0)
+    assert result.cost_usd == (None if cost is None else pytest.approx(round(cost, 6), abs=1e-12))
+
+
+@pytest.mark.anyio
+async def test_a_refusals_reason_is_the_next_prompt_once() -> None:
+    """ACP's reject has no message: the reason the channel put in the answer's `_meta` is sent as the next prompt
+    of the same session after the turn ends, each reason once per run (a refused retry is not told again)."""
+    session = AcpSession("do it", [])
+    prompts: list[str] = []
+    written: list[bytes] = []
+
+    def refuse(reason: str) -> None:
+        answer = {"outcome": {"outcome": "selected", "optionId": "reject"},
+                  "_meta": {"agentqueue": {"refusal": reason}}}
+        written.append(session.encode_answer("7", {"result": answer}))
+
+    async def send(data: bytes) -> bool:
+        message = json.loads(data)
+        if message.get("method") == "session/prompt":
+            prompts.append(message["params"]["prompt"][0]["text"])
+            refuse("Bash(rm x) is denied.")  # asked again in every turn: told once
+            if len(prompts) == 1:
+                refuse("Bash(rm x) is denied.")
+                refuse("Edit(/etc/passwd) is denied.")
+            session.feed(line(id=message["id"], result={"stopReason": "end_turn"}))
+        elif "id" in message:
+            session.feed(line(id=message["id"], result={"protocolVersion": 1, "sessionId": "s1"}))
+        return True
+
+    async def close() -> None:
+        return None
+
+    with anyio.fail_after(60):  # a hang guard, not a timing
+        await session.drive(send, close, anyio.Path("/tree"))  # type: ignore[arg-type]
+    assert prompts == ["do it", "AgentQueue refused tool calls of your last turn:\n- Bash(rm x) is denied.\n"
+                                "- Edit(/etc/passwd) is denied."]
+    assert json.loads(written[0]) == {"jsonrpc": "2.0", "id": 7, "result": {
+        "outcome": {"outcome": "selected", "optionId": "reject"},
+        "_meta": {"agentqueue": {"refusal": "Bash(rm x) is denied."}}}}  # the agent's answer as the channel made it
+    assert session.finish(0).status == "completed"
+
+
 @pytest.mark.parametrize(("answer", "kind"), [
     ({"error": {"code": 429, "message": "Rate limit exceeded. Try again later."}}, "rate_limit"),
     ({"error": {"code": -32000, "message": "Authentication required"}}, "auth"),

@@ -219,7 +219,8 @@ def test_a_run_that_used_nothing_costs_nothing() -> None:
 
 
 def test_prices_know_snapshots_and_long_prompts_and_nothing_else() -> None:
-    from agentqueue.engine.adapters.prices import message_cost, openai_cost, price_of
+    from agentqueue.engine.adapters.prices import GEMINI_PRICES as GEMINI
+    from agentqueue.engine.adapters.prices import message_cost, openai_cost, price_of, tokens_cost
 
     assert price_of("claude-haiku-4-5-20251001") is price_of("claude-haiku-4-5") is not None
     assert price_of("claude-opus-5-5[1m]") is price_of("claude-opus-5-5")
@@ -229,6 +230,20 @@ def test_prices_know_snapshots_and_long_prompts_and_nothing_else() -> None:
         pytest.approx((1000 * 2 + 1000 * 0.10 + 1000 * 10) / 1e6)
     assert openai_cost("gpt-6.1-sol", {"input": 300_000}) == pytest.approx(300_000 * 4 / 1e6)
     assert openai_cost("gpt-mock", {"input": 1}) is None and openai_cost("claude-opus-5-5", {"input": 1}) is None
+    # Google's, for Gemini: the routed model, a preview suffix, the Pro models' >200K-token prompt tier, nothing else.
+    assert tokens_cost("gemini-3.8-flash", {"input": 1000, "output": 100}) == \
+        pytest.approx((1000 * 0.75 + 100 * 3.75) / 1e6)
+    assert price_of("gemini-3-flash-preview", GEMINI) is price_of("gemini-3-flash", GEMINI) is not None
+    assert price_of("gemini-3.1-pro-preview-customtools", GEMINI) is price_of("gemini-3.1-pro-preview", GEMINI)
+    assert tokens_cost("gemini-2.5-pro", {"input": 100_000, "cache_read": 100_000, "output": 1000}) == \
+        pytest.approx((100_000 * 1.25 + 100_000 * 0.125 + 1000 * 10) / 1e6)
+    assert tokens_cost("gemini-2.5-pro", {"input": 300_000, "output": 1000}) == \
+        pytest.approx((300_000 * 2.5 + 1000 * 15) / 1e6)
+    assert tokens_cost("gemini-2.5-pro", {"input": 300_000}, one_request=False) == pytest.approx(300_000 * 1.25 / 1e6)
+    assert tokens_cost("gemini-2.5-flash", {"input": 300_000}) == pytest.approx(300_000 * 0.30 / 1e6)  # flat
+    for unknown in ("auto", "gemini-3.5-flash-lite", "gemini-2.5-flash-preview-tts-x", "gemma-4-31b-it", None):
+        assert tokens_cost(unknown, {"input": 1}) is None, unknown
+    assert tokens_cost("claude-haiku-4-5", {"input": 1000}) == message_cost("claude-haiku-4-5", {"input_tokens": 1000})
     usage = {"input_tokens": 1_000_000, "output_tokens": 0}
     assert message_cost("claude-sonnet-4-5", usage) == pytest.approx(6.0)  # over 200K: the long-context rate
     assert message_cost("claude-sonnet-4-5", {"input_tokens": 1000}) == pytest.approx(0.003)

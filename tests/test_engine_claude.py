@@ -10,18 +10,17 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from agentqueue.engine.orchestrator import Engine, EngineConfig
-from agentqueue.engine.watchdog import WatchdogLimits
 from agentqueue.services import Services
 
 from .mock_anthropic import USAGE, MockAnthropic
 from .git_fixtures import commit_file
+from .engine_runs import engine_for, run_until  # noqa: F401  (imported from here by other modules)
 from .processes import group_alive
 from .test_merge_queue import CHECK, check_passes, first_parents
 from .third_party import npm_bin
@@ -50,23 +49,6 @@ def queue(services: Services, mock_api: MockAnthropic) -> Services:
     services.repos.add("demo", "init", name="app")
     services.agents.create("claude", "claude-code")
     return services
-
-
-def engine_for(services: Services, **limits: float) -> Engine:
-    config = EngineConfig(poll_seconds=0.1, rate_limit_backoff=30,
-                          limits=WatchdogLimits(stall_seconds=limits.get("stall", 60),
-                                                      timeout_seconds=limits.get("timeout", 120)))
-    return Engine(services, services.home, config=config)
-
-
-async def run_until(engine: Engine, done: Callable[[], bool], timeout: float = 90) -> None:
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        with anyio.fail_after(timeout):
-            while not done():
-                await anyio.sleep(0.1)
-        await engine.shutdown()
-        tg.cancel_scope.cancel()
 
 
 def git(repo: str, *args: str) -> str:

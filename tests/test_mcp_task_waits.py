@@ -165,6 +165,26 @@ async def test_a_deny_carries_the_persons_note_and_a_bad_or_second_answer_change
     assert demo.tasks.get(task.id).status == "IN_PROGRESS"
 
 
+async def test_an_agents_escape_sequences_reach_the_persons_client_as_text(demo: Services) -> None:
+    """The question is an agent's words: an OSC 52 clipboard write, a screen clear and a bidi override in its action
+    and description reach the person's client (a terminal, for Claude Code) escaped, never as bytes that act."""
+    task = demo.tasks.create("demo", "Ask", "a")
+    demo.tasks.set_status(task.id, "IN_PROGRESS")
+    hostile = "Bash(echo \x1b]52;c;cm0gLXJmIH4=\x07 \x1b[2J\u202etxt.exe)"
+    demo.requests.open(task.id, None, "Bash", {"command": hostile}, hostile, "why \x1b[31mred\x9b", None, 600)
+    tasks = TasksClient()
+    async with Client(build_server(demo, EVERY_TOOL), extensions=[tasks]) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "wait_for_task", {"task_id": task.id})
+            await wait_for(lambda: tasks.last is not None and tasks.last.status == "input_required", 30, "the question")
+            tg.cancel_scope.cancel()
+    shown = [tasks.last.status_message, *(r["params"]["message"] for r in tasks.last.input_requests.values())]
+    for text in shown:
+        assert not any(ch in text for ch in "\x1b\x07\x9b\u202e"), text
+    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in shown[1] and "\\u202etxt.exe" in shown[1]
+    assert "why \\x1b[31mred\\x9b" in shown[1]
+
+
 async def test_a_read_only_connection_sees_the_wait_but_cannot_answer(demo: Services) -> None:
     task = demo.tasks.create("demo", "Ask", "a")
     request_id = asking(demo, task.id)

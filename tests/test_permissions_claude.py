@@ -12,22 +12,19 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
-from agentqueue.server.app import build_server
-from agentqueue.engine.orchestrator import Engine
 from agentqueue.services import Services
 from agentqueue.store.sqlite import SqliteStore as Store
 
 from .conftest import ok, person_says_yes
 from .processes import alive, claude_env, wait_for
+from .engine_runs import engine_and_person
 from .test_engine_claude import CLAUDE, engine_for, git, mock_api  # noqa: F401  (mock_api: fixture)
 from .mock_anthropic import MockAnthropic
 
@@ -43,20 +40,6 @@ def queue(services: Services, mock_api: MockAnthropic) -> Services:
     return services
 
 
-@asynccontextmanager
-async def running(services: Services) -> AsyncIterator[tuple[Engine, Client]]:
-    """The engine and a person's MCP client on the same home."""
-    engine = engine_for(services)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        try:
-            # The person answering requests says yes when AgentQueue asks them to confirm an allow.
-            async with Client(build_server(services), mode="legacy", elicitation_callback=person_says_yes) as client:
-                yield engine, client
-        finally:
-            with anyio.CancelScope(shield=True):
-                await engine.shutdown(grace=10)
-            tg.cancel_scope.cancel()
 
 
 def status(services: Services, task_id: str) -> str:
@@ -93,7 +76,7 @@ async def wait_until(condition: Callable[[], object], what: str, timeout: float 
 async def test_a_denied_command_never_runs_and_the_model_is_told(queue: Services, mock_api: MockAnthropic) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch DENIED_MARKER]", max_retries=0)
-    async with running(queue):
+    async with engine_and_person(queue):
         await wait_until(lambda: status(queue, task.id) in ("COMPLETED", "BLOCKED"), "the run to end")
     assert status(queue, task.id) == "COMPLETED"
     assert on_main(queue, "DENIED_MARKER") is None
@@ -107,7 +90,7 @@ async def test_a_denied_command_never_runs_and_the_model_is_told(queue: Services
 async def test_an_allowed_command_runs(queue: Services, mock_api: MockAnthropic) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
     task = queue.tasks.create("demo", "Allow", "SCENARIO:run_cmd CMD[touch ALLOWED_MARKER]", max_retries=0)
-    async with running(queue):
+    async with engine_and_person(queue):
         await wait_until(lambda: status(queue, task.id) in ("COMPLETED", "BLOCKED"), "the run to end")
     assert status(queue, task.id) == "COMPLETED"
     assert on_main(queue, "ALLOWED_MARKER") == ""  # the file the command made landed on main
@@ -118,7 +101,7 @@ async def test_an_allowed_command_runs(queue: Services, mock_api: MockAnthropic)
 async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Services, mock_api: MockAnthropic,
                                                                   decision: str) -> None:
     task = queue.tasks.create("demo", "Ask", "SCENARIO:run_cmd CMD[touch ASKED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await wait_until(lambda: status(queue, task.id) == "WAITING_INPUT", "the task to wait for a person")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'claude'")
         assert agent_pid and alive(agent_pid)
@@ -155,7 +138,7 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
 
 async def test_remember_makes_the_next_identical_call_pass(queue: Services, mock_api: MockAnthropic) -> None:
     task = queue.tasks.create("demo", "Twice", "SCENARIO:run_cmd CMD[touch TWICE_MARKER] TIMES[2]", max_retries=0)
-    async with running(queue) as (_, client):
+    async with engine_and_person(queue) as (_, client):
         await wait_until(lambda: status(queue, task.id) == "WAITING_INPUT", "the first call to ask")
         request = queue.requests.list("pending")[0]
         await ok(client, "answer_request", request_id=request.id, decision="allow", remember=True)
@@ -171,7 +154,7 @@ async def test_remember_makes_the_next_identical_call_pass(queue: Services, mock
 async def test_an_unanswered_request_times_out_into_a_deny(queue: Services, mock_api: MockAnthropic) -> None:
     queue.policies.edit(project_id="demo", ask_timeout="1s")
     task = queue.tasks.create("demo", "Nobody", "SCENARIO:run_cmd CMD[touch LATE_MARKER]", max_retries=0)
-    async with running(queue):
+    async with engine_and_person(queue):
         await wait_until(lambda: status(queue, task.id) in ("COMPLETED", "BLOCKED"), "the run to end")
     assert status(queue, task.id) == "COMPLETED"
     (request,) = queue.requests.list(None, task_id=task.id)
@@ -184,7 +167,7 @@ async def test_an_unanswered_request_times_out_into_a_deny(queue: Services, mock
 async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: Services,
                                                                        mock_api: MockAnthropic) -> None:
     task = queue.tasks.create("demo", "Stop me", "SCENARIO:run_cmd CMD[touch STOPPED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await wait_until(lambda: status(queue, task.id) == "WAITING_INPUT", "the task to wait")
         await ok(client, "stop_task", task_id=task.id)
         await wait_until(lambda: task.id not in engine.running, "the run to end")

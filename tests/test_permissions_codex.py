@@ -13,25 +13,21 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
 from agentqueue import daemon, paths
 from agentqueue.engine.adapters.prices import openai_cost
 from agentqueue.engine.orchestrator import Engine
-from agentqueue.server.app import build_server
 from agentqueue.services import Services
 from agentqueue.store.sqlite import SqliteStore as Store
 
 from . import mock_openai as mock
-from .conftest import ok, person_says_yes
+from .conftest import ok
 from .processes import alive, wait_for
-from .test_engine_claude import engine_for
+from .engine_runs import engine_and_person
 from .third_party import npm_bin
 
 CODEX = npm_bin("codex")
@@ -59,19 +55,6 @@ def queue(services: Services, codex_api: mock.MockOpenAI) -> Services:
     return services
 
 
-@asynccontextmanager
-async def running(services: Services, **limits: float) -> AsyncIterator[tuple[Engine, Client]]:
-    """The engine and a person's MCP client on the same home."""
-    engine = engine_for(services, **limits)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        try:
-            async with Client(build_server(services), mode="legacy", elicitation_callback=person_says_yes) as client:
-                yield engine, client
-        finally:
-            with anyio.CancelScope(shield=True):
-                await engine.shutdown(grace=10)
-            tg.cancel_scope.cancel()
 
 
 def status(services: Services, task_id: str) -> str:
@@ -115,7 +98,7 @@ async def until_settled(services: Services, task_id: str) -> None:
 async def test_a_denied_command_never_runs_and_the_model_is_told(queue: Services, codex_api: mock.MockOpenAI) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "Deny", "SCENARIO:run_cmd CMD[touch DENIED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     assert completed(queue, engine, task.id)
     assert on_main(queue, "DENIED_MARKER") is None and not anywhere(queue, "DENIED_MARKER")
@@ -129,7 +112,7 @@ async def test_a_denied_command_never_runs_and_the_model_is_told(queue: Services
 async def test_an_allowed_command_runs_and_the_run_is_paid_for(queue: Services, codex_api: mock.MockOpenAI) -> None:
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
     task = queue.tasks.create("demo", "Allow", "SCENARIO:run_cmd CMD[touch ALLOWED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     assert completed(queue, engine, task.id)
     assert on_main(queue, "ALLOWED_MARKER") == ""  # the file the command made landed on main
@@ -156,7 +139,7 @@ async def test_an_allowed_command_runs_and_the_run_is_paid_for(queue: Services, 
 async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Services, codex_api: mock.MockOpenAI,
                                                                   decision: str) -> None:
     task = queue.tasks.create("demo", "Ask", "SCENARIO:run_cmd CMD[touch ASKED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await wait_for(lambda: status(queue, task.id) == "WAITING_INPUT", 90, "the task to wait for a person")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'codex'")
         assert agent_pid and alive(agent_pid)
@@ -186,7 +169,7 @@ async def test_an_ask_waits_for_a_person_and_the_same_run_goes_on(queue: Service
 async def test_an_unanswered_request_times_out_into_a_deny(queue: Services, codex_api: mock.MockOpenAI) -> None:
     queue.policies.edit(project_id="demo", ask_timeout="1s")
     task = queue.tasks.create("demo", "Nobody", "SCENARIO:run_cmd CMD[touch LATE_MARKER]", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     assert completed(queue, engine, task.id)
     (request,) = queue.requests.list(None, task_id=task.id)
@@ -197,7 +180,7 @@ async def test_an_unanswered_request_times_out_into_a_deny(queue: Services, code
 
 async def test_stop_task_while_waiting_blocks_it_and_closes_the_request(queue: Services) -> None:
     task = queue.tasks.create("demo", "Stop me", "SCENARIO:run_cmd CMD[touch STOPPED_MARKER]", max_retries=0)
-    async with running(queue) as (engine, client):
+    async with engine_and_person(queue) as (engine, client):
         await wait_for(lambda: status(queue, task.id) == "WAITING_INPUT", 90, "the task to wait")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'codex'")
         await ok(client, "stop_task", task_id=task.id)
@@ -219,7 +202,7 @@ async def test_a_hostile_command_is_decided_part_by_part(queue: Services, codex_
     denied part refuses the whole (the red team's command: nothing of it runs)."""
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="deny")
     task = queue.tasks.create("demo", "Hostile", f"SCENARIO:run_cmd CMD[{command}]END", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     assert completed(queue, engine, task.id)
     for name in ("PWNED_BG", "PWNED_SUBST", "PWNED_SEQ", "outside.txt"):
@@ -235,7 +218,7 @@ async def test_what_codex_types_into_a_terminal_it_started_is_logged(queue: Serv
     queue.policies.edit(project_id="demo", add_rule="Bash(bash)", rule_list="allow")
     task = queue.tasks.create("demo", "Typed", "SCENARIO:stdin CMD[bash]END TYPE[touch TYPED_MARKER\\n]END",
                               max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     log = engine.log_path(task.id).read_text()
     assert completed(queue, engine, task.id)
@@ -250,7 +233,7 @@ async def test_a_patch_is_decided_path_by_path(queue: Services, codex_api: mock.
     """Codex's file changes (`apply_patch`) come as their own question, after the item that names the paths."""
     queue.policies.edit(project_id="demo", add_rule="Write(patched.txt)", rule_list=rule_list)
     task = queue.tasks.create("demo", "Patch", f"SCENARIO:run_cmd CMD[{PATCH}]END", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     assert completed(queue, engine, task.id)
     rows = [r for r in queue.audit.query(limit=100, task_id=task.id) if r.actor == "agent:codex"]
@@ -265,7 +248,7 @@ async def test_a_patch_is_decided_path_by_path(queue: Services, codex_api: mock.
 
 async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services, codex_api: mock.MockOpenAI) -> None:
     task = queue.tasks.create("demo", "Loop", "SCENARIO:loop keep going", max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     log = engine.log_path(task.id).read_text()
     assert "warned the agent in this run" in log, log
@@ -282,12 +265,12 @@ async def test_the_readonly_preset_denies_a_write_and_the_walls_still_stand(queu
     AgentQueue's sandbox (the worktree mounted read-only) still refuses it."""
     queue.policies.edit(project_id="demo", preset="readonly")
     first = queue.tasks.create("demo", "Refused", "SCENARIO:run_cmd CMD[touch RO_MARKER]", max_retries=0)
-    async with running(queue):
+    async with engine_and_person(queue):
         await until_settled(queue, first.id)
     assert "denied by AgentQueue's policy" in told(codex_api) and not anywhere(queue, "RO_MARKER")
     queue.policies.edit(project_id="demo", add_rule="Bash(touch:*)", rule_list="allow")
     second = queue.tasks.create("demo", "Walls", "SCENARIO:run_cmd CMD[touch RO_MARKER]", max_retries=0)
-    async with running(queue):
+    async with engine_and_person(queue):
         await until_settled(queue, second.id)
     assert "Read-only file system" in told(codex_api), told(codex_api)
     assert on_main(queue, "RO_MARKER") is None and not anywhere(queue, "RO_MARKER")
@@ -300,13 +283,14 @@ async def test_another_mcp_servers_tool_is_decided_by_the_policy(queue: Services
     """An MCP server of the person's own Codex config: Codex asks before each call of an unannotated tool (an
     elicitation), and the policy decides `mcp__<server>__<tool>` as for Claude Code."""
     config = Path(os.environ["CODEX_HOME"]) / "config.toml"
-    server = Path(__file__).with_name("mcp_marker_server.py")
+    # Its source inline (`python -c`): a file in a checkout under /tmp is hidden by the sandbox's private /tmp.
+    server = json.dumps(Path(__file__).with_name("mcp_marker_server.py").read_text())
     config.write_text(config.read_text() + f'\n[mcp_servers.marker]\ncommand = "{sys.executable}"\n'
-                                           f'args = ["{server}"]\nstartup_timeout_sec = 60\n')
+                                           f'args = ["-c", {server}]\nstartup_timeout_sec = 60\n')
     queue.policies.edit(project_id="demo", add_rule="mcp__marker__make_marker", rule_list=rule_list)
     task = queue.tasks.create("demo", "MCP", 'SCENARIO:mcp_call TOOL[mcp__marker:make_marker] '
                                              'ARGS[{"name": "MCP_MARKER"}]END', max_retries=0)
-    async with running(queue) as (engine, _):
+    async with engine_and_person(queue) as (engine, _):
         await until_settled(queue, task.id)
     log = engine.log_path(task.id).read_text()
     assert completed(queue, engine, task.id)

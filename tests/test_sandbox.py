@@ -408,6 +408,20 @@ def test_a_cli_installed_by_npm_under_tmp_is_shown_with_its_sibling_packages(tmp
     assert all(not path.is_relative_to(modules.resolve()) or path == modules.resolve() for path in shown)
 
 
+def test_a_script_the_runs_command_names_is_shown_but_not_one_an_agent_names(tmp_path: Path) -> None:
+    """`python /tmp/agent/main.py` registered as an agent: the script's folder is shown read-only inside the private
+    /tmp (else the run fails with "can't open file"). Only the run's own argv does that: an agent's terminal command
+    passes no files, so it cannot uncover the host's /tmp by naming one."""
+    from agentqueue.sandbox.runs import programs
+
+    script = tmp_path / "agent" / "main.py"
+    script.parent.mkdir()
+    script.write_text("")
+    assert script.parent.resolve() in programs({"PATH": ""}, sys.executable, [str(script), "--flag", "relative.py"])
+    assert script.parent.resolve() not in programs({"PATH": ""}, sys.executable)
+    assert script.parent.resolve() not in programs({"PATH": ""}, sys.executable, [str(tmp_path / "missing.py")])
+
+
 def test_a_codex_run_cannot_plant_an_exec_policy_rule(services: Services, tmp_path: Path) -> None:
     """Codex's state is writable for its run, but not its rules: an `allow` rule there would let later runs' commands
     pass without asking AgentQueue's policy (tests/test_permissions_codex.py). Both ~/.codex and $CODEX_HOME."""

@@ -3,7 +3,9 @@
 - `session/request_permission`: the policy decides the call (engine/acp_actions.py maps it to `Bash(…)`,
   `Edit(…)`…) through the same PermissionChannel as Claude Code's `can_use_tool`: allow and deny at once, ask
   → a permission request and WAITING_INPUT until a person answers. Allowed calls get the `allow_once` option and
-  refused ones `reject_once`, so the agent asks again next time and the policy decides every call.
+  refused ones `reject_once`, so the agent asks again next time and the policy decides every call. A refusal's
+  reason goes in the answer's `_meta.agentqueue.refusal`, for the session to tell the model (ACP's reject has no
+  message).
 - `fs/read_text_file`, `fs/write_text_file`: only inside the task's worktree, compared by resolved path (`..`,
   symlinks and absolute paths elsewhere are refused in one sentence), each decided as `Read(path)` / `Edit(path)`.
   A write or a terminal the agent was just allowed through request_permission is not decided (or asked) twice.
@@ -14,7 +16,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shlex
@@ -33,7 +34,7 @@ from anyio.abc import Process
 from .. import paths
 from ..services.policy_rules import agent_action
 from .acp_actions import tool_call_input
-from .adapters.acp import as_dict, schema
+from .adapters.acp import answer_line, as_dict, schema
 from .permissions import PermissionChannel
 
 log = logging.getLogger("agentqueue.acp")
@@ -91,8 +92,7 @@ class AcpChannel:
 
     # -- the wire ------------------------------------------------------------------------------------
     def encode_answer(self, request_id: str, response: dict[str, Any]) -> bytes:
-        # request_id is the JSON text of the agent's id (a number stays a number).
-        return (f'{{"jsonrpc":"2.0","id":{request_id},' + json.dumps(response)[1:] + "\n").encode()
+        return answer_line(request_id, response)  # the session writes the run's answers (AcpSession.encode_answer)
 
     def encode_message(self, text: str) -> bytes:
         return b""  # a loop warning goes as a prompt (adapters/acp.py AcpSession.warn)
@@ -149,9 +149,13 @@ class AcpChannel:
         chosen = next((options[k] for k in kinds if k in options), None)
         if allowed and tool in ("Edit", "Bash"):  # its fs/write or terminal/create follows: decided once
             self.granted.add(str(agent_action(tool, tool_input, self.root)))
-        if chosen is None:
-            return {"outcome": {"outcome": "cancelled"}}
-        return {"outcome": {"outcome": "selected", "optionId": chosen}}
+        outcome = {"outcome": "selected", "optionId": chosen} if chosen is not None else {"outcome": "cancelled"}
+        reason = str(verdict.get("message") or "")
+        if allowed or not reason:
+            return {"outcome": outcome}
+        # ACP's reject has no message: the reason rides in `_meta` (which the protocol lets any result carry), and the
+        # session sends it to the model as its next prompt (adapters/acp.py AcpSession.encode_answer).
+        return {"outcome": outcome, "_meta": {"agentqueue": {"refusal": reason}}}
 
     # -- files ---------------------------------------------------------------------------------------
     def jailed(self, path: str) -> Path:

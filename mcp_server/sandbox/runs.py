@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,8 @@ class Sandbox:
 
     def rules_for(self, workdir: Path, project_id: str | None, *, preset: str, agent_type: str | None = None,
                   env: Mapping[str, str] | None = None, branch: str | None = None, agent_socket: bool = False,
-                  masks: Mapping[Path, bytes | None] | None = None, argv0: str | None = None) -> SandboxRules:
+                  masks: Mapping[Path, bytes | None] | None = None, argv0: str | None = None,
+                  files: Sequence[str] = ()) -> SandboxRules:
         env = os.environ if env is None else env
         chosen = self.settings_for(project_id)
         homes = {Path.home(), Path(env.get("HOME") or Path.home())}
@@ -110,7 +111,8 @@ class Sandbox:
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
         frozen = _frozen(homes, env, writable)
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
-                            hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0)), frozen=frozen,
+                            hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0, files)),
+                            frozen=frozen,
                             network=chosen.network or "allowlist",
                             endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}))
 
@@ -139,7 +141,8 @@ class Sandbox:
             yield list(argv), dict(env)
             return
         rules = self.rules_for(workdir, project_id, preset=preset, agent_type=agent_type, env=env, branch=branch,
-                               agent_socket=agent_socket, masks=masks, argv0=argv[0] if argv else None)
+                               agent_socket=agent_socket, masks=masks, argv0=argv[0] if argv else None,
+                               files=argv[1:])
         say(f"[sandbox] {rules.describe()}")
         with self.contained(argv, env, rules, self.deny_recorder(actor, project_id, task_id, log_line),
                             lambda host, port: self.registry_allowed(project_id, host, port)) as inner:
@@ -184,13 +187,16 @@ def _frozen(homes: set[Path], env: Mapping[str, str], writable: list[Path]) -> t
     return tuple(found)
 
 
-def programs(env: Mapping[str, str], argv0: str | None) -> list[Path]:
+def programs(env: Mapping[str, str], argv0: str | None, files: Sequence[str] = ()) -> list[Path]:
     """What a run executes that lives under a folder the sandbox makes private (a venv or a CLI under /tmp):
-    AgentQueue's own interpreter (the relay, the agent's MCP plugin), the folders on PATH, the command's own."""
+    AgentQueue's own interpreter (the relay, the agent's MCP plugin), the folders on PATH, the command's own, and the
+    folder of a script the command names (`python /tmp/agent/main.py`). `files` is the run's own argv, built from the
+    registered agent: never an agent's terminal command, which must not uncover the host's /tmp by naming a file."""
     candidates = [Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent]
     candidates += [Path(p) for p in env.get("PATH", "").split(os.pathsep) if p]
     if argv0 and os.sep in argv0:
         candidates += [Path(argv0).parent, Path(os.path.realpath(argv0)).parent]
+    candidates += [Path(os.path.realpath(f)).parent for f in files if os.path.isabs(f) and os.path.isfile(f)]
     found = []
     for path in candidates:
         real = _install_root(Path(os.path.realpath(path)))

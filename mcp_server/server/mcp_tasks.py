@@ -43,6 +43,7 @@ from ..services.errors import ConflictError, NotFoundError, ServiceError
 from ..store.db import now_iso
 from ..store.models import PermissionRequest, Task
 from ..tools.state import ClientState, actor_of, state_for
+from ..visible import visible
 from .toolsets import is_run
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
@@ -137,12 +138,12 @@ def task_status(task: Task, wait: Wait, answerable: bool) -> dict[str, Any]:
         status, message = "completed", ended_message(task)
     elif task.status == "WAITING_INPUT" and pending and answerable:
         status = "input_required"
-        message = f"Task {task.id} waits for a person: its agent asks to {pending[0].action[:300]}."
+        message = f"Task {task.id} waits for a person: its agent asks to {visible(pending[0].action[:300])}."
         extra = {"inputRequests": {r.id: elicitation(task, r) for r in pending}}
     elif task.status == "DEFINED":
         message = f"Task {task.id} waits for its dependencies ({', '.join(task.depends_on)[:300]})."
     elif task.reason:
-        message = f"Task {task.id} is {task.status}: {task.reason[:300]}"
+        message = f"Task {task.id} is {task.status}: {visible(task.reason[:300])}"
     return {"taskId": wait.id, "status": status, "statusMessage": message, "createdAt": wait.created_at,
             "lastUpdatedAt": max(task.updated_at, wait.cancelled_at or wait.created_at), "ttlMs": TTL_MS,
             "pollIntervalMs": POLL_MS, **extra}
@@ -154,15 +155,17 @@ def ended_message(task: Task) -> str:
     if task.status == "AWAITING_APPROVAL":
         return (f"Task {task.id} finished and awaits approval: approve_task lands it, request_changes sends it "
                 "back.")
-    return f"Task {task.id} ended {task.status}: {(task.reason or 'get_agent_error says why.')[:300]}" + (
-        f" {task.next_step[:300]}" if task.next_step else "")
+    return f"Task {task.id} ended {task.status}: {visible((task.reason or 'get_agent_error says why.')[:300])}" + (
+        f" {visible(task.next_step[:300])}" if task.next_step else "")
 
 
 def elicitation(task: Task, request: PermissionRequest) -> dict[str, Any]:
-    """A permission request as the form elicitation the person answers in their own client."""
+    """A permission request as the form elicitation the person answers in their own client. The action and its
+    description are an agent's words: their control characters are shown escaped, never sent to a terminal client."""
     who = f"agent {request.agent_id}" if request.agent_id else "its agent"
-    why = f" ({request.description[:300].rstrip('.')})" if request.description else ""
-    text = f"Task {task.id} ({task.title[:100]}): {who} asks to {request.action[:500]}{why}. Allow it?"
+    why = f" ({visible(request.description[:300].rstrip('.'))})" if request.description else ""
+    action = visible(request.action[:500])
+    text = f"Task {task.id} ({visible(task.title[:100])}): {who} asks to {action}{why}. Allow it?"
     params = ElicitRequestFormParams(message=text, requested_schema=ANSWER_SCHEMA)
     return ElicitRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
 

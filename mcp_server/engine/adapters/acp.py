@@ -5,7 +5,9 @@ AgentQueue is the ACP *client*. The run's `AcpSession` is its parser and its dri
 reads the answers and the agent's `session/update` notifications from the same stdout the runner reads, and turns
 the agent's own requests (`session/request_permission`, `fs/*`, `terminal/*`) into `control` events that the run's
 channel answers (engine/acp_client.py: the policy, the worktree jail, the sandbox). A loop warning cancels the turn
-(`session/cancel`) and is sent as the next prompt of the same session. Stdin is closed after the last turn.
+(`session/cancel`) and is sent as the next prompt of the same session. ACP's reject carries no reason, so a
+refusal's reason (the rule, how to lift it) is sent as the next prompt once the turn ends (`refused`). Stdin is
+closed after the last turn.
 
 Messages are checked against the `agent-client-protocol` package's schema (pinned in pyproject.toml), imported
 here only, lazily: the daemon pays for it on the first ACP run, and nothing on the plugin path imports it. Its own
@@ -13,9 +15,11 @@ connection class wants asyncio streams of its own; the runner already owns the p
 task log, the watchdog), so this module speaks the few JSON-RPC messages a client sends itself.
 
 Usage: the ACP `PromptResponse.usage` of each turn (unstable in the schema), else Gemini CLI's
-`_meta.quota.token_count` (0.61.0 sends only that: input and output per turn, per model in `model_usage`); a
-`usage_update` notification's `cost` (USD) is the cost when the agent sends one, else each model's tokens are
-priced by adapters/prices.py, else the cost is unknown.
+`_meta.quota.token_count` (0.61.0 sends only that: input and output per turn, per model in `model_usage`, where
+only a turn's first model call names the model its router chose and the later ones are named by the configured
+alias, `auto`: those are the named model's, `AcpSession.aliases`); a `usage_update` notification's `cost` (USD)
+is the cost when the agent sends one, else each model's tokens are priced by adapters/prices.py, else the cost is
+unknown.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import anyio
 
 from .acp_presets import argv_of, preset_of
 from .base import AgentConfig, AgentEvent, RunResult, RunSpec, classify_message, load_json, tokens
-from .prices import message_cost
+from .prices import tokens_cost
 
 Send = Callable[[bytes], Awaitable[bool]]
 
@@ -72,7 +76,9 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     full = f"{context}\n\n{prompt}" if context else prompt
     known = preset_of(config.command)
     parser = (session or AcpSession)(full, mcp_servers(mcp_config), client_reads=known is None or known.client_reads)
+    parser.model = config.model
     if known is not None:
+        parser.aliases = known.model_aliases
         parser.session_meta, parser.session_mode = known.session_meta, known.session_mode
         parser.session_usage = known.session_usage
         if known.model_config and config.model:
@@ -96,6 +102,11 @@ def agent_binary(agent_type: str, command: str | None, settings: Any) -> str | N
 def as_dict(value: Any) -> dict[str, Any]:
     """A JSON object from the agent, or {} for anything else it sent in its place."""
     return value if isinstance(value, dict) else {}
+
+
+def answer_line(request_id: str, response: dict[str, Any]) -> bytes:
+    """A JSON-RPC answer line; request_id is the JSON text of the agent's id (a number stays a number)."""
+    return (f'{{"jsonrpc":"2.0","id":{request_id},' + json.dumps(response)[1:] + "\n").encode()
 
 
 def _text(content: Any) -> str:
@@ -144,6 +155,12 @@ class AcpSession:
         self.session_mode: str | None = None  # a preset's session mode, set right after session/new
         self.session_usage: Any = None  # a preset's reader of the session's tokens, for an agent that reports none
         self.model_option: tuple[str, str] | None = None  # (config option id, model) set after session/new
+        self.model: str | None = None  # the model the run was configured with (the task's or the agent's), if any
+        # Names the agent reports usage under that are not a model (Gemini's "auto"): a turn's tokens under one are
+        # the turn's one named model's, else the configured model's, else unknown.
+        self.aliases: tuple[str, ...] = ()
+        self.refusals: list[str] = []  # refusals' reasons waiting to be sent as the next prompt
+        self.told: set[str] = set()  # reasons already sent: a refused retry is not told twice
 
     # -- the driver ----------------------------------------------------------------------------------
     async def request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
@@ -171,8 +188,8 @@ class AcpSession:
         try:
             if await self._start(cwd):
                 await self._prompt(self.prompt)
-                while self.warnings and self.error is None:
-                    await self._prompt(self.warnings.pop(0))
+                while (self.warnings or self.refusals) and self.error is None:
+                    await self._prompt(self.warnings.pop(0) if self.warnings else self._refusal_note())
         finally:
             await close()
 
@@ -232,6 +249,31 @@ class AcpSession:
             return False
         self.warnings.append(message)
         return await self.notify("session/cancel", {"sessionId": self.session_id})
+
+    def refused(self, reason: str) -> None:
+        """A call the policy (or a person) refused: ACP's reject carries no message, so the reason is the next prompt
+        of the same session once this turn ends (each reason once per run)."""
+        if reason and reason not in self.told:
+            self.told.add(reason)
+            self.refusals.append(reason)
+
+    def _refusal_note(self) -> str:
+        reasons, self.refusals = self.refusals, []
+        if len(reasons) == 1:
+            return f"AgentQueue refused your last tool call: {reasons[0]}"
+        return "AgentQueue refused tool calls of your last turn:\n" + "\n".join(f"- {r}" for r in reasons)
+
+    def encode_answer(self, request_id: str, response: dict[str, Any]) -> bytes:
+        """An answer to the agent's request (the session is the run's wire); a refusal's reason, which the channel
+        puts in the answer's `_meta.agentqueue.refusal` (engine/acp_client.py), is kept for the next prompt."""
+        if isinstance(response.get("result"), dict):
+            reason = as_dict(as_dict(response["result"].get("_meta")).get("agentqueue")).get("refusal")
+            if isinstance(reason, str):
+                self.refused(reason)
+        return answer_line(request_id, response)
+
+    def encode_message(self, text: str) -> bytes:
+        return b""  # a loop warning goes as a prompt (warn)
 
     # -- the parser ----------------------------------------------------------------------------------
     def feed(self, line: str) -> list[AgentEvent]:
@@ -315,12 +357,25 @@ class AcpSession:
         elif isinstance(quota.get("token_count"), dict):
             listed = quota.get("model_usage")
             per_model = [m for m in (listed if isinstance(listed, list) else []) if isinstance(m, dict)]
-            for entry in per_model or [{"model": None, "token_count": quota["token_count"]}]:
+            entries = per_model or [{"model": None, "token_count": quota["token_count"]}]
+            named = {m for m in (e.get("model") for e in entries) if isinstance(m, str) and m not in self.aliases}
+            for entry in entries:
                 count = as_dict(entry.get("token_count"))
                 model = entry.get("model") if isinstance(entry.get("model"), str) else None
+                if model in self.aliases or model is None:
+                    model = self._routed(named, model)
                 self._add(model, tokens(_count_of(count.get("input_tokens")), _count_of(count.get("output_tokens"))))
         else:
             self.unpaid_turns += 1
+
+    def _routed(self, named: set[str], alias: str | None) -> str | None:
+        """The model behind an alias's tokens: the turn's one named model (Gemini names the model its router chose
+        on a turn's first call only), else the configured model when it is not an alias, else the alias (unpriced)."""
+        if len(named) == 1:
+            return next(iter(named))
+        if not named and self.model and self.model not in self.aliases:
+            return self.model
+        return alias
 
     def _add(self, model: str | None, turn: dict[str, int]) -> None:
         for key, value in turn.items():
@@ -337,8 +392,7 @@ class AcpSession:
         for model, counts in self.model_usage.items():
             if not any(counts.values()):
                 continue
-            cost = message_cost(model or None, {"input_tokens": counts["input"], "output_tokens": counts["output"],
-                                                "cache_read_input_tokens": counts["cache_read"]})
+            cost = tokens_cost(model or None, counts, one_request=False)  # the run's sum of many requests
             if cost is None:
                 return None
             total += cost

@@ -42,6 +42,9 @@ class AcpPreset:
     # error object, which its "file not found" check cannot recognise, so its write_file of a new file fails: it
     # reads for itself (inside the sandbox; outside its workspace it refuses), and writes through the client.
     client_reads: bool = True
+    # Names it reports usage under that are not a model (adapters/acp.py AcpSession.aliases): gemini-cli 0.61.0 names
+    # the routed model on a turn's first model call only, and the rest under its configured model, `auto` by default.
+    model_aliases: tuple[str, ...] = ()
 
 
 PRESETS: dict[str, AcpPreset] = {
@@ -50,7 +53,8 @@ PRESETS: dict[str, AcpPreset] = {
     # mode (read-only tools only); the policy decides every call either way.
     "gemini": AcpPreset(("gemini", "--acp", "--skip-trust"), cli="gemini", install="npm install -g @google/gemini-cli",
                         kind="gemini", modes={"readonly": ("--approval-mode", "plan")}, model_flag="-m",
-                        client_reads=False),
+                        client_reads=False,
+                        model_aliases=("auto", "auto-gemini-3", "auto-gemini-2.5", "pro", "flash", "flash-lite")),
     # Claude Code's ACP adapter (@agentclientprotocol/claude-agent-acp 0.101.0, Claude Code 2.1.318 inside; the
     # model API from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY as for `claude`). Its default mode is "auto" (Claude's
     # classifier approves calls itself, asking nobody): "default" ("Manual") sends every call that is not a read

@@ -1,5 +1,6 @@
 """What models cost: Claude's, to price a run the CLI gave no `total_cost_usd` for (one killed, stopped or timed
-out), and OpenAI's, to price every Codex run (Codex reports tokens, never dollars).
+out), OpenAI's, to price every Codex run (Codex reports tokens, never dollars), and Google's, to price every Gemini
+run (its ACP usage has tokens only).
 
 Prices are USD per million tokens. Anthropic's as published on platform.claude.com/docs (the pricing page and
 each model's overview page), read on 2026-11-26. Claude Sonnet 5.5's cache read is the $0.10 that applies since
@@ -8,6 +9,15 @@ each model's overview page), read on 2026-11-26. Claude Sonnet 5.5's cache read 
 stored copies of third-party tables quoting OpenAI's price page give them (several agreeing). gpt-6.1-sol is the
 default of codex-cli 0.169 (priority 1 in its bundled model catalog). A model missing here is priced at nothing:
 its run's cost is recorded as unknown (NULL), never guessed. Update these tables when a price changes.
+
+Google's Gemini API Standard (paid) tier (GEMINI_PRICES), read on 2026-11-26. No copy of Google's own pricing page
+(ai.google.dev/gemini-api/docs/pricing) was found in the stored sources; the figures are those of third-party
+tables quoting it, several agreeing (morphllm.com/gemini-api-pricing, geotoolbox.ai/blog/gemini-api-pricing,
+aifreeapi.com, deploybase.ai), and discuss.ai.google.dev threads quoting the page for the Pro models' cached
+rates (2.5 Pro $0.125 / $0.25, 3 Pro $0.20 / $0.40). The other cached rates are the tenth of input that those
+two show and the tables describe ("90% off reused context"), not read per model. gemini-3.8-flash, where gemini-cli
+0.61.0 routes ("auto") with an API key, only from Vercel's AI Gateway model page ($0.75 / $3.75). Left out, no
+price found: gemini-3.5-flash-lite (0.61's router model) and gemma.
 """
 
 from __future__ import annotations
@@ -69,9 +79,25 @@ OPENAI_PRICES: dict[str, Price] = {
     "gpt-5-codex": Price(Rates(1.25, 10, 1.25, 1.25, 0.125)),
 }
 
+# Google's: cached input is `cache_read` (cache writes and storage are not billed per request: charged as input);
+# the Pro models price a prompt over 200K tokens whole at the long rates, Flash and Flash-Lite are flat.
+_G_PRO_3 = Price(Rates(2, 12, 2, 2, 0.20), long_over=200_000, long=Rates(4, 18, 4, 4, 0.40))
+GEMINI_PRICES: dict[str, Price] = {
+    "gemini-3.8-flash": Price(Rates(0.75, 3.75, 0.75, 0.75, 0.075)),
+    "gemini-3.5-flash": Price(Rates(1.50, 9, 1.50, 1.50, 0.15)),
+    "gemini-3.1-pro-preview": _G_PRO_3, "gemini-3-pro-preview": _G_PRO_3,
+    "gemini-3.1-flash-lite": Price(Rates(0.25, 1.50, 0.25, 0.25, 0.025)),
+    "gemini-3-flash": Price(Rates(0.50, 3, 0.50, 0.50, 0.05)),
+    "gemini-2.5-pro": Price(Rates(1.25, 10, 1.25, 1.25, 0.125), long_over=200_000,
+                            long=Rates(2.50, 15, 2.50, 2.50, 0.25)),
+    "gemini-2.5-flash-lite": Price(Rates(0.10, 0.40, 0.10, 0.10, 0.01)),
+    "gemini-2.5-flash": Price(Rates(0.30, 2.50, 0.30, 0.30, 0.03)),
+}
+
 # A dated snapshot (claude-haiku-4-5-20251001, @20251001 on Vertex, gpt-6.1-sol-2026-09-29) costs what its model
-# does; "[1m]" names the 1M-context variant of the same model.
-_SNAPSHOT = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2})?(?:\[\w+\])?")
+# does; "[1m]" names the 1M-context variant of the same model; "-preview" (gemini-3-flash-preview) and
+# "-customtools" (gemini-3.1-pro-preview-customtools, the same model tuned for tools) cost what the model does.
+_SNAPSHOT = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2})?(?:-preview)?(?:-customtools)?(?:\[\w+\])?")
 
 
 def price_of(model: str | None, table: dict[str, Price] | None = None) -> Price | None:
@@ -87,12 +113,22 @@ def price_of(model: str | None, table: dict[str, Price] | None = None) -> Price 
 def openai_cost(model: str | None, used: dict[str, int]) -> float | None:
     """What one OpenAI model response cost, from its tokens in our keys (`input` uncached, `cache_read`,
     `cache_write`, `output` with the reasoning tokens in it); None for a model of unknown price."""
-    price = price_of(model, OPENAI_PRICES)
+    return tokens_cost(model, used, OPENAI_PRICES)
+
+
+def tokens_cost(model: str | None, used: dict[str, int], table: dict[str, Price] | None = None,
+                one_request: bool = True) -> float | None:
+    """What one model response cost, from its tokens in our keys, in `table` or else whichever table knows the
+    model (Anthropic's, OpenAI's, Google's); None for a model of unknown price. `one_request=False`: the tokens are
+    several requests' sum (an ACP turn's), whose long-prompt tier cannot be told: the base rates."""
+    tables = [table] if table is not None else [PRICES, OPENAI_PRICES, GEMINI_PRICES]
+    price = next((found for known in tables if (found := price_of(model, known)) is not None), None)
     if price is None:
         return None
     count = {k: int(used.get(k) or 0) for k in ("input", "output", "cache_read", "cache_write")}
     prompt = count["input"] + count["cache_read"] + count["cache_write"]
-    rates = price.long if price.long and price.long_over and prompt > price.long_over else price.rates
+    long = one_request and price.long and price.long_over and prompt > price.long_over
+    rates = price.long if long and price.long else price.rates
     return (count["input"] * rates.input + count["output"] * rates.output + count["cache_read"] * rates.cache_read
             + count["cache_write"] * rates.cache_write) / 1_000_000
 
