@@ -12,7 +12,10 @@ The anchor, in the same run: the same git steps by hand in a loop on another rep
 <= 2 x the floor. Every git command either side runs is counted through a `git` shim first on PATH (both
 sides pay the shim's own start), and listed by kind.
 
-    python bench/engine_throughput.py [--tasks 100] [--agents 4] [--json rows.json] [--quick]
+    python bench/engine_throughput.py [--tasks 100] [--agents 4] [--json rows.json] [--quick] [--trace]
+
+`--trace` prints the git commands of one task (the middle one): those run in its worktree or naming its branch,
+and those run in the checkout between its first and last (with more than one agent, other tasks' too).
 """
 
 from __future__ import annotations
@@ -110,6 +113,16 @@ def floor(root: Path, n: int, log: Path) -> tuple[float, int, dict[str, float], 
     return elapsed / n, len(calls), by_kind(calls, n), cpu / n
 
 
+def trace(calls: list[tuple[str, list[str]]], task_id: str) -> list[str]:
+    """The commands of one task, in order: '*' marks those that name it (its worktree, its branch)."""
+    mine = [i for i, (cwd, argv) in enumerate(calls) if task_id in cwd or any(task_id in a for a in argv)]
+    if not mine:
+        return []
+    return [f"{'*' if i in mine else ' '} {kind(argv):<16} {' '.join(a for a in argv if len(a) < 60)[:150]}"
+            for i, (cwd, argv) in enumerate(calls[mine[0]:mine[-1] + 1], start=mine[0])
+            if i in mine or "/worktrees/" not in cwd]
+
+
 async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, object]:
     home = root / "home"
     svc = Services(home)
@@ -163,7 +176,7 @@ async def engine_run(root: Path, n: int, agents: int, log: Path) -> dict[str, ob
     elapsed = (last - first).total_seconds() if first and last else time.perf_counter() - start
     return {"seconds": elapsed, "overheads": overheads, "runs": runs, "calls": len(calls),
             "kinds": by_kind(calls, n), "left": {"branches": len(left) - 1, "worktrees": trees - 1},
-            "cpu": cpu / n, "own_cpu": own / n}
+            "cpu": cpu / n, "own_cpu": own / n, "trace": trace(calls, ids[n // 2])}
 
 
 def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, floor_kinds: dict,
@@ -197,6 +210,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="30 tasks (under a minute)")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--trace", action="store_true", help="print the git commands of one task")
     args = parser.parse_args()
     n = 30 if args.quick else args.tasks
     root = Path(tempfile.mkdtemp(prefix="aq-bench-engine-"))
@@ -217,6 +231,8 @@ def main() -> None:
           f"alone {rows[0]['engine_process_cpu_ms_per_task']} ms), the floor's {rows[0]['floor_cpu_ms_per_task']} ms")
     print("engine git commands per task by kind:", json.dumps(rows[2]["by_kind"]))
     print("floor git commands per task by kind: ", json.dumps(rows[2]["anchor_by_kind"]))
+    if args.trace:
+        print(f"git commands of task {n // 2} (* names the task):", *eng["trace"], sep="\n  ")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     shutil.rmtree(root, ignore_errors=True)

@@ -98,6 +98,27 @@ def test_a_slow_landing_does_not_hold_another_and_the_slow_one_lands_once_after_
         assert git(repo, "branch", "--show-current") == "elsewhere" and not (repo / "a.txt").exists()
 
 
+def test_a_merge_built_while_main_moved_is_not_written_and_the_landing_builds_again(
+        svc: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspaces, slow, quick, repo = two_tasks(svc)
+    first = workspaces.prepare(svc.repos.get("app"), "task-c", "C")
+    commit_file(first.path, "c.txt", "from c\n", "work of c")
+    assert workspaces.land(first).merged  # main moves on: both tasks now land as merges
+    building, release = held_build(monkeypatch, slow)
+    slow_thread, slow_out = land_in_thread(workspaces, slow)
+    assert building.wait(WAIT)
+    assert workspaces.land(quick).merged  # main moves again while the slow merge is being built
+    release.set()
+    slow_thread.join(WAIT)
+    landing = slow_out["landing"]
+    assert landing.merged and landing.attempts == 2 and landing.sha == sha(repo, "main")
+    # The merge of the stale tip was never written as a commit: every commit in the repository is on a branch.
+    assert "commit" not in git(repo, "fsck", "--unreachable", "--no-reflogs")
+    assert sorted(git(repo, "ls-tree", "--name-only", "main").split()) == ["a.txt", "b.txt", "c.txt"]
+    log = git(repo, "log", "--format=%s", "main").splitlines()
+    assert [log.count(f"work of {name}") for name in "abc"] == [1, 1, 1]
+
+
 def test_a_conflict_found_on_the_retry_loses_nothing(svc: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     workspaces, slow, quick, repo = two_tasks(svc, same_file=True)
     slow_tip = sha(slow.path, "HEAD")

@@ -424,9 +424,14 @@ class Workspaces:
                 old, seen = latest, moves
                 if base != "merge":
                     base = main.run("merge-base", "--end-of-options", old, tip)
-            built = self._landed_commit(main, workspace, default, old, tip, base)
+            built = self._landed_commit(main, workspace, default, old, tip, base,
+                                        moved=lambda: self._moved_since(repo.id, seen, old))
             if isinstance(built, Landing):
                 return built  # a conflict: nothing moved, the branch is kept as it was
+            if built is None:  # a landing here moved it while the tree was merged: build again from its tip
+                log.info("%s moved while landing %s (attempt %d): merging again from its new tip", default, branch,
+                         attempt)
+                continue
             if built not in (old, tip):
                 base = "merge"  # a retry merges again from main's new tip: no need to ask about a fast-forward
             with self.repo_lock(repo.id):
@@ -463,13 +468,20 @@ class Workspaces:
         return Landing(merged=True, sha=built if built != old else tip, base_sha=old, pushed=pushed,
                        files_changed=files, tip=tip, attempts=attempt)
 
+    def _moved_since(self, repo_id: str, seen: int, old: str) -> bool:
+        """Whether a landing of this process moved the repo's default branch away from `old` since its count of
+        moves was `seen` (then a move from `old` is known to fail)."""
+        moves, latest = self._moves.get(repo_id, (0, ""))
+        return moves != seen and latest != old
+
     @staticmethod
     def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str, tip: str,
-                       base: str) -> str | Landing:
+                       base: str, moved: Callable[[], bool] | None = None) -> str | Landing | None:
         """What the default branch moves to: the task's tip when it contains the default branch (a fast-forward),
         the default itself when it already has the task's work, else a new merge commit of the default into the
         task branch (the task's tip first, as `git merge` in its worktree made it). `base`: `old`, `tip` or
-        "merge" (Tips.base)."""
+        "merge" (Tips.base). None when `moved()` says, after the merge, that the default branch left `old`: the
+        merge commit would only be thrown away (its move refused), so it is not written."""
         if base == old:
             return tip
         if base == tip:
@@ -484,6 +496,8 @@ class Workspaces:
             return Landing(merged=False, conflicts=conflicts,
                            message=f"The task branch conflicts with '{default}' in {', '.join(conflicts)}; "
                                    "the merge was aborted and the branch kept for you to resolve.")
+        if moved is not None and moved():
+            return None
         return main.run_as_author("commit-tree", tree, "-p", tip, "-p", old, "-m",
                                   f"Merge branch '{default}' into {workspace.branch}")
 
