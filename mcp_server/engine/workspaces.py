@@ -19,6 +19,7 @@ because another daemon pushed first, fetch and try again. Origin is the only sha
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import os
 import re
@@ -425,7 +426,7 @@ class Workspaces:
                 if base != "merge":
                     base = main.run("merge-base", "--end-of-options", old, tip)
             built = self._landed_commit(main, workspace, default, old, tip, base,
-                                        moved=lambda: self._moved_since(repo.id, seen, old))
+                                        moved=functools.partial(self._moved_since, repo.id, seen, old))
             if isinstance(built, Landing):
                 return built  # a conflict: nothing moved, the branch is kept as it was
             if built is None:  # a landing here moved it while the tree was merged: build again from its tip
