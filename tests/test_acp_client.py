@@ -114,6 +114,29 @@ async def test_a_compound_command_needs_every_part_allowed(services: Services, t
         chan.close()
 
 
+async def test_a_terminals_variables_are_decided_with_its_command(services: Services, tree: Path) -> None:
+    """`ls` is allowed, but `ls` with PATH pointing at a script the agent wrote (or LD_PRELOAD, BASH_ENV) is another
+    command: the policy decides it as typed `PATH=./bin ls`, and standard asks (here: nobody to ask, a deny)."""
+    services.policies.edit(project_id="demo", add_rule="Bash(ls:*)", rule_list="allow")
+    (tree / "bin").mkdir()
+    (tree / "bin" / "ls").write_text("#!/bin/sh\ntouch PLANTED_RAN\n")
+    (tree / "bin" / "ls").chmod(0o755)
+    chan = channel(services, tree)
+    try:
+        for name, value in (("PATH", f"{tree}/bin:/usr/bin:/bin"), ("LD_PRELOAD", f"{tree}/evil.so"),
+                            ("BASH_ENV", f"{tree}/evil.sh")):
+            answer = await call(chan, "terminal/create", command="ls", env=[{"name": name, "value": value}])
+            assert "error" in answer and name in answer["error"]["message"], (name, answer)
+        bad = await call(chan, "terminal/create", command="ls", env=[{"name": "X;touch PLANTED_RAN", "value": "1"}])
+        assert "Not an environment variable name" in bad["error"]["message"]
+        plain = await call(chan, "terminal/create", command="ls", env=[{"name": "LC_ALL", "value": "C"}])
+        assert "result" in plain, plain  # a harmless variable still runs the allowed command
+        await call(chan, "terminal/wait_for_exit", terminalId=plain["result"]["terminalId"])
+        assert not list(tree.rglob("PLANTED_RAN"))
+    finally:
+        chan.close()
+
+
 async def test_malformed_and_unknown_requests_get_errors(services: Services, tree: Path) -> None:
     chan = channel(services, tree)
     assert (await call(chan, "fs/read_text_file"))["error"]["code"] == -32602  # no path

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -44,6 +45,7 @@ METHOD_NOT_FOUND = -32601
 REFUSED = -32000  # an application error: refused by AgentQueue (the message says why)
 OUTPUT_LIMIT = 1_000_000  # bytes of a terminal's output kept when the agent sets no outputByteLimit
 MAX_TERMINALS = 16
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell accepts before a command
 
 
 class Refused(Exception):
@@ -205,8 +207,15 @@ class AcpChannel:
         cwd = self.jailed(request.cwd) if request.cwd else self.root
         if len(self.terminals) >= MAX_TERMINALS:
             raise Refused(f"{MAX_TERMINALS} terminals are open: terminal/release one first.")
-        await self._require_once("Bash", {"command": command})
-        env = {**self.env, **{v.name: v.value for v in request.env or []}}
+        variables = {v.name: v.value for v in request.env or []}
+        bad = [name for name in variables if not VARIABLE_NAME.fullmatch(name)]
+        if bad:
+            raise Refused(f"Not an environment variable name: {bad[0][:100]!r}. Nothing was run.")
+        # The policy decides the command with its variables, as if typed `PATH=./bin ls`: a variable that changes
+        # what runs (PATH, LD_PRELOAD, BASH_ENV) is asked about there, never slipped past an allowed `ls`.
+        assigned = " ".join(f"{name}={shlex.quote(value)}" for name, value in variables.items())
+        await self._require_once("Bash", {"command": f"{assigned} {command}" if assigned else command})
+        env = {**self.env, **variables}
         self._ids += 1
         terminal_id = f"term-{self._ids}"
         if self._folder is None:
