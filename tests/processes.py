@@ -55,6 +55,23 @@ async def wait_for(condition: Callable[[], object], timeout: float = 20, what: s
         raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
+
+async def parent_and_follow_up(store: Any, home: Path, timeout: float = 120,
+                               said: Callable[[], object] = lambda: "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The first task and the follow-up its agent queued, once both are COMPLETED. On a timeout the error shows the
+    tasks, what the agents were told (`said`) and the end of every task log of the daemon's home."""
+    def tasks() -> list[dict[str, Any]]:
+        return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
+
+    try:
+        await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()), timeout,
+                       "the task and its follow-up to complete")
+    except AssertionError as error:
+        logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
+        raise AssertionError(f"{error}: {tasks()} {said()}\n{logs}") from None
+    parent, child = tasks()
+    return parent, child
+
 def claude_env(tmp_path: Path, base_url: str, claude: str, **extra: str) -> dict[str, str]:
     """The environment for a real `claude` talking to a loopback model mock: scratch HOME, no telemetry."""
     user_home = tmp_path / "user-home"

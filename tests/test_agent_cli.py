@@ -28,7 +28,7 @@ from agentqueue.store.sqlite import SqliteStore as Store
 from . import mock_gemini, mock_openai
 from .conftest import ok
 from .mock_anthropic import CLI_FOLLOWUP, CLI_MEMORY, MockAnthropic
-from .processes import claude_env, wait_for
+from .processes import claude_env, wait_for, parent_and_follow_up
 from .test_engine_claude import CLAUDE
 from .third_party import npm_bin
 
@@ -92,12 +92,7 @@ async def test_an_agent_without_mcp_queues_a_follow_up_through_the_cli_and_the_d
                              description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
         store = Store(paths.db_path(home))
 
-        def tasks() -> list[dict]:
-            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
-
-        await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
-                       120, "the task and its follow-up to complete")
-        parent, child = tasks()
+        parent, child = await parent_and_follow_up(store, home, 120)
         assert parent["id"] == first["id"] and (parent["parent_task_id"], parent["depth"] or 0) == (None, 0)
         assert (child["title"], child["parent_task_id"], child["depth"]) == (CLI_FOLLOWUP["title"], first["id"], 1)
         # The agent ran the command in Bash and read its JSON; the follow-up's agent was refused one level deeper,
@@ -171,16 +166,7 @@ async def test_codex_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> N
                              description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
         store = Store(paths.db_path(home))
 
-        def tasks() -> list[dict]:
-            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
-
-        try:
-            await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
-                           120, "the task and its follow-up to complete")
-        except AssertionError as error:
-            logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
-            raise AssertionError(f"{error}: {tasks()} {call_outputs(api)}\n{logs}") from None
-        parent, child = tasks()
+        parent, child = await parent_and_follow_up(store, home, 120, said=lambda: call_outputs(api))
         assert (child["title"], child["parent_task_id"], child["depth"]) == \
             (mock_openai.CLI_FOLLOWUP_TITLE, first["id"], 1)
         said = call_outputs(api)
@@ -201,7 +187,7 @@ def shell_outputs(api: mock_gemini.MockGemini) -> list[str]:
 
 
 @pytest.mark.skipif(GEMINI is None, reason="gemini CLI not installed (npm @google/gemini-cli)")
-async def test_gemini_which_has_no_agentqueue_tools_queues_a_follow_up_through_the_cli(tmp_path: Path) -> None:
+async def test_gemini_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> None:
     """Gemini queues a follow-up through the CLI (since issue 24 it has the MCP toolset too, through ACP: this is the
     CLI's path, tests/test_acp_gemini.py the toolset's)."""
     api = mock_gemini.MockGemini().start()
@@ -224,16 +210,7 @@ async def test_gemini_which_has_no_agentqueue_tools_queues_a_follow_up_through_t
                              description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
         store = Store(paths.db_path(home))
 
-        def tasks() -> list[dict]:
-            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
-
-        try:
-            await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
-                           120, "the task and its follow-up to complete")
-        except AssertionError as error:
-            logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
-            raise AssertionError(f"{error}: {tasks()} {shell_outputs(api)}\n{logs}") from None
-        parent, child = tasks()
+        parent, child = await parent_and_follow_up(store, home, 120, said=lambda: shell_outputs(api))
         assert (child["title"], child["parent_task_id"], child["depth"]) == \
             (mock_gemini.CLI_FOLLOWUP_TITLE, first["id"], 1)
         said = shell_outputs(api)

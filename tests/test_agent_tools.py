@@ -23,7 +23,7 @@ from agentqueue.server.toolsets import NAMED_TOOLSETS
 
 from .conftest import ok
 from .mock_anthropic import FOLLOWUP, MockAnthropic
-from .processes import claude_env, wait_for
+from .processes import claude_env, wait_for, parent_and_follow_up
 from .test_engine_claude import CLAUDE
 
 pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
@@ -64,12 +64,7 @@ async def test_an_agent_queues_a_follow_up_of_its_task_and_the_depth_limit_holds
                              description="SCENARIO:followup Do the work; queue what is out of scope.")
         store = Store(paths.db_path(home))
 
-        def tasks() -> list[dict]:
-            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
-
-        await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
-                       90, "the task and its follow-up to complete")
-        parent, child = tasks()
+        parent, child = await parent_and_follow_up(store, home, 90)
         assert parent["id"] == first["id"] and (parent["parent_task_id"], parent["depth"] or 0) == (None, 0)
         assert (child["title"], child["parent_task_id"], child["depth"]) == (FOLLOWUP["title"], first["id"], 1)
         assert store.scalar("SELECT depends_on FROM task_dependencies WHERE task_id = ?",

@@ -26,7 +26,7 @@ from agentqueue.store.sqlite import SqliteStore as Store
 
 from . import mock_openai as mock
 from .conftest import ok
-from .processes import alive, wait_for
+from .processes import alive, wait_for, parent_and_follow_up
 from .engine_runs import engine_and_person
 from .third_party import npm_bin
 
@@ -326,16 +326,7 @@ async def test_codex_queues_a_follow_up_through_agentqueues_mcp_tools(tmp_path: 
                              description=f"SCENARIO:mcp_call TOOL[mcp__agentqueue:create_task] ARGS[{args}]END")
         store = Store(paths.db_path(home))
 
-        def tasks() -> list[dict]:
-            return store.all("SELECT id, title, status, parent_task_id, depth FROM tasks ORDER BY created_at")
-
-        try:
-            await wait_for(lambda: len(tasks()) == 2 and all(t["status"] == "COMPLETED" for t in tasks()),
-                           120, "the task and its follow-up to complete")
-        except AssertionError as error:
-            logs = "\n".join(p.read_text()[-3000:] for p in sorted((home / "logs" / "tasks").glob("*.log")))
-            raise AssertionError(f"{error}: {tasks()}\n{logs}") from None
-        _, child = tasks()
+        _, child = await parent_and_follow_up(store, home, 120)
         assert (child["title"], child["parent_task_id"], child["depth"]) == ("Follow-up through MCP", first["id"], 1)
         said = [mock.call_outputs(r) for r in api.requests if mock.call_outputs(r)]
         assert said and child["id"] in said[0][-1], said
