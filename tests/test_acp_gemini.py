@@ -163,6 +163,9 @@ async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services,
         await until(ended(queue, task.id), "the run to end", 150)
     log = engine.log_path(task.id).read_text()
     assert api.warned, log  # the model's next request carried the warning
+    # ...and, in the same prompt, the task again: a cancelled turn may be dropped from Gemini's history.
+    warned = [mock.user_texts(b)[-1] for b in api.requests if mock.WATCHDOG_TEXT in mock.user_text(b)]
+    assert warned and "SCENARIO:loop list the files" in warned[0], warned
     assert "warned the agent in this run" in log
     assert status(queue, task.id) == "COMPLETED", log
     assert log.count("$ ") == 1  # the same process, a new prompt in the same session

@@ -247,7 +247,9 @@ class AcpSession:
         """A loop warning for the model: the turn is cancelled and the warning is its next prompt, same session."""
         if self._send is None or self.session_id is None or not self.in_turn:
             return False
-        self.warnings.append(message)
+        # A cancelled turn may be dropped from the agent's history (gemini 0.61.0's next request once carried only the
+        # warning, and its model, told nothing of the task, answered and ended): the warning restates the task.
+        self.warnings.append(f"{message}\n\nThe task you were working on, as it was given to you:\n\n{self.prompt}")
         return await self.notify("session/cancel", {"sessionId": self.session_id})
 
     def refused(self, reason: str) -> None:
