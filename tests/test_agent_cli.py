@@ -16,7 +16,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client, StdioServerParameters
@@ -145,13 +147,13 @@ def call_outputs(api: mock_openai.MockOpenAI) -> list[str]:
                               if isinstance(i, dict) and i.get("type") == "function_call_output"))
 
 
-@pytest.mark.skipif(CODEX is None, reason="codex CLI not installed (.ci/run installs it)")
-async def test_codex_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> None:
-    """Codex has AgentQueue's MCP tools (tests/test_permissions_codex.py); the CLI is a way to the queue as well."""
-    api = mock_openai.MockOpenAI().start()
+async def follow_up_through_the_cli(tmp_path: Path, agent_type: str, api: Any, cli_env: dict[str, str],
+                                    title: str, said: Callable[[], list[str]]) -> None:
+    """A real daemon runs `agent_type` on its model mock: the agent's shell queues the follow-up with `agentqueue task
+    create`, and the follow-up's own agent is refused one level deeper (AGENTQUEUE_MAX_TASK_DEPTH=1)."""
     home = tmp_path / "aq"
-    env = {**os.environ, **mock_openai.codex_home(tmp_path, api.base_url), "AGENTQUEUE_CODEX_BIN": CODEX,
-           "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_POLL_SECONDS": "0.1", "AGENTQUEUE_MAX_TASK_DEPTH": "1"}
+    env = {**os.environ, **cli_env, "AGENTQUEUE_HOME": str(home), "AGENTQUEUE_POLL_SECONDS": "0.1",
+           "AGENTQUEUE_MAX_TASK_DEPTH": "1"}
     server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     store = None
@@ -161,16 +163,14 @@ async def test_codex_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> N
         async with Client(params, mode="legacy") as client:
             await ok(client, "create_project", name="Demo")
             await ok(client, "add_repo", source="init", name="app", project_id="demo")
-            await ok(client, "create_agent", name="codex", agent_type="codex")
-            first = await ok(client, "create_task", title="Start", project_id="demo", agent_type="codex",
+            await ok(client, "create_agent", name=agent_type, agent_type=agent_type)
+            first = await ok(client, "create_task", title="Start", project_id="demo", agent_type=agent_type,
                              description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
         store = Store(paths.db_path(home))
-
-        parent, child = await parent_and_follow_up(store, home, 120, said=lambda: call_outputs(api))
-        assert (child["title"], child["parent_task_id"], child["depth"]) == \
-            (mock_openai.CLI_FOLLOWUP_TITLE, first["id"], 1)
-        said = call_outputs(api)
-        assert len(said) == 2 and child["id"] in said[0] and "level(s) deep" in said[1], said
+        _, child = await parent_and_follow_up(store, home, 120, said=said)
+        assert (child["title"], child["parent_task_id"], child["depth"]) == (title, first["id"], 1)
+        told = said()
+        assert len(told) == 2 and child["id"] in told[0] and "level(s) deep" in told[1], told
     finally:
         if store is not None:
             store.close()
@@ -178,6 +178,15 @@ async def test_codex_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> N
         if server.poll() is None:
             server.kill()
         api.stop()
+
+
+@pytest.mark.skipif(CODEX is None, reason="codex CLI not installed (.ci/run installs it)")
+async def test_codex_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> None:
+    """Codex has AgentQueue's MCP tools (tests/test_permissions_codex.py); the CLI is a way to the queue as well."""
+    api = mock_openai.MockOpenAI().start()
+    cli_env = {**mock_openai.codex_home(tmp_path, api.base_url), "AGENTQUEUE_CODEX_BIN": CODEX}
+    await follow_up_through_the_cli(tmp_path, "codex", api, cli_env, mock_openai.CLI_FOLLOWUP_TITLE,
+                                    lambda: call_outputs(api))
 
 
 def shell_outputs(api: mock_gemini.MockGemini) -> list[str]:
@@ -191,34 +200,7 @@ async def test_gemini_queues_a_follow_up_through_the_cli_too(tmp_path: Path) -> 
     """Gemini queues a follow-up through the CLI (since issue 24 it has the MCP toolset too, through ACP: this is the
     CLI's path, tests/test_acp_gemini.py the toolset's)."""
     api = mock_gemini.MockGemini().start()
-    home = tmp_path / "aq"
     # Not the mock's TMPDIR: the daemon's gate sockets go under it, and this one is too long for AF_UNIX.
     gemini = {k: v for k, v in mock_gemini.gemini_home(tmp_path, api.base_url).items() if k != "TMPDIR"}
-    env = {**os.environ, **gemini, "AGENTQUEUE_GEMINI_BIN": GEMINI, "AGENTQUEUE_HOME": str(home),
-           "AGENTQUEUE_POLL_SECONDS": "0.1", "AGENTQUEUE_MAX_TASK_DEPTH": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    store = None
-    try:
-        await wait_for(lambda: (daemon.read_daemon_info(home) or {}).get("pid") == server.pid, 60, "the daemon")
-        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
-        async with Client(params, mode="legacy") as client:
-            await ok(client, "create_project", name="Demo")
-            await ok(client, "add_repo", source="init", name="app", project_id="demo")
-            await ok(client, "create_agent", name="gemini", agent_type="gemini")
-            first = await ok(client, "create_task", title="Start", project_id="demo", agent_type="gemini",
-                             description="SCENARIO:cli_followup Do the work; queue what is out of scope.")
-        store = Store(paths.db_path(home))
-
-        parent, child = await parent_and_follow_up(store, home, 120, said=lambda: shell_outputs(api))
-        assert (child["title"], child["parent_task_id"], child["depth"]) == \
-            (mock_gemini.CLI_FOLLOWUP_TITLE, first["id"], 1)
-        said = shell_outputs(api)
-        assert len(said) == 2 and child["id"] in said[0] and "level(s) deep" in said[1], said
-    finally:
-        if store is not None:
-            store.close()
-        daemon.stop(home, timeout=15)
-        if server.poll() is None:
-            server.kill()
-        api.stop()
+    await follow_up_through_the_cli(tmp_path, "gemini", api, {**gemini, "AGENTQUEUE_GEMINI_BIN": GEMINI},
+                                    mock_gemini.CLI_FOLLOWUP_TITLE, lambda: shell_outputs(api))
