@@ -9,6 +9,7 @@ A bad value is refused with one sentence naming where it came from, the key and 
                  rate_limit_max_backoff, pr_poll_seconds,
                  login_check_seconds                       (durations: 90, "90s", "10m", "1h"),
                  max_task_depth                            (how deep agents may queue follow-ups)
+                 agent_nice                                (0-19: agents' CPU priority below the daemon's)
     [cli]        claude, codex, gemini, gh                 (paths of the CLIs)
     [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
                  pass = ["NAME", …]  when given, agents inherit only these (plus a base set)
@@ -175,6 +176,13 @@ def _seconds(minimum: float) -> Parser:
     return partial(_number, minimum=minimum, whole=False)
 
 
+def _nice(raw: Any, where: str) -> int:
+    value = _number(raw, where, minimum=0, whole=True)
+    if value > 19:
+        raise ConfigError(f"{where} = {raw!r} is too big: niceness goes from 0 (agents as the daemon) to 19 (lowest).")
+    return int(value)
+
+
 def _whole(minimum: int) -> Parser:
     """A whole number of at least `minimum`."""
     return partial(_number, minimum=minimum, whole=True)
@@ -316,6 +324,7 @@ FIELDS: tuple[Field, ...] = (
     Field("engine", "pr_poll_seconds", "AGENTQUEUE_PR_POLL_SECONDS", _seconds(1), "engine", 60.0),
     Field("engine", "login_check_seconds", "AGENTQUEUE_LOGIN_CHECK_SECONDS", _seconds(0.1), "engine", 30.0),
     Field("engine", "max_task_depth", "AGENTQUEUE_MAX_TASK_DEPTH", _whole(0), "engine", 3),
+    Field("engine", "agent_nice", "AGENTQUEUE_AGENT_NICE", _nice, "engine", 10),
     *(Field("cli", key, env_name, _executable, "cli", searches_path=True) for key, (env_name, _) in CLI_KEYS.items()),
     Field("server", "port", "AGENTQUEUE_PORT", _port, "port"),
     Field("server", "metrics_public", "AGENTQUEUE_METRICS_PUBLIC", _metrics_public, "metrics_public"),

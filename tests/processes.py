@@ -25,11 +25,17 @@ def alive(pid: int) -> bool:
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether a process of the group still runs. Not `killpg(pgid, 0)`: that also finds a zombie, dead and waiting
+    for its parent to read its exit (a sandbox's inner bubblewrap, orphaned to PID 1, waits for as long as PID 1
+    takes to reap it)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
 
 
 def own_children(*words: str) -> list[int]:

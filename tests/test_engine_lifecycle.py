@@ -31,7 +31,7 @@ from agentqueue.services import Services
 from agentqueue.services.errors import ServiceError
 
 from .git_fixtures import bare_sha, git, git_env, make_origin, porcelain, sha  # noqa: F401  (git_env: fixture)
-from .processes import wait_for
+from .processes import group_alive, wait_for
 
 from .conftest import on_both_backends
 
@@ -127,16 +127,6 @@ def agent_row(services: Services, agent_id: str) -> dict:
     row = services.store.one("SELECT * FROM agents WHERE id = ?", (agent_id,))
     assert row is not None
     return row
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def git_dir_has(worktree: Path, name: str) -> bool:

@@ -413,7 +413,7 @@ class HookRunner:
             with sandboxed as (argv, env):
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
                                          spec.parser or PARSERS[agent_type](), handle, log_path, limits, env=env,
-                                         channel=channel)
+                                         channel=channel, nice=int(self.services.settings.engine["agent_nice"]))
         finally:
             if isinstance(channel, AcpChannel):
                 channel.close()

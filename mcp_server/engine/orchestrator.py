@@ -75,6 +75,7 @@ class EngineConfig:
     max_turns: int = 50
     pr_poll_seconds: float = 60
     login_check_seconds: float = 30  # the first check of a kind parked on a failed login (engine/parking.py)
+    agent_nice: int = 10  # how far below the daemon an agent's session runs (services/cpu_priority.py)
     limits: WatchdogLimits = field(default_factory=WatchdogLimits)
 
     @classmethod
@@ -83,6 +84,7 @@ class EngineConfig:
         return cls(poll_seconds=e["poll_seconds"], rate_limit_backoff=e["rate_limit_backoff"],
                    rate_limit_max_backoff=e["rate_limit_max_backoff"], max_turns=int(e["max_turns"]),
                    pr_poll_seconds=e["pr_poll_seconds"], login_check_seconds=e["login_check_seconds"],
+                   agent_nice=int(e["agent_nice"]),
                    limits=WatchdogLimits(stall_seconds=e["stall_seconds"], timeout_seconds=e["task_timeout"]))
 
 
@@ -362,7 +364,7 @@ class Engine:
             spec, env = await anyio.to_thread.run_sync(contained.__enter__)
             stack.push(contained)
             runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
-                               self.config.limits, on_line, env=env, channel=channel)
+                               self.config.limits, on_line, env=env, channel=channel, nice=self.config.agent_nice)
             if isinstance(channel, AcpChannel):
                 stack.callback(channel.close)  # its terminals end with the run
             async with anyio.create_task_group() as tg:

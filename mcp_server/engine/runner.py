@@ -21,6 +21,7 @@ import anyio.abc
 from anyio.abc import Process
 
 from ..line_splitter import LineSplitter
+from ..services.cpu_priority import lower_session
 from .adapters.base import AgentEvent, Parser, RunResult, RunSpec
 from .watchdog import LoopDetector, WatchdogLimits
 
@@ -95,10 +96,12 @@ KILL_MESSAGES = {
 
 async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle, log_path: Path,
                     limits: WatchdogLimits, on_event: Callable[[str], None] | None = None,
-                    env: dict[str, str] | None = None, channel: AgentChannel | None = None) -> RunResult:
+                    env: dict[str, str] | None = None, channel: AgentChannel | None = None,
+                    nice: int = 0) -> RunResult:
     """Run one agent to its end. `env`: what it starts from (Settings.agent_environment), default the
-    daemon's own. `channel`: for an interactive spec, who answers its questions."""
-    return await AgentRun(spec, cwd, parser, handle, log_path, limits, on_event, channel).run(env)
+    daemon's own. `channel`: for an interactive spec, who answers its questions. `nice`: how many niceness levels
+    below the daemon the run's session goes ([engine] agent_nice)."""
+    return await AgentRun(spec, cwd, parser, handle, log_path, limits, on_event, channel, nice).run(env)
 
 
 class AgentRun:
@@ -108,8 +111,10 @@ class AgentRun:
 
     def __init__(self, spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle, log_path: Path,
                  limits: WatchdogLimits, on_event: Callable[[str], None] | None = None,
-                 channel: AgentChannel | None = None) -> None:
+                 channel: AgentChannel | None = None, nice: int = 0) -> None:
         self.spec, self.cwd, self.parser, self.handle = spec, cwd, parser, handle
+        self.nice = nice
+        self.lowered = nice == 0  # the session's CPU priority is set (cpu_priority.lower_session)
         self.log_path, self.limits, self.on_event, self.channel = log_path, limits, on_event, channel
         self.interactive = spec.interactive and channel is not None
         # Who writes the answers and messages on the CLI's wire: its parser when the protocol is its own (Codex's
@@ -155,16 +160,23 @@ class AgentRun:
 
     # -- the process ---------------------------------------------------------------------------------
     async def _spawn(self, env: dict[str, str]) -> Process:
-        """The agent in its own process group (a stop that came while it started is sent at once); raises OSError
-        when it cannot start."""
+        """The agent in a session of its own, its CPU priority lowered (a stop that came while it started is sent at
+        once); raises OSError when it cannot start."""
         spec = self.spec
         self.process = await anyio.open_process(
             spec.argv, stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(self.cwd), env=env, start_new_session=True)
         self.handle.pid = self.process.pid
+        self._lower()
         if self.handle.stop_reason:  # stopped while starting
             signal_group(self.process.pid, signal.SIGTERM)
         return self.process
+
+    def _lower(self) -> None:
+        """The run's session below the daemon ([engine] agent_nice); tried again by the watchdog while the kernel
+        says to wait (it takes one such change in 0.1 s from a process without CAP_SYS_ADMIN)."""
+        if not self.lowered and self.process is not None and self.process.returncode is None:
+            self.lowered = lower_session(self.process.pid, self.nice)
 
     async def _watch(self) -> None:
         """Kill the run on its wall-clock timeout or a stall; then SIGKILL whatever of it outlives SIGTERM."""
@@ -173,6 +185,7 @@ class AgentRun:
         started = time.monotonic()
         paused = 0.0  # time spent waiting for a person: neither a stall nor part of the wall clock
         while self.process.returncode is None:
+            self._lower()
             now = time.monotonic()
             if handle.stop_reason is None and self.loop_kill_at is not None and now >= self.loop_kill_at:
                 handle.kill("loop")  # the response that made the looping call never said it ended

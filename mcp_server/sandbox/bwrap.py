@@ -39,7 +39,10 @@ def find_bwrap() -> str | None:
 
 
 def _base(bwrap: str, network: str) -> list[str]:
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    # No --new-session: every caller starts bubblewrap in a session of its own (start_new_session), so nothing inside
+    # has a controlling terminal to push keystrokes into (TIOCSTI), and that one session holds the whole run, whose CPU
+    # priority is then lowered as one (services/cpu_priority.py; a second session inside would escape it).
+    argv = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]
     if network != "open":

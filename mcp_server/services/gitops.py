@@ -18,6 +18,7 @@ from pathlib import Path
 
 import git
 
+from .cpu_priority import lower_process
 from .errors import ConflictError, InvalidInputError, NotFoundError, ServiceError, os_limits
 from .limits import MAX_NAME
 
@@ -70,14 +71,10 @@ BACKGROUND_NICE = 10
 
 def _run_lowered(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
     """subprocess.run(argv, capture_output=True) with the child's CPU priority lowered by BACKGROUND_NICE as it
-    starts (best effort: it may have exited already)."""
+    starts."""
     with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                           env=env) as process:
-        try:
-            nice = os.getpriority(os.PRIO_PROCESS, process.pid)
-            os.setpriority(os.PRIO_PROCESS, process.pid, min(nice + BACKGROUND_NICE, 19))
-        except OSError:
-            pass
+        lower_process(process.pid, BACKGROUND_NICE)
         try:
             stdout, stderr = process.communicate()
         except BaseException:  # as subprocess.run does: no git left running behind an interrupted call

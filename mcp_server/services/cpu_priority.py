@@ -1,0 +1,55 @@
+"""Lowering the CPU priority of what AgentQueue starts, so its own work (a landing, an answer to a client) and the
+person's programs go first when the cores are busy. Best effort everywhere: a process may have exited already.
+
+Linux shares the CPU between sessions before it shares a session's part between its processes by their niceness
+(autogroups, on in most desktop kernels): a session started for an agent weighs as much as the daemon's whole session,
+whatever each of its processes' niceness. So an agent's session is lowered as a whole (`/proc/PID/autogroup`) as well
+as each of its processes (their niceness, which what they start inherits).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+MAX_NICE = 19
+
+
+def lower_process(pid: int, by: int) -> None:
+    """`pid`'s niceness raised by `by` above its own (its priority lowered)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, pid) + by, MAX_NICE))
+    except OSError:
+        pass
+
+
+def lower_session(leader: int, by: int) -> bool:
+    """The session `leader` started, its processes and its autogroup, set `by` niceness levels below the daemon's own.
+    False when the kernel said to try again: it takes one autogroup change in 0.1 s from a process without
+    CAP_SYS_ADMIN (the caller tries again later); True when done, or when there is nothing to do (no autogroups)."""
+    try:
+        os.setpriority(os.PRIO_PGRP, leader, min(os.getpriority(os.PRIO_PROCESS, 0) + by, MAX_NICE))
+    except OSError:
+        pass
+    try:
+        fd = os.open(f"/proc/{leader}/autogroup", os.O_WRONLY)
+    except OSError:
+        return True  # not Linux, a kernel without autogroups, or it exited
+    try:
+        os.write(fd, str(min(_own_autogroup_nice() + by, MAX_NICE)).encode())
+    except OSError as error:
+        return error.errno != errno.EAGAIN
+    finally:
+        os.close(fd)
+    return True
+
+
+def _own_autogroup_nice() -> int:
+    """The niceness of the daemon's own autogroup ("/autogroup-42 nice 0"); 0 when unknown."""
+    try:
+        with open("/proc/self/autogroup", encoding="ascii") as own:
+            found = re.search(r"nice (-?\d+)", own.read())
+    except OSError:
+        return 0
+    return int(found.group(1)) if found else 0
