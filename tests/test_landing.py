@@ -272,3 +272,25 @@ def test_the_removal_of_a_landed_worktree_runs_at_a_lower_cpu_priority_and_its_s
     adds = [int(line.split()[0]) for line in lines if "worktree add" in line]
     removes = [int(line.split()[0]) for line in lines if "worktree remove" in line]
     assert adds == [own, own] and removes == [min(own + 10, 19)], lines
+
+
+def test_a_removal_that_git_fails_for_a_moment_is_tried_again_until_it_removes(
+        svc: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another task's add (which takes no lock) can be mid-write when a removal reads the worktree list: git then
+    fails it ("failed to read .git/worktrees/…/commondir"). Seen in the benchmark as a landed task's worktree kept."""
+    count, shim = tmp_path / "removals", tmp_path / "shim"
+    shim.mkdir()
+    real_git = next(Path(d) / "git" for d in os.environ["PATH"].split(os.pathsep) if (Path(d) / "git").is_file())
+    (shim / "git").write_text(  # the first three removals fail as git does when it meets a half-written entry
+        "#!/bin/sh\ncase \"$*\" in\n  *'worktree remove'*)\n"
+        f"    echo x >> {shlex.quote(str(count))}\n"
+        f"    if [ $(wc -l < {shlex.quote(str(count))}) -le 3 ]; then\n"
+        "      echo 'fatal: failed to read .git/worktrees/other/commondir: Success' >&2; exit 128; fi;;\n"
+        f"esac\nexec {shlex.quote(str(real_git))} \"$@\"\n")
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    workspaces, first, _, repo = two_tasks(svc)
+    landing = workspaces.land(first)
+    assert workspaces.remove(first, landed_tip=landing.tip)
+    assert not first.path.exists() and len(count.read_text().splitlines()) == 4
+    assert "task-a/" not in git(repo, "branch", "--list", "task-a/*")

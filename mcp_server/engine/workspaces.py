@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ log = logging.getLogger("agentqueue.workspaces")
 # Landing locally: how many times to build the landed commit again when the default branch moved meanwhile.
 LAND_ATTEMPTS = 20
 MAINTAIN_EVERY = 50  # landings in a repo between two runs of git's automatic maintenance there
+# Pauses before each further try of a removal git failed (Workspaces._remove_again): 0.35 s in all.
+REMOVE_RETRY_PAUSES = (0.0, 0.05, 0.1, 0.2)
 _MAINTENANCE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-git-maintenance")
 # Landing through origin: how many times to fetch, merge and push before giving up on a busy remote.
 PUSH_ATTEMPTS = 5
@@ -567,18 +570,30 @@ class Workspaces:
         by_name = bool(delete_branch and workspace.branch and landed_tip is None)
         if not removed or by_name:
             with self.worktree_lock(workspace.repo.id):
-                if not removed:
-                    try:
-                        main.run("worktree", "remove", str(workspace.path))
-                    except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
-                        log.warning("keeping worktree %s: %s", workspace.path, error)
-                        return False
+                if not removed and not self._remove_again(main, workspace.path):
+                    return False
                 if by_name and workspace.branch:  # by_name implies a branch; said again for the type checker
                     self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
         if delete_branch and workspace.branch and landed_tip is not None:
             ref = f"refs/heads/{gitops.check_ref_name(workspace.branch)}"
             self._delete_branch(main, ["update-ref", "-d", ref, landed_tip], workspace.branch)
         return True
+
+    @staticmethod
+    def _remove_again(main: gitops.Checkout, path: Path) -> bool:
+        """`worktree remove` tried again (the caller holds the worktree lock), a few times: the usual add of another
+        task takes no lock, and git fails a removal that reads its entry while the add still writes it ("failed to
+        read .git/worktrees/…/commondir"), a matter of milliseconds. A refusal that stays (uncommitted work) keeps
+        the worktree."""
+        for pause in REMOVE_RETRY_PAUSES:
+            time.sleep(pause)
+            try:
+                main.run("worktree", "remove", str(path))
+                return True
+            except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
+                failed = error
+        log.warning("keeping worktree %s: %s", path, failed)
+        return False
 
     @staticmethod
     def _delete_branch(main: gitops.Checkout, argv: list[str], branch: str) -> None:
