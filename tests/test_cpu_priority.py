@@ -64,7 +64,7 @@ async def test_a_session_the_kernel_says_to_lower_later_is_lowered_by_the_watchd
     def busy_once(pid: int, by: int) -> bool:
         tries.append(by)
         return len(tries) > 1
-    monkeypatch.setattr(runner, "lower_session", busy_once)
+    monkeypatch.setattr(runner, "lower_autogroup", busy_once)
     spec = RunSpec(argv=["/bin/sh", "-c", "sleep 0.5"], stdin=None)
     result = await run_agent(spec, tmp_path, CommandParser(), RunHandle(), tmp_path / "run.log", WatchdogLimits(),
                              nice=7)
@@ -75,7 +75,8 @@ async def test_a_session_the_kernel_says_to_lower_later_is_lowered_by_the_watchd
 @pytest.mark.anyio
 async def test_agent_nice_zero_leaves_the_run_as_the_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[int] = []
-    monkeypatch.setattr(runner, "lower_session", lambda pid, by: called.append(by) or True)
+    monkeypatch.setattr(runner, "lower_autogroup", lambda pid, by: called.append(by) or True)
+    monkeypatch.setattr(runner, "lower_group", lambda pid, by: called.append(by))
     spec = RunSpec(argv=["/bin/true"], stdin=None)
     await run_agent(spec, tmp_path, CommandParser(), RunHandle(), tmp_path / "run.log", WatchdogLimits(), nice=0)
     assert called == []

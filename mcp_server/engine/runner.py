@@ -21,7 +21,7 @@ import anyio.abc
 from anyio.abc import Process
 
 from ..line_splitter import LineSplitter
-from ..services.cpu_priority import lower_session
+from ..services.cpu_priority import lower_autogroup, lower_group
 from .adapters.base import AgentEvent, Parser, RunResult, RunSpec
 from .watchdog import LoopDetector, WatchdogLimits
 
@@ -114,7 +114,7 @@ class AgentRun:
                  channel: AgentChannel | None = None, nice: int = 0) -> None:
         self.spec, self.cwd, self.parser, self.handle = spec, cwd, parser, handle
         self.nice = nice
-        self.lowered = nice == 0  # the session's CPU priority is set (cpu_priority.lower_session)
+        self.lowered = nice == 0  # the session's autogroup is set (cpu_priority.lower_autogroup)
         self.log_path, self.limits, self.on_event, self.channel = log_path, limits, on_event, channel
         self.interactive = spec.interactive and channel is not None
         # Who writes the answers and messages on the CLI's wire: its parser when the protocol is its own (Codex's
@@ -167,16 +167,18 @@ class AgentRun:
             spec.argv, stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(self.cwd), env=env, start_new_session=True)
         self.handle.pid = self.process.pid
-        self._lower()
+        if self.nice:
+            lower_group(self.process.pid, self.nice)
+            self._lower()
         if self.handle.stop_reason:  # stopped while starting
             signal_group(self.process.pid, signal.SIGTERM)
         return self.process
 
     def _lower(self) -> None:
-        """The run's session below the daemon ([engine] agent_nice); tried again by the watchdog while the kernel
-        says to wait (it takes one such change in 0.1 s from a process without CAP_SYS_ADMIN)."""
+        """The run's session as a whole below the daemon ([engine] agent_nice); tried again by the watchdog while the
+        kernel says to wait (it takes one such change in 0.1 s from a process without CAP_SYS_ADMIN)."""
         if not self.lowered and self.process is not None and self.process.returncode is None:
-            self.lowered = lower_session(self.process.pid, self.nice)
+            self.lowered = lower_autogroup(self.process.pid, self.nice)
 
     async def _watch(self) -> None:
         """Kill the run on its wall-clock timeout or a stall; then SIGKILL whatever of it outlives SIGTERM."""

@@ -24,18 +24,23 @@ def lower_process(pid: int, by: int) -> None:
         pass
 
 
-def lower_session(leader: int, by: int) -> bool:
-    """The session `leader` started, its processes and its autogroup, set `by` niceness levels below the daemon's own.
-    False when the kernel said to try again: it takes one autogroup change in 0.1 s from a process without
-    CAP_SYS_ADMIN (the caller tries again later); True when done, or when there is nothing to do (no autogroups)."""
+def lower_group(leader: int, by: int) -> None:
+    """Every process of the group `leader` leads set `by` niceness levels below the daemon (what they start later
+    inherits it)."""
     try:
         os.setpriority(os.PRIO_PGRP, leader, min(os.getpriority(os.PRIO_PROCESS, 0) + by, MAX_NICE))
     except OSError:
         pass
+
+
+def lower_autogroup(leader: int, by: int) -> bool:
+    """The autogroup of the session `leader` started set `by` niceness levels below the daemon's own. False when the
+    kernel said to try again: it takes one autogroup change in 0.1 s from a process without CAP_SYS_ADMIN (the
+    caller tries again later); True when done, or when there is nothing to do (no autogroups, or it exited)."""
     try:
         fd = os.open(f"/proc/{leader}/autogroup", os.O_WRONLY)
     except OSError:
-        return True  # not Linux, a kernel without autogroups, or it exited
+        return True
     try:
         os.write(fd, str(min(_own_autogroup_nice() + by, MAX_NICE)).encode())
     except OSError as error:
