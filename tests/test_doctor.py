@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,12 @@ def test_uninstall_removes_our_entries_worktrees_and_task_branches_and_nothing_e
         live.wait_status(landed["id"], "COMPLETED")
         landed_branch = live.call("get_task", task_id=landed["id"])["branch"]
         waiting_branch = live.call("get_task", task_id=waiting["id"])["branch"]
-        git(repo, "branch", landed_branch, "main")  # a leftover branch whose work is in main
+        # The engine removes a landed task's worktree and branch just after COMPLETED (cleanup, at a lower CPU
+        # priority): once that is done, a leftover branch whose work is in main is planted for uninstall to find.
+        deadline = time.monotonic() + 20
+        while git(repo, "branch", "--list", landed_branch) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        git(repo, "branch", landed_branch, "main")
         before = porcelain(repo)
 
         refused = cli_in_process(env, "uninstall")  # no terminal, no --yes: nothing changes
