@@ -13,6 +13,7 @@ from agentqueue.engine.acp_actions import tool_call_input
 from agentqueue.engine.acp_client import AcpChannel, sandboxed
 from agentqueue.engine.permissions import PermissionChannel
 from agentqueue.services import Services
+from agentqueue.services.cpu_priority import _own_autogroup_nice
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # bubblewrap runs the terminals
 
@@ -190,3 +191,25 @@ async def test_a_planted_settings_file_is_served_as_the_default_branch_has_it_an
     refused = await call(chan, "fs/write_text_file", path=str(planted), content="{}")
     assert "earlier, unmerged run" in refused["error"]["message"]
     assert planted.read_text() == '{"planted": true}'
+
+
+async def test_a_terminal_runs_as_far_below_the_daemon_as_its_agent(services: Services, tree: Path) -> None:
+    """A terminal is the agent's work in a session of its own: [engine] agent_nice lowers it as it lowers the agent
+    (services/cpu_priority.py), or an ACP agent's `npm test` would run ahead of the daemon's landings."""
+    for rule in ("Bash(cat:*)", "Bash(sleep:*)"):  # a pause first: the engine lowers it just after it starts
+        services.policies.edit(project_id="demo", add_rule=rule, rule_list="allow")
+    permissions = PermissionChannel(services, "demo", None, "acp-test", tree)
+    contain = sandboxed(services, tree, "demo", None, "standard", None, "agent:acp-test")
+    chan = AcpChannel(permissions, contain, dict(os.environ), nice=10)
+    try:
+        created = await call(chan, "terminal/create", command="sleep 0.3; cat /proc/self/stat /proc/self/autogroup")
+        assert "result" in created, created
+        term = created["result"]["terminalId"]
+        await call(chan, "terminal/wait_for_exit", terminalId=term)
+        output = (await call(chan, "terminal/output", terminalId=term))["result"]["output"]
+    finally:
+        chan.close()
+    stat = output.splitlines()[0]
+    assert int(stat[stat.rindex(")") + 2:].split()[16]) == min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19), output
+    if "autogroup" in output:
+        assert output.rstrip().endswith(f"nice {min(_own_autogroup_nice() + 10, 19)}"), output

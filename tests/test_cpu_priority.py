@@ -76,10 +76,10 @@ async def test_a_session_the_kernel_says_to_lower_later_is_lowered_by_the_watchd
 async def test_agent_nice_zero_leaves_the_run_as_the_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[int] = []
     monkeypatch.setattr(runner, "lower_autogroup", lambda pid, by: called.append(by) or True)
-    monkeypatch.setattr(runner, "lower_group", lambda pid, by: called.append(by))
-    spec = RunSpec(argv=["/bin/true"], stdin=None)
+    spec = RunSpec(argv=["/bin/sh", "-c", "cat /proc/self/stat > stat.txt"], stdin=None)
     await run_agent(spec, tmp_path, CommandParser(), RunHandle(), tmp_path / "run.log", WatchdogLimits(), nice=0)
-    assert called == []
+    stat = (tmp_path / "stat.txt").read_text()
+    assert called == [] and int(stat[stat.rindex(")") + 2:].split()[16]) == os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def test_agent_nice_is_a_niceness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,7 @@ import anyio
 from anyio.abc import Process
 
 from .. import paths
+from ..services.cpu_priority import lower_autogroup, niced
 from ..services.policy_rules import agent_action
 from .acp_actions import tool_call_input
 from .adapters.acp import answer_line, as_dict, schema
@@ -76,8 +77,9 @@ class AcpChannel:
     holds_watchdog = True  # the runner's clocks stop only while a person decides, not while a command runs
 
     def __init__(self, permissions: PermissionChannel, contain: Contain, env: dict[str, str],
-                 handle: Any = None, masks: dict[Path, bytes | None] | None = None) -> None:
+                 handle: Any = None, masks: dict[Path, bytes | None] | None = None, nice: int = 0) -> None:
         self.permissions = permissions
+        self.nice = nice  # its terminals run as far below the daemon as the agent ([engine] agent_nice)
         self.root = Path(os.path.realpath(permissions.root))
         # Run-configuring files an unmerged earlier run planted: the sandbox shows the run the default branch's
         # copy, read-only (None: no such file there), and so do fs/* (engine/protected.py).
@@ -225,9 +227,12 @@ class AcpChannel:
         try:
             argv, inner_env = stack.enter_context(self.contain(["/bin/sh", "-c", command], cwd, env))
             with output.open("wb") as sink:
-                process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=sink,
+                # The agent's work in a session of its own: lowered as the agent's is (its autogroup: one try).
+                process = await anyio.open_process(niced(argv, self.nice), stdin=subprocess.DEVNULL, stdout=sink,
                                                    stderr=subprocess.STDOUT, cwd=str(cwd), env=inner_env,
                                                    start_new_session=True)
+            if self.nice:
+                lower_autogroup(process.pid, self.nice)
         except BaseException:
             stack.close()
             raise

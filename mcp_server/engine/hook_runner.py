@@ -396,7 +396,8 @@ class HookRunner:
         if isinstance(spec.parser, AcpSession):
             contain = acp_sandbox(self.services, workspace, hook.project_id, None, policy.preset.name, None,
                                   f"hook:{hook.id}")
-            channel = AcpChannel(channel, contain, self.services.settings.agent_environment())
+            channel = AcpChannel(channel, contain, self.services.settings.agent_environment(),
+                                 nice=int(self.services.settings.engine["agent_nice"]))
         log_path = self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
 

@@ -355,7 +355,8 @@ class Engine:
             contain = acp_sandbox(svc, workspace.path, task.project_id, task.id, preset, workspace.branch,
                                   f"agent:{agent.id}", lambda line: self._log_line(task_id, line))
             channel = AcpChannel(channel, contain, ready.env, handle,
-                                 masks={workspace.path / rel: content for rel, content in masks.items()})
+                                 masks={workspace.path / rel: content for rel, content in masks.items()},
+                                 nice=self.config.agent_nice)
         with contextlib.ExitStack() as stack:
             # The sandbox is set up in a worker thread (its paths, the policy, the gate's sockets): several ms that
             # would hold up every other run on the event loop. The thread is waited for even when cancelled, and

@@ -21,7 +21,7 @@ import anyio.abc
 from anyio.abc import Process
 
 from ..line_splitter import LineSplitter
-from ..services.cpu_priority import lower_autogroup, lower_group
+from ..services.cpu_priority import lower_autogroup, niced
 from .adapters.base import AgentEvent, Parser, RunResult, RunSpec
 from .watchdog import LoopDetector, WatchdogLimits
 
@@ -164,12 +164,10 @@ class AgentRun:
         once); raises OSError when it cannot start."""
         spec = self.spec
         self.process = await anyio.open_process(
-            spec.argv, stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+            niced(spec.argv, self.nice), stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(self.cwd), env=env, start_new_session=True)
         self.handle.pid = self.process.pid
-        if self.nice:
-            lower_group(self.process.pid, self.nice)
-            self._lower()
+        self._lower()
         if self.handle.stop_reason:  # stopped while starting
             signal_group(self.process.pid, signal.SIGTERM)
         return self.process

@@ -4,14 +4,16 @@ person's programs go first when the cores are busy. Best effort everywhere: a pr
 Linux shares the CPU between sessions before it shares a session's part between its processes by their niceness
 (autogroups, on in most desktop kernels): a session started for an agent weighs as much as the daemon's whole session,
 whatever each of its processes' niceness. So an agent's session is lowered as a whole (`/proc/PID/autogroup`) as well
-as each of its processes (their niceness, which what they start inherits).
+as each of its processes (started through `nice`, whose niceness what they start inherits).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
+import shutil
 
 MAX_NICE = 19
 
@@ -24,13 +26,19 @@ def lower_process(pid: int, by: int) -> None:
         pass
 
 
-def lower_group(leader: int, by: int) -> None:
-    """Every process of the group `leader` leads set `by` niceness levels below the daemon (what they start later
-    inherits it)."""
-    try:
-        os.setpriority(os.PRIO_PGRP, leader, min(os.getpriority(os.PRIO_PROCESS, 0) + by, MAX_NICE))
-    except OSError:
-        pass
+def niced(argv: list[str], by: int) -> list[str]:
+    """`argv` started `by` niceness levels below the daemon, through coreutils' `nice`, so the first process already
+    runs there and every process it starts inherits it. Setting a running group's niceness instead
+    (setpriority(PRIO_PGRP)) misses a child bubblewrap is forking at that moment: it keeps the old niceness (seen
+    once in thirty sandboxed starts). As it is when there is no `nice` or nothing to lower."""
+    tool = _nice_tool() if by else None
+    return [tool, "-n", str(by), *argv] if tool else argv
+
+
+@functools.lru_cache(maxsize=1)
+def _nice_tool() -> str | None:
+    """coreutils' `nice`: the system's own first (it runs outside the sandbox, as bubblewrap does), else PATH's."""
+    return next((p for p in ("/usr/bin/nice", "/bin/nice") if os.access(p, os.X_OK)), None) or shutil.which("nice")
 
 
 def lower_autogroup(leader: int, by: int) -> bool:
