@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import anyio
 import pytest
 
 from agentqueue.engine import runner
@@ -155,3 +156,31 @@ def test_the_relay_starts_without_the_stdlib_modules_that_cost_its_start(tmp_pat
             "print(sorted(m for m in ('socket', 'threading', 'signal', 'enum', 'selectors') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_run_leaves_nothing_of_its_sandbox_running(services: Services, tmp_path: Path) -> None:
+    """A run cancelled from outside (a shutdown past its grace) kills its whole group: bubblewrap's init of the run's
+    PID namespace outlives its parent otherwise (it ignores the parent's death), with the agent under it."""
+    from .processes import group_alive
+
+    work = tmp_path / "work"
+    work.mkdir()
+    handle = RunHandle()
+    agent = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with services.sandbox.around(agent, dict(os.environ), work, None, preset="standard", actor="test") as (argv, env):
+        async with anyio.create_task_group() as tg:
+            async def cancel_when_running() -> None:
+                while handle.pid is None or not group_alive(handle.pid):
+                    await anyio.sleep(0.05)
+                await anyio.sleep(0.5)  # the sandbox is up, the agent sleeping in it
+                tg.cancel_scope.cancel()
+            tg.start_soon(cancel_when_running)
+            await run_agent(RunSpec(argv=argv, stdin=None), work, CommandParser(), handle, tmp_path / "run.log",
+                            WatchdogLimits(), env=env, nice=10)
+    assert handle.pid is not None
+    for _ in range(40):
+        if not group_alive(handle.pid):
+            break
+        await anyio.sleep(0.05)
+    assert not group_alive(handle.pid)

@@ -141,13 +141,19 @@ class AgentRun:
                 self.write(f"[error] could not start: {error}")
                 return RunResult("failed", error_type="crashed",
                                  error_message=f"Could not start {self.spec.argv[0]}: {error}")
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._feed_stdin)
-                tg.start_soon(self._read_stderr)
-                tg.start_soon(self._watch)
-                await self._read_stdout(tg)
-                await process.wait()
-                tg.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._feed_stdin)
+                    tg.start_soon(self._read_stderr)
+                    tg.start_soon(self._watch)
+                    await self._read_stdout(tg)
+                    await process.wait()
+                    tg.cancel_scope.cancel()
+            except BaseException:
+                # Cancelled (a shutdown past its grace) or broken: nothing of the run may outlive it. bubblewrap's
+                # init of the run's PID namespace ignores the death of its parent, so only the group's kill ends it.
+                signal_group(process.pid, signal.SIGKILL)
+                raise
             return self._finish(process)
 
     def write(self, line: str) -> None:
