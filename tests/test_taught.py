@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import httpx2 as httpx
 import pytest
 from mcp import Client
@@ -28,6 +27,7 @@ from agentqueue.services import Services
 from agentqueue.services.memory import MEMORY_CAP
 from agentqueue.tools import SPECS
 
+from . import engine_runs
 from .conftest import db_snapshot, fail, ok
 from .test_board import board  # noqa: F401  (fixture: a daemon with project demo and command agent worker)
 from .test_toolsets import tokens
@@ -174,14 +174,7 @@ def fenced_blocks(text: str) -> tuple[str, list[str]]:
 
 
 async def run_until(services: Services, done, seconds: float = 60) -> None:
-    engine = Engine(services, services.home, config=EngineConfig(poll_seconds=0.1))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        with anyio.fail_after(seconds):
-            while not done():
-                await anyio.sleep(0.1)
-        await engine.shutdown()
-        tg.cancel_scope.cancel()
+    await engine_runs.run_until(Engine(services, services.home, config=EngineConfig(poll_seconds=0.1)), done, seconds)
 
 
 RECORDER = (f"{sys.executable} -c \"import os, sys; open('told.txt', 'w').write(sys.stdin.read() + "
