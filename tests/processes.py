@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pyte
 
 
 def alive(pid: int) -> bool:
@@ -120,13 +121,44 @@ class Terminal:
         os.close(slave)
         self.master = master
         self.seen = b""
+        # What a person sees: 80 columns, as the program falls back to on a pty with no size; tall, so that a
+        # full-screen program's redraw (cursor up over its last frame) never runs off the top.
+        self._vt = pyte.Screen(80, 200)
+        self._screen_feed = pyte.ByteStream(self._vt)
+
+    def _read(self) -> bool:
+        """Take what it printed in the next 0.2 s; False once it has ended and nothing more can come."""
+        if select.select([self.master], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: the program and everything that held its terminal have gone
+                return False
+            self.seen += chunk
+            self._screen_feed.feed(chunk)
+            return bool(chunk)
+        return True
 
     def read_until(self, needle: bytes, timeout: float = 60) -> bool:
         deadline = time.monotonic() + timeout
-        while needle not in self.seen and time.monotonic() < deadline:
-            if select.select([self.master], [], [], 0.2)[0]:
-                self.seen += os.read(self.master, 65536)
+        while needle not in self.seen and time.monotonic() < deadline and self._read():
+            pass
         return needle in self.seen
+
+    def shows(self, text: str, timeout: float = 60) -> bool:
+        """Whether `text` comes to be on the screen. Not the bytes: a program that redraws only what changed (Claude
+        Code's renderer) sends "Allow it?" as "Allow", a cursor move over a space already there, and "it?"."""
+        deadline = time.monotonic() + timeout
+        while not self.showing(text) and time.monotonic() < deadline and self._read():
+            pass
+        return self.showing(text)
+
+    def showing(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    @property
+    def lines(self) -> list[str]:
+        """The screen's lines as a person sees them, without colours."""
+        return list(self._vt.display)
 
     def type(self, data: bytes) -> None:
         os.write(self.master, data)
@@ -141,6 +173,7 @@ class Terminal:
             if not chunk:
                 return
             self.seen += chunk
+            self._screen_feed.feed(chunk)
 
     @property
     def text(self) -> str:
