@@ -117,6 +117,11 @@ def section(results: dict[str, tuple[list[dict[str, Any]], float, str]], quick: 
              f"`python bench/all.py{' --quick' if quick else ''}` on {platform.node() or 'this machine'} "
              f"({os.cpu_count()} CPUs), {when}. Each ratio is against the anchor measured in the same run.", "",
              table(rows), ""]
+    for row in rows:  # a row measured in rounds (bench/engine_throughput.py): every round's ratio, not only the median
+        if row.get("round_ratios"):
+            ratios = ", ".join(f"{r:.2f} ×" for r in row["round_ratios"])
+            parts += [f"{row['metric']}: the median of {len(row['round_ratios'])} rounds, each the floor, the engine "
+                      f"and the floor again; the rounds' ratios, in order: {ratios}.", ""]
     parts.append("Per benchmark (wall time): " + ", ".join(
         f"`bench/{BENCHES[name][0]}` {results[name][1]:.0f} s" for name in BENCHES if name in results) + ".")
     if failed:
