@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench/all.py: begin (generated; edit bench/all.py, not this part) -->"
 END = "<!-- bench/all.py: end -->"
+ROUNDS = "Rounds: "  # the start of a line under the table that gives every round of a row measured in rounds
 
 # name -> (script, extra arguments for a full run); each script also takes --quick and --json PATH.
 BENCHES: dict[str, tuple[str, list[str]]] = {
@@ -120,8 +121,8 @@ def section(results: dict[str, tuple[list[dict[str, Any]], float, str]], quick: 
     for row in rows:  # a row measured in rounds (bench/engine_throughput.py): every round's ratio, not only the median
         if row.get("round_ratios"):
             ratios = ", ".join(f"{r:.2f} ×" for r in row["round_ratios"])
-            parts += [f"{row['metric']}: the median of {len(row['round_ratios'])} rounds, each the floor, the engine "
-                      f"and the floor again; the rounds' ratios, in order: {ratios}.", ""]
+            parts += [f"{ROUNDS}{row['metric']}: the median of {len(row['round_ratios'])} rounds, each the floor, the "
+                      f"engine and the floor again; the rounds' ratios, in order: {ratios}.", ""]
     parts.append("Per benchmark (wall time): " + ", ".join(
         f"`bench/{BENCHES[name][0]}` {results[name][1]:.0f} s" for name in BENCHES if name in results) + ".")
     if failed:
@@ -175,6 +176,11 @@ def merged(text: str, results: dict[str, tuple[list[dict[str, Any]], float, str]
     lines = [new.pop(line.split(" | ", 1)[0], line) if line.startswith("| ") else line for line in old]
     last = max((i for i, line in enumerate(lines) if line.startswith("| ")), default=len(lines) - 1)
     lines[last + 1:last + 1] = list(new.values())  # metrics the earlier run did not have
+    notes = [line for line in text.splitlines() if line.startswith(ROUNDS)]
+    if notes:  # the rounds of the rows just measured, in place of their earlier rounds
+        lines = [line for line in lines if not line.startswith(ROUNDS)]
+        last = max((i for i, line in enumerate(lines) if line.startswith("| ")), default=len(lines) - 1)
+        lines[last + 1:last + 1] = ["", *(part for note in notes for part in (note, ""))][:-1]
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     again = ", ".join(f"`bench/{BENCHES[name][0]}`" for name in results)
     lines = [line for line in lines if not line.startswith("Measured again with `--only`")]
