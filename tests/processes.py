@@ -133,8 +133,7 @@ class Terminal:
                 chunk = os.read(self.master, 65536)
             except OSError:  # EIO: the program and everything that held its terminal have gone
                 return False
-            self.seen += chunk
-            self._screen_feed.feed(chunk)
+            self._take(chunk)
             return bool(chunk)
         return True
 
@@ -172,8 +171,12 @@ class Terminal:
                 return
             if not chunk:
                 return
-            self.seen += chunk
-            self._screen_feed.feed(chunk)
+            self._take(chunk)
+
+    def _take(self, chunk: bytes) -> None:
+        """What it printed: kept as bytes and drawn on the screen, on every way of reading."""
+        self.seen += chunk
+        self._screen_feed.feed(chunk)
 
     @property
     def text(self) -> str:

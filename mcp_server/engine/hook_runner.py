@@ -391,13 +391,14 @@ class HookRunner:
         limits = WatchdogLimits(stall_seconds=float(config.get("stall_seconds", 300)),
                                 timeout_seconds=float(config.get("timeout_seconds", 900)))
         started = time.monotonic()
+        nice = int(self.services.settings.engine["agent_nice"])  # as far below the daemon as a task's agent
         # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
         channel: Any = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
         if isinstance(spec.parser, AcpSession):
             contain = acp_sandbox(self.services, workspace, hook.project_id, None, policy.preset.name, None,
                                   f"hook:{hook.id}")
             channel = AcpChannel(channel, contain, self.services.settings.agent_environment(),
-                                 nice=int(self.services.settings.engine["agent_nice"]))
+                                 nice=nice)
         log_path = self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -414,7 +415,7 @@ class HookRunner:
             with sandboxed as (argv, env):
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
                                          spec.parser or PARSERS[agent_type](), handle, log_path, limits, env=env,
-                                         channel=channel, nice=int(self.services.settings.engine["agent_nice"]))
+                                         channel=channel, nice=nice)
         finally:
             if isinstance(channel, AcpChannel):
                 channel.close()
