@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agentqueue.engine import workspaces as workspaces_module
 from agentqueue.engine.workspaces import Landing, Workspace, Workspaces
 from agentqueue.services import Services
 
@@ -231,7 +232,6 @@ def test_git_maintenance_runs_every_few_landings_never_inside_one(svc: Services,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A merge's automatic `git maintenance run --auto` is a process inside the landing's lock: AgentQueue's git
     never starts it (SAFE_GIT), and runs it itself once every MAINTAIN_EVERY landings of a repo."""
-    from agentqueue.engine import workspaces as workspaces_module
     monkeypatch.setattr(workspaces_module, "MAINTAIN_EVERY", 3)
     trace = tmp_path / "git-trace.log"
     monkeypatch.setenv("GIT_TRACE", str(trace))
@@ -248,17 +248,16 @@ def test_git_maintenance_runs_every_few_landings_never_inside_one(svc: Services,
     assert len(started) == 1 and "maintenance run --auto --quiet" in started[0], started
 
 
-def test_the_removal_of_a_landed_worktree_runs_at_a_lower_cpu_priority_and_its_start_does_not(
+def test_the_removal_of_a_landed_worktree_runs_no_git_there_and_its_deletion_runs_below_the_daemon(
         svc: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cleanup nobody waits for yields the CPU to the starts and landings people wait for: a `git` first on PATH
-    notes the niceness its commands run at (after a pause, so the engine has set it) and runs the real one."""
-    notes, shim = tmp_path / "niceness.log", tmp_path / "shim"
+    """Cleanup nobody waits for yields the CPU to the starts and landings people wait for; and it runs no git with
+    the worktree's own `.git` (`git worktree remove` would: a run wrote it). A `git` first on PATH notes every
+    command; the deletion's thread is asked its niceness."""
+    notes, shim = tmp_path / "git.log", tmp_path / "shim"
     shim.mkdir()
     real_git = next(Path(d) / "git" for d in os.environ["PATH"].split(os.pathsep) if (Path(d) / "git").is_file())
-    (shim / "git").write_text(
-        "#!/bin/sh\ncase \"$*\" in\n"
-        f"  *'worktree add'*|*'worktree remove'*) sleep 0.3; echo \"$(nice) $*\" >> {shlex.quote(str(notes))};;\n"
-        f"esac\nexec {shlex.quote(str(real_git))} \"$@\"\n")
+    (shim / "git").write_text(f"#!/bin/sh\necho \"$*\" >> {shlex.quote(str(notes))}\n"
+                              f"exec {shlex.quote(str(real_git))} \"$@\"\n")
     (shim / "git").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
     own = os.getpriority(os.PRIO_PROCESS, 0)
@@ -266,31 +265,11 @@ def test_the_removal_of_a_landed_worktree_runs_at_a_lower_cpu_priority_and_its_s
     landing = workspaces.land(first)
     assert landing.merged
     assert workspaces.remove(first, landed_tip=landing.tip)
-    assert not first.path.exists()
+    assert not first.path.exists()  # renamed away at once; deleted in the background
     assert "task-a/" not in git(repo, "branch", "--list", "task-a/*")  # the branch went with it
-    lines = notes.read_text().splitlines()
-    adds = [int(line.split()[0]) for line in lines if "worktree add" in line]
-    removes = [int(line.split()[0]) for line in lines if "worktree remove" in line]
-    assert adds == [own, own] and removes == [min(own + 10, 19)], lines
-
-
-def test_a_removal_that_git_fails_for_a_moment_is_tried_again_until_it_removes(
-        svc: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another task's add (which takes no lock) can be mid-write when a removal reads the worktree list: git then
-    fails it ("failed to read .git/worktrees/…/commondir"). Seen in the benchmark as a landed task's worktree kept."""
-    count, shim = tmp_path / "removals", tmp_path / "shim"
-    shim.mkdir()
-    real_git = next(Path(d) / "git" for d in os.environ["PATH"].split(os.pathsep) if (Path(d) / "git").is_file())
-    (shim / "git").write_text(  # the first three removals fail as git does when it meets a half-written entry
-        "#!/bin/sh\ncase \"$*\" in\n  *'worktree remove'*)\n"
-        f"    echo x >> {shlex.quote(str(count))}\n"
-        f"    if [ $(wc -l < {shlex.quote(str(count))}) -le 3 ]; then\n"
-        "      echo 'fatal: failed to read .git/worktrees/other/commondir: Success' >&2; exit 128; fi;;\n"
-        f"esac\nexec {shlex.quote(str(real_git))} \"$@\"\n")
-    (shim / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
-    workspaces, first, _, repo = two_tasks(svc)
-    landing = workspaces.land(first)
-    assert workspaces.remove(first, landed_tip=landing.tip)
-    assert not first.path.exists() and len(count.read_text().splitlines()) == 4
-    assert "task-a/" not in git(repo, "branch", "--list", "task-a/*")
+    assert not any("worktree remove" in line for line in notes.read_text().splitlines())
+    niceness = workspaces_module._REMOVALS.submit(
+        lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(WAIT)
+    assert niceness == min(own + 10, 19)
+    workspaces_module._REMOVALS.submit(lambda: None).result(WAIT)  # one worker: the deletion ran before
+    assert not [p for p in first.path.parent.iterdir() if p.name.startswith(".removed-")]

@@ -313,7 +313,7 @@ def _error(code: int, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
 
 
-def sandboxed(services: Any, root: Path, project_id: str, task_id: str | None, preset: str, branch: str | None,
+def sandboxed(services: Any, root: Path, project_id: str, task_id: str | None, preset: str,
               actor: str, log_line: Callable[[str], None] | None = None) -> Contain:
     """Terminal commands inside the OS sandbox of the run's worktree: its rules as for the run (worktree writable
     unless readonly, the network through the gate's allowlist, secrets hidden); as they are only where a person set
@@ -325,7 +325,7 @@ def sandboxed(services: Any, root: Path, project_id: str, task_id: str | None, p
         if sandbox.unavailable():
             yield argv, env
             return
-        rules = sandbox.rules_for(root, project_id, preset=preset, env=env, branch=branch, agent_socket=True,
+        rules = sandbox.rules_for(root, project_id, preset=preset, env=env, agent_socket=True,
                                   argv0=argv[0])
         with sandbox.contained(argv, env, rules, sandbox.deny_recorder(actor, project_id, task_id, log_line),
                                lambda host, port: sandbox.registry_allowed(project_id, host, port)) as inner:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,7 +92,8 @@ class Batches:
                 continue
             repo, branch = queued.workspace.repo, queued.workspace.branch
             assert repo is not None and branch is not None
-            if protected.landing_hold(queued.workspace.path, repo.default_branch, branch, queued.read.touched,
+            if protected.landing_hold(self.workspaces.tree(queued.workspace), repo.default_branch, branch,
+                                      queued.read.touched,
                                       queued.read.rules):
                 continue  # its own turn checks it, then holds it (a held leader: no batch at all)
             members.append(queued)
@@ -141,7 +141,7 @@ class _Run:
         self.checks: list[Check] = self.queue.checks(self.leader.task, self.config)
         self.path = batches.workspaces.root / repo.id / BATCH_DIR
         self.tree: gitops.Checkout | None = None
-        self.tips = {q.task.id: gitops.Checkout(q.workspace.path, known=True).run("rev-parse", "--verify", "HEAD")
+        self.tips = {q.task.id: batches.workspaces.tree(q.workspace).run("rev-parse", "--verify", "HEAD")
                      for q in members}
         self.check_runs = 0
 
@@ -244,7 +244,7 @@ class _Run:
         """The culprit's branch brought up to date in its worktree (as one by one does), then sent back to its agent
         with the check's output, or BLOCKED when its retries are spent (merge_queue.py)."""
         assert culprit.workspace.branch is not None
-        tree = gitops.Checkout(culprit.workspace.path, known=True)
+        tree = self.batches.workspaces.tree(culprit.workspace)
         target = self.queue.target(tree, self.repo, self.remote)
         landed = self.queue.landed_since(tree, target)
         conflicts = self.queue.update(tree, self.repo, culprit.workspace.branch, target)
@@ -260,9 +260,9 @@ class _Run:
         """The repo's batch worktree, detached: kept from batch to batch (a CI runner's checkout: no worktree to add
         and remove per batch), made again when it is missing or broken."""
         if self.tree is None:
-            if (self.path / ".git").is_file():
-                tree = gitops.Checkout(self.path, known=True)
+            if self.path.is_dir():
                 try:
+                    tree = self.batches.workspaces.tree(Workspace(self.path, None, self.repo))
                     tree.run("rev-parse", "--verify", "HEAD")
                     self.tree = tree
                     return tree
@@ -275,13 +275,14 @@ class _Run:
                 self.main.run("worktree", "add", "--quiet", "--detach", str(self.path),
                               f"refs/heads/{self.repo.default_branch}")
             self.record.unlink(missing_ok=True)  # a new worktree: nothing set up in it yet
-            self.tree = gitops.Checkout(self.path, known=True)
+            self.tree = self.batches.workspaces.tree(Workspace(self.path, None, self.repo))
         return self.tree
 
     def checkout(self, commit: str) -> None:
         tree = self.worktree()
         tree.run("checkout", "--quiet", "--detach", "--force", commit)
         tree.run("clean", "-fdq")  # what an earlier check wrote (ignored files stay: a cache, as on a CI runner)
+        self.batches.workspaces.expose(Workspace(self.path, None, self.repo))  # what the checks' git sees
 
     @property
     def record(self) -> Path:
@@ -321,12 +322,7 @@ class _Run:
         record.write_text(json.dumps(wanted), encoding="utf-8")
 
     def _remove(self) -> None:
-        with self.batches.workspaces.worktree_lock(self.repo.id):
-            try:
-                self.main.run("worktree", "remove", "--force", str(self.path))
-            except ServiceError:
-                shutil.rmtree(self.path, ignore_errors=True)
-                self.main.run("worktree", "prune")
+        self.batches.workspaces.discard(Workspace(self.path, None, self.repo))
         self.tree = None
 
 

@@ -52,11 +52,11 @@ class BestOfN:
         COMPLETED when it passed, else BLOCKED with why."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None and task.candidate_of is not None
-        tree = gitops.Checkout(workspace.path, known=True)
+        tree = self.workspaces.tree(workspace)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         outcome: dict[str, Any] = {"group": task.candidate_of, "agent_id": task.assigned_agent, "passed": False}
         try:
-            hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch, read.touched,
+            hold = protected.landing_hold(tree, repo.default_branch, workspace.branch, read.touched,
                                           read.rules)
             if hold:
                 outcome["reason"] = f"it needs a person's review: {hold.reason()}"
@@ -148,7 +148,7 @@ class BestOfN:
         workspace = Workspace(self.workspaces.path_for(repo.id, task.id), task.branch, repo)
         if not workspace.path.exists():
             workspace = self.workspaces.prepare(repo, task.id, task.title, task.branch)
-        tree = gitops.Checkout(workspace.path, known=True)
+        tree = self.workspaces.tree(workspace)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         remote = self.queue.remote(main)
         tip, checked_on = checked.get("tip"), checked.get("target")
@@ -224,7 +224,7 @@ class BestOfN:
                 workspace = Workspace(self.workspaces.path_for(repo.id, member["id"]), member["branch"], repo)
                 if workspace.path.exists():
                     try:
-                        abort_merge(gitops.Checkout(workspace.path, known=True))
+                        abort_merge(self.workspaces.tree(workspace))
                         self.workspaces.remove(workspace, delete_branch=False)
                     except ServiceError as error:
                         log.warning("could not remove the worktree of %s: %s", member["id"], error)
@@ -253,7 +253,7 @@ class BestOfN:
             if workspace.path.exists():
                 if self.workspaces.before_remove is not None:
                     self.workspaces.before_remove(workspace)  # the repo's teardown, as for any worktree removed
-                main.run("worktree", "remove", "--force", str(workspace.path))  # what it holds is discarded, asked
+                self.workspaces.discard(workspace)  # what it holds is discarded, asked
             main.run("branch", "-D", "--", task.branch)
         except ServiceError as error:
             log.warning("could not discard the branch of %s: %s", task.id, error)

@@ -395,7 +395,7 @@ class HookRunner:
         # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
         channel: Any = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
         if isinstance(spec.parser, AcpSession):
-            contain = acp_sandbox(self.services, workspace, hook.project_id, None, policy.preset.name, None,
+            contain = acp_sandbox(self.services, workspace, hook.project_id, None, policy.preset.name,
                                   f"hook:{hook.id}")
             channel = AcpChannel(channel, contain, self.services.settings.agent_environment(),
                                  nice=nice)

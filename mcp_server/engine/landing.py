@@ -62,6 +62,8 @@ class Landing:
         """The finished run's leftovers committed, and what its landing reads of the branch: the changes, the
         protected-path rules and both tips, all read at once beside the leftovers' `status` (they only read
         commits, the index and config); read again, one after another, when that status found leftovers."""
+        # The run's own commits first, taken from its repository as from a hostile remote (engine/run_repo.py).
+        self.workspaces.collect(workspace, task.id)
         lands_here = not task.requires_approval and not self.team.shared  # else no tips are needed (a PR, origin)
         # The tips' rev-parse also gives the hooks folder the rules need (one command fewer than a `git config` of
         # their own). It is submitted before the rules, so a pool that runs tasks in order never has a rules read
@@ -69,7 +71,7 @@ class Landing:
         tips = _READS.submit(self.workspaces.tips, workspace) if lands_here else None
         hooks = _hooks_of(tips) if tips else None
         futures = (_READS.submit(self.workspaces.changes, workspace),
-                   _READS.submit(protected.landing_rules, workspace.path, hooks), tips)
+                   _READS.submit(protected.landing_rules, self.workspaces.tree(workspace), hooks), tips)
         started: list[concurrent.futures.Future[Any]] = [f for f in futures if f]
         try:
             committed = self.workspaces.commit_leftovers(workspace, f"{task.title}\n\nAgentQueue task {task.id}")
@@ -92,7 +94,7 @@ class Landing:
         repo = workspace.repo
         assert repo is not None
         # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
-        hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch or "HEAD",
+        hold = protected.landing_hold(self.workspaces.tree(workspace), repo.default_branch, workspace.branch or "HEAD",
                                       read.touched, read.rules)
         if task.requires_approval or hold:
             self.hold(task, workspace, hold)
@@ -113,7 +115,7 @@ class Landing:
             self.lifecycle.succeeded(task.id, awaiting_approval=False, landed=(landing.base_sha, landing.sha),
                                      details={**where, "files": len(landing.files_changed)})
             # Cleanup once the task is done (its dependents may start): the run ends, and frees its agent, after it.
-            self.workspaces.remove(workspace, landed_tip=landing.tip)
+            self.workspaces.remove(workspace, landed_tip=landing.tip, clean=counted and not verified)
             return True
         if landing.conflicts and self.send_back_conflict and self.send_back_conflict(task, workspace):
             return False

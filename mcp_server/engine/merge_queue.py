@@ -146,7 +146,7 @@ class MergeQueue:
     def _land(self, queued: Queued, repo: Repo) -> bool:
         task, workspace = queued.task, queued.workspace
         assert workspace.branch is not None
-        tree = gitops.Checkout(workspace.path, known=True)
+        tree = self.workspaces.tree(workspace)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         remote = self.remote(main)
         checks = self.checks(task, self.declared(task, repo))
@@ -160,7 +160,7 @@ class MergeQueue:
             if failure:
                 return self.check_failed(queued, failure, landed)
             # Changes to protected paths wait for a person, once they pass (work that fails is sent back first).
-            hold = protected.landing_hold(workspace.path, repo.default_branch, workspace.branch,
+            hold = protected.landing_hold(tree, repo.default_branch, workspace.branch,
                                           queued.read.touched, queued.read.rules)
             if hold:
                 self.landing.hold(task, workspace, hold)
@@ -250,6 +250,7 @@ class MergeQueue:
                                                                                   f"check '{check.name}'")
                 timeout = min(check.timeout, self.check_timeout)
                 try:
+                    self.workspaces.expose(workspace)  # the checks' git sees the branch brought up to date
                     outcome = self.services.files.run(check.command, workspace.path, timeout, actor="verify",
                                                       task_id=task.id, env=env)
                 except ServiceError as error:
@@ -342,7 +343,7 @@ class MergeQueue:
         spent, or the merge went through after all (the branch then holds it: the task is held as before)."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
-        tree = gitops.Checkout(workspace.path, known=True)
+        tree = self.workspaces.tree(workspace)
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         try:
             target = self.target(tree, repo, self.remote(main))

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from .. import paths
-from ..services import Services, gitops
+from ..services import Services
 from ..services.errors import ServiceError
 from ..services.policy_rules import tool_action
 from ..services.system import no_repo_warning
@@ -130,6 +130,7 @@ class Engine:
         self.lifecycle = Lifecycle(services.store, services.tasks, services.usage, owner=self.team.id)
         # A team's daemons each keep their own checkouts, and land through the repos' remotes.
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
+        services.sandbox.git_objects = self.workspaces.objects_for  # a worktree's repository: its objects, read-only
         self.running: dict[str, RunHandle] = {}
         # The queue lands through Landing and Landing sends conflicts back through the queue: bound late, once.
         self.landing = Landing(services, self.lifecycle, self.workspaces, self._log_line,
@@ -352,7 +353,7 @@ class Engine:
                                          lambda line: self._log_line(task_id, line))
         if isinstance(spec.parser, AcpSession):  # an ACP agent asks for files and terminals too (acp_client.py)
             preset = await anyio.to_thread.run_sync(lambda: svc.policies.effective(task.project_id).preset.name)
-            contain = acp_sandbox(svc, workspace.path, task.project_id, task.id, preset, workspace.branch,
+            contain = acp_sandbox(svc, workspace.path, task.project_id, task.id, preset,
                                   f"agent:{agent.id}", lambda line: self._log_line(task_id, line))
             channel = AcpChannel(channel, contain, ready.env, handle,
                                  masks={workspace.path / rel: content for rel, content in masks.items()},
@@ -466,7 +467,7 @@ class Engine:
         policy = self.services.policies.effective(task.project_id)
         with self.services.sandbox.around(
                 spec.argv, env, workspace.path, task.project_id, preset=policy.preset.name, actor=f"agent:{agent.id}",
-                task_id=task.id, agent_type=sandbox_kind(agent.agent_type, agent.command), branch=workspace.branch,
+                task_id=task.id, agent_type=sandbox_kind(agent.agent_type, agent.command),
                 agent_socket=True,  # every agent reaches its toolset: through MCP, or `agentqueue task …`
                 masks={workspace.path / rel: content for rel, content in planted.items()},
                 log_line=lambda line: self._log_line(task.id, line)) as (argv, inner_env):
@@ -509,7 +510,7 @@ class Engine:
         if workspace.repo is None or workspace.fresh:
             return {}  # a worktree just checked out from the default branch holds nothing else
         try:
-            planted = protected.planted_settings(workspace.path, workspace.repo.default_branch)
+            planted = protected.planted_settings(self.workspaces.tree(workspace), workspace.repo.default_branch)
         except (ServiceError, OSError) as error:
             self._log_line(task_id, f"[protected] could not compare the run's settings with the default branch "
                                     f"({error}); project settings are not loaded for this run.")
@@ -595,7 +596,7 @@ class Engine:
         if not self.lifecycle.sends_back(task.id):
             return False
         try:
-            files = unresolved(gitops.Checkout(workspace.path, known=True), repo.default_branch)
+            files = unresolved(self.workspaces.tree(workspace), repo.default_branch)
         except ServiceError as error:
             log.warning("could not look for conflict markers in %s: %s", task.id, error)
             return False
@@ -640,6 +641,7 @@ class Engine:
                                                                               f"check '{check.name}'")
             timeout = int(min(check.timeout, self.config.limits.timeout_seconds))
             try:
+                self.workspaces.expose(workspace)  # the run's repository as the daemon's branch has it now
                 outcome = self.services.files.run(check.command, workspace.path, timeout, actor="verify",
                                                   task_id=task.id, env=env)
             except ServiceError as error:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..services.errors import ServiceError
-from ..services.gitops import SAFE_GIT, check_ref_name
+from ..services.gitops import SAFE_GIT, Checkout, check_ref_name
 
 AGENT = "agent CLI settings, hooks, commands or MCP servers, which later agent runs load"
 GIT_HOOKS = "git hooks, which git runs on commit and merge (AgentQueue's own commits too)"
@@ -170,15 +170,15 @@ class Hold:
         return rule.why if rule else "protected"
 
 
-def landing_rules(worktree: Path, hooks: Callable[[], str] | None = None) -> list[Rule]:
+def landing_rules(worktree: Tree, hooks: Callable[[], str] | None = None) -> list[Rule]:
     """The rules a landing from `worktree` is checked against (RULES, the repository's hooks folder, committed
     aliases); read apart from `landing_hold` so a caller can read them beside other reads of the finished run.
     `hooks`: gives the hooks folder as `git rev-parse --git-path hooks` printed it in `worktree`, when the caller
     asks git for it in another command (called after this listing ran); None: core.hooksPath is read here."""
-    return _rules_for(worktree, RULES, untracked=False, hooks_folder=hooks)
+    return _rules_for(_checkout(worktree), RULES, untracked=False, hooks_folder=hooks)
 
 
-def landing_hold(worktree: Path, default_ref: str, branch: str, changes: Iterable[str] | None = None,
+def landing_hold(worktree: Tree, default_ref: str, branch: str, changes: Iterable[str] | None = None,
                  rules: Sequence[Rule] | None = None) -> Hold:
     """The protected files that landing `branch` on `default_ref` would change (falsy when there are none).
     `changes`: those paths (both sides of a rename), and `rules`: landing_rules(worktree), when the caller read
@@ -194,32 +194,33 @@ def landing_hold(worktree: Path, default_ref: str, branch: str, changes: Iterabl
         return Hold([], error=str(error))
 
 
-def landing_changes(worktree: Path, default_ref: str, branch: str) -> list[str]:
+def landing_changes(worktree: Tree, default_ref: str, branch: str) -> list[str]:
     """Every path the task branch changes since it left the default branch (both sides of a rename)."""
     base, head = check_ref_name(default_ref), check_ref_name(branch)
-    out = _git(worktree, "diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
+    out = _git(_checkout(worktree), "diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
                f"{base}...{head}", "--")
     return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
 # -- later runs --------------------------------------------------------------------------------------
-def planted_settings(workspace_path: Path, default_ref: str) -> dict[str, bytes | None]:
+def planted_settings(workspace_path: Tree, default_ref: str) -> dict[str, bytes | None]:
     """Run-configuring paths whose content in the worktree (committed, uncommitted, untracked or ignored)
     differs from the default branch, each with the default branch's content.
 
     None means the default branch has no such file (or has a symlink there): the run must see nothing at that
     path. A symlink in the worktree counts by its target text, and a path that the worktree reaches through a
     symlinked folder differs by definition. Keys are '/'-separated paths relative to the worktree."""
-    root = Path(workspace_path)
+    tree = _checkout(workspace_path)
+    root = tree.path
     ref = check_ref_name(default_ref)
-    rules = _rules_for(root, [r for r in RULES if r.runs], untracked=True)
-    default = _default_entries(root, ref, rules)
-    blobs = _blobs(root, [sha for mode, sha in default.values() if mode in _CONTENT_MODES])
+    rules = _rules_for(tree, [r for r in RULES if r.runs], untracked=True)
+    default = _default_entries(tree, ref, rules)
+    blobs = _blobs(tree, [sha for mode, sha in default.values() if mode in _CONTENT_MODES])
     planted: dict[str, bytes | None] = {}
     # git lists no FIFO or device: the rules' own paths are looked at directly too.
     direct = {r.path for r in rules if os.path.lexists(root / r.path) and (
         os.path.islink(root / r.path) or not os.path.isdir(root / r.path))}
-    for path in sorted(_listed(root, rules, untracked=True) | set(default) | direct):
+    for path in sorted(_listed(tree, rules, untracked=True) | set(default) | direct):
         if rule_for(path, rules) is None:  # the pathspecs are a first cut; the rules decide
             continue
         mode, sha = default.get(path, ("", ""))
@@ -245,15 +246,21 @@ def planted_note(planted: dict[str, bytes | None], agent_type: str) -> str:
 
 
 # -- git and the file system ----------------------------------------------------------------------------
-def _git(cwd: Path, *args: str, safe: bool = True) -> bytes:
+Tree = Path | Checkout  # a worktree as the daemon's git sees it (Workspaces.tree), or a plain checkout's path
+
+
+def _checkout(where: Tree) -> Checkout:
+    return where if isinstance(where, Checkout) else Checkout(where, known=True)
+
+
+def _git(tree: Checkout, *args: str, safe: bool = True) -> bytes:
     """git's output; `safe=False` only to read the repository's own setting that SAFE_GIT would override."""
-    return _output(_start(cwd, *args, safe=safe), cwd, args[0])
+    return _output(_start(tree, *args, safe=safe), tree.path, args[0])
 
 
-def _start(cwd: Path, *args: str, safe: bool = True) -> subprocess.Popen[bytes]:
+def _start(tree: Checkout, *args: str, safe: bool = True) -> subprocess.Popen[bytes]:
     """A git command started, to be read by `_output` (so two reads can run at once)."""
-    return subprocess.Popen(["git", *(SAFE_GIT if safe else ()), *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    return tree.popen(*args, safe=safe)
 
 
 def _output(process: subprocess.Popen[bytes], cwd: Path, command: str) -> bytes:
@@ -263,7 +270,7 @@ def _output(process: subprocess.Popen[bytes], cwd: Path, command: str) -> bytes:
     return out
 
 
-def _listed(root: Path, rules: Sequence[Rule], untracked: bool) -> set[str]:
+def _listed(root: Checkout, rules: Sequence[Rule], untracked: bool) -> set[str]:
     """The protected paths git knows in the worktree: its index, and with `untracked` the files it does not track.
 
     Every rule's path at the root is listed with ignored files too (an ignored `.claude/settings.local.json` is
@@ -282,7 +289,7 @@ def _listed(root: Path, rules: Sequence[Rule], untracked: bool) -> set[str]:
     return {p for p in out.decode("utf-8", "surrogateescape").split("\0") if p}
 
 
-def _default_entries(root: Path, ref: str, rules: Sequence[Rule]) -> dict[str, tuple[str, str]]:
+def _default_entries(root: Checkout, ref: str, rules: Sequence[Rule]) -> dict[str, tuple[str, str]]:
     """path -> (mode, object sha) of the protected paths on the default branch (ls-tree takes no pathspec magic,
     so the whole tree is listed and the rules filter it)."""
     out = _git(root, "ls-tree", "-r", "-z", "--full-tree", ref)
@@ -296,14 +303,14 @@ def _default_entries(root: Path, ref: str, rules: Sequence[Rule]) -> dict[str, t
     return entries
 
 
-def _blobs(root: Path, shas: list[str]) -> dict[str, bytes]:
+def _blobs(root: Checkout, shas: list[str]) -> dict[str, bytes]:
     """The content of blobs, read in one `git cat-file --batch`."""
     if not shas:
         return {}
-    done = subprocess.run(["git", *SAFE_GIT, "cat-file", "--batch"], cwd=root,
+    done = subprocess.run(["git", *SAFE_GIT, "cat-file", "--batch"], cwd=root.path, env=root.environ(),
                           input="".join(f"{s}\n" for s in shas).encode(), capture_output=True)
     if done.returncode != 0:
-        raise ServiceError(f"git cat-file failed in {root}: {done.stderr.decode('utf-8', 'replace').strip()}")
+        raise ServiceError(f"git cat-file failed in {root.path}: {done.stderr.decode('utf-8', 'replace').strip()}")
     out, blobs, at = done.stdout, {}, 0
     while at < len(out):
         header_end = out.index(b"\n", at)
@@ -340,7 +347,7 @@ def _worktree_entry(root: Path, rel: str) -> tuple[str, bytes | None] | None:
         return ("file", handle.read(MAX_COMPARED_BYTES + 1))
 
 
-def _rules_for(root: Path, base: Sequence[Rule], untracked: bool,
+def _rules_for(tree: Checkout, base: Sequence[Rule], untracked: bool,
                hooks_folder: Callable[[], str] | None = None) -> list[Rule]:
     """`base`, the repository's own hooks folder (core.hooksPath inside it), and where protected symlinks lead
     (committed ones, and with `untracked` those not committed too). `hooks_folder`: see landing_rules."""
@@ -349,21 +356,22 @@ def _rules_for(root: Path, base: Sequence[Rule], untracked: bool,
     # hooks folder it names is then listed on its own and added to that listing (pathspecs are a union, so this is
     # the listing of all the rules).
     runs = any(r.runs for r in base)
-    reading = _start(root, "config", "--get", "core.hooksPath", safe=False) if runs and not hooks_folder else None
+    root = tree.path
+    reading = _start(tree, "config", "--get", "core.hooksPath", safe=False) if runs and not hooks_folder else None
     try:
-        listed = _listed(root, rules, untracked)
+        listed = _listed(tree, rules, untracked)
     finally:
         hooks = _hooks_path(root, reading) if reading is not None else None  # read (and reaped) either way
     if runs and hooks_folder:
         hooks = _inside(root, hooks_folder())
     if hooks:
         rules.append(Rule(hooks, GIT_HOOKS, runs=True))
-        listed |= _listed(root, rules[-1:], untracked)
+        listed |= _listed(tree, rules[-1:], untracked)
     real_root = Path(os.path.realpath(root))
     for round_ in range(ALIAS_ROUNDS):
         found = []
         known = {r.parts for r in rules}
-        for path in listed if round_ == 0 else _listed(root, rules, untracked):
+        for path in listed if round_ == 0 else _listed(tree, rules, untracked):
             link = root / path
             if not link.is_symlink() or (rule := rule_for(path, rules)) is None:
                 continue

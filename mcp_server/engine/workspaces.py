@@ -19,6 +19,7 @@ because another daemon pushed first, fetch and try again. Origin is the only sha
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import os
@@ -33,15 +34,29 @@ from pathlib import Path
 from ..services import gitops
 from ..services.errors import ConflictError, ServiceError
 from ..store.models import Repo
+from . import run_repo
+from .run_repo import Place
 
 log = logging.getLogger("agentqueue.workspaces")
 
 # Landing locally: how many times to build the landed commit again when the default branch moved meanwhile.
 LAND_ATTEMPTS = 20
+# Pauses before each try of the careful add that git failed on another worktree's entry, read mid-write.
+WORKTREE_RETRY_PAUSES = (0.0, 0.05, 0.1, 0.2)
 MAINTAIN_EVERY = 50  # landings in a repo between two runs of git's automatic maintenance there
-# Pauses before each further try of a removal git failed (Workspaces._remove_again): 0.35 s in all.
-REMOVE_RETRY_PAUSES = (0.0, 0.05, 0.1, 0.2)
 _MAINTENANCE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-git-maintenance")
+
+
+def _lowered() -> None:
+    """A removal thread runs below the daemon (Linux sets a niceness per thread): the starts and landings people
+    wait for go first on busy cores."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), gitops.BACKGROUND_NICE)
+
+
+# Removed worktrees' folders, renamed out of the way first, are deleted here: off the landing's path.
+_REMOVALS = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-removal",
+                                                  initializer=_lowered)
 # Landing through origin: how many times to fetch, merge and push before giving up on a busy remote.
 PUSH_ATTEMPTS = 5
 # Push refusals that mean "someone else moved the ref first": fetch, merge and retry. The lock ones are a
@@ -109,6 +124,9 @@ class Workspaces:
         # trying a move git would refuse; the compare-and-swap stays the guard against every other writer.
         self._moves: dict[str, tuple[int, str]] = {}
         self._locks_guard = threading.Lock()
+        self._commons: dict[Path, Path] = {}  # a checkout's path -> its repository's git folder
+        self._exposed: dict[Path, str] = {}  # a worktree -> the commit its run's repository was written at
+        self._repo_commons: dict[str, Path] = {}  # a repo's id -> its git folder, once a worktree of it was placed
         # Called with a task's worktree before it is removed (the repo's teardown command: engine/ready.py).
         self.before_remove: Callable[[Workspace], None] | None = None
 
@@ -164,16 +182,86 @@ class Workspaces:
     def path_for(self, repo_id: str, task_id: str) -> Path:
         return self.root / repo_id / task_id
 
+    # -- the daemon's view of a worktree, and the run's own repository (engine/run_repo.py) ------------------------
+    def common_dir(self, main: gitops.Checkout) -> Path:
+        """The git folder of a repository's checkout (the person's or the daemon's own: never a task's worktree)."""
+        known = self._commons.get(main.path)
+        if known is None:
+            dot_git = main.path / ".git"
+            known = dot_git if dot_git.is_dir() else Path(main.run("rev-parse", "--path-format=absolute",
+                                                                    "--git-common-dir"))
+            self._commons[main.path] = known
+        return known
+
+    def place(self, workspace: Workspace) -> Place:
+        """Where git keeps the task's worktree in its repository, found from the repository's side: its folder under
+        `worktrees/` whose `gitdir` names this worktree (nothing in the worktree is read)."""
+        assert workspace.repo is not None
+        common = self.common_dir(gitops.Checkout(self.checkout_of(workspace.repo), known=True))
+        admin = _admin_of(common, workspace.path)
+        self._repo_commons[workspace.repo.id] = common
+        if admin is None:
+            raise ServiceError(f"The worktree {workspace.path} is no longer registered in repo "
+                               f"'{workspace.repo.id}' ({common}); its work is on the task branch "
+                               f"'{workspace.branch}'. Run the task again to start a fresh worktree.")
+        return Place(workspace.path, admin, common)
+
+    def objects_for(self, workdir: Path) -> Path | None:
+        """The objects folder of the repository whose task worktree `workdir` is (the sandbox shows it read-only),
+        known from the daemon's own placing of that worktree; None for any other folder."""
+        if workdir.parent.parent != self.root:
+            return None
+        common = self._repo_commons.get(workdir.parent.name)
+        return common / "objects" if common is not None else None
+
+    def tree(self, workspace: Workspace) -> gitops.Checkout:
+        """The task's worktree as the daemon's git sees it: its own HEAD, index and merge state in the repository, the
+        files in the worktree; whatever a run wrote at `<worktree>/.git` plays no part."""
+        return gitops.Checkout(workspace.path, git_dir=self.place(workspace).admin)
+
+    def expose(self, workspace: Workspace) -> None:
+        """Before anything runs in the worktree (the agent, setup, checks): the run's own repository, written anew."""
+        if workspace.repo is None:
+            return
+        place = self.place(workspace)
+        self._exposed[workspace.path] = run_repo.expose(gitops.Checkout(workspace.path, git_dir=place.admin), place,
+                                                        workspace.branch, workspace.repo.default_branch)
+
+    def collect(self, workspace: Workspace, task_id: str) -> str | None:
+        """After a run: its commits on the task branch taken in (as from a hostile remote); the new tip, or None."""
+        if workspace.repo is None or workspace.branch is None:
+            return None
+        place = self.place(workspace)
+        tree = gitops.Checkout(workspace.path, git_dir=place.admin)
+        # What the run was shown (it moved its ref from there if it committed), else the daemon's branch as it is.
+        ours = self._exposed.get(workspace.path) or tree.run("rev-parse", "--verify", f"refs/heads/{workspace.branch}")
+        main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
+        taken = run_repo.collect(tree, main, place, workspace.branch, ours, self.worktree_lock(workspace.repo.id))
+        if taken is not None:
+            log.info("took the commits of the run of %s (%s)", task_id, taken[:12])
+            self._exposed[workspace.path] = taken
+        return taken
+
     def prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None = None) -> Workspace:
-        """Create (or reuse, on a retry) the task's worktree from the freshly updated default branch."""
+        """Create (or reuse, on a retry) the task's worktree from the freshly updated default branch, with the run's
+        own repository written anew in it."""
+        workspace = self._worktree(repo, task_id, title, existing_branch)
+        self.expose(workspace)
+        return workspace
+
+    def _worktree(self, repo: Repo, task_id: str, title: str, existing_branch: str | None) -> Workspace:
         main = gitops.Checkout(self.checkout_of(repo), known=True)
         if repo.source_type == "clone":
             with self.repo_lock(repo.id):  # it may move the default branch
                 self.refresh_default(main, repo)
         branch = existing_branch or branch_name(task_id, title)
         path = self.path_for(repo.id, task_id)
-        if path.exists() and (path / ".git").exists():
-            return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits
+        if path.is_dir() and _admin_of(self.common_dir(main), path) is not None:
+            return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits (and files)
+        if os.path.lexists(path):  # a worktree its repository no longer lists: kept aside, never reused
+            aside = path.with_name(f"{path.name}.orphan-{int(time.time())}")
+            log.warning("worktree %s is not registered in repo %s any more: moved to %s", path, repo.id, aside)
+            os.replace(path, aside)
         path.parent.mkdir(parents=True, exist_ok=True)
         if existing_branch is None:
             # The usual case, in one command and without a lock (git creates the new branch atomically, the worktree's
@@ -186,6 +274,13 @@ class Workspaces:
             except ServiceError:
                 pass
         with self.repo_lock(repo.id), self.worktree_lock(repo.id):
+            for pause in WORKTREE_RETRY_PAUSES:
+                time.sleep(pause)
+                try:
+                    return self._prepare(main, repo, path, branch, existing_branch)
+                except gitops.GitError as error:  # another task's unlocked add was mid-write: a matter of milliseconds
+                    if "/worktrees/" not in str(error) or os.path.lexists(path):
+                        raise
             return self._prepare(main, repo, path, branch, existing_branch)
 
     def _prepare(self, main: gitops.Checkout, repo: Repo, path: Path, branch: str,
@@ -231,7 +326,7 @@ class Workspaces:
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
         with self.repo_lock(repo.id):
-            tree = gitops.Checkout(workspace.path, known=True)
+            tree = self.tree(workspace)
             branch = tree.verify_ref(workspace.branch)
             if tree.remote_url() is None:
                 raise ServiceError(f"Repo '{repo.id}' has no 'origin' remote to publish '{branch}' to.")
@@ -272,23 +367,26 @@ class Workspaces:
             log.warning("could not refresh %s from origin: %s", repo.id, error)
 
     def commit_leftovers(self, workspace: Workspace, message: str) -> str | None:
+        """The run's commits taken in (collect), then what it left uncommitted committed by the daemon's own git."""
         if workspace.repo is None:
             return None
-        return gitops.Checkout(workspace.path, known=True).commit_leftovers(message)
+        self.collect(workspace, workspace.path.name)
+        committed = self.tree(workspace).commit_leftovers(message)
+        self.expose(workspace)  # the worktree's `.git` the daemon's again: the person's own git may look there now
+        return committed
 
-    @staticmethod
-    def changes(workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
+    def changes(self, workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
         """What the task branch changes since it left the default branch, read once for the run's result, the
         protected-paths check and the landing: ([{path, status}], every path touched)."""
         assert workspace.repo is not None and workspace.branch is not None
-        checkout = gitops.Checkout(workspace.path, known=True)
+        checkout = self.tree(workspace)
         return checkout.branch_changes(workspace.repo.default_branch, workspace.branch)
 
     def tips(self, workspace: Workspace) -> Tips:
         """Both tips and how they relate, and the repository's hooks folder, in one command run in the task's
         worktree (refs are shared by every worktree); the caller may read them beside other reads."""
         assert workspace.repo is not None and workspace.branch is not None
-        tree = gitops.Checkout(workspace.path, known=True)
+        tree = self.tree(workspace)
         return self._tips(tree, workspace.repo, workspace.branch, hooks=True)
 
     def _tips(self, checkout: gitops.Checkout, repo: Repo, branch: str, hooks: bool = False) -> Tips:
@@ -325,19 +423,20 @@ class Workspaces:
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
         main = gitops.Checkout(self.checkout_of(repo), known=True)
+        self.collect(workspace, workspace.path.name)  # whatever path lands it, the run's commits first
         if via_remote and main.remote_url() is not None:
             with self.repo_lock(repo.id):
                 return self._land_remote(workspace, repo, main)
         if check_clean:
-            gitops.Checkout(workspace.path, known=True).require_clean("land the task")
+            self.tree(workspace).require_clean("land the task")
         if files is None:
-            files = [f["path"] for f in gitops.Checkout(workspace.path, known=True).changed_files(repo.default_branch,
+            files = [f["path"] for f in self.tree(workspace).changed_files(repo.default_branch,
                                                                                       workspace.branch)]
         return self._land(workspace, repo, main, files, tips)
 
     def _land_remote(self, workspace: Workspace, repo: Repo, main: gitops.Checkout) -> Landing:
         assert workspace.branch is not None
-        tree = gitops.Checkout(workspace.path, known=True)
+        tree = self.tree(workspace)
         default = repo.default_branch
         tracking = f"refs/remotes/origin/{default}"
         tree.require_clean("land the task")
@@ -429,7 +528,8 @@ class Workspaces:
                 if base != "merge":
                     base = main.run("merge-base", "--end-of-options", old, tip)
             built = self._landed_commit(main, workspace, default, old, tip, base,
-                                        moved=functools.partial(self._moved_since, repo.id, seen, old))
+                                        moved=functools.partial(self._moved_since, repo.id, seen, old),
+                                        worktree=functools.partial(self.tree, workspace))
             if isinstance(built, Landing):
                 return built  # a conflict: nothing moved, the branch is kept as it was
             if built is None:  # a landing here moved it while the tree was merged: build again from its tip
@@ -480,7 +580,8 @@ class Workspaces:
 
     @staticmethod
     def _landed_commit(main: gitops.Checkout, workspace: Workspace, default: str, old: str, tip: str,
-                       base: str, moved: Callable[[], bool] | None = None) -> str | Landing | None:
+                       base: str, moved: Callable[[], bool] | None = None,
+                       worktree: Callable[[], gitops.Checkout] | None = None) -> str | Landing | None:
         """What the default branch moves to: the task's tip when it contains the default branch (a fast-forward),
         the default itself when it already has the task's work, else a new merge commit of the default into the
         task branch (the task's tip first, as `git merge` in its worktree made it). `base`: `old`, `tip` or
@@ -493,7 +594,8 @@ class Workspaces:
         try:
             tree, conflicts = main.merge_tree(tip, old)
         except gitops.GitError:  # a git without merge-tree --write-tree: merge in the worktree, as before
-            tree_checkout = gitops.Checkout(workspace.path, known=True)
+            assert worktree is not None, "the fallback merges in the task's worktree, as the daemon's git sees it"
+            tree_checkout = worktree()
             outcome = Workspaces._merge_default_into_branch(tree_checkout, old, default)
             return outcome if outcome is not None else tree_checkout.run("rev-parse", "--verify", "HEAD")
         if tree is None:
@@ -546,10 +648,12 @@ class Workspaces:
         except ServiceError as error:
             log.warning("git maintenance in %s failed: %s", main.path, error)
 
-    def remove(self, workspace: Workspace, delete_branch: bool = True, landed_tip: str | None = None) -> bool:
+    def remove(self, workspace: Workspace, delete_branch: bool = True, landed_tip: str | None = None,
+               clean: bool = False) -> bool:
         """Remove a landed worktree; refuses (returns False) if it holds uncommitted work or git can't.
         `landed_tip`: the branch's tip that landed; the branch is then deleted only if it is still there (an
-        update-ref, which reads no worktree list, so outside the worktree lock), else by `branch -d`."""
+        update-ref, which reads no worktree list, so outside the worktree lock), else by `branch -d`. `clean`: the
+        caller knows nothing is uncommitted (its leftovers were just committed and nothing ran in it since)."""
         if workspace.repo is None or not workspace.path.exists():
             return False
         if self.before_remove is not None:
@@ -557,43 +661,44 @@ class Workspaces:
                 self.before_remove(workspace)
             except Exception:  # cleanup only: a teardown that breaks never keeps a landed worktree
                 log.exception("the teardown of %s failed", workspace.path)
-        # Not the repo's lock: no landing waits on a removal. `worktree remove` (never --force) checks the worktree
-        # is clean itself and refuses otherwise, so nothing uncommitted is lost. No lock either at first (an add of
-        # another task's worktree must not wait for it): when git fails, e.g. it read another worktree's entry while
-        # that one was being written, it is tried once more under the worktree lock.
+        # Not the repo's lock: no landing waits on a removal. Never `git worktree remove`: it runs `git status` with
+        # the worktree's own `.git` (the run's) as its repository. The daemon's own status says whether anything is
+        # uncommitted (then the worktree is kept, so nothing is lost), and the folders are removed by hand.
         main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
         try:
-            main.run("worktree", "remove", str(workspace.path), background=True)
-            removed = True
-        except ServiceError:
-            removed = False
-        by_name = bool(delete_branch and workspace.branch and landed_tip is None)
-        if not removed or by_name:
-            with self.worktree_lock(workspace.repo.id):
-                if not removed and not self._remove_again(main, workspace.path):
-                    return False
-                if by_name and workspace.branch:  # by_name implies a branch; said again for the type checker
-                    self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
-        if delete_branch and workspace.branch and landed_tip is not None:
+            tree = self.tree(workspace)
+            if not clean and tree.changes():
+                log.warning("keeping worktree %s: it holds uncommitted changes", workspace.path)
+                return False
+        except ServiceError as error:
+            log.warning("keeping worktree %s: %s", workspace.path, error)
+            return False
+        self.discard(workspace)
+        if delete_branch and workspace.branch:
             ref = f"refs/heads/{gitops.check_ref_name(workspace.branch)}"
-            self._delete_branch(main, ["update-ref", "-d", ref, landed_tip], workspace.branch)
+            if landed_tip is not None:
+                self._delete_branch(main, ["update-ref", "--no-deref", "-d", ref, landed_tip], workspace.branch)
+            else:
+                with self.worktree_lock(workspace.repo.id):
+                    self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
         return True
 
-    @staticmethod
-    def _remove_again(main: gitops.Checkout, path: Path) -> bool:
-        """`worktree remove` tried again (the caller holds the worktree lock), a few times: the usual add of another
-        task takes no lock, and git fails a removal that reads its entry while the add still writes it ("failed to
-        read .git/worktrees/…/commondir"), a matter of milliseconds. A refusal that stays (uncommitted work) keeps
-        the worktree."""
-        for pause in REMOVE_RETRY_PAUSES:
-            time.sleep(pause)
-            try:
-                main.run("worktree", "remove", str(path))
-                return True
-            except ServiceError as error:  # cleanup only: the work has landed, a leftover worktree is harmless
-                failed = error
-        log.warning("keeping worktree %s: %s", path, failed)
-        return False
+    def discard(self, workspace: Workspace) -> None:
+        """The worktree and its folder in the repository removed, whatever they hold (the caller decided): each is
+        first renamed out of the way in one step, so no other git command ever reads one half removed."""
+        assert workspace.repo is not None
+        main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
+        common = self.common_dir(main)
+        with self.worktree_lock(workspace.repo.id):
+            admin = _admin_of(common, workspace.path)
+            gone = [self.root / f".removed-{workspace.path.name}-{os.getpid()}-{time.monotonic_ns()}"]
+            os.replace(workspace.path, gone[0])
+            if admin is not None:
+                gone.append(common / f"agentqueue-removed-{admin.name}-{time.monotonic_ns()}")
+                os.replace(admin, gone[1])
+        self._exposed.pop(workspace.path, None)
+        for folder in gone:  # fd-based: a link the run left inside is never followed
+            _REMOVALS.submit(shutil.rmtree, folder, ignore_errors=True)
 
     @staticmethod
     def _delete_branch(main: gitops.Checkout, argv: list[str], branch: str) -> None:
@@ -601,6 +706,30 @@ class Workspaces:
             main.run(*argv)
         except ServiceError as error:
             log.info("kept branch %s: %s", branch, error)
+
+
+def _admin_of(common: Path, worktree: Path) -> Path | None:
+    """The folder under `<common>/worktrees/` whose `gitdir` file names `worktree` (git names it after the worktree's
+    folder, with a number when that name is taken), or None."""
+    want = os.path.realpath(worktree)
+    folder = common / "worktrees"
+    first = folder / worktree.name
+    if _names(first, want):
+        return first
+    try:
+        others = sorted(p for p in folder.iterdir() if p != first)
+    except OSError:
+        return None
+    return next((admin for admin in others if _names(admin, want)), None)
+
+
+def _names(admin: Path, worktree: str) -> bool:
+    """Whether the repository's folder `admin` is the one of the worktree at (the real path) `worktree`."""
+    try:
+        named = Path((admin / "gitdir").read_text(encoding="utf-8").strip())
+    except OSError:
+        return False
+    return named.name == ".git" and os.path.realpath(named.parent) == worktree
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -1,6 +1,6 @@
 """The sandbox as the engine and the services use it: rules for a run, then the run's argv and environment.
 
-    rules = sandbox.rules_for(workdir, project_id, agent_type="claude-code", env=env, branch=branch)
+    rules = sandbox.rules_for(workdir, project_id, agent_type="claude-code", env=env)
     with sandbox.contained(argv, env, rules, on_deny) as (argv, env):
         ... start argv with env ...
 
@@ -47,6 +47,9 @@ class Sandbox:
         self.settings = settings
         self.decide_install = decide_install  # whether the policy lets installs run unasked in a project
         self.audit = audit  # Audit.record: each refusal the gate sees is a `sandbox:deny` row
+        # A task worktree's repository objects (the engine's Workspaces.objects_for), None for any other folder: they
+        # are shown read-only, the rest of that repository's git folder hidden (engine/run_repo.py).
+        self.git_objects: Callable[[Path], Path | None] = lambda _workdir: None
 
     @staticmethod
     def unavailable() -> str | None:
@@ -97,19 +100,24 @@ class Sandbox:
         return bwrap.probe()
 
     def rules_for(self, workdir: Path, project_id: str | None, *, preset: str, agent_type: str | None = None,
-                  env: Mapping[str, str] | None = None, branch: str | None = None, agent_socket: bool = False,
+                  env: Mapping[str, str] | None = None, agent_socket: bool = False,
                   masks: Mapping[Path, bytes | None] | None = None, argv0: str | None = None,
                   files: Sequence[str] = ()) -> SandboxRules:
         env = os.environ if env is None else env
         chosen = self.settings_for(project_id)
         homes = {Path.home(), Path(env.get("HOME") or Path.home())}
         hidden = [p for h in homes for p in secret_paths(h) if os.path.lexists(p)] + [self.home]
-        writable = [*self._state(homes, agent_type, env), *chosen.writable, *git_paths(workdir, branch)]
+        writable = [*self._state(homes, agent_type, env), *chosen.writable]
+        # Nothing of the repository is writable: the run's own repository is in the worktree, and the repository's
+        # git folder (its config, refs, hooks, other tasks' state) is hidden but for its objects, shown read-only.
+        objects = self.git_objects(workdir)
+        if objects is not None:
+            hidden.append(objects.parent)
         hosts = [*endpoints_of(env, agent_type), *chosen.hosts]
         if self.decide_install(project_id):
             hosts += REGISTRIES
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
-        frozen = _frozen(homes, env, writable)
+        frozen = _frozen(homes, env, writable) + ((objects,) if objects is not None else ())
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
                             hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0, files)),
                             frozen=frozen,
@@ -130,7 +138,7 @@ class Sandbox:
 
     @contextlib.contextmanager
     def around(self, argv: list[str], env: Mapping[str, str], workdir: Path, project_id: str | None, *, preset: str,
-               actor: str, task_id: str | None = None, agent_type: str | None = None, branch: str | None = None,
+               actor: str, task_id: str | None = None, agent_type: str | None = None,
                agent_socket: bool = False, masks: Mapping[Path, bytes | None] | None = None,
                log_line: Callable[[str], None] | None = None) -> Iterator[tuple[list[str], dict[str, str]]]:
         """An agent's argv inside the sandbox, its rules stated in its log, the gate open while it runs; as it is
@@ -140,7 +148,7 @@ class Sandbox:
             say(f"[sandbox] NOT sandboxed: [sandbox] required = false and {self.unavailable()}")
             yield list(argv), dict(env)
             return
-        rules = self.rules_for(workdir, project_id, preset=preset, agent_type=agent_type, env=env, branch=branch,
+        rules = self.rules_for(workdir, project_id, preset=preset, agent_type=agent_type, env=env,
                                agent_socket=agent_socket, masks=masks, argv0=argv[0] if argv else None,
                                files=argv[1:])
         say(f"[sandbox] {rules.describe()}")
@@ -210,29 +218,3 @@ def _install_root(folder: Path) -> Path:
     `@openai/codex-linux-x64`), so the whole outermost `node_modules` is shown, not only the script's folder."""
     parts = folder.parts
     return Path(*parts[:parts.index("node_modules") + 1]) if "node_modules" in parts else folder
-
-
-def git_paths(workdir: Path, branch: str | None) -> list[Path]:
-    """What a task's own commits write in its repo's git folder: objects, its worktree's folder, its own
-    branch's refs. Not config, hooks or other branches: those would act outside the sandbox later."""
-    dot_git = workdir / ".git"
-    try:
-        text = dot_git.read_text(encoding="utf-8").strip() if dot_git.is_file() else ""
-    except OSError:
-        return []
-    if not text.startswith("gitdir:"):
-        return []
-    gitdir = Path(text.removeprefix("gitdir:").strip())
-    gitdir = gitdir if gitdir.is_absolute() else (workdir / gitdir)
-    try:
-        common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
-    except OSError:
-        common = gitdir.parent.parent
-    found = [gitdir, common / "objects"]
-    if branch:
-        top = branch.split("/", 1)[0]
-        for folder in (common / "refs" / "heads" / top, common / "logs" / "refs" / "heads" / top):
-            with contextlib.suppress(OSError):
-                folder.mkdir(parents=True, exist_ok=True)
-            found.append(folder)
-    return found

@@ -102,15 +102,19 @@ SAFE_GIT_READING_HOOKS = SAFE_GIT[2:]
 class Checkout:
     """A git working tree at `path`."""
 
-    def __init__(self, path: str | Path, *, known: bool = False) -> None:
+    def __init__(self, path: str | Path, *, known: bool = False, git_dir: Path | None = None) -> None:
         """`known`: a working tree AgentQueue made or registered (a task's worktree, a repo's checkout); with a `.git`
         at its root, GitPython's parse of the repository (a millisecond or two, a few times per task) waits until
-        something needs it. Without one it is checked in full, so git never runs in a parent repository."""
+        something needs it. Without one it is checked in full, so git never runs in a parent repository.
+        `git_dir`: the repository's folder, named by the daemon (a task worktree's own folder in its repository):
+        every command then runs with GIT_DIR and GIT_WORK_TREE set, so nothing in the working tree (a `.git` that a
+        run wrote) decides which repository, index, HEAD or config git uses."""
         self.path = Path(path)
         if not self.path.is_dir():
             raise NotFoundError(f"{self.path} does not exist on disk. Re-create it or add the repo again.")
         self._repo: git.Repo | None = None
-        if known and (self.path / ".git").exists():
+        self.git_dir = git_dir
+        if git_dir is not None or (known and (self.path / ".git").exists()):
             return
         try:
             self._repo = git.Repo(self.path)
@@ -123,9 +127,22 @@ class Checkout:
 
     @property
     def repo(self) -> git.Repo:
+        if self.git_dir is not None:  # GitPython would find the repository through the working tree's `.git`
+            raise GitError(f"{self.path} is a task's worktree: only git commands with its own git folder run there.")
         if self._repo is None:
             self._repo = git.Repo(self.path)
         return self._repo
+
+    def environ(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment every git command here runs with: the daemon's, git in English, the named git folder."""
+        named = {} if self.git_dir is None else {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.path)}
+        return {**os.environ, **_C_LOCALE, **named, **(env or {})}
+
+    def popen(self, *args: str, safe: bool = True) -> subprocess.Popen[bytes]:
+        """A git command started here, its output to be read by the caller (so two reads can run at once);
+        `safe=False` only to read a setting SAFE_GIT would override."""
+        return subprocess.Popen(["git", *(SAFE_GIT if safe else ()), *args], cwd=self.path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=self.environ())
 
     # -- running git ---------------------------------------------------------------------------
     def run(self, *args: str, env: dict[str, str] | None = None, reads_hooks: bool = False,
@@ -141,7 +158,7 @@ class Checkout:
         `reads_hooks`: a command that runs no hook and reads core.hooksPath (SAFE_GIT_READING_HOOKS).
         `background`: cleanup nobody waits for, run at a lower CPU priority (BACKGROUND_NICE)."""
         safe = SAFE_GIT_READING_HOOKS if reads_hooks else SAFE_GIT
-        argv, environ = ["git", *safe, *args], {**os.environ, **_C_LOCALE, **(env or {})}
+        argv, environ = ["git", *safe, *args], self.environ(env)
         with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
             if background:
                 done = _run_lowered(argv, self.path, environ)
@@ -189,7 +206,7 @@ class Checkout:
         """The ref HEAD points at ('refs/heads/main'), None on a detached HEAD. Read from the HEAD file of a plain
         repository (a file git keeps in one documented form), so a landing's lock is not held over a git process;
         from git itself for anything else (a linked worktree, the reftable format)."""
-        dot_git = self.path / ".git"
+        dot_git = self.git_dir or self.path / ".git"
         if dot_git.is_dir() and not (dot_git / "reftable").exists():
             try:
                 text = (dot_git / "HEAD").read_text(encoding="utf-8").strip()
@@ -301,7 +318,7 @@ class Checkout:
         (None, the conflicted paths). Raises GitError when git cannot (older than 2.38: no --write-tree)."""
         done = subprocess.run(["git", *SAFE_GIT, "merge-tree", "--write-tree", "--name-only", "-z", "--no-messages",
                                "--end-of-options", ours, theirs], cwd=self.path, capture_output=True,
-                              stdin=subprocess.DEVNULL, env={**os.environ, **_C_LOCALE})
+                              stdin=subprocess.DEVNULL, env=self.environ())
         if done.returncode not in (0, 1):
             raise GitError(f"git merge-tree failed in {self.path}: {done.stderr.decode('utf-8', 'replace').strip()}")
         fields = done.stdout.decode("utf-8", "surrogateescape").split("\0")
@@ -391,9 +408,8 @@ class Checkout:
             self.run("switch", "-q", into)
         try:
             try:
-                self.repo.git.execute(["git", "merge", "--no-edit", "--no-ff", "--end-of-options", branch],
-                                      env=self._identity_env())
-            except git.GitCommandError as error:
+                self.run("merge", "--no-edit", "--no-ff", "--end-of-options", branch, env=self._identity_env())
+            except GitError as error:
                 conflicts = self.run("diff", "--name-only", "--diff-filter=U").splitlines()
                 if self._merging():
                     self.run("merge", "--abort")
@@ -401,14 +417,15 @@ class Checkout:
                     return MergeOutcome(merged=False, into=into, conflicts=conflicts,
                                         message=f"'{branch}' conflicts with '{into}'; the merge was aborted and "
                                                 f"'{into}' is unchanged.")
-                raise GitError(f"git merge failed in {self.path}: {(error.stderr or '').strip()}") from None
+                raise error from None
             return MergeOutcome(merged=True, into=into, sha=self.head_sha())
         finally:
             if original and original != into and self.current_branch() != original:
                 self.run("switch", "-q", original)
 
     def _merging(self) -> bool:
-        return (Path(self.repo.git_dir) / "MERGE_HEAD").exists()
+        return Path(self.run("rev-parse", "--absolute-git-dir") if self.git_dir is None else self.git_dir,
+                    "MERGE_HEAD").exists()
 
     def push(self, branch: str, remote: str = "origin") -> str:
         branch = self.verify_ref(branch)

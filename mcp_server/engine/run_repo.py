@@ -1,0 +1,195 @@
+"""A run's own git repository: written by the daemon before each run, read back after it as from a hostile remote.
+
+A task's worktree is registered in its repository (`git worktree add`), but the folder git keeps for it there (its
+HEAD, index, merge state) is the daemon's alone: the sandbox hides the repository's git folder and shows only its
+objects, read-only. What the agent's own git uses is a repository of the run's, `<worktree>/.git`, written here
+before every run from the daemon's state: HEAD on the task branch, the branch and the default branch as refs, the
+index (with a merge in progress, its stages and MERGE_HEAD), and the repository's objects as an alternate. New
+objects and refs land in that folder, inside the worktree.
+
+After the run nothing in that folder is trusted: its branch's tip is read as a small regular file (never through a
+link), and when it moved its commits are fetched by the repository itself, as from a remote (upload-pack serves an
+untrusted repository safely; the objects are checked with fsck), and taken only when they descend from where the
+run started. Everything else the run left is its files, which the daemon's own git commits (engine/workspaces.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import shutil
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..services import gitops
+from ..services.errors import ServiceError
+
+log = logging.getLogger("agentqueue.workspaces")
+
+_SHA = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
+REF_BYTES = 200  # a loose ref is an object id and a newline; anything longer is not one
+FETCH_RETRY_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4)  # a fetch that met another worktree's entry mid-write, tried again
+# The daemon's merge state that the run's repository mirrors, so the agent's `git status` and `git commit` see
+# (and conclude) the merge the merge queue left in progress.
+MERGE_FILES = ("MERGE_HEAD", "MERGE_MSG", "MERGE_MODE")
+# How the daemon's fetch of a run's commits reads them: every object checked, nothing of the run's repository run.
+FETCH_CONFIG = {"fetch.fsckObjects": "true", "transfer.fsckObjects": "true", "protocol.file.allow": "always",
+                "uploadpack.allowAnySHA1InWant": "true", "core.hooksPath": "/dev/null", "core.fsmonitor": "false",
+                "submodule.recurse": "false", "core.alternateRefsCommand": "", "uploadpack.packObjectsHook": ""}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a task's worktree lives in its repository, as the daemon knows it (never read from the worktree)."""
+
+    worktree: Path
+    admin: Path  # <common>/worktrees/<name>: the worktree's HEAD, index and merge state
+    common: Path  # the repository's git folder
+
+    @property
+    def objects(self) -> Path:
+        return self.common / "objects"
+
+
+def clear(entry: Path) -> None:
+    """Remove whatever a run left at `entry` (a file, a link, a folder of its own), never following a link."""
+    try:
+        info = os.lstat(entry)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(entry)  # fd-based on Linux: a link inside is removed, never followed
+    else:
+        os.unlink(entry)
+
+
+def expose(tree: gitops.Checkout, place: Place, branch: str | None, default: str) -> str:
+    """Write the run's repository at `<worktree>/.git` from the daemon's state, replacing whatever is there;
+    `branch` None: HEAD detached where the daemon's is (the merge queue's batch worktree). Returns HEAD's commit."""
+    known = (trusted_ref(place.common, f"refs/heads/{branch}"), trusted_ref(place.common, f"refs/heads/{default}"))
+    if branch and known[0] and known[1]:
+        tip, base = known[0], known[1]
+    else:
+        tip, base = tree.rev_parse(f"refs/heads/{branch}^{{commit}}" if branch else "HEAD^{commit}",
+                                   f"refs/heads/{default}^{{commit}}")
+    dot_git = place.worktree / ".git"
+    clear(dot_git)
+    for folder in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+        (dot_git / folder).mkdir(parents=True, exist_ok=True)
+    (dot_git / "objects/info/alternates").write_text(f"{place.objects}\n", encoding="utf-8")
+    sha256 = len(tip) == 64
+    (dot_git / "config").write_text(
+        "[core]\n\trepositoryformatversion = " + ("1" if sha256 else "0") + "\n\tfilemode = true\n\tbare = false\n"
+        "\tlogallrefupdates = true\n" + ("[extensions]\n\tobjectformat = sha256\n" if sha256 else ""),
+        encoding="utf-8")
+    (dot_git / "HEAD").write_text(f"ref: refs/heads/{branch}\n" if branch else f"{tip}\n", encoding="utf-8")
+    for name, sha in ((branch, tip), (default, base)) if branch else ((default, base),):
+        ref = dot_git / "refs/heads" / name
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(f"{sha}\n", encoding="utf-8")
+    for name in ("index", *MERGE_FILES):
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copyfile(place.admin / name, dot_git / name)
+    for source, name in ((place.common / "info/exclude", "info/exclude"), (place.common / "shallow", "shallow")):
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copyfile(source, dot_git / name)
+    return tip
+
+
+def trusted_ref(common: Path, ref: str) -> str | None:
+    """A ref of the repository's own (never a run's: none can write there), read as git keeps it (loose, else in
+    packed-refs), without a git process; None when it is kept some other way (then git is asked)."""
+    try:
+        data = (common / ref).read_bytes().strip()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        data = b""
+    except OSError:
+        return None
+    if data:
+        return data.decode() if _SHA.fullmatch(data) else None
+    try:
+        packed = (common / "packed-refs").read_bytes()
+    except OSError:
+        return None
+    wanted = b" " + ref.encode()
+    for line in packed.splitlines():
+        if line.endswith(wanted) and _SHA.fullmatch(line[:-len(wanted)]):
+            return line[:-len(wanted)].decode()
+    return None
+
+
+def read_ref(worktree: Path, branch: str) -> str | None:
+    """The run's branch tip as its repository's loose ref holds it, opened through no link, a regular file of at most
+    REF_BYTES; None when it is anything else (packed, missing, a FIFO): then it is fetched to be sure."""
+    parts = [".git", "refs", "heads", *branch.split("/")]
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fds: list[int] = []
+    try:
+        fds.append(os.open(worktree, os.O_RDONLY | os.O_DIRECTORY))
+        for part in parts[:-1]:
+            fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
+        fd = os.open(parts[-1], flags, dir_fd=fds[-1])
+        fds.append(fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, REF_BYTES + 1)
+    except OSError as error:
+        if error.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO, errno.EACCES):
+            log.info("could not read the run's ref in %s: %s", worktree, error)
+        return None
+    finally:
+        for opened in reversed(fds):
+            os.close(opened)
+    found = data.strip()
+    return found.decode() if len(data) <= REF_BYTES and _SHA.fullmatch(found) else None
+
+
+def collect(tree: gitops.Checkout, main: gitops.Checkout, place: Place, branch: str, ours: str,
+            retry_lock: contextlib.AbstractContextManager[object]) -> str | None:
+    """Take the run's commits on its branch into the daemon's branch, which is at `ours`: fetched from the run's
+    repository by object id with every object checked, and only as a fast-forward (git refuses anything else).
+    Returns the new tip, or None when nothing was taken (no commit, or a rewritten branch: its files are then
+    committed as leftovers)."""
+    ref = f"refs/heads/{gitops.check_ref_name(branch)}"
+    theirs = read_ref(place.worktree, branch)
+    if theirs == ours:
+        return None  # the usual case for a run that did not commit: one small read, no git
+    try:
+        if not stat.S_ISDIR(os.lstat(place.worktree / ".git").st_mode):
+            return None  # a link or a `gitdir:` file would have git fetch from a repository the run chose
+    except FileNotFoundError:
+        return None
+    # The config reaches the upload-pack that git starts on the run's repository too, where it outranks that
+    # repository's own; not forced, so git itself refuses a tip that does not descend from the daemon's.
+    config = {"GIT_CONFIG_COUNT": str(len(FETCH_CONFIG))}
+    for at, (key, value) in enumerate(FETCH_CONFIG.items()):
+        config |= {f"GIT_CONFIG_KEY_{at}": key, f"GIT_CONFIG_VALUE_{at}": value}
+    wanted = theirs or ref  # a ref the run packed (or anything odd) is asked for by name
+    argv = ("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", "--update-head-ok",
+            "--end-of-options", str(place.worktree / ".git"), f"{wanted}:{ref}")
+    for attempt, pause in enumerate(FETCH_RETRY_PAUSES):
+        try:
+            with retry_lock if attempt else contextlib.nullcontext():
+                time.sleep(pause)
+                main.run(*argv, env=config)
+            break
+        except ServiceError as error:
+            # git reads every worktree's HEAD: one another task's add or removal is writing fails it for a moment.
+            if "worktrees/" in str(error) and attempt + 1 < len(FETCH_RETRY_PAUSES):
+                continue
+            log.info("took no commits from the run in %s (not a fast-forward of %s, or unreadable: %s)",
+                     place.worktree, ours[:12], error)
+            return None
+    tip = theirs or tree.run("rev-parse", "--verify", ref)
+    if tip == ours:
+        return None
+    if (place.admin / "MERGE_HEAD").exists():
+        tree.run("reset", "--quiet")  # the merge left in progress for the run is over: index at its commit
+    else:  # the index follows the branch (a two-tree read keeps what it knew of every file that did not change)
+        tree.run("read-tree", "-m", ours, tip)
+    return tip
