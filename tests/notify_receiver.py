@@ -1,7 +1,9 @@
 """A loopback HTTP receiver for notifications: Apprise's `json://127.0.0.1:PORT/hook` posts each message here.
 
 `status` is what it answers (200, or 500 to play a failing service); `hold()` keeps every request waiting
-until `release()` (a service that hangs); `messages` are the JSON bodies that were answered 200.
+until `release()` (a service that hangs); `messages` are the JSON bodies that were answered 200, and `requests`
+their method and path too. `answers` maps a path's start to the body a service's API answers there (Slack's
+webhook says `ok`, Telegram and Matrix answer JSON), for plugins pointed at the receiver instead of the service.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 class Receiver:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.answers: dict[str, bytes] = {}
         self.attempts = 0
         self.status = 200
         self._open = threading.Event()
@@ -31,10 +35,15 @@ class Receiver:
                     status = receiver.status
                     if status == 200:
                         receiver.messages.append(json.loads(body or b"{}"))
+                        receiver.requests.append((self.command, self.path, receiver.messages[-1]))
+                    answer = next((a for start, a in receiver.answers.items() if self.path.startswith(start)), b"{}")
                 self.send_response(status)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(answer)
+
+            do_PUT = do_POST  # noqa: N815 (Matrix sends its messages with PUT)
 
             def log_message(self, *args: Any) -> None:
                 pass

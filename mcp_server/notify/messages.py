@@ -3,8 +3,10 @@
 Titles, actions, agents' messages and next steps are written by agents or whoever queued the task, and
 they reach chat apps that act on what they read: escape sequences and control characters are taken out,
 mentions that would page a whole channel (`@everyone`, `@here`, Slack's `<!channel>`) are broken with a
-zero-width space, angle brackets become look-alikes (no `<@user>` or `<!here>` is ever formed), and every
-field is capped.
+zero-width space, angle brackets become look-alikes (no `<@user>` or `<!here>` is ever formed), links are
+defanged (`https://` becomes `hxxps://`, `www.` becomes `www[.]`: no chat app makes them clickable or fetches a
+preview, and a person still reads where they point), and every field is capped. The text stays plain here;
+delivery.py escapes it per service for the apps that render Markdown anyway.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]|\x1b\][^\x
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
                        r"\ud800-\udfff]")
 _MASS = re.compile(r"@(everyone|here|channel|all|room)\b", re.I)
+# A scheme with `//` (https://, ftp://, javascript://) and a bare `www.` host: what chat apps and mail turn into links.
+_LINK = re.compile(r"\b([a-z][a-z0-9+.-]*):(?=//)|\b(www)\.(?=\w)", re.I)
 ZWSP = "\u200b"
 
 
@@ -35,7 +39,18 @@ def clean(text: Any, cap: int = FIELD_CAP, multiline: bool = False) -> str:
         value = "\n".join(" ".join(line.split()) for line in value.split("\n")).strip()
     value = value.replace("<", "‹").replace(">", "›")
     value = _MASS.sub(lambda m: "@" + ZWSP + m[1], value)
+    value = _LINK.sub(_defang, value)
     return value if len(value) <= cap else value[:cap - 1].rstrip() + "…"
+
+
+def _defang(match: re.Match[str]) -> str:
+    """`https:` -> `hxxps:` (the form security reports use), any other scheme -> `scheme[:]`, `www.` -> `www[.]`."""
+    if match[2]:
+        return match[2] + "[.]"
+    scheme = match[1]
+    if scheme.lower() in ("http", "https"):
+        return scheme[0] + "xx" + scheme[3:] + ":"
+    return scheme + "[:]"
 
 
 @dataclass(frozen=True)
