@@ -89,10 +89,11 @@ def test_pages_and_actions_need_the_session_and_the_board_refuses_foreign_origin
         assert anonymous.get(link).status_code == 401
         assert anonymous.get("/login?code=made-up").status_code == 401
     with httpx.Client(base_url=base, follow_redirects=False) as person:
-        assert person.get(login_link(board).removeprefix(base)).status_code == 200
+        login = person.get(login_link(board).removeprefix(base))
+        assert login.status_code == 200
         page = person.get("/projects/demo")
         assert page.status_code == 200 and "Demo" in page.text
-        csrf = re.search(r'data-csrf="(\w+)"', page.text).group(1)
+        csrf = stored_csrf(login)
         form = {"title": "From the form", "description": "SAY hi", "csrf": csrf}
         # The session alone cannot act: no CSRF token, a wrong one, or a foreign Origin are refused.
         assert person.post("/projects/demo/tasks", data={**form, "csrf": ""}).status_code == 403
@@ -325,14 +326,21 @@ def flash_text(response: httpx.Response) -> str:
     return html.unescape(found.group(1))
 
 
+def stored_csrf(login: httpx.Response) -> str:
+    """The CSRF token the login answer keeps in the board origin's localStorage (no page carries it)."""
+    found = re.search(r'localStorage\.setItem\("agentqueue\.csrf", "(\w+)"\)', login.text)
+    assert found, login.text[:300]
+    return found.group(1)
+
+
 def logged_in(live: LiveDaemon) -> tuple[httpx.Client, str]:
-    """An httpx client holding a board session, and the CSRF token of its pages."""
+    """An httpx client holding a board session, and the CSRF token its login answer kept."""
     base = live.base  # type: ignore[attr-defined]
     person = httpx.Client(base_url=base, follow_redirects=False)
-    person.get(login_link(live).removeprefix(base))
+    login = person.get(login_link(live).removeprefix(base))
     page = person.get("/projects/demo")
     assert page.status_code == 200, page.text[:300]
-    return person, re.search(r'data-csrf="(\w+)"', page.text).group(1)
+    return person, stored_csrf(login)
 
 
 def bearer(live: LiveDaemon) -> dict[str, str]:

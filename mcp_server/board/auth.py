@@ -9,6 +9,13 @@ Browsers share cookies between every port of a host, so the session is bound to 
 the port is in the cookie's name (two local daemons never overwrite each other's cookie) and in the
 signed value (another daemon's cookie, even one signed with the same token, is refused here).
 `__Host-` would be the standard way, but browsers honour it only over https, and the board is http.
+
+The port stops another daemon, not another server: the browser still sends the cookie to every port of
+127.0.0.1, so a dev server an agent wrote, previewed by the person, receives it and can replay it with any
+headers it likes (issue 33). So the cookie alone only reads: acting also needs the CSRF token, and no page
+holds it. The login answer (reached only with a one-time code) puts it in the board origin's
+localStorage, which browsers keep per scheme, host and port, and board.js sends it as `X-CSRF-Token`. The gate
+also refuses an action the browser says came from another origin (`Sec-Fetch-Site`), as defence in depth.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import time
 from urllib.parse import urlsplit
 
 COOKIE = "agentqueue_board"  # the cookie's name is COOKIE_<port>
+CSRF_STORAGE_KEY = "agentqueue.csrf"  # localStorage is per origin: the port is already in its scope
 CODE_TTL_S = 120.0
 SESSION_TTL_S = 12 * 3600.0
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -68,7 +76,7 @@ class BoardAuth:
         return port == str(self.port) and expires.isdigit() and int(expires) > time.time()
 
     def csrf_token(self, cookie: str) -> str:
-        """Bound to the session: a page of this session can post; another site cannot read it."""
+        """Bound to the session, and only ever in the login answer: a stolen cookie cannot yield it."""
         return hmac.new(self._key, b"csrf\0" + cookie.encode(), hashlib.sha256).hexdigest()
 
     def csrf_ok(self, cookie: str, supplied: str | None) -> bool:
@@ -83,6 +91,11 @@ class BoardAuth:
             return False
         name = urlsplit(f"//{host_header}").hostname or ""
         return name.lower() in self.hosts or f"[{name.lower()}]" in self.hosts
+
+    @staticmethod
+    def fetch_site_ok(fetch_site: str | None) -> bool:
+        """An action must come from the board's own pages: a browser that says another origin sent it is refused."""
+        return fetch_site is None or fetch_site.lower() in ("same-origin", "none")
 
     def origin_ok(self, origin: str | None, host_header: str | None) -> bool:
         """A browser's Origin, when sent, must be the board's own address (same host and port)."""

@@ -1,4 +1,5 @@
-"""The board's front door: Host and Origin first, then a session (or the bearer token), then CSRF on actions.
+"""The board's front door: Host and Origin first, then a session (or the bearer token), then, on a session's
+action, Sec-Fetch-Site and the CSRF token (auth.py says where the token lives and why).
 
 Every answer, refusals included, forbids framing (clickjacking: a foreign page cannot lay the board
 under its own buttons). The credential that let a request in is noted in the scope, so an action
@@ -68,9 +69,14 @@ def guarded(inner: Any, auth: BoardAuth, bearer_ok: Callable[[Request], bool]) -
         if scope[CREDENTIAL] == "bearer":  # a script, not a page: no CSRF token to check
             await inner(scope, _replay(body), send)
             return
+        if not auth.fetch_site_ok(request.headers.get("sec-fetch-site")):
+            await _refuse(send, 403, "A page from another origin (another port of this host counts) may not act "
+                                     "on the board (Sec-Fetch-Site).")
+            return
         supplied = request.headers.get("x-csrf-token") or _form_field(body, "csrf")
         if not auth.csrf_ok(cookie or "", supplied):
-            await _refuse(send, 403, "Missing or wrong CSRF token: reload the board page and try again.")
+            await _refuse(send, 403, "Missing or wrong CSRF token: this tab has none of the current session. Run "
+                                     "`agentqueue board` to log in again.")
             return
         await inner(scope, _replay(body), send)
 

@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 from ..services import Services, task_states
 from ..services.errors import NotFoundError, ServiceError
 from . import data
-from .auth import SESSION_TTL_S, BoardAuth
+from .auth import CSRF_STORAGE_KEY, SESSION_TTL_S, BoardAuth
 from .gate import CREDENTIAL
 from .live import Broadcaster
 from .permit import actor, permit
@@ -70,10 +70,9 @@ class Board:
 
     # -- plumbing -----------------------------------------------------------------------------
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        cookie = request.cookies.get(self.auth.cookie_name) or ""
+        # No page carries the CSRF token: anyone holding the cookie can fetch a page (auth.py says why).
         context.setdefault("feed", "")
-        html = self.templates.get_template(name).render(
-            request=request, csrf=self.auth.csrf_token(cookie) if cookie else "", **context)
+        html = self.templates.get_template(name).render(request=request, **context)
         return HTMLResponse(html, status_code=status)
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -259,8 +258,12 @@ class Board:
                                message="This login code is used up or expired. Run `agentqueue board` for a new one.")
         # A page that moves on by itself, not a redirect: `agentqueue board` opens the login from a local
         # file, and a SameSite=Strict cookie is not sent along a redirect chain that began on another site.
-        response = HTMLResponse('<!doctype html><meta charset=utf-8><meta http-equiv="refresh" content="0; url=/">'
-                                '<title>AgentQueue board</title><p>Logged in. <a href="/">Open the board</a>.</p>\n')
+        # It is the only answer that holds the CSRF token, kept in this origin's localStorage (auth.py says why).
+        keep = (f"localStorage.setItem({json.dumps(CSRF_STORAGE_KEY)}, {json.dumps(self.auth.csrf_token(cookie))});"
+                "location.replace('/');")
+        response = HTMLResponse(f'<!doctype html><meta charset=utf-8><title>AgentQueue board</title><script>{keep}'
+                                '</script><meta http-equiv="refresh" content="0; url=/"><p>Logged in. '
+                                '<a href="/">Open the board</a>.</p>\n')
         response.set_cookie(self.auth.cookie_name, cookie, max_age=int(SESSION_TTL_S), httponly=True,
                             samesite="strict", path="/")
         return response

@@ -5,6 +5,12 @@
   var feedUrl = body.dataset.feed;
   var live = document.getElementById("live");
 
+  // Every action carries the session's CSRF token, which only the login answer holds (auth.py says why):
+  // read at each request, so a login in another tab is followed.
+  body.addEventListener("htmx:configRequest", function (event) {
+    event.detail.headers["X-CSRF-Token"] = localStorage.getItem("agentqueue.csrf") || "";
+  });
+
   // Changes come in bursts (READY→ASSIGNED→IN_PROGRESS in a few ms): one fetch at a time per thing,
   // and one more after it if something changed meanwhile, so the last state always wins.
   function coalesced(run) {
