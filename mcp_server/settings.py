@@ -46,7 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from .notify.config import KEYS as NOTIFY_KEYS, NotifyConfigError, parse_key as parse_notify_key
-from .sandbox.rules import SandboxConfigError, SandboxSettings, parse_settings
+from .sandbox.rules import (
+    DEFAULT_MAX_PROCESSES, DEFAULT_TMP_SIZE, SandboxConfigError, SandboxSettings, parse_settings,
+)
 
 CONFIG_NAME = "config.toml"
 DEFAULT_PORT = 8765
@@ -346,7 +348,7 @@ SECTIONS: dict[str, set[str] | None] = {
     section: {f.key for f in FIELDS if f.section == section}
     for section in ("engine", "cli", "env", "agent_env", "server", "audit", "files", "mcp", "team", "notify")}
 SECTIONS["agent_env"] = None
-SECTIONS["sandbox"] = {"required", "network", "hosts", "writable"}
+SECTIONS["sandbox"] = {"required", "network", "hosts", "writable", "tmp_size", "max_processes"}
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -509,6 +511,10 @@ def describe(settings: Settings) -> list[dict[str, str]]:
                  "source": "config.toml" if settings.sandbox.hosts else "default"})
     rows.append({"key": "sandbox.writable", "value": ", ".join(map(str, settings.sandbox.writable)) or "(none)",
                  "source": "config.toml" if settings.sandbox.writable else "default"})
+    rows.append({"key": "sandbox.tmp_size", "value": f"{(settings.sandbox.tmp_size or DEFAULT_TMP_SIZE) >> 20} MiB",
+                 "source": "config.toml" if settings.sandbox.tmp_size else "default"})
+    rows.append({"key": "sandbox.max_processes", "value": str(settings.sandbox.max_processes or DEFAULT_MAX_PROCESSES),
+                 "source": "config.toml" if settings.sandbox.max_processes else "default"})
     return rows
 
 

@@ -1,7 +1,8 @@
 """bubblewrap's arguments for a run, and a probe that it can start here.
 
 The whole system is mounted read-only, with a private /tmp and /run (no host sockets: no ssh-agent,
-no Docker), a private /dev and /proc, no capabilities (even as root), its own PID and IPC namespaces
+no Docker; each a tmpfs, which is host RAM, capped at `[sandbox] tmp_size` where bubblewrap has `--size`, 0.8 on),
+a private /dev and /proc, no capabilities (even as root), its own PID and IPC namespaces
 and, unless the network is open, its own network namespace with only loopback. Then, in order, the
 secrets are covered by empty folders, and the few writable places (the worktree, the CLI's state) and
 the daemon's socket are bound back in. Binds follow the real paths, so a symlink in the repo cannot
@@ -17,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .rules import SandboxRules
+from .rules import DEFAULT_TMP_SIZE, SandboxRules
 
 INNER = Path(__file__).with_name("inner.py")
 PROXY_PORT = 3128  # inside the sandbox's own network namespace: nothing else can be listening there
@@ -38,18 +39,36 @@ def find_bwrap() -> str | None:
         (p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)), None)
 
 
-def _base(bwrap: str, network: str) -> list[str]:
+def _base(bwrap: str, network: str, tmp_size: int = DEFAULT_TMP_SIZE) -> list[str]:
     # No --new-session: every caller starts bubblewrap in a session of its own (start_new_session), so nothing inside
     # has a controlling terminal to push keystrokes into (TIOCSTI), and that one session holds the whole run, whose CPU
     # priority is then lowered as one (services/cpu_priority.py; a second session inside would escape it).
     argv = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]
+            *_tmpfs("/tmp", tmp_size), *_tmpfs("/run", tmp_size), *_tmpfs("/var/tmp", tmp_size)]
     if network != "open":
         argv.append("--unshare-net")
     elif os.path.isdir("/run/systemd/resolve"):  # /etc/resolv.conf often points there
         argv += ["--ro-bind", "/run/systemd/resolve", "/run/systemd/resolve"]
     return argv
+
+
+def _tmpfs(target: str, size: int) -> list[str]:
+    """A private tmpfs of at most `size` bytes: it is host RAM, so a run that fills it gets ENOSPC, not the host."""
+    return ["--size", str(size), "--tmpfs", target] if sizes_tmpfs() else ["--tmpfs", target]
+
+
+@functools.lru_cache(maxsize=1)
+def sizes_tmpfs() -> bool:
+    """Whether this bubblewrap caps a tmpfs (`--size`, since 0.8.0); asked once per process."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return False
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--size" in done.stdout + done.stderr
 
 
 def _exists(path: Path) -> bool:
@@ -61,14 +80,14 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
     bwrap = find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable(no_bwrap_message())
-    out = _base(bwrap, rules.network)
+    out = _base(bwrap, rules.network, rules.tmp_size)
     for path in rules.readable:  # before the secrets are covered: a program folder never uncovers one
         if path.exists():
             out += ["--ro-bind", str(path), str(path)]
     for secret in rules.hidden:
         real = Path(os.path.realpath(secret))
         if real.is_dir():  # left writable: the worktree may be bound inside it; what is written there vanishes
-            out += ["--tmpfs", str(real)]
+            out += _tmpfs(str(real), rules.tmp_size)
         elif real.exists():
             out += ["--ro-bind", "/dev/null", str(real)]
     workdir = Path(os.path.realpath(rules.workdir))

@@ -21,7 +21,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 NETWORK_MODES = ("allowlist", "open", "off")
-KEYS = {"required", "network", "hosts", "writable"}
+KEYS = {"required", "network", "hosts", "writable", "tmp_size", "max_processes"}
+# Limits per run (issue 33): each private /tmp, /var/tmp and /run is a tmpfs (host RAM) of at most this many bytes,
+# and a run's processes and threads together are at most this many (a pids cgroup: sandbox/limits.py).
+DEFAULT_TMP_SIZE = 1024 ** 3
+DEFAULT_MAX_PROCESSES = 1024
+_SIZE = re.compile(r"(\d+)\s*([kmgt]i?b?|b)?\Z", re.IGNORECASE)
 _HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::\d{1,5})?\Z"
                    r"|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?\Z")
 
@@ -70,11 +75,31 @@ class SandboxSettings:
     network: str | None = None
     hosts: tuple[str, ...] = ()
     writable: tuple[Path, ...] = ()
+    tmp_size: int | None = None  # bytes; None: DEFAULT_TMP_SIZE
+    max_processes: int | None = None  # None: DEFAULT_MAX_PROCESSES
 
     def over(self, base: SandboxSettings) -> SandboxSettings:
         """These settings laid over `base`: scalars replace, lists add up."""
         return SandboxSettings(self.required if self.required is not None else base.required,
-                               self.network or base.network, base.hosts + self.hosts, base.writable + self.writable)
+                               self.network or base.network, base.hosts + self.hosts, base.writable + self.writable,
+                               self.tmp_size or base.tmp_size, self.max_processes or base.max_processes)
+
+
+def parse_size(value: Any, where: str) -> int | None:
+    """A size in bytes: an integer, or a string such as "512M" or "2G" (powers of 1024); None when not set."""
+    if value is None:
+        return None
+    found = _SIZE.match(value.strip()) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif found:
+        unit = (found.group(2) or "b")[0].lower()
+        size = int(found.group(1)) * 1024 ** "bkmgt".index(unit)
+    else:
+        raise SandboxConfigError(f'{where} tmp_size = {value!r} is not a size: give bytes or e.g. "512M", "2G".')
+    if size < 1024 ** 2:
+        raise SandboxConfigError(f"{where} tmp_size = {value!r} is under 1 MiB; a run needs some /tmp.")
+    return size
 
 
 def parse_settings(table: Any, where: str) -> SandboxSettings:
@@ -101,7 +126,11 @@ def parse_settings(table: Any, where: str) -> SandboxSettings:
     relative = [str(p) for p in paths if not p.is_absolute()]
     if relative:
         raise SandboxConfigError(f"{where} writable: {', '.join(relative)} is not absolute; give /… or ~/….")
-    return SandboxSettings(required, network, tuple(h.strip().lower() for h in hosts), tuple(paths))
+    processes = table.get("max_processes")
+    if processes is not None and (not isinstance(processes, int) or isinstance(processes, bool) or processes < 16):
+        raise SandboxConfigError(f"{where} max_processes = {processes!r} is not a whole number of at least 16.")
+    return SandboxSettings(required, network, tuple(h.strip().lower() for h in hosts), tuple(paths),
+                           parse_size(table.get("tmp_size"), where), processes)
 
 
 def project_settings(policy_file: Path, project_id: str | None) -> SandboxSettings:
@@ -169,6 +198,8 @@ class SandboxRules:
     network: str = "allowlist"
     endpoints: tuple[Endpoint, ...] = ()
     masks: Mapping[Path, bytes | None] = field(default_factory=dict)  # files shown with other content (or none)
+    tmp_size: int = DEFAULT_TMP_SIZE  # bytes of each private tmpfs (/tmp, /var/tmp, /run, a covered secret folder)
+    max_processes: int = DEFAULT_MAX_PROCESSES  # processes and threads of the run together, where it can be held
 
     @property
     def forwards(self) -> tuple[int, ...]:

@@ -22,11 +22,11 @@ from typing import Any
 
 from .. import paths
 from ..settings import Settings
-from . import bwrap
+from . import bwrap, limits
 from .gate import NetworkGate
 from .rules import (
-    CODEX_HOME_FROZEN, CODEX_RULES, REGISTRIES, USER_SKILLS, Endpoint, SandboxConfigError, SandboxRules,
-    SandboxSettings, endpoints_of, project_settings, secret_paths, state_paths,
+    CODEX_HOME_FROZEN, CODEX_RULES, DEFAULT_MAX_PROCESSES, DEFAULT_TMP_SIZE, REGISTRIES, USER_SKILLS, Endpoint,
+    SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of, project_settings, secret_paths, state_paths,
 )
 
 log = logging.getLogger("agentqueue.sandbox")
@@ -122,7 +122,9 @@ class Sandbox:
                             hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0, files)),
                             frozen=frozen,
                             network=chosen.network or "allowlist",
-                            endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}))
+                            endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}),
+                            tmp_size=chosen.tmp_size or DEFAULT_TMP_SIZE,
+                            max_processes=chosen.max_processes or DEFAULT_MAX_PROCESSES)
 
     @staticmethod
     def _state(homes: set[Path], agent_type: str | None, env: Mapping[str, str]) -> list[Path]:
@@ -152,6 +154,8 @@ class Sandbox:
                                agent_socket=agent_socket, masks=masks, argv0=argv[0] if argv else None,
                                files=argv[1:])
         say(f"[sandbox] {rules.describe()}")
+        say(f"[sandbox] limits: {limits.describe(rules.max_processes)}; /tmp, /var/tmp and /run "
+            + (f"at most {rules.tmp_size >> 20} MiB each" if bwrap.sizes_tmpfs() else "NOT capped (bubblewrap < 0.8)"))
         with self.contained(argv, env, rules, self.deny_recorder(actor, project_id, task_id, log_line),
                             lambda host, port: self.registry_allowed(project_id, host, port)) as inner:
             yield inner
@@ -169,12 +173,14 @@ class Sandbox:
         inner_env["TMPDIR"] = "/tmp"  # the sandbox's own; a host TMPDIR may be hidden
         gate = NetworkGate(rules, on_deny, also_allows) if rules.network == "allowlist" else None
         folder = gate.folder if gate else Path(tempfile.mkdtemp(prefix="sb-", dir=paths.runtime_dir()))
+        processes = limits.ProcessLimit(rules.max_processes)
         try:
             if gate is not None:
                 proxy = f"http://127.0.0.1:{bwrap.PROXY_PORT}"
                 inner_env.update({name: proxy for name in PROXY_ENV})
-            yield bwrap.build_argv(rules, argv, folder), inner_env
+            yield processes.wrap_outer(bwrap.build_argv(rules, [*processes.inner(), *argv], folder)), inner_env
         finally:
+            processes.close()
             if gate is not None:
                 gate.close()
             shutil.rmtree(folder, ignore_errors=True)
