@@ -4,7 +4,7 @@ agent (the way the loopback mocks stand in for a model). Run as `python tests/ac
 Each prompt's text chooses what it does (markers as in the model mocks):
 
 - `CMD[...]`: asks `session/request_permission` for an `execute` call of that command; when allowed, runs it in a
-  client terminal (`terminal/create`, `wait_for_exit`, `output`, `release`).
+  client terminal (`terminal/create`, `wait_for_exit`, `output`, `release`), and says how much output it got.
 - `WRITE[name]`: writes `name` (relative to its cwd) through `fs/write_text_file`, then reads it back.
 - a prompt that starts "AgentQueue refused" (the client telling it why a call was refused): `told: <text>`.
 - always: a `usage_update` with a USD cost of `COST`, and a PromptResponse with `USAGE`.
@@ -83,9 +83,10 @@ class ScriptAgent:
             await self.say(session_id, f"terminal refused: {error}")
             return
         exited = await self.client.wait_for_terminal_exit(session_id=session_id, terminal_id=term.terminal_id)
-        await self.client.terminal_output(session_id=session_id, terminal_id=term.terminal_id)
+        out = await self.client.terminal_output(session_id=session_id, terminal_id=term.terminal_id)
         await self.client.release_terminal(session_id=session_id, terminal_id=term.terminal_id)
         await self.say(session_id, f"exit: {exited.exit_code}")
+        await self.say(session_id, f"output: {len(out.output.encode())} bytes, truncated: {out.truncated}")
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         return None

@@ -10,7 +10,10 @@
   symlinks and absolute paths elsewhere are refused in one sentence), each decided as `Read(path)` / `Edit(path)`.
   A write or a terminal the agent was just allowed through request_permission is not decided (or asked) twice.
 - `terminal/*`: a command decided as `Bash(command)` (every simple command of it), run in the worktree inside the
-  same OS sandbox as the run (sandbox/runs.py), its output kept in a file outside the worktree.
+  same OS sandbox as the run (sandbox/runs.py), its output read from a pipe into a ring buffer in the daemon: only the
+  last `outputByteLimit` bytes are kept (OUTPUT_LIMIT when the agent gives none, never over MAX_OUTPUT_LIMIT), and
+  `terminal/output` says `truncated` once the front was dropped. A command printing without end costs the daemon
+  at most twice that limit, on disk nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import re
 import shlex
 import signal
 import subprocess
-import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +35,6 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
-from .. import paths
 from ..services.cpu_priority import lower_autogroup, niced
 from ..services.policy_rules import agent_action
 from .acp_actions import tool_call_input
@@ -45,6 +47,7 @@ INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 REFUSED = -32000  # an application error: refused by AgentQueue (the message says why)
 OUTPUT_LIMIT = 1_000_000  # bytes of a terminal's output kept when the agent sets no outputByteLimit
+MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most kept whatever outputByteLimit the agent asks for
 MAX_TERMINALS = 16
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell accepts before a command
 
@@ -59,10 +62,45 @@ Started = tuple[list[str], dict[str, str]]
 Contain = Callable[[list[str], Path, dict[str, str]], contextlib.AbstractContextManager[Started]]
 
 
+class Ring:
+    """The last `limit` bytes of a terminal's output (ACP's outputByteLimit), fed from its pipe by a thread of its
+    own; the front is dropped in whole blocks (the buffer is at most twice the limit), so each byte is moved once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.dropped = 0
+        self.lock = threading.Lock()
+
+    def feed(self, chunk: bytes) -> None:
+        with self.lock:
+            self.data.extend(chunk)
+            if len(self.data) > 2 * self.limit:
+                cut = len(self.data) - self.limit
+                del self.data[:cut]
+                self.dropped += cut
+
+    def tail(self) -> tuple[bytes, bool]:
+        """(the kept output, whether anything before it was dropped)."""
+        with self.lock:
+            keep = bytes(self.data[-self.limit:]) if self.limit else b""
+            return keep, self.dropped > 0 or len(self.data) > len(keep)
+
+    def pump(self, fd: int) -> None:
+        """Read the terminal's pipe until every writer closed it (the command and anything it left running)."""
+        try:
+            while chunk := os.read(fd, 65536):
+                self.feed(chunk)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 @dataclass
 class Terminal:
     process: Process
-    output: Path
+    output: Ring
     limit: int
     stack: contextlib.ExitStack
     exit_code: int | None = None
@@ -92,7 +130,6 @@ class AcpChannel:
         self.granted: set[str] = set()
         self.terminals: dict[str, Terminal] = {}
         self._ids = 0
-        self._folder: Path | None = None
 
     # -- the wire ------------------------------------------------------------------------------------
     def encode_answer(self, request_id: str, response: dict[str, Any]) -> bytes:
@@ -220,23 +257,29 @@ class AcpChannel:
         env = {**self.env, **variables}
         self._ids += 1
         terminal_id = f"term-{self._ids}"
-        if self._folder is None:
-            self._folder = Path(tempfile.mkdtemp(prefix="acp-", dir=paths.runtime_dir()))
-        output = self._folder / f"{terminal_id}.out"
+        asked = request.output_byte_limit
+        limit = min(max(asked, 0), MAX_OUTPUT_LIMIT) if asked is not None else OUTPUT_LIMIT
+        output = Ring(limit)
         stack = contextlib.ExitStack()
         try:
             argv, inner_env = stack.enter_context(self.contain(["/bin/sh", "-c", command], cwd, env))
-            with output.open("wb") as sink:
+            reader, writer = os.pipe()  # close-on-exec: only the command gets the write end, as its stdout
+            try:
                 # The agent's work in a session of its own: lowered as the agent's is (its autogroup: one try).
-                process = await anyio.open_process(niced(argv, self.nice), stdin=subprocess.DEVNULL, stdout=sink,
+                process = await anyio.open_process(niced(argv, self.nice), stdin=subprocess.DEVNULL, stdout=writer,
                                                    stderr=subprocess.STDOUT, cwd=str(cwd), env=inner_env,
                                                    start_new_session=True)
+            except BaseException:
+                os.close(reader)
+                raise
+            finally:
+                os.close(writer)
+            threading.Thread(target=output.pump, args=(reader,), daemon=True, name=f"acp {terminal_id}").start()
             if self.nice:
                 lower_autogroup(process.pid, self.nice)
         except BaseException:
             stack.close()
             raise
-        limit = request.output_byte_limit if request.output_byte_limit is not None else OUTPUT_LIMIT
         self.terminals[terminal_id] = Terminal(process, output, limit, stack)
         self.permissions.write_log(f"[acp] terminal {terminal_id}: {command[:300]}")
         return {"terminalId": terminal_id}
@@ -257,10 +300,7 @@ class AcpChannel:
 
     async def terminal_output(self, params: dict[str, Any]) -> dict[str, Any]:
         terminal = self._terminal(params)
-        data = terminal.output.read_bytes() if terminal.output.exists() else b""
-        truncated = len(data) > terminal.limit
-        if truncated:
-            data = data[len(data) - terminal.limit:]
+        data, truncated = terminal.output.tail()
         text = data.decode("utf-8", errors="ignore")  # a cut at the front may split a character: dropped
         return {"output": text, "truncated": truncated, "exitStatus": self._status(terminal)}
 
@@ -284,16 +324,11 @@ class AcpChannel:
         return {}
 
     def close(self) -> None:
-        """At the end of the run: every terminal killed, its sandbox closed, the output files removed."""
+        """At the end of the run: every terminal killed, its sandbox closed (its output goes with it)."""
         for terminal in self.terminals.values():
             _kill(terminal)
             terminal.stack.close()
         self.terminals.clear()
-        if self._folder is not None:
-            for item in self._folder.iterdir():
-                item.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                self._folder.rmdir()
 
     HANDLERS = {
         "session/request_permission": request_permission, "fs/read_text_file": read_text_file,
