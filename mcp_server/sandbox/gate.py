@@ -5,15 +5,23 @@ a private bridge folder that the sandbox shows it: `proxy.sock` (an HTTP proxy t
 absolute-form requests, and lets through only the hosts on the run's allowlist) and one `port-N.sock`
 per allowed loopback port (a local model endpoint). Every refusal is reported to `on_deny`, so it shows
 in the task log, the audit log and get_task. A direct socket to anything else fails inside the sandbox.
+
+Limits (issue 33): a run has at most MAX_CONNECTIONS open at once (one more gets a 503 at once, not a thread); a
+request head must arrive whole within HEAD_TIMEOUT (else 408 and the connection is closed); and a name is
+resolved here, once, and refused when an answer is loopback, link-local, private or otherwise not global, unless
+the allowlist entry that let it through names that host or address literally (`127.0.0.1:8080`, `localhost:11434`,
+never `*.example.com`). The connection goes to the address that was checked, so a second answer cannot differ.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -26,19 +34,45 @@ log = logging.getLogger("agentqueue.sandbox")
 
 MAX_HEAD = 64 * 1024
 CONNECT_TIMEOUT = 15.0
+HEAD_TIMEOUT = 10.0  # seconds for a request's whole head, from the connection's start
+MAX_CONNECTIONS = 128  # open at once through one run's gate (proxy and forwards together)
+resolve = socket.getaddrinfo  # the gate's resolver (a test may stand in for DNS)
+
+
+class HeadTimeout(Exception):
+    """The request head did not arrive whole within HEAD_TIMEOUT."""
 
 
 def _read_head(client: socket.socket) -> tuple[bytes, bytes] | None:
     data = b""
+    deadline = time.monotonic() + HEAD_TIMEOUT
     while b"\r\n\r\n" not in data:
         if len(data) > MAX_HEAD:
             return None
-        chunk = client.recv(65536)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HeadTimeout
+        client.settimeout(left)
+        try:
+            chunk = client.recv(65536)
+        except TimeoutError:
+            raise HeadTimeout from None
         if not chunk:
             return None
         data += chunk
+    client.settimeout(None)
     head, _, rest = data.partition(b"\r\n\r\n")
     return head, rest
+
+
+def _not_global(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global
 
 
 class NetworkGate:
@@ -54,11 +88,13 @@ class NetworkGate:
         self._listeners: list[socket.socket] = []
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._said: set[str] = set()  # the kinds of limit refusal already in the run's log (once each)
         self._listen(self.folder / "proxy.sock", self._proxy)
         for port in rules.forwards:
-            self._listen(self.folder / f"port-{port}.sock", lambda client, port=port: self._forward(client, port))
+            self._listen(self.folder / f"port-{port}.sock", lambda client, port=port: self._forward(client, port),
+                         port)
 
-    def _listen(self, path: Path, handler: Callable[[socket.socket], None]) -> None:
+    def _listen(self, path: Path, handler: Callable[[socket.socket], None], port: int = 3128) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(path))
         listener.listen(64)
@@ -71,9 +107,35 @@ class NetworkGate:
                 except OSError:
                     return
                 with self._lock:
-                    self._open.add(client)
+                    full = len(self._open) >= MAX_CONNECTIONS
+                    if not full:
+                        self._open.add(client)
+                if full:
+                    self._refuse_over_cap(client, port)
+                    continue
                 threading.Thread(target=self._handle, args=(handler, client), daemon=True).start()
         threading.Thread(target=accept, daemon=True, name=f"sandbox-gate {path.name}").start()
+
+    def _once(self, kind: str, host: str, port: int, why: str) -> None:
+        """A limit's refusal in the run's log, the first time of its kind (the rest are alike)."""
+        with self._lock:
+            first = kind not in self._said
+            self._said.add(kind)
+        if first:
+            self.on_deny(host, port, why)
+
+    def _refuse_over_cap(self, client: socket.socket, port: int) -> None:
+        why = f"{MAX_CONNECTIONS} connections of this run are open already, the most one run may have"
+        self._once("cap", "127.0.0.1", port, why + " (further refusals of this kind are not logged)")
+        body = f"AgentQueue's sandbox refused this connection: {why}.\n".encode()
+        try:
+            client.settimeout(1.0)
+            client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        except OSError:
+            pass
+        finally:
+            client.close()
 
     def _handle(self, handler: Callable[[socket.socket], None], client: socket.socket) -> None:
         try:
@@ -95,7 +157,13 @@ class NetworkGate:
             splice(client, upstream)
 
     def _proxy(self, client: socket.socket) -> None:
-        got = _read_head(client)
+        try:
+            got = _read_head(client)
+        except HeadTimeout:
+            why = f"its request head did not arrive within {HEAD_TIMEOUT:g} s"
+            self._once("head", "127.0.0.1", 3128, why + " (further refusals of this kind are not logged)")
+            client.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n" + why.encode() + b"\n")
+            return
         if got is None:
             return
         head, rest = got
@@ -129,7 +197,21 @@ class NetworkGate:
                            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             return
         try:
-            upstream = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+            answers = [info[4] for info in resolve(host, port, type=socket.SOCK_STREAM)]
+        except OSError as error:
+            client.sendall(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{error}\n".encode())
+            return
+        inner = [str(a[0]) for a in answers if _not_global(str(a[0]))]
+        if inner and not self._names_literally(host, port):
+            why = (f"it resolves to {inner[0]}, a loopback, link-local or private address, and no allowlist entry "
+                   "names that host or address literally")
+            self.on_deny(host, port, why)
+            body = f"AgentQueue's sandbox refused {host}:{port}: {why}.\n".encode()
+            client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            return
+        try:
+            upstream = _connect(answers)
         except OSError as error:
             client.sendall(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{error}\n".encode())
             return
@@ -145,6 +227,10 @@ class NetworkGate:
             if rest:
                 upstream.sendall(rest)
             splice(client, upstream)
+
+    def _names_literally(self, host: str, port: int) -> bool:
+        """Whether an allowlist entry names this host (or address) itself, not through a wildcard."""
+        return any(not e.host.startswith("*.") and e.allows(host, port) for e in self.rules.endpoints)
 
     def close(self) -> None:
         for listener in self._listeners:
@@ -163,3 +249,19 @@ class NetworkGate:
                 except OSError:
                     pass
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _connect(answers: list[tuple]) -> socket.socket:  # type: ignore[type-arg]
+    """A connection to the first of the checked addresses that answers (never resolved a second time)."""
+    error: OSError = OSError("no address")
+    for address in answers:
+        family = socket.AF_INET6 if ":" in str(address[0]) else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            sock.connect(address)
+            return sock
+        except OSError as caught:
+            sock.close()
+            error = caught
+    raise error
