@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,11 @@ log = logging.getLogger("agentqueue.runner")
 
 # One stream-json line can be a big tool result; a single line beyond this is dropped, not buffered whole.
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# A run's log keeps the first LOG_HEAD bytes of its output and a rolling LOG_TAIL (written when the run ends), and
+# says where it was cut and how much: 300 MB of output made a 286 MiB log (issue 33 M5). The runner's own lines
+# ([watchdog], [done], [stderr]…) and the engine's are never cut.
+LOG_HEAD = 8 * 1024 * 1024
+LOG_TAIL = 2 * 1024 * 1024
 # How long a loop kill waits for the end of the response that made the call (its usage complete in the stream).
 LOOP_KILL_GRACE = 1.0
 # How long an agent whose protocol session is over (ACP) may take to exit by itself once its stdin is closed.
@@ -128,6 +134,10 @@ class AgentRun:
         self.process: Process | None = None
         self._stdin_lock = anyio.Lock()
         self._log: TextIO | None = None
+        self._logged = 0  # bytes of output in the log's head
+        self._tail: deque[str] = deque()  # output past the head, its last LOG_TAIL bytes
+        self._tail_bytes = 0
+        self._cut = [0, 0]  # bytes and lines of output dropped between the head and the tail
 
     async def run(self, env: dict[str, str] | None = None) -> RunResult:
         env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _DROP_ENV}
@@ -150,11 +160,46 @@ class AgentRun:
                     await process.wait()
                     tg.cancel_scope.cancel()
             except BaseException:
+                self._write_tail()
                 # Cancelled (a shutdown past its grace) or broken: nothing of the run may outlive it. bubblewrap's
                 # init of the run's PID namespace ignores the death of its parent, so only the group's kill ends it.
                 signal_group(process.pid, signal.SIGKILL)
                 raise
             return self._finish(process)
+
+    def output(self, line: str) -> None:
+        """A line of the agent's output: in the log's head, else in the rolling tail (the cut said once, here)."""
+        size = len(line.encode("utf-8", errors="replace")) + 1
+        if not self._tail and self._logged + size <= LOG_HEAD:
+            self._logged += size
+            self.write(line)
+            return
+        if not self._tail and not any(self._cut):
+            self.write(f"[runner] the log passed {LOG_HEAD >> 20} MiB: the rest of this run's output is cut; its last "
+                       f"{LOG_TAIL >> 20} MiB are written when the run ends")
+        line = line[-LOG_TAIL:]
+        self._tail.append(line)
+        self._tail_bytes += size
+        while self._tail_bytes > LOG_TAIL and len(self._tail) > 1:
+            dropped = self._tail.popleft()
+            gone = len(dropped.encode("utf-8", errors="replace")) + 1
+            self._tail_bytes -= gone
+            self._cut[0] += gone
+            self._cut[1] += 1
+        if self.on_event:
+            self.on_event(line)
+
+    def _write_tail(self) -> None:
+        """The rolling tail, after a line that says how much was cut before it."""
+        if self._log is None or not (self._tail or any(self._cut)):
+            return
+        tail, self._tail = self._tail, deque()
+        self.write(f"[runner] {self._cut[0]:,} bytes ({self._cut[1]:,} lines) of output were cut here; the last "
+                   f"{self._tail_bytes:,} bytes follow")
+        self._cut = [0, 0]
+        for line in tail:
+            self._log.write(line + "\n")
+        self._log.flush()
 
     def write(self, line: str) -> None:
         """A line in the task log (flushed: the log is read while the run goes on), told to `on_event`."""
@@ -214,6 +259,7 @@ class AgentRun:
 
     def _finish(self, process: Process) -> RunResult:
         """The parser's result, overridden by why the run was killed; the stderr tail logged."""
+        self._write_tail()
         handle, limits, tail = self.handle, self.limits, self.stderr_tail
         if handle.stop_reason:
             signal_group(process.pid, signal.SIGKILL)  # no stragglers of a killed run
@@ -324,7 +370,7 @@ class AgentRun:
                 if self.loop_kill_at is not None:
                     self.handle.kill("loop")  # at the end of the response that made the call: all of it counted
                 continue
-            self.write(_format(event))
+            self.output(_format(event))
             if event.kind == "tool_result":
                 self.loops.observe_result(event.text)
             elif event.kind == "tool_call":

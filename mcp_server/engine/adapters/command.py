@@ -15,18 +15,22 @@ def build(config: AgentConfig, prompt: str, context: str, mcp_config: dict[str, 
     return RunSpec(argv=shlex.split(config.command or ""), stdin=full.encode(), env=env)
 
 
+SUMMARY_LINES = 20
+SUMMARY_LINE_CHARS = 4000  # a long line is kept for the summary by its end: 200 lines of 1 MiB held 200 MiB
+
+
 class CommandParser:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
     def feed(self, line: str) -> list[AgentEvent]:
         text = line.rstrip("\n")
-        self.lines.append(text)
-        del self.lines[:-200]
+        self.lines.append(text[-SUMMARY_LINE_CHARS:])
+        del self.lines[:-SUMMARY_LINES]
         return [AgentEvent("text", text)]
 
     def finish(self, exit_code: int | None) -> RunResult:
-        summary = "\n".join(self.lines[-20:])
+        summary = "\n".join(self.lines)
         if exit_code == 0:
             return RunResult("completed", summary=summary)
         return RunResult("failed", summary=summary, error_type="crashed",
