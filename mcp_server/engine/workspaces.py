@@ -198,7 +198,7 @@ class Workspaces:
         `worktrees/` whose `gitdir` names this worktree (nothing in the worktree is read)."""
         assert workspace.repo is not None
         common = self.common_dir(gitops.Checkout(self.checkout_of(workspace.repo), known=True))
-        admin = _admin_of(common, workspace.path)
+        admin = admin_of(common, workspace.path)
         self._repo_commons[workspace.repo.id] = common
         if admin is None:
             raise ServiceError(f"The worktree {workspace.path} is no longer registered in repo "
@@ -256,7 +256,7 @@ class Workspaces:
                 self.refresh_default(main, repo)
         branch = existing_branch or branch_name(task_id, title)
         path = self.path_for(repo.id, task_id)
-        if path.is_dir() and _admin_of(self.common_dir(main), path) is not None:
+        if path.is_dir() and admin_of(self.common_dir(main), path) is not None:
             return Workspace(path, branch, repo)  # a retry keeps the earlier attempt's commits (and files)
         if os.path.lexists(path):  # a worktree its repository no longer lists: kept aside, never reused
             aside = path.with_name(f"{path.name}.orphan-{int(time.time())}")
@@ -690,7 +690,7 @@ class Workspaces:
         main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
         common = self.common_dir(main)
         with self.worktree_lock(workspace.repo.id):
-            admin = _admin_of(common, workspace.path)
+            admin = admin_of(common, workspace.path)
             gone = [self.root / f".removed-{workspace.path.name}-{os.getpid()}-{time.monotonic_ns()}"]
             os.replace(workspace.path, gone[0])
             if admin is not None:
@@ -708,7 +708,7 @@ class Workspaces:
             log.info("kept branch %s: %s", branch, error)
 
 
-def _admin_of(common: Path, worktree: Path) -> Path | None:
+def admin_of(common: Path, worktree: Path) -> Path | None:
     """The folder under `<common>/worktrees/` whose `gitdir` file names `worktree` (git names it after the worktree's
     folder, with a number when that name is taken), or None."""
     want = os.path.realpath(worktree)

@@ -204,14 +204,31 @@ def removal_advice(prefix: Path, base_prefix: Path, user_home: Path) -> str:
 
 
 def _prune(plan: RepoPlan, purge: bool) -> int:
+    """Each worktree removed unless it holds uncommitted work (--purge: anyway). Never `git worktree remove`: it runs
+    git with the worktree's own `.git`, which a run wrote (engine/run_repo.py); the daemon's folder for the worktree
+    in the repository says what is uncommitted."""
+    import subprocess
+
+    from ...engine.workspaces import admin_of
+
     problems = 0
+    common = plan.checkout / ".git"
     for path in plan.worktrees:
-        done = _git(plan.checkout, "worktree", "remove", *(["--force"] if purge else []), str(path))
-        if done.returncode == 0:
-            print(f"Removed worktree {path}")
+        admin = admin_of(common, path) if common.is_dir() else None
+        if admin is None:
+            why = "its repository no longer lists it"
         else:
+            done = subprocess.run(["git", "-c", "core.fsmonitor=false", "status", "--porcelain"], cwd=path,
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "GIT_DIR": str(admin), "GIT_WORK_TREE": str(path)})
+            why = (done.stderr.strip() or "git status failed") if done.returncode else (
+                "it has uncommitted changes" if done.stdout.strip() else "")
+        if why and not purge:
             problems += 1
-            print(visible(f"Kept worktree {path}: {done.stderr.strip()} (--purge removes it anyway)", multiline=True))
+            print(visible(f"Kept worktree {path}: {why} (--purge removes it anyway)", multiline=True))
+            continue
+        shutil.rmtree(path, ignore_errors=True)  # a link the run left inside is removed, never followed
+        print(f"Removed worktree {path}")
     _git(plan.checkout, "worktree", "prune")
     for branch in plan.merged + (plan.unmerged if purge else []):
         done = _git(plan.checkout, "branch", "-D", branch)
