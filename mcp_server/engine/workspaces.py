@@ -425,8 +425,11 @@ class Workspaces:
         main = gitops.Checkout(self.checkout_of(repo), known=True)
         self.collect(workspace, workspace.path.name)  # whatever path lands it, the run's commits first
         if via_remote and main.remote_url() is not None:
-            with self.repo_lock(repo.id):
-                return self._land_remote(workspace, repo, main)
+            try:
+                with self.repo_lock(repo.id):
+                    return self._land_remote(workspace, repo, main)
+            finally:
+                self.expose(workspace)  # its branch merged origin's meanwhile: the worktree's `.git` says so too
         if check_clean:
             self.tree(workspace).require_clean("land the task")
         if files is None:
