@@ -199,7 +199,8 @@ class EffectivePolicy:
         verdicts += [self._escalate(action, whole, f"the shell parser: {p}") for p in analysis.problems]
         if not verdicts:
             return self._ordered(action, whole)
-        strictest = max(verdicts, key=lambda v: _STRICTNESS[v.decision])
+        # among equally strict verdicts the one that says why (an option, a path, the parser) is the one shown
+        strictest = max(verdicts, key=lambda v: (_STRICTNESS[v.decision], v.reason is not None))
         if strictest.decision == "allow":  # named after the last command's rule (the redirections' come after)
             last = verdicts[len(analysis.commands) - 1] if analysis.commands else verdicts[-1]
             return Verdict("allow", whole, last.rule, last.source, last.reason)

@@ -293,8 +293,8 @@ class _Walker:
             self.heredoc(node, level)
             return
         self.misread(node, kind)
-        if self.arithmetic(node, kind):
-            self.problem("arithmetic on a variable (bash evaluates the variable's text there, `a[$(cmd)]` included)")
+        if evaluated := _evaluates(node, kind):
+            self.problem(evaluated)
         if kind == "variable_assignment":
             name = node.child_by_field_name("name")
             if name is not None and DANGEROUS_VARIABLES.match(_text(name)):
@@ -304,19 +304,6 @@ class _Walker:
             return
         for child in node.named_children:
             self.visit(child, level + 1)
-
-    @staticmethod
-    def arithmetic(node: Any, kind: str) -> bool:
-        """An arithmetic context that reads a variable: `$((x))`, `((x))`, `for ((…))`, `[[ $x -eq 1 ]]`."""
-        if kind == "compound_statement":
-            if not node.children or node.children[0].type != "((":
-                return False
-        elif kind == "test_command":
-            if not any(_text(n) in _ARITHMETIC_TESTS for n in _descendants(node) if n.type == "test_operator"):
-                return False
-        elif kind not in ("arithmetic_expansion", "c_style_for_statement"):
-            return False
-        return any(n.type in ("variable_name", "simple_expansion", "expansion") for n in _descendants(node))
 
     def redirected(self, node: Any, level: int) -> None:
         body = node.child_by_field_name("body")
@@ -532,12 +519,127 @@ class _Walker:
 
     def emit(self, words: list[str], literal: list[bool], assignments: tuple[str, ...], wrappers: tuple[str, ...],
              risks: tuple[str, ...], more_args: bool) -> None:
+        if words and (evaluated := _builtin_problem(words, literal)):
+            self.problem(evaluated)
         if words:
             self.result.commands.append(SimpleCommand(tuple(words), tuple(literal), wrappers, assignments, risks,
                                                       more_args, self.cwds))
 
 
-_ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"}
+_ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
+_NAME_TESTS = {"-v", "-R"}  # their operand is a variable name, `a[i]` included: the subscript is evaluated
+# An integer constant bash's arithmetic reads without looking up anything: 12, 0x1f, 2#101.
+_INTEGER = re.compile(r"\A(?:0[xX][0-9a-fA-F]+|[0-9]+#[0-9A-Za-z@_]+|[0-9]+)\Z")
+_PLAIN_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+# `name[index]` as a word: what unset, read, printf -v, test -v, declare take as a variable (the index is evaluated).
+_SUBSCRIPTED = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\[(?P<index>.*)\](?:[+]?=.*)?\Z", re.S)
+_NAME_BUILTINS = {"unset", "read", "printf", "test", "[", "declare", "typeset", "local", "export", "readonly",
+                  "getopts", "wait", "mapfile", "readarray", "let"}
+_EVALUATED = "is evaluated as arithmetic, where a value such as `a[$(cmd)]` runs cmd"
+
+
+def _leaves(node: Any, skip: frozenset[str] = frozenset({"do_group", "test_operator"})) -> list[Any]:
+    """The named nodes under `node` that hold no others (an arithmetic expression's operands)."""
+    out: list[Any] = []
+    stack = [c for c in node.named_children if c.type not in skip]
+    while stack and len(out) < 10_000:
+        child = stack.pop()
+        if child.named_children:
+            stack.extend(c for c in child.named_children if c.type not in skip)
+        else:
+            out.append(child)
+    return out
+
+
+def _non_literal(node: Any) -> str | None:
+    """The first operand under `node` that is not an integer constant, as written; None when all are."""
+    leaves = _leaves(node) if node.named_children else [node]
+    return next((_text(leaf) for leaf in leaves if not _INTEGER.match(_text(leaf))), None)
+
+
+def _evaluates(node: Any, kind: str) -> str | None:
+    """Why bash would evaluate text of unknown value as code at `node`, if it would (C6, issue 33)."""
+    if kind == "expansion":
+        return _expansion_problem(node)
+    if kind == "subscript" and (node.parent is None or node.parent.type != "expansion"):
+        index = node.child_by_field_name("index")
+        if index is not None and _non_literal(index) is not None:
+            return f"the subscript in `{short(_text(node), 60)}` {_EVALUATED}"
+        return None
+    if kind == "array":
+        for element in node.named_children:
+            match = re.match(r"\[(.*?)\]\+?=", _text(element), re.S)
+            if match and not _INTEGER.match(match[1]):
+                return f"the subscript in `{short(_text(element), 60)}` {_EVALUATED}"
+        return None
+    if kind == "test_command":
+        return _test_problem(node)
+    if kind == "c_style_for_statement" or kind == "arithmetic_expansion" or (
+            kind == "compound_statement" and node.children and node.children[0].type == "(("):
+        if (operand := _non_literal(node)) is not None:
+            return f"`{short(operand, 40)}` in `{short(_text(node), 60)}` {_EVALUATED}"
+    return None
+
+
+def _expansion_problem(node: Any) -> str | None:
+    """`${name}` and `${@}`, `${#}`… are plain values; any operator, subscript or indirection is not."""
+    inner = [c for c in node.children if c.type not in ("${", "}")]
+    if len(inner) == 1 and inner[0].type in ("variable_name", "special_variable_name", "#", "!", "@", "*", "?",
+                                             "$", "-", "_", "0"):
+        return None  # tree-sitter reads `${#}` and `${!}` as operators; bash as the parameters $# and $!
+    form = f"`{short(_text(node), 60)}`"
+    types = [c.type for c in inner]
+    if types and types[0] == "!":
+        return f"{form} is an indirection: it expands the variable another one names, where `a[$(cmd)]` runs cmd"
+    if "@" in types[1:] and types.index("@") + 1 < len(types) and _text(inner[types.index("@") + 1]) == "P":
+        return f"{form} expands a prompt string, which can run commands"
+    if "subscript" in types:
+        return f"the subscript in {form} {_EVALUATED}"
+    if ":" in types:
+        return f"the offset or length in {form} {_EVALUATED}"
+    return f"{form} is an expansion with an operator; only `$name` and `${{name}}` are read as plain values"
+
+
+def _test_problem(node: Any) -> str | None:
+    """`[[ x -eq 1 ]]` evaluates both sides as arithmetic, `[[ -v a[i] ]]` the subscript."""
+    for child in [node, *_descendants(node)]:
+        operator = child.child_by_field_name("operator")
+        if operator is None:
+            operator = next((c for c in child.children if c.type == "test_operator"), None)
+        if operator is None:
+            continue
+        if _text(operator) in _ARITHMETIC_TESTS and child.type == "binary_expression":
+            if (operand := _non_literal(child)) is not None:
+                return f"`{short(operand, 40)}` in `[[ … {_text(operator)} … ]]` {_EVALUATED}"
+        if _text(operator) in _NAME_TESTS and child.type == "unary_expression":
+            operand = next((c for c in child.named_children if c is not operator and c.type != "test_operator"), None)
+            value, literal = word_value(operand) if operand is not None else ("", True)
+            if not literal or not _PLAIN_NAME.match(value):
+                return f"the subscript in `[[ {_text(operator)} {short(value, 40)} ]]` {_EVALUATED}"
+    return None
+
+
+def _names_something(expression: str) -> bool:
+    """Whether an arithmetic expression holds anything but integer constants and operators (a name, `$`, `[`)."""
+    return re.search(r"[A-Za-z_$`\[]", re.sub(r"0[xX][0-9a-fA-F]+|[0-9]+#[0-9A-Za-z@_]+", "", expression)) is not None
+
+
+def _builtin_problem(words: list[str], literal: list[bool]) -> str | None:
+    """A builtin that takes variable names (`unset a[i]`, `read a[i]`, `declare -i`) or arithmetic (`let`)."""
+    name = words[0]
+    if name not in _NAME_BUILTINS:
+        return None
+    if name == "let":
+        bad = next((w for w, ok in zip(words[1:], literal[1:], strict=True) if not ok or _names_something(w)), None)
+        return None if bad is None else f"the expression in `let {short(bad, 40)}` {_EVALUATED}"
+    if name in ("declare", "typeset", "local", "export", "readonly") and any(
+            re.fullmatch(r"-[A-Za-z]*i[A-Za-z]*", w) for w in words[1:]):
+        return f"`{name} -i` gives a variable the integer attribute: every value it is set to later {_EVALUATED}"
+    for word, ok in zip(words[1:], literal[1:], strict=True):
+        match = _SUBSCRIPTED.match(word)
+        if not ok and "[" in word or match and not _INTEGER.match(match["index"]) and match["index"] not in "@*":
+            return f"the subscript in `{name} {short(word, 40)}` {_EVALUATED}"
+    return None
 
 
 def _descendants(node: Any, limit: int = 10_000) -> list[Any]:
