@@ -119,15 +119,19 @@ class EffectivePolicy:
     _verdicts: dict[Action, Verdict] = field(default_factory=dict, repr=False, compare=False)
 
     def _first(self, decision: Decision, action: Action, preset: bool | None = None,
-               texts: list[str] | None = None) -> tuple[Rule, str] | None:
-        """The first rule of `decision` matching `action` (or any of `texts`, a simple command's spellings);
-        `preset` True/False keeps only the preset's rules / only the person's."""
+               texts: list[str] | None = None, command: shell.SimpleCommand | None = None) -> tuple[Rule, str] | None:
+        """The first rule of `decision` matching `action` (or any of `texts`, a simple command's spellings;
+        a deny or ask also `command` with its options spelled otherwise); `preset` True/False keeps only the
+        preset's rules / only the person's."""
         for rule, source in self.rules[decision]:
             if preset is not None and source.startswith("preset ") != preset:
                 continue
             if texts is None and rule_matches(rule, action, decision):
                 return rule, source
             if texts is not None and any(matches_one(rule, Action(action.tool, t, action.root)) for t in texts):
+                return rule, source
+            if command is not None and decision != "allow" and rule.spec and rule.covers_tool(action.tool) \
+                    and shell_options.has_options(rule.spec, command.words):
                 return rule, source
         return None
 
@@ -181,7 +185,7 @@ class EffectivePolicy:
         verdicts: list[Verdict] = []
         if len(analysis.commands) > shell.MAX_COMMANDS:  # too many to judge one by one: deny rules, then ask
             for command in analysis.commands:
-                if hit := self._first("deny", action, None, command.spellings()):
+                if hit := self._first("deny", action, None, command.spellings(), command):
                     return Verdict("deny", shell.shown(str(Action(action.tool, command.text))), hit[0].text, hit[1])
             return self._escalate(action, whole, f"the shell parser: {analysis.problems[-1]}")
         for command in analysis.commands:
@@ -210,7 +214,7 @@ class EffectivePolicy:
         part = Action(action.tool, command.text, action.root)
         shown = shell.shown(str(part))
         spellings = command.spellings()
-        if hit := self._first("deny", part, None, spellings):
+        if hit := self._first("deny", part, None, spellings, command):
             return Verdict("deny", shown, hit[0].text, hit[1])
         named = [(kind, path) for kind, path in shell_options.paths(command)] if action.tool in COMMAND_TOOLS else []
         judged_paths = [self._judge_access(action, kind, path, command.cwds, shown) for kind, path in named]
@@ -218,7 +222,7 @@ class EffectivePolicy:
             return denied  # a person's deny on a path (`Read(~/.ssh/**)`) holds whatever allows the command
         if hit := self._first("allow", part, False, [command.text]):
             return Verdict("allow", shown, hit[0].text, hit[1])
-        if hit := self._first("ask", part, False, spellings):
+        if hit := self._first("ask", part, False, spellings, command):
             return Verdict("ask", shown, hit[0].text, hit[1])
         if hit := self._first("allow", part, True, [command.text]):
             if risks := shell_options.risks(command):
@@ -228,7 +232,7 @@ class EffectivePolicy:
                 if worst.decision != "allow":
                     return worst
             return Verdict("allow", shown, hit[0].text, hit[1])
-        if hit := self._first("ask", part, True, spellings):
+        if hit := self._first("ask", part, True, spellings, command):
             return Verdict("ask", shown, hit[0].text, hit[1])
         return self._default(part, shown)
 

@@ -79,6 +79,25 @@ _OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
                               "--project-cache-dir", "--include-build")),
     "dotnet": _spec("", ("-o", "-s", "-d", "--output", "--results-directory", "--settings", "--diag", "--project")),
 }
+# Options that are one option under several spellings, as the spelling a rule is compared in: `rm --recursive`,
+# `rm -R` and `rm -r` are one, so a deny on `rm -rf` holds for each (long options also by unambiguous prefix).
+_SAME_OPTION: dict[str, dict[str, str]] = {
+    "rm": {"-R": "-r", "--recursive": "-r", "--force": "-f", "--dir": "-d", "--interactive": "-i",
+           "--verbose": "-v", "--one-file-system": "--one-file-system", "--no-preserve-root": "--no-preserve-root",
+           "--preserve-root": "--preserve-root"},
+    "cp": {"-R": "-r", "--recursive": "-r", "--force": "-f", "--archive": "-a", "--link": "-l",
+           "--symbolic-link": "-s", "--no-dereference": "-P", "--dereference": "-L", "--update": "-u"},
+    "mv": {"--force": "-f", "--interactive": "-i", "--no-clobber": "-n", "--update": "-u"},
+    "chmod": {"--recursive": "-R", "--changes": "-c", "--silent": "-f", "--quiet": "-f", "--verbose": "-v"},
+    "chown": {"--recursive": "-R", "--changes": "-c", "--silent": "-f", "--quiet": "-f", "--verbose": "-v"},
+    "chgrp": {"--recursive": "-R", "--changes": "-c", "--silent": "-f", "--quiet": "-f", "--verbose": "-v"},
+    "git push": {"--force": "-f", "--delete": "-d", "--all": "--all", "--mirror": "--mirror", "--tags": "--tags",
+                 "--force-with-lease": "--force-with-lease"},
+    "git clean": {"--force": "-f", "--dry-run": "-n", "--interactive": "-i", "--quiet": "-q"},
+    "git reset": {"--hard": "--hard", "--soft": "--soft", "--mixed": "--mixed", "--keep": "--keep"},
+    "git checkout": {"--force": "-f"},
+    "git branch": {"--delete": "-d", "--force": "-f", "--move": "-m"},
+}
 _GIT_VALUE_GLOBALS = {"-c", "-C", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
 _PATTERN_FIRST = {"grep", "egrep", "fgrep", "rg"}
 _WRITES_ARGS = {"mkdir": "all", "uniq": "second"}
@@ -188,3 +207,48 @@ def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str | 
         kind: Literal["read", "write"] = "write" if writes == "all" or writes == "second" and index == 1 else "read"
         out.append((kind, operand))
     return out
+
+
+def _same_options(name: str, words: list[str]) -> set[str]:
+    """The options in `words` (up to `--`) in the spelling rules are compared in: `-rf` is {-r, -f}."""
+    table = _SAME_OPTION.get(name, {})
+    out: set[str] = set()
+    for word in words:
+        if word == "--":
+            break
+        if word.startswith("--"):
+            option = word.split("=", 1)[0]
+            # getopt_long takes an unambiguous prefix: `--rec` is `--recursive`
+            known = [long for long in table if long.startswith("--") and long.startswith(option)]
+            out.add(table.get(option) or (table[known[0]] if len(known) == 1 and len(option) > 3 else option))
+        elif word.startswith("-") and len(word) > 1:
+            out.update(table.get(f"-{letter}", f"-{letter}") for letter in word[1:])
+    return out
+
+
+def has_options(spec: str, words: tuple[str, ...]) -> bool:
+    """Whether a prefix rule `cmd [sub] -abc --long:*` names `words` in another spelling of its options:
+    the same command and subcommand, and every option the rule names among the command's, in any order,
+    grouping or long form, before or after its operands."""
+    if not spec.endswith(":*") or not words:
+        return False
+    rule = spec[:-2].split()
+    lead = [w for w in rule if not w.startswith("-")]
+    options = [w for w in rule if w.startswith("-")]
+    if not options or not lead or rule[:len(lead)] != lead:
+        return False  # only `cmd [sub] -options`: anything else is matched as written
+    operands = [posixpath.basename(words[0])] + [w for w in _without_git_globals(words)[1:] if not w.startswith("-")]
+    if operands[:len(lead)] != [posixpath.basename(lead[0]), *lead[1:]]:
+        return False
+    name = " ".join(lead)
+    return _same_options(name, options) <= _same_options(name, list(words[1:]))
+
+
+def _without_git_globals(words: tuple[str, ...]) -> tuple[str, ...]:
+    """`git -C dir push` as `git push`: git's own options and their values come before the subcommand."""
+    if posixpath.basename(words[0]) != "git":
+        return words
+    index = 1
+    while index < len(words) and words[index].startswith("-"):
+        index += 2 if words[index] in _GIT_VALUE_GLOBALS else 1
+    return (words[0], *words[index:])
