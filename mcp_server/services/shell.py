@@ -263,6 +263,9 @@ class _Walker:
         self.result = result
         self.depth = depth
         self.cwds: tuple[str | None, ...] = ("",)
+        # What the command being walked reads on standard input: a script a shell would run from it, when
+        # a here-document or here-string shows it ("text"), a file ("file"), else nothing visible (None).
+        self.stdin: tuple[Literal["text", "file", "unknown"], str] | None = None
 
     def problem(self, text: str) -> None:
         if text not in self.result.problems:
@@ -290,7 +293,12 @@ class _Walker:
             self.redirect(node, level)
             return
         if kind == "heredoc_redirect":
+            outer, self.stdin = self.stdin, None  # `cat <<EOF | sh`: tree-sitter puts the pipeline in here
             self.heredoc(node, level)
+            self.stdin = outer
+            return
+        if kind == "pipeline":
+            self.pipeline(node, level)
             return
         self.misread(node, kind)
         if evaluated := _evaluates(node, kind):
@@ -305,6 +313,21 @@ class _Walker:
         for child in node.named_children:
             self.visit(child, level + 1)
 
+    def pipeline(self, node: Any, level: int) -> None:
+        """Only the first command of `a | b` reads the pipeline's input; the others read the pipe before them."""
+        outer = self.stdin
+        for index, child in enumerate(node.named_children):
+            self.stdin = outer if index == 0 else None
+            self.visit(child, level + 1)
+        self.stdin = outer
+
+    def last_reads(self, node: Any, level: int, outer: tuple[Literal["text", "file", "unknown"], str] | None) -> None:
+        """A list under a redirection: its last command reads the redirected input, the others the outer one."""
+        given, children = self.stdin, node.named_children
+        for index, child in enumerate(children):
+            self.stdin = given if index == len(children) - 1 else outer
+            self.visit(child, level + 1)
+
     def redirected(self, node: Any, level: int) -> None:
         body = node.child_by_field_name("body")
         extra: list[Any] = []
@@ -316,7 +339,14 @@ class _Walker:
             self.problem("words after a redirection the parser could not place")
         for child in node.named_children:
             if body is not None and child == body:
-                self.visit(child, level + 1, extra)
+                outer, self.stdin = self.stdin, _stdin([c for c in node.named_children if c != body], self.stdin)
+                if body.type == "list":  # `a && sh <<EOF`: tree-sitter gives the list the input bash gives sh
+                    self.last_reads(body, level + 1, outer)
+                else:
+                    if body.type != "command" and self.stdin is not None and self.stdin[0] == "text":
+                        self.stdin = ("unknown", "")  # in `{ read x; sh; } <<EOF` sh runs only what read left
+                    self.visit(child, level + 1, extra)
+                self.stdin = outer
             else:
                 self.visit(child, level + 1)
 
@@ -371,6 +401,16 @@ class _Walker:
         self.emit(words, literal, (), (), (), False)
 
     def command(self, node: Any, level: int, extra_args: list[Any]) -> None:
+        # a here-string on the command itself is its input; what its words run (`$(…)`) reads the outer one
+        outer = self.stdin
+        stdin, self.stdin = _stdin(node.named_children, outer), None
+        try:
+            self.simple(node, level, extra_args, stdin)
+        finally:
+            self.stdin = outer
+
+    def simple(self, node: Any, level: int, extra_args: list[Any],
+               stdin: tuple[Literal["text", "file", "unknown"], str] | None) -> None:
         assignments: list[str] = []
         words: list[str] = []
         literal: list[bool] = []
@@ -394,6 +434,7 @@ class _Walker:
                 literal.append(ok)
         if not words:
             return  # only assignments (checked above) or redirections
+        self.stdin = stdin
         self.unwrap(words, literal, tuple(assignments), (), (), False, self.depth)
 
     def misread(self, node: Any, kind: str) -> None:
@@ -414,8 +455,7 @@ class _Walker:
                 self.problem(unknowable)
                 return
             name = posixpath.basename(words[0])
-            if name in ("eval",) or name in SHELLS and _shell_string(words) is not None:
-                self.string_command(name, words, literal, assignments, wrappers, risks, depth)
+            if self.script(name, words, literal, assignments, wrappers, risks, depth):
                 return
             if name in ("trap", "alias"):  # their strings run later, as commands: judged now
                 self.later(name, words, literal, assignments, wrappers, risks, depth)
@@ -461,6 +501,21 @@ class _Walker:
             self.problem(f"`{name}` runs a string the parser cannot see before it runs")
             return
         self.nested(string, depth, assignments, wrappers, risks)
+
+    def script(self, name: str, words: list[str], literal: list[bool], assignments: tuple[str, ...],
+               wrappers: tuple[str, ...], risks: tuple[str, ...], depth: int) -> bool:
+        """`eval S`, `sh -c S`, and `sh <<EOF`, `bash <<< '…'`, `source /dev/stdin`: the script is judged as
+        commands (a problem when the parser cannot see it); False when `name` runs no script we can read."""
+        if name in ("eval",) or name in SHELLS and _shell_string(words) is not None:
+            self.string_command(name, words, literal, assignments, wrappers, risks, depth)
+            return True
+        if not _runs_stdin(name, words) or self.stdin is not None and self.stdin[0] == "file":
+            return False  # `sh script.sh`, `sh < script.sh`: a file that runs code, judged by the shell's name
+        if self.stdin is None or self.stdin[0] != "text":
+            self.problem(f"`{name}` reads its commands from standard input, which the parser cannot see")
+        else:
+            self.nested(self.stdin[1], depth, assignments, wrappers, risks)
+        return True
 
     def later(self, name: str, words: list[str], literal: list[bool], assignments: tuple[str, ...],
               wrappers: tuple[str, ...], risks: tuple[str, ...], depth: int) -> None:
@@ -695,6 +750,65 @@ def _wrapper_options(name: str, words: list[str]) -> tuple[int, list[str], list[
     if name == "timeout" and index < len(words):
         index += 1  # the duration
     return index, found_risks, env_names, split_string
+
+
+def _stdin(redirects: list[Any], outer: tuple[Literal["text", "file", "unknown"], str] | None
+           ) -> tuple[Literal["text", "file", "unknown"], str] | None:
+    """What a command reads on standard input after `redirects` (the last one wins): a here-document's or
+    here-string's text when it is known before it runs, a file, or "unknown"; else the input it inherits."""
+    found = outer
+    for node in redirects:
+        if node.type == "herestring_redirect":
+            word = next(iter(node.named_children), None)
+            value, literal = word_value(word) if word is not None else ("", True)
+            found = ("text", value + "\n") if literal else ("unknown", "")
+        elif node.type == "heredoc_redirect":
+            found = _heredoc_text(node)
+        elif node.type == "file_redirect":
+            operator = next((_text(c) for c in node.children if not c.is_named), "")
+            target = node.child_by_field_name("destination")
+            if operator in ("<", "<&") and target is not None:
+                value, literal = word_value(target)
+                fd = value.startswith(("/dev/std", "/dev/fd/", "/proc/")) or operator == "<&"
+                found = ("file", value) if literal and not fd else ("unknown", "")
+    return found
+
+
+def _heredoc_text(node: Any) -> tuple[Literal["text", "file", "unknown"], str]:
+    """A here-document's text as the command reads it; "unknown" when bash expands something in it first."""
+    start = next((c for c in node.named_children if c.type == "heredoc_start"), None)
+    body = next((c for c in node.named_children if c.type == "heredoc_body"), None)
+    quoted = start is not None and re.search(r"['\"\\]", _text(start)) is not None
+    text = _text(body) if body is not None else ""
+    if not quoted and (body is not None and any(c.type != "heredoc_content" for c in body.named_children)
+                       or re.search(r"[$`\\]", text)):
+        return ("unknown", "")
+    if any(_text(c) == "<<-" for c in node.children if not c.is_named):
+        text = re.sub(r"(?m)^\t+", "", text)  # `<<-` strips leading tabs
+    return ("text", text)
+
+
+def _runs_stdin(name: str, words: list[str]) -> bool:
+    """Whether `name words…` runs the script on its standard input: a shell without `-c` and without a script
+    file (or with `-s`), and `source /dev/stdin`."""
+    if name in ("source", "."):
+        return words[1:2] in (["/dev/stdin"], ["/dev/fd/0"], ["/proc/self/fd/0"])
+    if name not in SHELLS:
+        return False
+    index, from_stdin = 1, False
+    while index < len(words):
+        word = words[index]
+        if word in ("--", "-"):
+            index += 1
+            break
+        if word in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            index += 2
+        elif word.startswith(("-", "+")) and len(word) > 1:
+            from_stdin = from_stdin or word[0] == "-" and not word.startswith("--") and "s" in word[1:]
+            index += 1
+        else:
+            break
+    return from_stdin or index >= len(words)
 
 
 def _shell_string(words: list[str]) -> str | None:
