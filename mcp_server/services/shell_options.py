@@ -172,6 +172,23 @@ def risks(command: SimpleCommand) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+# Option values that are text, not files: a pattern, a commit message.
+_TEXT_VALUES = {"grep": ("--regexp", "-e"), "egrep": ("--regexp", "-e"), "fgrep": ("--regexp", "-e"),
+                "rg": ("--regexp", "-e"), "git commit": ("--message", "-m"), "git log": ("--grep", "-S", "-G")}
+
+
+def _option_value(key: str, word: str) -> str | None:
+    """The value attached to an option word (`--opt=value`, or `-fPATH` when it looks like a path), if any."""
+    text = _TEXT_VALUES.get(key, ())
+    if word.startswith("--"):
+        option, equals, value = word.partition("=")
+        return value if equals and value and option not in text else None
+    match = re.match(r"-([A-Za-z0-9]+?)([/~.].*)\Z", word, re.S)
+    if match is None or f"-{match[1][-1]}" in text:
+        return None
+    return match[2]
+
+
 def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str | None]]:
     """The files and folders a preset-allowed command's arguments name (options' values given as
     separate words count; a grep pattern and a commit message do not)."""
@@ -195,6 +212,9 @@ def paths(command: SimpleCommand) -> list[tuple[Literal["read", "write"], str | 
             options_done = True
             continue
         if not options_done and word.startswith("-") and word != "-":
+            value = _option_value(key, word)
+            if value is not None:  # `--to-file=/etc/shadow`, `-f/etc/shadow`: a path as much as an operand (L3)
+                out.append(("read", value if literal else None))
             continue  # an option; a value given as the next word is judged as an operand
         positional.append(word if literal else None)
     # grep PATTERN FILE…: the first operand is a pattern, unless -e/-f (or --regexp/--file) gave it.
