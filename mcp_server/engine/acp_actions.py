@@ -13,8 +13,8 @@ ACP describes a call by `kind`, `title`, `rawInput` (optional; Gemini CLI 0.61.0
 | anything else            | `Acp(title)`          | no preset allows it: standard asks a person               |
 
 (*) AgentQueue's own server is `mcp__agentqueue`, which standard allows: its daemon decides each call again.
-Codex's list `/bin/bash -lc S` is the command S. A command's verdict walks every simple command in it
-(`a & b; c` needs each part allowed), as for Claude.
+Codex's list `/bin/bash -lc S` is the command S (`/bin/sh -c S` stays itself: dash is not bash). A command's
+verdict walks every simple command in it (`a & b; c` needs each part allowed), as for Claude.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ _MCP_CALL = re.compile(r"^mcp_(?P<server>[A-Za-z0-9-]+?)_")
 # Claude Code's ACP adapter names an MCP tool `mcp__<server>__<tool>` in the call's `_meta.claudeCode.toolName`.
 _CLAUDE_MCP_TOOL = re.compile(r"^mcp__(?P<server>[A-Za-z0-9_-]+?)__")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
-_SHELLS = re.compile(r"^(/usr)?(/bin/)?(ba|z|da)?sh$")
+# Only bash's string is the command as the policy reads it: `sh -c S` (dash) is judged as itself, and the shell
+# parser then asks about what dash would read otherwise than bash.
+_SHELLS = re.compile(r"^(/usr)?(/bin/)?bash$")
 
 
 def _path(call: dict[str, Any]) -> str | None:

@@ -37,6 +37,7 @@ from anyio.abc import Process
 
 from ..services.cpu_priority import lower_autogroup, niced
 from ..services.policy_rules import agent_action
+from ..services.shell import shell_argv
 from .acp_actions import tool_call_input
 from .adapters.acp import answer_line, as_dict, schema
 from .permissions import PermissionChannel
@@ -262,7 +263,8 @@ class AcpChannel:
         output = Ring(limit)
         stack = contextlib.ExitStack()
         try:
-            argv, inner_env = stack.enter_context(self.contain(["/bin/sh", "-c", command], cwd, env))
+            # bash, not /bin/sh: the policy judged the command by bash's grammar (docs/design.md, issue 33)
+            argv, inner_env = stack.enter_context(self.contain(shell_argv(command), cwd, env))
             reader, writer = os.pipe()  # close-on-exec: only the command gets the write end, as its stdout
             try:
                 # The agent's work in a session of its own: lowered as the agent's is (its autogroup: one try).

@@ -20,6 +20,7 @@ import re2
 from ..sandbox.runs import Sandbox
 from ..store.db import Store
 from .policy import Policies
+from . import shell
 from .policy_rules import tool_action
 from .capped import run_capped
 from .errors import InvalidInputError, NotFoundError, ServiceError
@@ -248,7 +249,7 @@ class Files:
         task_project = self.store.scalar("SELECT project_id FROM tasks WHERE id = ?", (task_id,)) if task_id else None
         project_id = task_project or self.project_of(working_dir)
         self.policies.require(tool_action("run_command", command), project_id, f"Running `{command[:200]}`")
-        argv = ["/bin/sh", "-c", command]
+        argv = shell.shell_argv(command)  # bash: the grammar the policy judged the command by
         full_env = {**os.environ, **env} if env else None
         if self.sandbox is None:
             code, out, err = run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT, env=full_env)

@@ -13,9 +13,11 @@ never load it.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import shlex
+import shutil
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -143,6 +145,17 @@ def short(text: str, limit: int = 200) -> str:
 def shown(text: str) -> str:
     """An action as a verdict names it: whole while it could be a rule, else cut for quoting."""
     return text if len(text) <= 1_000 else short(text)
+
+
+def shell_argv(command: str) -> list[str]:
+    """The argv that runs `command` in bash: the grammar the policy judged it by (dash, Debian's /bin/sh, reads
+    `$'…'` otherwise and would run what bash keeps quoted). /bin/sh only on a machine without bash."""
+    return [_bash() or "/bin/sh", "-c", command]
+
+
+@lru_cache(maxsize=1)
+def _bash() -> str | None:
+    return next((p for p in ("/bin/bash", "/usr/bin/bash") if os.access(p, os.X_OK)), None) or shutil.which("bash")
 
 
 @lru_cache(maxsize=1)
@@ -499,6 +512,10 @@ class _Walker:
         ok = all(literal[1:]) if name == "eval" else _shell_string_literal(words, literal)
         if not ok or string is None:
             self.problem(f"`{name}` runs a string the parser cannot see before it runs")
+            return
+        if name not in ("eval", "bash") and re.search(r"\$['\"]", string):
+            # dash reads `$'a\' ;touch M'` as `$`, a quoted backslash, then `touch M`: bash's reading is not its own
+            self.problem(f"`{name} -c` with `$'…'` or `$\"…\"`, which {name} reads otherwise than bash")
             return
         self.nested(string, depth, assignments, wrappers, risks)
 
