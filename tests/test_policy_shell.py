@@ -21,24 +21,11 @@ from mcp.types import ElicitResult
 
 from agentqueue.services import shell
 from agentqueue.services.policy import Policies, PolicyError
-from agentqueue.services.policy_rules import Action, agent_action, command_parts, parse_rule, tool_action
+from agentqueue.services.policy_rules import agent_action, command_parts, parse_rule, tool_action
 
-ROOT = Path("/work/tree")
+from .policy_fixtures import ROOT, bash, presets  # noqa: F401  (presets: a fixture)
+
 D, Q, A = "deny", "ask", "allow"
-
-
-def bash(command: str) -> Action:
-    return agent_action("Bash", {"command": command}, ROOT)
-
-
-@pytest.fixture(scope="module")
-def presets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Policies]:
-    out = {}
-    for name in ("readonly", "standard", "autonomous"):
-        policies = Policies(tmp_path_factory.mktemp(name))
-        policies.edit(preset=name)
-        out[name] = policies
-    return out
 
 
 # (command, readonly, standard, autonomous)
