@@ -33,6 +33,7 @@ log = logging.getLogger("agentqueue.workspaces")
 
 _SHA = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
 REF_BYTES = 200  # a loose ref is an object id and a newline; anything longer is not one
+PACKED_BYTES = 1 << 20  # the run's packed-refs: the daemon writes two lines; a run's own refs may add some
 FETCH_RETRY_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4)  # a fetch that met another worktree's entry mid-write, tried again
 # The daemon's merge state that the run's repository mirrors, so the agent's `git status` and `git commit` see
 # (and conclude) the merge the merge queue left in progress.
@@ -56,21 +57,30 @@ class Place:
         return self.common / "objects"
 
 
-def clear(entry: Path) -> None:
-    """Remove whatever a run left at `entry` (a file, a link, a folder of its own), never following a link."""
+def clear(entry: Path, aside: Path | None = None) -> Path | None:
+    """Remove whatever a run left at `entry` (a file, a link, a folder of its own), never following a link. With
+    `aside` (a free name on the same file system, outside the worktree), a folder is only renamed there, in one step,
+    and returned for the caller to delete later (deleting many small files is slow on some file systems)."""
     try:
         info = os.lstat(entry)
     except FileNotFoundError:
-        return
-    if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(entry)  # fd-based on Linux: a link inside is removed, never followed
-    else:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
         os.unlink(entry)
+        return None
+    if aside is not None:
+        os.replace(entry, aside)
+        return aside
+    shutil.rmtree(entry)  # fd-based on Linux: a link inside is removed, never followed
+    return None
 
 
-def expose(tree: gitops.Checkout, place: Place, branch: str | None, default: str) -> str:
+def expose(tree: gitops.Checkout, place: Place, branch: str | None, default: str,
+           aside: Path | None = None) -> tuple[str, Path | None]:
     """Write the run's repository at `<worktree>/.git` from the daemon's state, replacing whatever is there;
-    `branch` None: HEAD detached where the daemon's is (the merge queue's batch worktree). Returns HEAD's commit."""
+    `branch` None: HEAD detached where the daemon's is (the merge queue's batch worktree). Returns HEAD's commit and
+    the old repository's folder when it was moved to `aside` (see `clear`). Its refs are in `packed-refs`, so the
+    repository is four folders and a few files: each folder made costs a millisecond on some file systems."""
     known = (trusted_ref(place.common, f"refs/heads/{branch}"), trusted_ref(place.common, f"refs/heads/{default}"))
     if branch and known[0] and known[1]:
         tip, base = known[0], known[1]
@@ -78,9 +88,9 @@ def expose(tree: gitops.Checkout, place: Place, branch: str | None, default: str
         tip, base = tree.rev_parse(f"refs/heads/{branch}^{{commit}}" if branch else "HEAD^{commit}",
                                    f"refs/heads/{default}^{{commit}}")
     dot_git = place.worktree / ".git"
-    clear(dot_git)
-    for folder in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
-        (dot_git / folder).mkdir(parents=True, exist_ok=True)
+    moved = clear(dot_git, aside)
+    (dot_git / "objects" / "info").mkdir(parents=True)
+    (dot_git / "refs").mkdir()
     (dot_git / "objects/info/alternates").write_text(f"{place.objects}\n", encoding="utf-8")
     sha256 = len(tip) == 64
     (dot_git / "config").write_text(
@@ -88,17 +98,20 @@ def expose(tree: gitops.Checkout, place: Place, branch: str | None, default: str
         "\tlogallrefupdates = true\n" + ("[extensions]\n\tobjectformat = sha256\n" if sha256 else ""),
         encoding="utf-8")
     (dot_git / "HEAD").write_text(f"ref: refs/heads/{branch}\n" if branch else f"{tip}\n", encoding="utf-8")
-    for name, sha in ((branch, tip), (default, base)) if branch else ((default, base),):
-        ref = dot_git / "refs/heads" / name
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        ref.write_text(f"{sha}\n", encoding="utf-8")
+    refs = sorted({f"refs/heads/{default}": base, **({f"refs/heads/{branch}": tip} if branch else {})}.items())
+    (dot_git / "packed-refs").write_text("# pack-refs with: peeled fully-peeled sorted \n"
+                                         + "".join(f"{sha} {name}\n" for name, sha in refs), encoding="utf-8")
     for name in ("index", *MERGE_FILES):
         with contextlib.suppress(FileNotFoundError):
             shutil.copyfile(place.admin / name, dot_git / name)
-    for source, name in ((place.common / "info/exclude", "info/exclude"), (place.common / "shallow", "shallow")):
-        with contextlib.suppress(FileNotFoundError):
-            shutil.copyfile(source, dot_git / name)
-    return tip
+    with contextlib.suppress(FileNotFoundError):
+        shutil.copyfile(place.common / "shallow", dot_git / "shallow")
+    with contextlib.suppress(OSError):
+        exclude = (place.common / "info/exclude").read_bytes()
+        if any(line.strip() and not line.lstrip().startswith(b"#") for line in exclude.splitlines()):
+            (dot_git / "info").mkdir()
+            (dot_git / "info/exclude").write_bytes(exclude)  # the person's own ignore rules, when there are any
+    return tip, moved
 
 
 def trusted_ref(common: Path, ref: str) -> str | None:
@@ -124,29 +137,42 @@ def trusted_ref(common: Path, ref: str) -> str | None:
 
 
 def read_ref(worktree: Path, branch: str) -> str | None:
-    """The run's branch tip as its repository's loose ref holds it, opened through no link, a regular file of at most
-    REF_BYTES; None when it is anything else (packed, missing, a FIFO): then it is fetched to be sure."""
-    parts = [".git", "refs", "heads", *branch.split("/")]
+    """The run's branch tip as its repository holds it: its loose ref, else its line in `packed-refs` (where the
+    daemon wrote it); each file opened through no link, a regular file, size-capped. None when it is anything else
+    (missing, a FIFO, too big): then it is fetched to be sure."""
+    loose = _read_small(worktree, [".git", "refs", "heads", *branch.split("/")], REF_BYTES)
+    if loose is not None:
+        found = loose.strip()
+        return found.decode() if _SHA.fullmatch(found) else None
+    packed = _read_small(worktree, [".git", "packed-refs"], PACKED_BYTES)
+    wanted = f" refs/heads/{branch}".encode()
+    for line in (packed or b"").splitlines():
+        if line.endswith(wanted) and _SHA.fullmatch(line[:-len(wanted)]):
+            return line[:-len(wanted)].decode()
+    return None
+
+
+def _read_small(root: Path, parts: list[str], limit: int) -> bytes | None:
+    """A file under `root`, opened one component at a time with O_NOFOLLOW | O_NONBLOCK: its bytes when it is a
+    regular file of at most `limit` bytes, else None."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     fds: list[int] = []
     try:
-        fds.append(os.open(worktree, os.O_RDONLY | os.O_DIRECTORY))
+        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY))
         for part in parts[:-1]:
             fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
-        fd = os.open(parts[-1], flags, dir_fd=fds[-1])
-        fds.append(fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fds.append(os.open(parts[-1], flags, dir_fd=fds[-1]))
+        if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
             return None
-        data = os.read(fd, REF_BYTES + 1)
+        data = os.read(fds[-1], limit + 1)
     except OSError as error:
         if error.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO, errno.EACCES):
-            log.info("could not read the run's ref in %s: %s", worktree, error)
+            log.info("could not read %s in %s: %s", "/".join(parts), root, error)
         return None
     finally:
         for opened in reversed(fds):
             os.close(opened)
-    found = data.strip()
-    return found.decode() if len(data) <= REF_BYTES and _SHA.fullmatch(found) else None
+    return data if len(data) <= limit else None
 
 
 def collect(tree: gitops.Checkout, main: gitops.Checkout, place: Place, branch: str, ours: str,

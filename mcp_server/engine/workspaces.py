@@ -224,8 +224,12 @@ class Workspaces:
         if workspace.repo is None:
             return
         place = self.place(workspace)
-        self._exposed[workspace.path] = run_repo.expose(gitops.Checkout(workspace.path, git_dir=place.admin), place,
-                                                        workspace.branch, workspace.repo.default_branch)
+        aside = self.root / f".removed-git-{workspace.path.name}-{os.getpid()}-{time.monotonic_ns()}"
+        tip, moved = run_repo.expose(gitops.Checkout(workspace.path, git_dir=place.admin), place, workspace.branch,
+                                     workspace.repo.default_branch, aside)
+        self._exposed[workspace.path] = tip
+        if moved is not None:
+            _REMOVALS.submit(shutil.rmtree, moved, ignore_errors=True)  # off the run's path, below the daemon
 
     def collect(self, workspace: Workspace, task_id: str) -> str | None:
         """After a run: its commits on the task branch taken in (as from a hostile remote); the new tip, or None."""
