@@ -126,6 +126,9 @@ class Workspaces:
         self._locks_guard = threading.Lock()
         self._commons: dict[Path, Path] = {}  # a checkout's path -> its repository's git folder
         self._exposed: dict[Path, str] = {}  # a worktree -> the commit its run's repository was written at
+        # Worktrees whose run's commits were taken since their repository was last written for a run: nothing can have
+        # run there since (every run, check and setup is preceded by `expose`), so there is nothing more to take.
+        self._collected: set[Path] = set()
         self._repo_commons: dict[str, Path] = {}  # a repo's id -> its git folder, once a worktree of it was placed
         # Called with a task's worktree before it is removed (the repo's teardown command: engine/ready.py).
         self.before_remove: Callable[[Workspace], None] | None = None
@@ -228,12 +231,13 @@ class Workspaces:
         tip, moved = run_repo.expose(gitops.Checkout(workspace.path, git_dir=place.admin), place, workspace.branch,
                                      workspace.repo.default_branch, aside)
         self._exposed[workspace.path] = tip
+        self._collected.discard(workspace.path)
         if moved is not None:
             _REMOVALS.submit(shutil.rmtree, moved, ignore_errors=True)  # off the run's path, below the daemon
 
     def collect(self, workspace: Workspace, task_id: str) -> str | None:
         """After a run: its commits on the task branch taken in (as from a hostile remote); the new tip, or None."""
-        if workspace.repo is None or workspace.branch is None:
+        if workspace.repo is None or workspace.branch is None or workspace.path in self._collected:
             return None
         place = self.place(workspace)
         tree = gitops.Checkout(workspace.path, git_dir=place.admin)
@@ -244,6 +248,7 @@ class Workspaces:
         if taken is not None:
             log.info("took the commits of the run of %s (%s)", task_id, taken[:12])
             self._exposed[workspace.path] = taken
+        self._collected.add(workspace.path)
         return taken
 
     def prepare(self, repo: Repo, task_id: str, title: str, existing_branch: str | None = None) -> Workspace:
@@ -377,6 +382,7 @@ class Workspaces:
         self.collect(workspace, workspace.path.name)
         committed = self.tree(workspace).commit_leftovers(message)
         self.expose(workspace)  # the worktree's `.git` the daemon's again: the person's own git may look there now
+        self._collected.add(workspace.path)  # written by the daemon after the take: nothing ran there since
         return committed
 
     def changes(self, workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
@@ -704,6 +710,7 @@ class Workspaces:
                 gone.append(common / f"agentqueue-removed-{admin.name}-{time.monotonic_ns()}")
                 os.replace(admin, gone[1])
         self._exposed.pop(workspace.path, None)
+        self._collected.discard(workspace.path)
         for folder in gone:  # fd-based: a link the run left inside is never followed
             _REMOVALS.submit(shutil.rmtree, folder, ignore_errors=True)
 
