@@ -10,6 +10,8 @@ A bad value is refused with one sentence naming where it came from, the key and 
                  login_check_seconds                       (durations: 90, "90s", "10m", "1h"),
                  max_task_depth                            (how deep agents may queue follow-ups)
                  agent_nice                                (0-19: agents' CPU priority below the daemon's)
+                 land_max_file, land_max_binary, land_max_total (sizes: 10485760, "10MiB"), land_max_files
+                                                           (a landing over one waits for a person)
     [cli]        claude, codex, gemini, gh                 (paths of the CLIs)
     [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
                  pass = ["NAME", …]  when given, agents inherit only these (plus a base set)
@@ -185,6 +187,21 @@ def _nice(raw: Any, where: str) -> int:
     return int(value)
 
 
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*\Z", re.I)
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1024, "mib": 1024 ** 2,
+               "gib": 1024 ** 3}
+
+
+def _bytes(raw: Any, where: str) -> int:
+    """A size in bytes, at least 1: a whole number, or a number with B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB."""
+    match = _SIZE.match(str(raw)) if isinstance(raw, (int, float, str)) and not isinstance(raw, bool) else None
+    size = int(float(match[1]) * _SIZE_UNITS[(match[2] or "").lower()]) if match else 0
+    if size < 1:
+        raise ConfigError(f"{where} = {raw!r} is not a size: give bytes (10485760) or a number with a unit, "
+                          "e.g. \"10MiB\", \"500KB\", \"1GiB\".")
+    return size
+
+
 def _whole(minimum: int) -> Parser:
     """A whole number of at least `minimum`."""
     return partial(_number, minimum=minimum, whole=True)
@@ -327,6 +344,11 @@ FIELDS: tuple[Field, ...] = (
     Field("engine", "login_check_seconds", "AGENTQUEUE_LOGIN_CHECK_SECONDS", _seconds(0.1), "engine", 30.0),
     Field("engine", "max_task_depth", "AGENTQUEUE_MAX_TASK_DEPTH", _whole(0), "engine", 3),
     Field("engine", "agent_nice", "AGENTQUEUE_AGENT_NICE", _nice, "engine", 10),
+    # What one landing may add before a person sees it (engine/land_guards.py): a file, a binary, in all.
+    Field("engine", "land_max_file", "AGENTQUEUE_LAND_MAX_FILE", _bytes, "engine", 10 * 1024 ** 2),
+    Field("engine", "land_max_binary", "AGENTQUEUE_LAND_MAX_BINARY", _bytes, "engine", 1024 ** 2),
+    Field("engine", "land_max_total", "AGENTQUEUE_LAND_MAX_TOTAL", _bytes, "engine", 50 * 1024 ** 2),
+    Field("engine", "land_max_files", "AGENTQUEUE_LAND_MAX_FILES", _whole(1), "engine", 2000),
     *(Field("cli", key, env_name, _executable, "cli", searches_path=True) for key, (env_name, _) in CLI_KEYS.items()),
     Field("server", "port", "AGENTQUEUE_PORT", _port, "port"),
     Field("server", "metrics_public", "AGENTQUEUE_METRICS_PUBLIC", _metrics_public, "metrics_public"),
@@ -464,11 +486,15 @@ def _load_sandbox(settings: Settings, data: dict[str, Any], path: Path, env: Map
         raise ConfigError(str(error)) from None
 
 
+def _shown_number(value: float) -> str:
+    """A setting's number as a person wrote it: whole numbers in full (a size in bytes), others shortest."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def describe(settings: Settings) -> list[dict[str, str]]:
     """Every effective setting with where it came from, secrets redacted (for `doctor` and `config`)."""
-    rows = [{"key": f"engine.{k}", "value": f"{settings.engine[k]:g}", "source": settings.sources.get(f"engine.{k}",
-                                                                                                     "default")}
-            for k, *_ in ENGINE_KEYS]
+    rows = [{"key": f"engine.{k}", "value": _shown_number(settings.engine[k]),
+             "source": settings.sources.get(f"engine.{k}", "default")} for k, *_ in ENGINE_KEYS]
     for key in CLI_KEYS:
         found = settings.find(key)
         rows.append({"key": f"cli.{key}", "value": found or "(not found)",

@@ -24,7 +24,6 @@ from ..services import gitops
 from ..services.errors import ServiceError
 from ..services.repo_config import RepoConfig
 from ..store.models import Repo
-from . import protected
 from .ignored_files import copy_ignored
 from .workspaces import Workspace
 
@@ -83,18 +82,18 @@ class Batches:
 
     def _members(self, leader: Queued, order: list[str], size: int) -> list[Queued]:
         """The leader and the tasks behind it, in queue order, up to `size`: those still running here whose work
-        no protected-path rule holds for review (a held task waits for its own turn, which checks, then holds it).
+        nothing holds for review (Landing.holds: a held task waits for its own turn, which checks, then holds it).
         None when the leader itself cannot be in a batch."""
         members: list[Queued] = []
+        assert leader.workspace.repo is not None
+        checks = self.queue.checks(leader.task, self.queue.declared(leader.task, leader.workspace.repo))
         for task_id in list(order):
             queued = self._waiting.get(task_id)
             if queued is None or queued.settled is not None or not self.lifecycle.running(task_id):
                 continue
             repo, branch = queued.workspace.repo, queued.workspace.branch
             assert repo is not None and branch is not None
-            if protected.landing_hold(self.workspaces.tree(queued.workspace), repo.default_branch, branch,
-                                      queued.read.touched,
-                                      queued.read.rules):
+            if self.queue.landing.holds(queued.task, queued.workspace, queued.read, checks):
                 continue  # its own turn checks it, then holds it (a held leader: no batch at all)
             members.append(queued)
             if len(members) == size:

@@ -24,7 +24,6 @@ from ..services.errors import ServiceError
 from ..services.lifecycle import Lifecycle
 from ..services.task_states import CLAIMED
 from ..store.models import Repo, Task
-from . import protected
 from .landing import BranchReads
 from .merge_queue import ROUNDS, MergeQueue, abort_merge
 from .workspaces import Workspace, Workspaces
@@ -56,8 +55,8 @@ class BestOfN:
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         outcome: dict[str, Any] = {"group": task.candidate_of, "agent_id": task.assigned_agent, "passed": False}
         try:
-            hold = protected.landing_hold(tree, repo.default_branch, workspace.branch, read.touched,
-                                          read.rules)
+            checks = self.queue.checks(task, self.queue.declared(task, repo))
+            hold = self.queue.landing.holds(task, workspace, read, checks)
             if hold:
                 outcome["reason"] = f"it needs a person's review: {hold.reason()}"
             else:

@@ -7,17 +7,19 @@ GitHub -> COMPLETED, closed -> BLOCKED). The git itself is workspaces.py's; the 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..services import Services, gitops
 from ..services.errors import ServiceError
 from ..services.lifecycle import Lifecycle
+from ..services.repo_config import Check
 from ..services.vcs import find_gh
 from ..store.models import Task
-from . import protected
+from . import land_guards, protected
 from .workspaces import Tips, Workspace, Workspaces
 
 log = logging.getLogger("agentqueue.engine")
@@ -56,6 +58,8 @@ class Landing:
         self.log_line = log_line  # a line of the engine's own in a task's log
         # Sends a conflicting task back to its agent (merge_queue.py); False when its merge_retries are spent.
         self.send_back_conflict = send_back_conflict
+        # What a landing may add before a person sees it ([engine] land_max_*; the engine sets it on a reload).
+        self.limits = land_guards.LandLimits.from_engine(services.settings.engine)
 
     # -- a finished run --------------------------------------------------------------------------
     def read_branch(self, task: Task, workspace: Workspace) -> BranchReads:
@@ -93,9 +97,9 @@ class Landing:
         merged. `verified`: a verify command ran in the worktree after its leftovers were committed."""
         repo = workspace.repo
         assert repo is not None
-        # Changes to protected paths (agent settings, git hooks, CI...) never land unreviewed (engine/protected.py).
-        hold = protected.landing_hold(self.workspaces.tree(workspace), repo.default_branch, workspace.branch or "HEAD",
-                                      read.touched, read.rules)
+        # Protected paths (agent settings, git hooks, CI...), a resolution that drops landed lines, or a landing
+        # too large never land unreviewed (engine/protected.py, engine/land_guards.py).
+        hold = self.holds(task, workspace, read)
         if task.requires_approval or hold:
             self.hold(task, workspace, hold)
             return False
@@ -127,11 +131,50 @@ class Landing:
                                                              "error": landing.message})
         return False
 
-    def hold(self, task: Task, workspace: Workspace, hold: protected.Hold) -> None:
-        """AWAITING_APPROVAL, in a PR when one can be opened; a protected-path hold says why in the log."""
+    def holds(self, task: Task, workspace: Workspace, read: BranchReads, checks: Sequence[Check] = (),
+              base: str | None = None) -> land_guards.Holds:
+        """Every reason the task's work waits for a person before it lands on `base` (the default branch's tip it
+        lands on; default: the local default branch): protected paths, the files `checks` run among them, a
+        conflict resolution that drops landed lines, its size. Never raises (a git error holds it, saying so)."""
+        repo = workspace.repo
+        assert repo is not None
+        tree = self.workspaces.tree(workspace)
+        branch = workspace.branch or "HEAD"
+        onto = base or f"refs/heads/{repo.default_branch}"
+        try:
+            also = land_guards.check_rules(checks, tree, onto) if checks else []
+        except (ServiceError, OSError) as error:
+            return land_guards.Holds([protected.Hold([], error=f"the files its checks run: {error}")])
+        return land_guards.Holds([
+            protected.landing_hold(tree, repo.default_branch, branch, read.touched, read.rules, also=also),
+            land_guards.dropped_lines(tree, repo.default_branch, onto, branch, self.conflict_forks(task, tree)),
+            # The changes read_branch listed are against the local default branch: reused only when it is the base.
+            land_guards.oversize(tree, onto, branch, self.limits, read.listed if base is None else None)])
+
+    def conflict_forks(self, task: Task, tree: gitops.Checkout) -> list[str]:
+        """Where the task's branch stood apart from the default branch each time the queue sent it back with a
+        conflict, for the sends its branch still holds (the daemon's own record: `task.sent_back` events)."""
+        forks = []
+        for row in self.services.store.all("SELECT payload FROM events WHERE task_id = ? AND event_type = "
+                                           "'task.sent_back' ORDER BY id", (task.id,)):
+            payload = json.loads(row["payload"] or "{}")
+            fork, tip = payload.get("fork"), payload.get("tip")
+            if payload.get("kind") != "conflict" or not isinstance(fork, str) or not isinstance(tip, str):
+                continue
+            try:  # a branch started again (request_changes after a squash merge) no longer holds that resolution
+                tree.run("merge-base", "--is-ancestor", tip, "HEAD")
+            except ServiceError:
+                continue
+            forks.append(fork)
+        return forks
+
+    def hold(self, task: Task, workspace: Workspace, hold: land_guards.Holds | protected.Hold) -> None:
+        """AWAITING_APPROVAL, in a PR when one can be opened; a hold says why in the log, a line per reason."""
         pr_url = self._open_pr(task, workspace)
         if hold:
-            self.log_line(task.id, f"[protected] {hold.reason()}")
+            lines = hold.lines() if isinstance(hold, land_guards.Holds) else [("protected", hold.reason())]
+            for tag, reason in lines:
+                self.log_line(task.id, f"[{tag}] {reason}")
             log.warning("task %s waits for approval: %s", task.id, hold.reason())
         self.lifecycle.succeeded(task.id, awaiting_approval=True, pr_url=pr_url,
                                  held=(hold.reason(), hold.next_step(task.id, pr_url)) if hold else None)

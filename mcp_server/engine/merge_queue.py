@@ -29,7 +29,6 @@ from ..services.lifecycle import Lifecycle
 from ..services.projects import DEFAULT_MERGE_RETRIES
 from ..services.repo_config import Check, RepoConfig, RepoConfigError, declaration, declared_checks
 from ..store.models import Repo, Task
-from . import protected
 from .batches import Batches
 from .landing import BranchReads, Landing
 from .workspaces import _RETRYABLE_PUSH, Workspace, Workspaces
@@ -159,9 +158,9 @@ class MergeQueue:
             failure = self.run_checks(task, workspace, checks, queued.port_env)
             if failure:
                 return self.check_failed(queued, failure, landed)
-            # Changes to protected paths wait for a person, once they pass (work that fails is sent back first).
-            hold = protected.landing_hold(tree, repo.default_branch, workspace.branch,
-                                          queued.read.touched, queued.read.rules)
+            # Work that passes waits for a person when it changes protected paths or the files its checks run,
+            # drops lines that landed, or is too large (work that fails is sent back first).
+            hold = self.landing.holds(task, workspace, queued.read, checks, base=target)
             if hold:
                 self.landing.hold(task, workspace, hold)
                 return False
@@ -299,7 +298,8 @@ class MergeQueue:
         repo = workspace.repo
         assert repo is not None
         hunks = _head(tree.run("diff", "--no-color"))
-        sent = self.send_back(task, queued.agent_id, "conflict", {"conflicts": conflicts}, _conflict_text(
+        sent = self.send_back(task, queued.agent_id, "conflict", self.conflict_facts(tree, target, conflicts),
+                              _conflict_text(
             repo.default_branch, workspace.branch or "", conflicts, hunks, landed))
         if not sent:
             abort_merge(tree)
@@ -353,12 +353,21 @@ class MergeQueue:
                 return False
             told = _conflict_text(repo.default_branch, workspace.branch, conflicts,
                                   _head(tree.run("diff", "--no-color")), landed)
-            if self.send_back(task, task.assigned_agent, "conflict", {"conflicts": conflicts}, told):
+            if self.send_back(task, task.assigned_agent, "conflict", self.conflict_facts(tree, target, conflicts),
+                              told):
                 return True
         except ServiceError as error:
             log.warning("could not send %s back with its conflict: %s", task.id, error)
         abort_merge(tree)
         return False
+
+    @staticmethod
+    def conflict_facts(tree: gitops.Checkout, target: str, conflicts: list[str]) -> dict[str, Any]:
+        """What a conflict's send-back records: the files, and where the branch stood apart from the default branch
+        (`tip`, its commit before the merge left in progress, and `fork`, their merge base), so its landing can
+        tell whether the resolution dropped what landed since (land_guards.dropped_lines)."""
+        tip = tree.run("rev-parse", "--verify", "HEAD")  # mid-merge, HEAD is still the branch's own commit
+        return {"conflicts": conflicts, "tip": tip, "fork": tree.run("merge-base", tip, target)}
 
     def where(self, workspace: Workspace) -> dict[str, Any]:
         repo = workspace.repo

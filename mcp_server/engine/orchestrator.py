@@ -37,6 +37,7 @@ from .adapters.base import AgentConfig, RunResult, RunSpec
 from .hook_runner import HookRunner
 from .agent_mcp import TAKES_MCP_CONFIG, agentqueue_server, cli_environment
 from .best_of import BestOfN
+from .land_guards import LandLimits
 from .landing import BranchReads, Landing
 from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .parking import QueueParking
@@ -161,6 +162,7 @@ class Engine:
     def apply_settings(self, settings: Settings) -> None:
         """config.toml was edited and reloaded (settings_reload.py): new runs, passes and checks use its values."""
         self.config = EngineConfig.from_settings(settings)
+        self.landing.limits = LandLimits.from_engine(settings.engine)
         self.worktree_setup.timeout = self.config.limits.timeout_seconds
         self.queue.check_timeout = int(max(1, min(600, self.config.limits.timeout_seconds)))
         self.parking.backoff = (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff)

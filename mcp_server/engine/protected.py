@@ -179,14 +179,14 @@ def landing_rules(worktree: Tree, hooks: Callable[[], str] | None = None) -> lis
 
 
 def landing_hold(worktree: Tree, default_ref: str, branch: str, changes: Iterable[str] | None = None,
-                 rules: Sequence[Rule] | None = None) -> Hold:
+                 rules: Sequence[Rule] | None = None, also: Sequence[Rule] = ()) -> Hold:
     """The protected files that landing `branch` on `default_ref` would change (falsy when there are none).
     `changes`: those paths (both sides of a rename), and `rules`: landing_rules(worktree), when the caller read
-    them already (after the branch's last commit).
+    them already (after the branch's last commit); `also`: rules of this landing's own (the files its checks run).
 
     Never raises: when git cannot list the changes the hold says so, and the task waits for a person."""
     try:
-        rules = list(rules) if rules is not None else landing_rules(worktree)
+        rules = [*(rules if rules is not None else landing_rules(worktree)), *also]
         if changes is None:
             changes = landing_changes(worktree, default_ref, branch)
         return Hold(protected_changes(changes, rules), rules)

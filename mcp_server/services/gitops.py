@@ -297,21 +297,25 @@ class Checkout:
         return text, False
 
     def branch_changes(self, base: str, ref: str) -> tuple[list[dict[str, str]], list[str]]:
-        """What `ref` changes since it left `base`, in one diff: ([{path, status}] as changed_files gives them
-        (a rename by its new path), every path it touches (both sides of a rename; a copy leaves its source))."""
+        """What `ref` changes since it left `base`, in one diff: ([{path, status, mode, sha, old}] (a rename by its
+        new path; mode and sha of the blob it has after, old: the blob before), every path it touches (both sides
+        of a rename; a copy leaves its source)). The blobs are for the size of a landing (engine/land_guards.py)."""
         base, ref = check_ref_name(base, "base branch"), check_ref_name(ref)
-        out = self.run_bytes("diff", "--name-status", "-z", "--no-ext-diff", "--no-textconv", f"{base}...{ref}", "--")
+        out = self.run_bytes("diff", "--raw", "--no-abbrev", "-z", "--no-ext-diff", "--no-textconv",
+                             f"{base}...{ref}", "--")
         fields = out.decode("utf-8", "surrogateescape").split("\0")
-        files: dict[str, str] = {}
+        files: dict[str, dict[str, str]] = {}
         touched: set[str] = set()
         at = 0
-        while at < len(fields) and fields[at]:
-            status = fields[at]
+        while at < len(fields) and fields[at].startswith(":"):
+            meta = fields[at][1:].split()  # old mode, new mode, old sha, new sha, status
+            status = meta[4]
             paths = fields[at + 1:at + (3 if status[0] in "RC" else 2)]
             at += 1 + len(paths)
-            files[paths[-1]] = status[0]
+            files[paths[-1]] = {"path": paths[-1], "status": status[0], "mode": meta[1], "sha": meta[3],
+                                "old": meta[2]}
             touched.update(paths if status[0] == "R" else paths[-1:])  # a copy leaves its source as it was
-        return [{"path": p, "status": s} for p, s in sorted(files.items())], sorted(touched)
+        return [files[p] for p in sorted(files)], sorted(touched)
 
     def merge_tree(self, ours: str, theirs: str) -> tuple[str | None, list[str]]:
         """Merge two commits off to the side (no worktree, no index, no ref moves): (the merged tree, []) or
