@@ -47,35 +47,36 @@ TOOL_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
 TOOL_FILES["gmake"] = TOOL_FILES["make"]
 TOOL_FILES["py.test"] = TOOL_FILES["pytest"]
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
+_INTERPRETER = re.compile(r"(python|pypy|node|deno|ruby|perl|php|lua|Rscript|tclsh)[0-9.]*")
+_WRAPPERS = frozenset({"!", "env", "exec", "command", "time", "nice", "nohup", "timeout", "xvfb-run"})
+_RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye"})  # `uv run pytest`: pytest is the program
 _OPERATORS = frozenset("&|;()<>")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _MEANT = re.compile(r"\w")  # a line with a letter or digit: blank and brace-only lines are not counted as dropped
 MAX_DIFF_BYTES = 32 * MIB  # a diff longer than this is not compared line by line: the work waits instead
-MAX_WORDS = 2000  # words of all checks' commands looked at (a declaration is at most 64 KiB anyway)
+MAX_WORDS = 2000  # simple commands of one check looked at (a declaration is at most 64 KiB anyway)
 
 
 # -- L4: the files a check runs ------------------------------------------------------------------------------
 def check_rules(checks: Sequence[Check], tree: Checkout, ref: str) -> list[Rule]:
-    """Protected-path rules for the files `checks` (as the default branch `ref` declares them) run or read: every
-    word of a command that names a file on `ref` (or looks like a file and is missing there: a branch must not add
-    it either), and the files of the tools they call (TOOL_FILES). Folders a command names are not protected (the
-    tests under `pytest tests/` are the work itself)."""
+    """Protected-path rules for the files `checks` (as the default branch `ref` declares them) run: the scripts their
+    commands name (a program given by its path, `./ci.sh`; the script an interpreter runs, `sh ci.sh`, `python
+    check.py`, `python -m tool`), when `ref` has a file there or has nothing there that looks like a file (a branch
+    must not add it either), and what the tools they call read (TOOL_FILES: a Makefile for `make`, package.json for
+    `npm`, conftest.py for `pytest`). The files a check only reads or tests (`grep x data.txt`, `pytest tests/`)
+    are the work itself, not protected."""
     wanted: dict[str, tuple[str, bool]] = {}  # path -> (the command, anywhere)
-    looks: dict[str, str] = {}  # words that may be files, checked against `ref` below
+    looks: dict[str, str] = {}  # script paths, checked against `ref` below
     for check in checks:
-        words = _words(check.command)[:MAX_WORDS]
-        for at, word in enumerate(words):
-            for path, anywhere in TOOL_FILES.get(posixpath.basename(word), ()):
-                wanted.setdefault(path, (check.command, anywhere))
-            if word == "-m" and at + 1 < len(words) and re.fullmatch(r"[\w.]+", words[at + 1]):
-                # python -m pkg.tool runs pkg/tool.py or pkg/tool/__main__.py from the worktree when it has them (the
-                # current folder comes first on sys.path): a branch that adds `pytest.py` would replace pytest.
-                module = words[at + 1].replace(".", "/")
-                for path in (f"{module}.py", f"{module}/__main__.py"):
-                    wanted.setdefault(path, (check.command, False))
-            named = _as_path(word)
-            if named is not None:
-                looks.setdefault(named, check.command)
+        for words in _commands(check.command)[:MAX_WORDS]:
+            scripts, tools = _runs(words)
+            for tool in tools:
+                for path, anywhere in TOOL_FILES.get(tool, ()):
+                    wanted.setdefault(path, (check.command, anywhere))
+            for script in scripts:
+                named = _as_path(script)
+                if named is not None:
+                    looks.setdefault(named, check.command)
     kinds = _kinds(tree, ref, list(looks))
     for path, command in looks.items():
         kind = kinds.get(path)
@@ -85,24 +86,78 @@ def check_rules(checks: Sequence[Check], tree: Checkout, ref: str) -> list[Rule]
             for path, (command, anywhere) in wanted.items()]
 
 
-def _words(command: str, depth: int = 0) -> list[str]:
-    """The words of a shell command line, operators dropped; a word that is itself a command line (`sh -c '…'`)
-    is split too, a few levels deep."""
+def _commands(command: str, depth: int = 0) -> list[list[str]]:
+    """The simple commands of a shell command line, each as its words (split at `&&`, `;`, `|`…); the command line
+    a shell is given with `-c` is split too, a few levels deep."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     try:
-        raw = list(lexer)
+        tokens = list(lexer)
     except ValueError:  # an unbalanced quote: the shell would refuse it; its words are still looked at
-        raw = command.split()
-    words: list[str] = []
-    for word in raw:
-        if word and set(word) <= _OPERATORS:
-            continue
-        if depth < 3 and (" " in word or "\t" in word or ";" in word):
-            words.extend(_words(word, depth + 1))
+        tokens = command.split()
+    commands: list[list[str]] = [[]]
+    for token in tokens:
+        if token and set(token) <= _OPERATORS:
+            commands.append([])
         else:
-            words.append(word)
-    return words
+            commands[-1].append(token)
+    found = []
+    for words in filter(None, commands):
+        found.append(words)
+        at = _program_at(words)
+        if depth < 3 and at < len(words) and posixpath.basename(words[at]) in _SHELLS:
+            flag = next((i for i in range(at + 1, len(words)) if _inline(words[i])), None)
+            if flag is not None and flag + 1 < len(words):
+                found.extend(_commands(words[flag + 1], depth + 1))
+    return found
+
+
+def _program_at(words: list[str]) -> int:
+    """Where the program of a simple command is: past `NAME=value` words and wrappers (`env`, `timeout 60`,
+    `uv run`…), which run the words after them."""
+    at = 0
+    while at < len(words):
+        word, name = words[at], posixpath.basename(words[at])
+        if _ASSIGNMENT.match(word) or (at and words[at - 1] in ("env", "nice") and word.startswith("-")):
+            at += 1
+        elif name in _WRAPPERS:
+            at += 2 if name == "timeout" else 1  # timeout's duration
+        elif name in _RUNNERS and at + 1 < len(words) and words[at + 1] == "run":
+            at += 2
+        else:
+            return at
+    return at
+
+
+def _runs(words: list[str]) -> tuple[list[str], list[str]]:
+    """(the scripts a simple command runs from the repository, the tools it calls) as its words say."""
+    at = _program_at(words)
+    if at >= len(words):
+        return [], []
+    program = words[at]
+    name = posixpath.basename(program)
+    scripts = [program] if "/" in program else []  # ./ci.sh, scripts/test: run by their path
+    tools = [name]
+    args = words[at + 1:]
+    if name in ("make", "gmake"):
+        scripts += [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-f", "--file", "--makefile")]
+    if name in _SHELLS or _INTERPRETER.fullmatch(name):
+        for i, arg in enumerate(args):
+            if arg == "-c" or (name in _SHELLS and _inline(arg)):
+                break  # inline code (a shell's is split by _commands)
+            if arg == "-m" and i + 1 < len(args):
+                module = args[i + 1]
+                tools.append(module)  # python -m pytest
+                if re.fullmatch(r"[\w.]+", module):
+                    # pkg/tool.py or pkg/tool/__main__.py in the worktree come first (the current folder leads
+                    # sys.path): a branch that adds `pytest.py` would replace pytest itself.
+                    path = module.replace(".", "/")
+                    scripts += [f"{path}.py", f"{path}/__main__.py"]
+                break
+            if not arg.startswith("-"):
+                scripts.append(arg)  # sh ci.sh, python check.py, node test.js
+                break
+    return scripts, tools
 
 
 def _as_path(word: str) -> str | None:
@@ -115,6 +170,11 @@ def _as_path(word: str) -> str | None:
     if path in (".", "..") or path.startswith("../"):
         return None
     return path
+
+
+def _inline(arg: str) -> bool:
+    """Whether a shell's option word gives it a command line to run: `-c`, or `-c` among short flags (`-lc`)."""
+    return arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]
 
 
 def _kinds(tree: Checkout, ref: str, paths: list[str]) -> dict[str, str]:
