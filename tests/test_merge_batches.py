@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from agentqueue import paths
@@ -209,12 +210,17 @@ async def test_a_task_that_conflicts_while_combining_is_left_out_and_sent_back_o
     dam, ids = await land_behind_a_dam(svc, ["first", "second", "third"], final=4,
                                        names={0: "same.txt", 1: "same.txt"})
 
-    assert [status(svc, t) for t in [dam, *ids]] == ["COMPLETED"] * 4, [svc.tasks.get(t).reason for t in ids]
+    # Its rerun resolves the conflict by writing its own text over the landed "first": that waits for a person
+    # (tests/security/test_resolution_reverts.py), who approves it here.
+    assert [status(svc, t) for t in [dam, *ids]] == ["COMPLETED", "COMPLETED", "AWAITING_APPROVAL", "COMPLETED"], \
+        [svc.tasks.get(t).reason for t in ids]
+    assert "drops 1 line that landed on 'main'" in (svc.tasks.get(ids[1]).reason or "")
+    await anyio.to_thread.run_sync(svc.tasks.approve, ids[1])
     batch = landed_sha(svc, ids[0])
     assert landed_sha(svc, ids[2]) == batch != landed_sha(svc, ids[1])  # the two that combine, in one commit
     assert [e.payload["size"] for e in events(svc, ids[2], "merge_queue.batch_landed")] == [2]
     assert not events(svc, ids[1], "merge_queue.batch_landed")
-    # Left out, it took its own turn: the conflict went back to its agent, whose rerun landed one by one.
+    # Left out, it took its own turn: the conflict went back to its agent, whose rerun is held, then approved.
     assert [e.payload["kind"] for e in events(svc, ids[1], "task.sent_back")] == ["conflict"]
     assert "left out of the batch: conflicts in same.txt" in paths.task_log(svc.home, ids[1]).read_text()
     assert git(repo, "show", "main:same.txt") == "second" and git(repo, "show", "main:task-2.txt") == "third"
