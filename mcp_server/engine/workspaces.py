@@ -704,11 +704,13 @@ class Workspaces:
         common = self.common_dir(main)
         with self.worktree_lock(workspace.repo.id):
             admin = admin_of(common, workspace.path)
-            gone = [self.root / f".removed-{workspace.path.name}-{os.getpid()}-{time.monotonic_ns()}"]
-            os.replace(workspace.path, gone[0])
+            gone: list[Path] = []
+            if os.path.lexists(workspace.path):
+                gone.append(self.root / f".removed-{workspace.path.name}-{os.getpid()}-{time.monotonic_ns()}")
+                os.replace(workspace.path, gone[-1])
             if admin is not None:
                 gone.append(common / f"agentqueue-removed-{admin.name}-{time.monotonic_ns()}")
-                os.replace(admin, gone[1])
+                os.replace(admin, gone[-1])
         self._exposed.pop(workspace.path, None)
         self._collected.discard(workspace.path)
         for folder in gone:  # fd-based: a link the run left inside is never followed
