@@ -165,6 +165,9 @@ class AgentRun:
                 # init of the run's PID namespace ignores the death of its parent, so only the group's kill ends it.
                 signal_group(process.pid, signal.SIGKILL)
                 raise
+            before = getattr(self.parser, "before_finish", None)
+            if before is not None:  # reads a file the run wrote: never on the event loop (run_files.py)
+                await anyio.to_thread.run_sync(before)
             return self._finish(process)
 
     def output(self, line: str) -> None:

@@ -154,6 +154,8 @@ class AcpSession:
         self.session_meta: dict[str, Any] = {}  # a preset's `_meta` for session/new
         self.session_mode: str | None = None  # a preset's session mode, set right after session/new
         self.session_usage: Any = None  # a preset's reader of the session's tokens, for an agent that reports none
+        self.run_env: dict[str, str] | None = None  # the environment the run started with (its CODEX_HOME)
+        self.read_usage: tuple[bool, Any] = (False, None)  # (read yet, what session_usage found), see before_finish
         self.model_option: tuple[str, str] | None = None  # (config option id, model) set after session/new
         self.model: str | None = None  # the model the run was configured with (the task's or the agent's), if any
         # Names the agent reports usage under that are not a model (Gemini's "auto"): a turn's tokens under one are
@@ -400,9 +402,17 @@ class AcpSession:
             total += cost
         return round(total, 6)
 
+    def before_finish(self) -> None:
+        """The session's tokens from a file the run wrote, read once in a worker thread (runner.py) before finish:
+        the run could make that file a FIFO or a huge one, which must never hold up the event loop."""
+        found = self.session_usage(self.session_id, self.run_env) if self.session_usage and self.session_id else None
+        self.read_usage = (True, found)
+
     def finish(self, exit_code: int | None) -> RunResult:
         self._flush_message()
-        found = self.session_usage(self.session_id) if self.session_usage and self.session_id else None
+        if not self.read_usage[0]:
+            self.before_finish()  # a caller that did not run it (a test driving the parser)
+        found = self.read_usage[1]
         if found is not None:  # the whole session's bill, every turn in it (a cancelled one too)
             model, self.usage, self.unpaid_turns = found[0], found[1], 0
             self.model_usage = {model or "": {key: self.usage[key] for key in ("input", "output", "cache_read")}}

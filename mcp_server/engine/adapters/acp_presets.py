@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,8 @@ class AcpPreset:
     # The session config option that picks the model (session/set_config_option), for an agent with no model flag.
     model_config: str | None = None
     # Where the session's tokens are when its PromptResponse carries none: (model, tokens) for a session id.
-    session_usage: Callable[[str], tuple[str | None, dict[str, int]] | None] | None = None
+    # (session id, the run's environment) -> (model, tokens): read in a worker thread after the run (acp.py).
+    session_usage: Callable[[str, Mapping[str, str] | None], tuple[str | None, dict[str, int]] | None] | None = None
     # Whether the client offers fs/read_text_file. Gemini 0.61.0 rejects a failed client read with the bare JSON-RPC
     # error object, which its "file not found" check cannot recognise, so its write_file of a new file fails: it
     # reads for itself (inside the sandbox; outside its workspace it refuses), and writes through the client.
@@ -76,7 +77,7 @@ PRESETS: dict[str, AcpPreset] = {
     # PromptResponse has no usage: the tokens are read from the session's rollout file (codex_rollout.py).
     "codex": AcpPreset(("codex-acp", "-c", 'approval_policy="untrusted"', "-c", 'sandbox_mode="danger-full-access"'),
                        cli="codex-acp", install="npm install -g @zed-industries/codex-acp", kind="codex",
-                       model_flag="-c", model_arg="model={toml}", session_usage=codex_rollout.session_usage),
+                       model_flag="-c", model_arg="model={toml}", session_usage=codex_rollout.run_usage),
 }
 
 
