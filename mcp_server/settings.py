@@ -14,8 +14,8 @@ A bad value is refused with one sentence naming where it came from, the key and 
                                                            (a landing over one waits for a person)
     [cli]        claude, codex, gemini, gh                 (paths of the CLIs)
     [env]        path = ["/dir", …]  prepended to PATH when finding CLIs and for agents
-                 pass = ["NAME", …]  when given, agents inherit only these (plus a base set)
-    [agent_env]  NAME = "value"      set for every agent run
+                 pass = ["NAME", …]  agents inherit these too, besides a base set and their kind's own
+    [agent_env]  NAME = "value"      set for every agent run (ANTHROPIC_*, OPENAI_*… only for that kind's runs)
     [server]     port, metrics_public                      (GET /metrics without the token: true/false)
                  allowed_hosts = ["box.lan", …]            (Host names HTTP clients use; needed off loopback)
     [files]      roots = ["~/code", …]                     (where workspaces and linked repos may be without asking)
@@ -65,8 +65,25 @@ CLI_KEYS = {"claude": ("AGENTQUEUE_CLAUDE_BIN", "claude-code"), "codex": ("AGENT
             "claude-agent-acp": ("AGENTQUEUE_CLAUDE_AGENT_ACP_BIN", None),
             "codex-acp": ("AGENTQUEUE_CODEX_ACP_BIN", None)}
 CLI_FOR_AGENT = {agent: key for key, (_, agent) in CLI_KEYS.items() if agent}
-# What an agent keeps of the daemon's environment when [env] pass restricts it.
-BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ")
+# What every run keeps of the daemon's environment (plus LC_*): an allowlist, so a secret the daemon was started
+# with (its own token, a database password, a cloud key) never reaches an agent that was not meant to have it.
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "SHELL", "TZ", "COLORTERM",
+            "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+            "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
+            "https_proxy")
+# Each agent kind's own variables (prefixes, then names): its model key, endpoint and switches. A command or a
+# custom ACP agent has none: it gets what [agent_env] and [env] pass give it.
+KIND_ENV: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "claude-code": (("ANTHROPIC_", "CLAUDE_"),
+                    ("DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING", "DISABLE_AUTOUPDATER", "DISABLE_BUG_COMMAND",
+                     "DISABLE_COST_WARNINGS", "DISABLE_NON_ESSENTIAL_MODEL_CALLS", "DISABLE_PROMPT_CACHING",
+                     "MAX_THINKING_TOKENS", "MAX_MCP_OUTPUT_TOKENS", "MCP_TIMEOUT", "MCP_TOOL_TIMEOUT",
+                     "BASH_DEFAULT_TIMEOUT_MS", "BASH_MAX_TIMEOUT_MS", "API_TIMEOUT_MS")),
+    "codex": (("OPENAI_", "CODEX_"), ("RUST_LOG",)),
+    "gemini": (("GEMINI_", "GOOGLE_"), ("CODE_ASSIST_ENDPOINT",)),
+}
+# Never in a run, whoever asks: AgentQueue's own bearer token and its database URL (with its password).
+NEVER_ENV = ("AGENTQUEUE_TOKEN", "AGENTQUEUE_DATABASE_URL")
 _HOST = re.compile(r"[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
@@ -119,17 +136,36 @@ class Settings:
             return configured
         return shutil.which(cli, path=self.search_path(env))
 
-    def agent_environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment every agent run starts from."""
-        source = dict(os.environ if environ is None else environ)
-        if self.pass_env is None:
-            env = source
-        else:
-            keep = set(BASE_ENV) | set(self.pass_env)
-            env = {k: v for k, v in source.items() if k in keep or k.startswith("LC_")}
+    def agent_environment(self, kind: str | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What a run of agent kind `kind` starts from: the base set, the kind's own variables, [env] pass, then
+        [agent_env] (a model variable of another kind's only for that kind). None: every kind's (a daemon-side
+        login check, never a run)."""
+        source = os.environ if environ is None else environ
+        kinds = list(KIND_ENV) if kind is None else [kind]
+        keep = set(BASE_ENV) | set(self.pass_env or ()) | set(_codex_key_names(source) if "codex" in kinds else ())
+        env = {k: v for k, v in source.items() if k in keep or k.startswith("LC_") or _of_kinds(k, kinds)}
         env["PATH"] = self.search_path(source)
-        env.update(self.agent_env)
+        env.update({k: v for k, v in self.agent_env.items() if _of_kinds(k, kinds) or not _of_kinds(k, KIND_ENV)})
+        for name in NEVER_ENV:
+            env.pop(name, None)
         return env
+
+
+def _of_kinds(name: str, kinds: list[str] | dict[str, Any]) -> bool:
+    """Whether `name` is one of these agent kinds' own variables (KIND_ENV)."""
+    return any(name.startswith(KIND_ENV[k][0]) or name in KIND_ENV[k][1] for k in kinds if k in KIND_ENV)
+
+
+def _codex_key_names(source: Mapping[str, str]) -> list[str]:
+    """The variables the person's Codex config names for its providers' keys (`env_key`), e.g. a proxy's key."""
+    home = source.get("CODEX_HOME") or os.path.join(source.get("HOME") or os.path.expanduser("~"), ".codex")
+    try:
+        data = tomllib.loads(Path(home, "config.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, ValueError):
+        return []
+    providers = data.get("model_providers")
+    found = [p.get("env_key") for p in providers.values() if isinstance(p, dict)] if isinstance(providers, dict) else []
+    return [name for name in found if isinstance(name, str) and _ENV_NAME.match(name)]
 
 
 def config_path(home: Path) -> Path:
@@ -455,6 +491,8 @@ def _agent_env(table: dict[str, Any], path: Path, sources: dict[str, str]) -> di
         where = f"{path} [agent_env] {name}"
         if not _ENV_NAME.match(name):
             raise ConfigError(f"{where}: {name!r} is not a valid environment variable name.")
+        if name in NEVER_ENV:
+            raise ConfigError(f"{where}: AgentQueue's own {name} is never given to agents; remove it.")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ConfigError(f"{where} must be a string (quote it: {name} = \"…\").")
         values[name] = str(value)
@@ -501,7 +539,7 @@ def describe(settings: Settings) -> list[dict[str, str]]:
                      "source": settings.sources.get(f"cli.{key}", "PATH" if found else "-")})
     rows.append({"key": "env.path", "value": os.pathsep.join(settings.path) or "(none)",
                  "source": settings.sources.get("env.path", "default")})
-    rows.append({"key": "env.pass", "value": "(all of the daemon's environment)" if settings.pass_env is None
+    rows.append({"key": "env.pass", "value": "(base set and each kind's own)" if settings.pass_env is None
                  else ", ".join(settings.pass_env) or "(base set only)", "source": settings.sources.get("env.pass",
                                                                                                        "default")})
     for name, value in sorted(settings.agent_env.items()):

@@ -426,12 +426,11 @@ def check_logins(home: Path, loaded: settings.Settings, daemon: dict[str, Any] |
             loaded = settings.load(home, environ=environ)
         except settings.ConfigError:
             pass  # reported by the config check
-    env = loaded.agent_environment(environ)  # what an agent run starts from: [agent_env] over the daemon's own
     cli_of = {agent_type: key for key, agent_type in AGENT_CLIS.items()}
     checks = []
     for agent_type in types:
         found = loaded.find(cli_of[agent_type], environ=environ if environ is not None else os.environ)
-        result = check_login(agent_type, found, env)
+        result = check_login(agent_type, found, loaded.agent_environment(agent_type, environ))  # as its runs
         level = "ok" if result.ok else "fail" if result.ok is False else "warn"
         fix = result.fix if result.ok is False else None if result.ok else (
             "Check that the agent can reach its API and log in; a task's log shows what the CLI says.")

@@ -394,11 +394,11 @@ class HookRunner:
         nice = int(self.services.settings.engine["agent_nice"])  # as far below the daemon as a task's agent
         # A hook run has no task to wait on: the policy answers, and what it would ask about is denied.
         channel: Any = PermissionChannel(self.services, hook.project_id, None, f"hook:{hook.id}", workspace)
+        kind = sandbox_kind(agent_type, config.get("command"))  # whose variables and state folder the run gets
         if isinstance(spec.parser, AcpSession):
             contain = acp_sandbox(self.services, workspace, hook.project_id, None, policy.preset.name,
                                   f"hook:{hook.id}")
-            channel = AcpChannel(channel, contain, self.services.settings.agent_environment(),
-                                 nice=nice)
+            channel = AcpChannel(channel, contain, self.services.settings.agent_environment(kind), nice=nice)
         log_path = self.home / "logs" / "hooks" / f"{hook.id}-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -407,12 +407,13 @@ class HookRunner:
                 hook_log.write(line + "\n")
         handle = self.llm_runs[hook.id] = RunHandle()  # run_of_pid: its MCP connection is the hook's own
         try:
-            environment = self.services.settings.agent_environment()
+            environment = self.services.settings.agent_environment(kind)
             sandboxed = self.services.sandbox.around(spec.argv, environment, workspace, hook.project_id,
                                                      preset=policy.preset.name, actor=f"hook:{hook.id}",
-                                                     agent_type=sandbox_kind(agent_type, config.get("command")),
-                                                     agent_socket=True, log_line=log_line)
+                                                     agent_type=kind, agent_socket=True, log_line=log_line)
             with sandboxed as (argv, env):
+                if isinstance(spec.parser, AcpSession):
+                    spec.parser.run_env = env  # where the agent's own files are (its CODEX_HOME)
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
                                          spec.parser or PARSERS[agent_type](), handle, log_path, limits, env=env,
                                          channel=channel, nice=nice)

@@ -367,6 +367,8 @@ class Engine:
             contained = self._contained(task, agent, workspace, spec, env, masks)
             spec, env = await anyio.to_thread.run_sync(contained.__enter__)
             stack.push(contained)
+            if isinstance(spec.parser, AcpSession):
+                spec.parser.run_env = env  # where the agent's own files are (its CODEX_HOME), read after the run
             runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
                                self.config.limits, on_line, env=env, channel=channel, nice=self.config.agent_nice)
             if isinstance(channel, AcpChannel):
@@ -413,7 +415,7 @@ class Engine:
                                           task_prompt(task, svc.feedback.comments(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools, ready=readiness,
                                                       agent=agent), mcp)
-        env = {**svc.settings.agent_environment(), **readiness.env}
+        env = {**svc.settings.agent_environment(sandbox_kind(agent.agent_type, agent.command)), **readiness.env}
         env |= cli_environment(self.home, task.id, env)  # `agentqueue task …`, for agents without MCP
         return ReadyRun(task, workspace, agent, spec, planted, env, readiness)
 

@@ -38,8 +38,8 @@ class QueueParking:
 
     def accounts(self) -> dict[str, str]:
         """kind -> the account this daemon's agents of that kind use (from the agents' environment)."""
-        env = self.services.settings.agent_environment()
-        return {kind: account(kind, env) for kind in PARKABLE}
+        environment = self.services.settings.agent_environment
+        return {kind: account(kind, environment(kind)) for kind in PARKABLE}
 
     def held(self) -> frozenset[str]:
         """The kinds the scheduler gives no task to (queue_state.py)."""
@@ -90,7 +90,7 @@ class QueueParking:
         resumed, due = await anyio.to_thread.run_sync(self._due)  # one hop off the loop: usually two tiny reads
         for row in due:
             kind = row["agent_type"]
-            env = self.services.settings.agent_environment()
+            env = self.services.settings.agent_environment(kind)
             result = await anyio.to_thread.run_sync(self.check, kind, find_cli(kind, self.services.settings), env)
             if result.ok:
                 resume = functools.partial(self.parking.resume, "check", kind, row["account"])
