@@ -45,6 +45,9 @@ class ScriptAgent:
         sys.stderr.write(f"script agent: mcp servers [{names}]\n")
         return schema.NewSessionResponse(session_id="script-session")
 
+    async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> schema.SetSessionModeResponse:
+        return schema.SetSessionModeResponse()  # a preset's mode (claude-code's "default"): taken, nothing changes
+
     async def say(self, session_id: str, text: str) -> None:
         await self.client.session_update(session_id, acp.update_agent_message_text(text + "\n"))
 

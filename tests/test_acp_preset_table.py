@@ -36,15 +36,16 @@ def test_the_claude_preset_takes_no_model_flag_and_starts_in_manual_mode_without
 
 
 def test_an_acp_presets_run_gets_its_clis_sandbox_state_and_endpoints() -> None:
-    from agentqueue.sandbox.rules import endpoints_of, state_paths
+    from agentqueue.sandbox.cli_homes import person_folder
+    from agentqueue.sandbox.rules import endpoints_of
 
     assert acp_presets.sandbox_kind("acp", "claude-code") == "claude-code"
     assert acp_presets.sandbox_kind("acp", "codex") == "codex"
     assert acp_presets.sandbox_kind("acp", "./my-agent --acp") == "acp"
     assert acp_presets.sandbox_kind("codex", None) == "codex"
-    # Without ANTHROPIC_BASE_URL the adapter talks to Anthropic's API, and Claude Code keeps its state in ~/.claude.
+    # Without ANTHROPIC_BASE_URL the adapter talks to Anthropic's API, and its run's state is a copy of ~/.claude.
     assert "api.anthropic.com:443" in endpoints_of({}, acp_presets.sandbox_kind("acp", "claude-code"))
-    assert Path("/h/.claude") in state_paths(Path("/h"), acp_presets.sandbox_kind("acp", "claude-code"), {})
+    assert person_folder(acp_presets.sandbox_kind("acp", "claude-code"), {"HOME": "/h"}) == Path("/h/.claude")
 
 
 @pytest.mark.parametrize(("command", "program", "variable", "package"), [

@@ -423,36 +423,43 @@ def test_a_script_the_runs_command_names_is_shown_but_not_one_an_agent_names(tmp
 
 
 def test_a_codex_run_cannot_plant_an_exec_policy_rule(services: Services, tmp_path: Path) -> None:
-    """Codex's state is writable for its run, but not its rules: an `allow` rule there would let later runs' commands
-    pass without asking AgentQueue's policy (tests/test_permissions_codex.py). Both ~/.codex and $CODEX_HOME."""
+    """Codex's state is the run's own copy (sandbox/cli_homes.py): writable and gone after the run, seeded with the
+    person's rules, which stay read-only: an `allow` rule there would let the run's commands pass without asking
+    AgentQueue's policy (tests/test_permissions_codex.py). The person's ~/.codex and $CODEX_HOME are never bound."""
     home, codex_home = tmp_path / "person", tmp_path / "codex-home"
+    (codex_home / "rules").mkdir(parents=True)
+    (codex_home / "rules" / "mine.rules").write_text("the person's\n")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home)}
     work = tmp_path / "work"
     work.mkdir()
     rules = services.sandbox.rules_for(work, None, preset="standard", agent_type="codex", env=env)
-    assert {home / ".codex" / "rules", codex_home / "rules", codex_home / "skills"} <= set(rules.frozen)
-    argv = ["/bin/sh", "-c", "echo state > $CODEX_HOME/state.txt; echo x > ~/.codex/rules/a.rules; "
+    assert home / ".codex" not in rules.writable and codex_home not in rules.writable
+    argv = ["/bin/sh", "-c", "echo state > $CODEX_HOME/state.txt; cat $CODEX_HOME/rules/mine.rules; "
                              "echo x > $CODEX_HOME/rules/a.rules; echo done"]
     with services.sandbox.contained(argv, env, rules, lambda *_: None) as (inner, inner_env):
+        run_home = Path(inner_env["CODEX_HOME"])
         done = subprocess.run(inner, cwd=work, env=inner_env, capture_output=True, text=True, timeout=30)
-    assert done.stdout.strip() == "done" and done.stderr.count("Read-only file system") == 2, done
-    assert (codex_home / "state.txt").read_text() == "state\n"
-    assert list((home / ".codex" / "rules").iterdir()) == list((codex_home / "rules").iterdir()) == []
+        assert (run_home / "state.txt").read_text() == "state\n"
+    assert run_home != codex_home and not run_home.exists()  # thrown away with the run
+    assert done.stdout.split() == ["the", "person's", "done"] and "Read-only file system" in done.stderr, done
+    assert sorted(p.name for p in (codex_home / "rules").iterdir()) == ["mine.rules"]
+    assert not (codex_home / "state.txt").exists()
 
 
 def test_a_run_cannot_plant_a_skill_in_the_persons_cli_state(services: Services, tmp_path: Path) -> None:
-    """Claude Code's state (~/.claude) is writable for its run, but its skills folder is not: a skill there steers
-    every later session of the person's (issue 24: `agentqueue install --skill --user` is the person's to run)."""
+    """Claude Code's state is the run's own copy (CLAUDE_CONFIG_DIR): a skill, a hook or a CLAUDE.md written there
+    steers no later session of the person's (issue 24: `agentqueue install --skill --user` is the person's to run)."""
     home = tmp_path / "person"
+    (home / ".claude" / "skills").mkdir(parents=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
     work = tmp_path / "work"
     work.mkdir()
     rules = services.sandbox.rules_for(work, None, preset="standard", agent_type="claude-code", env=env)
-    assert home / ".claude" / "skills" in rules.frozen
-    argv = ["/bin/sh", "-c", "echo state > ~/.claude/state.txt; mkdir ~/.claude/skills/agentqueue; "
+    assert home / ".claude" not in rules.writable
+    argv = ["/bin/sh", "-c", "echo state > $CLAUDE_CONFIG_DIR/state.txt; mkdir -p $CLAUDE_CONFIG_DIR/skills/x; "
                              "echo planted > ~/.claude/skills/SKILL.md; echo done"]
     with services.sandbox.contained(argv, env, rules, lambda *_: None) as (inner, inner_env):
         done = subprocess.run(inner, cwd=work, env=inner_env, capture_output=True, text=True, timeout=30)
-    assert done.stdout.strip() == "done" and "Read-only file system" in done.stderr, done
-    assert (home / ".claude" / "state.txt").read_text() == "state\n"  # the CLI's own state stays writable
-    assert list((home / ".claude" / "skills").iterdir()) == []
+        assert (Path(inner_env["CLAUDE_CONFIG_DIR"]) / "state.txt").read_text() == "state\n"  # the CLI's own state
+    assert done.stdout.strip() == "done", done
+    assert list((home / ".claude" / "skills").iterdir()) == [] and not (home / ".claude" / "state.txt").exists()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,8 @@ _HOST = re.compile(r"(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?:
 SECRETS = (".ssh", ".aws", ".gnupg", ".config/gh", ".netrc", ".git-credentials", ".docker", ".kube",
            ".config/gcloud", ".azure", ".npmrc", ".pypirc", ".password-store", ".config/hub", ".cargo/credentials",
            ".cargo/credentials.toml", ".local/share/keyrings", ".pki", ".terraform.d")
-# Each agent CLI's own state and caches, relative to the home folder: writable, so it can log in and keep history.
-CLI_STATE = {
-    "claude-code": (".claude", ".claude.json", ".claude.json.backup", ".config/claude"),
-    "codex": (".codex",),
-    "gemini": (".gemini",),
-}
+# Caches every run may write, relative to the home folder. A CLI's own state is not among them: each run gets a
+# throwaway copy of it (cli_homes.py), so nothing a run writes steers a later run or the person's own sessions.
 SHARED_STATE = (".cache", ".npm", ".local/state")
 # Skill folders inside a CLI's writable state: skills steer every later session of the person's (issue 24's
 # `agentqueue install --skill --user` writes one), so a run never plants or changes one.
@@ -200,6 +196,8 @@ class SandboxRules:
     masks: Mapping[Path, bytes | None] = field(default_factory=dict)  # files shown with other content (or none)
     tmp_size: int = DEFAULT_TMP_SIZE  # bytes of each private tmpfs (/tmp, /var/tmp, /run, a covered secret folder)
     max_processes: int = DEFAULT_MAX_PROCESSES  # processes and threads of the run together, where it can be held
+    env: Mapping[str, str] = field(default_factory=dict)  # variables the run gets: its CLI's own state folder
+    scratch: tuple[Path, ...] = ()  # folders made for this run alone, removed when it ends
 
     @property
     def forwards(self) -> tuple[int, ...]:
@@ -220,8 +218,9 @@ class SandboxRules:
                 f"hidden: {', '.join(map(str, self.hidden))}; {net}")
 
 
-def endpoints_of(env: Mapping[str, str], agent_type: str | None) -> list[str]:
-    """The model endpoints an agent is configured with (`ANTHROPIC_BASE_URL` and the like), as host:port."""
+def endpoints_of(env: Mapping[str, str], agent_type: str | None, writable: Sequence[Path] = ()) -> list[str]:
+    """The model endpoints an agent is configured with (`ANTHROPIC_BASE_URL` and the like), as host:port; a CLI
+    config file inside a folder a run may write (`writable`) is not read: a run would choose the next one's hosts."""
     found: list[str] = []
     configured = False
     for name in ENDPOINT_VARIABLES:
@@ -233,17 +232,21 @@ def endpoints_of(env: Mapping[str, str], agent_type: str | None) -> list[str]:
                 port = parsed.port or (443 if parsed.scheme == "https" else 80)
                 host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
                 found.append(f"{host}:{port}")
-    found += codex_endpoints(env)
+    found += codex_endpoints(env, writable)
     if agent_type in DEFAULT_ENDPOINTS and not configured:
         found += DEFAULT_ENDPOINTS[agent_type]
     return found
 
 
-def codex_endpoints(env: Mapping[str, str]) -> list[str]:
-    """Codex names its model providers' URLs in `$CODEX_HOME/config.toml`, not in the environment."""
+def codex_endpoints(env: Mapping[str, str], writable: Sequence[Path] = ()) -> list[str]:
+    """Codex names its model providers' URLs in the person's `$CODEX_HOME/config.toml`, not in the environment
+    (runs get a copy of it, never the file itself: cli_homes.py)."""
     home = env.get("CODEX_HOME") or os.path.join(env.get("HOME", ""), ".codex")
+    config = Path(os.path.realpath(Path(home, "config.toml")))
+    if any(config.is_relative_to(os.path.realpath(w)) for w in writable):
+        return []
     try:
-        data = tomllib.loads(Path(home, "config.toml").read_text(encoding="utf-8"))
+        data = tomllib.loads(config.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError, ValueError):
         return []
     found = []
@@ -256,14 +259,21 @@ def codex_endpoints(env: Mapping[str, str]) -> list[str]:
     return found
 
 
-def state_paths(home_dir: Path, agent_type: str | None, env: Mapping[str, str]) -> list[Path]:
-    """The CLI's own state and cache folders (created when missing, so the CLI can write them)."""
-    names = [*CLI_STATE.get(agent_type or "", ()), *SHARED_STATE]
-    found = [home_dir / n for n in names]
-    for variable in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_DIR", "XDG_CACHE_HOME"):
-        if env.get(variable):
-            found.append(Path(env[variable]))
+def state_paths(home_dir: Path, env: Mapping[str, str]) -> list[Path]:
+    """The cache folders every run may write (never a CLI's settings: cli_homes.py)."""
+    found = [home_dir / n for n in SHARED_STATE]
+    if env.get("XDG_CACHE_HOME"):
+        found.append(Path(env["XDG_CACHE_HOME"]))
     return found
+
+
+def closed_loopback(found: Sequence[str], named: Sequence[str], closed: set[int]) -> list[str]:
+    """`found` without the loopback endpoints on a port of AgentQueue's own (its HTTP port, PostgreSQL's) that the
+    person's config (`named`: config.toml's and policy.toml's hosts) does not name: a run reaching the daemon's
+    /mcp or its database would act as the daemon."""
+    allowed = {e.port for e in map(Endpoint.parse, named) if e.loopback}
+    return [text for text in found
+            if not ((e := Endpoint.parse(text)).loopback and e.port in closed and e.port not in allowed)]
 
 
 def secret_paths(home_dir: Path) -> list[Path]:

@@ -19,14 +19,17 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from .. import paths
 from ..settings import Settings
 from . import bwrap, limits
 from .gate import NetworkGate
+from .cli_homes import make_run_home
 from .rules import (
     CODEX_HOME_FROZEN, CODEX_RULES, DEFAULT_MAX_PROCESSES, DEFAULT_TMP_SIZE, REGISTRIES, USER_SKILLS, Endpoint,
-    SandboxConfigError, SandboxRules, SandboxSettings, endpoints_of, project_settings, secret_paths, state_paths,
+    SandboxConfigError, SandboxRules, SandboxSettings, closed_loopback, endpoints_of, project_settings, secret_paths,
+    state_paths,
 )
 
 log = logging.getLogger("agentqueue.sandbox")
@@ -107,36 +110,40 @@ class Sandbox:
         chosen = self.settings_for(project_id)
         homes = {Path.home(), Path(env.get("HOME") or Path.home())}
         hidden = [p for h in homes for p in secret_paths(h) if os.path.lexists(p)] + [self.home]
-        writable = [*self._state(homes, agent_type, env), *chosen.writable]
+        writable = [*(p for h in homes for p in state_paths(h, env)), *chosen.writable]
         # Nothing of the repository is writable: the run's own repository is in the worktree, and the repository's
         # git folder (its config, refs, hooks, other tasks' state) is hidden but for its objects, shown read-only.
         objects = self.git_objects(workdir)
         if objects is not None:
             hidden.append(objects.parent)
-        hosts = [*endpoints_of(env, agent_type), *chosen.hosts]
+        found = endpoints_of(env, agent_type, [*writable, workdir])
+        hosts = [*closed_loopback(found, chosen.hosts, self.own_ports()), *chosen.hosts]
         if self.decide_install(project_id):
             hosts += REGISTRIES
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
         frozen = _frozen(homes, env, writable) + ((objects,) if objects is not None else ())
+        run_home = make_run_home(agent_type, env, paths.runtime_dir())  # the CLI's state: this run's own copy
+        if run_home is not None:
+            writable.append(run_home.root)
+            frozen += run_home.frozen
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
                             hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0, files)),
                             frozen=frozen,
                             network=chosen.network or "allowlist",
                             endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}),
                             tmp_size=chosen.tmp_size or DEFAULT_TMP_SIZE,
-                            max_processes=chosen.max_processes or DEFAULT_MAX_PROCESSES)
+                            max_processes=chosen.max_processes or DEFAULT_MAX_PROCESSES,
+                            env=run_home.env if run_home else {}, scratch=(run_home.root,) if run_home else ())
 
-    @staticmethod
-    def _state(homes: set[Path], agent_type: str | None, env: Mapping[str, str]) -> list[Path]:
-        found = []
-        for home_dir in homes:
-            for path in state_paths(home_dir, agent_type, env):
-                is_folder = path.suffix != ".json" and path.name in (".claude", ".codex", ".gemini")
-                if is_folder and not os.path.lexists(path):
-                    with contextlib.suppress(OSError):
-                        path.mkdir(parents=True, exist_ok=True)  # the CLI's own folder: it may write there
-                found.append(path)
-        return found
+    def own_ports(self) -> set[int]:
+        """AgentQueue's own loopback ports: the daemon's HTTP port and PostgreSQL's (the configured one, and 5432)."""
+        ports = {self.settings.port, 5432}
+        url = self.settings.database_url
+        with contextlib.suppress(ValueError):
+            port = urlparse(url).port if url else None
+            if port:
+                ports.add(port)
+        return ports
 
     @contextlib.contextmanager
     def around(self, argv: list[str], env: Mapping[str, str], workdir: Path, project_id: str | None, *, preset: str,
@@ -171,6 +178,7 @@ class Sandbox:
         """`argv` inside bubblewrap under `rules`, with the environment it needs; the gate lives as long as this."""
         inner_env = {k: v for k, v in env.items() if k not in DROPPED_ENV}
         inner_env["TMPDIR"] = "/tmp"  # the sandbox's own; a host TMPDIR may be hidden
+        inner_env.update(rules.env)  # the CLI's own state folder for this run (cli_homes.py)
         gate = NetworkGate(rules, on_deny, also_allows) if rules.network == "allowlist" else None
         folder = gate.folder if gate else Path(tempfile.mkdtemp(prefix="sb-", dir=paths.runtime_dir()))
         processes = limits.ProcessLimit(rules.max_processes)
@@ -184,6 +192,8 @@ class Sandbox:
             if gate is not None:
                 gate.close()
             shutil.rmtree(folder, ignore_errors=True)
+            for scratch in rules.scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _frozen(homes: set[Path], env: Mapping[str, str], writable: list[Path]) -> tuple[Path, ...]:
