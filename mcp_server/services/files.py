@@ -236,7 +236,7 @@ class Files:
     def run(self, command: str, working_dir: Path, timeout: int = 30, actor: str = "cli",
             task_id: str | None = None, env: Mapping[str, str] | None = None) -> CommandResult:
         """Run a shell command in its own process group, inside the sandbox; on timeout the whole group is killed.
-        `env`: variables set for it on top of the daemon's (a task's port)."""
+        `env`: variables set for it on top of what every run gets (a task's port)."""
         if not command or not command.strip():
             raise InvalidInputError("command is empty.")
         check_argument("command", command)
@@ -250,7 +250,9 @@ class Files:
         project_id = task_project or self.project_of(working_dir)
         self.policies.require(tool_action("run_command", command), project_id, f"Running `{command[:200]}`")
         argv = shell.shell_argv(command)  # bash: the grammar the policy judged the command by
-        full_env = {**os.environ, **env} if env else None
+        # A command run is a run like an agent's: the allowlisted environment, never the daemon's secrets (issue 33).
+        base = self.sandbox.settings.agent_environment("command") if self.sandbox is not None else None
+        full_env = {**(os.environ if base is None else base), **(env or {})} if env or base is not None else None
         if self.sandbox is None:
             code, out, err = run_capped(argv, working_dir, timeout, STDOUT_LIMIT, STDERR_LIMIT, env=full_env)
         else:

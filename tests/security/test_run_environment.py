@@ -73,3 +73,17 @@ async def test_a_kinds_own_key_reaches_only_its_kind(services: Services, monkeyp
     assert not any(name.startswith(("ANTHROPIC_", "OPENAI_")) for name in command) and command["SHARED"] == "1"
     for env in (claude, command, codex):
         assert not {"AGENTQUEUE_TOKEN", "AGENTQUEUE_DATABASE_URL", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"} & set(env)
+
+
+async def test_a_command_run_through_run_command_gets_no_secret_of_the_daemons(
+        services: Services, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """run_command, a verify command and a hook's shell step run through FileService.run: the same allowlist."""
+    for name, value in DAEMON_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    services.settings.agent_env = {"PERSON_CHOSE": "for-every-agent"}
+    work = tmp_path / "work"
+    work.mkdir()
+    done = services.files.run("env", work, timeout=30, env={"PORT": "4100"})
+    assert done.returncode == 0, done.stderr
+    assert not any(secret in done.stdout for secret in DAEMON_SECRETS.values()), done.stdout
+    assert "PERSON_CHOSE=for-every-agent" in done.stdout and "PORT=4100" in done.stdout
