@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import re
 import shutil
 import stat
+import struct
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,6 +193,16 @@ def collect(tree: gitops.Checkout, main: gitops.Checkout, place: Place, branch: 
             return None  # a link or a `gitdir:` file would have git fetch from a repository the run chose
     except FileNotFoundError:
         return None
+    parents = _unpacked(main, place.worktree) if theirs is not None else None
+    if theirs is not None and parents is not None:
+        if not _descends(theirs, ours, parents):
+            try:  # a merge of commits the repository had already: git walks those
+                main.run("merge-base", "--is-ancestor", "--end-of-options", ours, theirs)
+            except ServiceError:
+                log.info("took no commits from the run in %s (%s does not descend from %s)", place.worktree,
+                         theirs[:12], ours[:12])
+                return None
+        return _followed(tree, theirs)
     # The config reaches the upload-pack that git starts on the run's repository too, where it outranks that
     # repository's own; not forced, so git itself refuses a tip that does not descend from the daemon's.
     config = {"GIT_CONFIG_COUNT": str(len(FETCH_CONFIG))}
@@ -212,10 +225,115 @@ def collect(tree: gitops.Checkout, main: gitops.Checkout, place: Place, branch: 
                      place.worktree, ours[:12], error)
             return None
     tip = theirs or tree.run("rev-parse", "--verify", ref)
-    if tip == ours:
-        return None
-    if (place.admin / "MERGE_HEAD").exists():
-        tree.run("reset", "--quiet")  # the merge left in progress for the run is over: index at its commit
-    else:  # the index follows the branch (a two-tree read keeps what it knew of every file that did not change)
-        tree.run("read-tree", "-m", ours, tip)
+    return _followed(tree, tip) if tip != ours else None
+
+
+def _followed(tree: gitops.Checkout, tip: str) -> str:
+    """The daemon's branch and index at the run's tip `tip` in one `git reset` (mixed: the files stay as the run
+    left them, what the index knew of each unchanged one is kept, and a merge left in progress for the run is over);
+    the run is over and nothing else writes a task's branch meanwhile. Returns `tip`."""
+    tree.run("reset", "--quiet", tip, "--")
     return tip
+
+
+def _descends(tip: str, ours: str, parents: dict[str, list[str]]) -> bool:
+    """Whether `ours` is an ancestor of `tip` through the run's own new commits alone (`parents`: theirs)."""
+    seen, todo = set(), [tip]
+    while todo:
+        sha = todo.pop()
+        if sha == ours:
+            return True
+        if sha not in seen and sha in parents:
+            seen.add(sha)
+            todo += parents[sha]
+    return False
+
+
+_PACK_TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
+LOOSE_OBJECTS = 10_000  # more loose objects than this in a run's repository: fetched instead (git packs them)
+LOOSE_BYTES = 256 << 20  # nor more than this, inflated
+
+
+def _unpacked(main: gitops.Checkout, worktree: Path) -> dict[str, list[str]] | None:
+    """The run's new objects (every loose object its repository holds: it started with none) written into the
+    repository by `git unpack-objects --strict`, which checks each as fsck does (links, `.git` in a tree, …): the
+    cheap way, a few milliseconds against a fetch's several processes. Each file is read through no link and its
+    content must hash to its name. Returns the new commits' parents; None when the objects are anything else (a
+    pack, too many, a link): then they are fetched."""
+    found = _loose_objects(worktree)
+    if found is None:
+        return None
+    entries, parents = found
+    pack = b"PACK" + struct.pack(">II", 2, len(entries)) + b"".join(entries)
+    try:
+        main.run_bytes("unpack-objects", "--strict", "-q", stdin=pack + hashlib.sha1(pack).digest())
+    except ServiceError as error:
+        log.info("the run's objects in %s were refused (%s): fetched instead", worktree, error)
+        return None
+    return parents
+
+
+def _loose_objects(worktree: Path) -> tuple[list[bytes], dict[str, list[str]]] | None:
+    """Each loose object of the run's repository as a pack entry (its header, its content deflated), checked
+    against its name; None when the repository holds anything but loose objects there, or too much."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    entries: list[bytes] = []
+    parents: dict[str, list[str]] = {}
+    total = 0
+    fds: list[int] = []
+    try:
+        fds.append(os.open(worktree, os.O_RDONLY | os.O_DIRECTORY))
+        for part in (".git", "objects"):
+            fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
+        objects = fds[-1]
+        for fan in os.listdir(objects):
+            if fan in ("info", "pack"):
+                if fan == "pack" and os.listdir(_opened(fds, fan, objects, flags)):
+                    return None  # the run packed objects (git gc): a fetch reads those
+                continue
+            if not re.fullmatch(r"[0-9a-f]{2}", fan):
+                return None
+            folder = _opened(fds, fan, objects, flags)
+            for name in os.listdir(folder):
+                if not re.fullmatch(r"[0-9a-f]{38}", name) or len(entries) >= LOOSE_OBJECTS:
+                    return None
+                fd = os.open(name, flags, dir_fd=folder)
+                fds.append(fd)
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    raw = zlib.decompressobj().decompress(handle.read(LOOSE_BYTES), LOOSE_BYTES - total + 1)
+                total += len(raw)
+                if total > LOOSE_BYTES or hashlib.sha1(raw).hexdigest() != fan + name:
+                    return None
+                head, _, body = raw.partition(b"\0")
+                kind, _, size = head.partition(b" ")
+                if kind not in _PACK_TYPES or not size.isdigit() or int(size) != len(body):
+                    return None
+                entries.append(_pack_header(_PACK_TYPES[kind], len(body)) + zlib.compress(body, 1))
+                if kind == b"commit":  # its parents, from its header (git checks the format as it unpacks)
+                    header = body.split(b"\n\n", 1)[0].split(b"\n")
+                    parents[fan + name] = [line[7:].decode("ascii", "replace") for line in header
+                                           if line.startswith(b"parent ")]
+    except (OSError, zlib.error):
+        return None
+    finally:
+        for opened in reversed(fds):
+            os.close(opened)
+    return entries, parents
+
+
+def _opened(fds: list[int], name: str, parent: int, flags: int) -> int:
+    fds.append(os.open(name, flags | os.O_DIRECTORY, dir_fd=parent))
+    return fds[-1]
+
+
+def _pack_header(kind: int, size: int) -> bytes:
+    """A pack entry's header: its type and size, 4 bits then 7 at a time (git's pack format)."""
+    byte, size = (kind << 4) | (size & 15), size >> 4
+    out = bytearray()
+    while size:
+        out.append(byte | 0x80)
+        byte, size = size & 0x7F, size >> 7
+    out.append(byte)
+    return bytes(out)

@@ -152,16 +152,19 @@ class Checkout:
         return out.decode("utf-8", "surrogateescape").removesuffix("\n")
 
     def run_bytes(self, *args: str, env: dict[str, str] | None = None, reads_hooks: bool = False,
-                  background: bool = False) -> bytes:
+                  background: bool = False, stdin: bytes | None = None) -> bytes:
         """git's raw output (for -z listings: paths as they are, never quoted). A bare subprocess, not GitPython's
         execute, which costs a few milliseconds more per command; git speaks English (C locale) as there.
         `reads_hooks`: a command that runs no hook and reads core.hooksPath (SAFE_GIT_READING_HOOKS).
-        `background`: cleanup nobody waits for, run at a lower CPU priority (BACKGROUND_NICE)."""
+        `background`: cleanup nobody waits for, run at a lower CPU priority (BACKGROUND_NICE). `stdin`: what git
+        reads on its standard input (else nothing)."""
         safe = SAFE_GIT_READING_HOOKS if reads_hooks else SAFE_GIT
         argv, environ = ["git", *safe, *args], self.environ(env)
         with os_limits(f"an argument of git {args[0]}"):  # over 128 KiB, or a NUL byte
             if background:
                 done = _run_lowered(argv, self.path, environ)
+            elif stdin is not None:
+                done = subprocess.run(argv, cwd=self.path, capture_output=True, input=stdin, env=environ)
             else:
                 done = subprocess.run(argv, cwd=self.path, capture_output=True, stdin=subprocess.DEVNULL, env=environ)
         if done.returncode != 0:
