@@ -58,7 +58,11 @@ with open(sys.argv[1], "a") as log:
 
 
 def member_env(tmp_path: Path, who: str, url: str, **extra: str) -> dict[str, str]:
-    """A daemon of the team: its own home and machine-ish user home, the shared database, a short lease."""
+    """A daemon of the team: its own home and machine-ish user home, the shared database, a short lease; its agents
+    get TEAM_MEMBER as a person passes a variable of theirs (a run's environment is an allowlist: issue 33)."""
+    home = tmp_path / f"home-{who}"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[env]\npass = ["TEAM_MEMBER"]\n')
     return cli_env(tmp_path / f"home-{who}", tmp_path / f"user-{who}", AGENTQUEUE_DATABASE_URL=url,
                    AGENTQUEUE_LEASE_SECONDS="3", AGENTQUEUE_LABELS=who, TEAM_MEMBER=who, **extra)
 

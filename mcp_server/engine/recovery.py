@@ -101,7 +101,9 @@ class Recovery:
         workspace = self._workspace_of(row, home)
         if agent and agent["pid"]:
             kill_orphan(agent["pid"], workspace.path)
-        save_wip(self.workspaces, workspace, row["id"], self.team.shared)
+        # Its worktree is registered in that daemon's checkout of the repo: its git is found from there.
+        theirs = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
+        save_wip(theirs, workspace, row["id"], self.team.shared)
 
     def _workspace_of(self, row: dict[str, Any], home: Path | None = None) -> Workspace:
         if row["repo_id"]:
