@@ -212,20 +212,17 @@ async def test_a_hostile_command_is_decided_part_by_part(queue: Services, codex_
     assert audited(queue, task.id, f"Bash({command})") == [("deny", "refused")]
 
 
-async def test_what_codex_types_into_a_terminal_it_started_is_logged(queue: Services) -> None:
-    """A known limit: `write_stdin` into a session Codex started is not asked about (0.169 sends no question), so
-    allowing an interactive program (`bash` here, by a rule) allows what is typed into it; the log shows each input."""
+def test_an_interactive_shell_codex_would_type_into_asks_even_when_a_rule_allows_it(queue: Services) -> None:
+    """Codex's `write_stdin` into a session it started is not asked about (0.169 sends no question), so a shell
+    started bare would run whatever is typed into it unseen. The policy asks about such a shell (it reads commands
+    the parser cannot see: issue 33), even when a person's rule allows `Bash(bash)`: the old known limit is closed
+    at the start of the session, not at each keystroke."""
+    from agentqueue.services.policy_rules import agent_action
+
     queue.policies.edit(project_id="demo", add_rule="Bash(bash)", rule_list="allow")
-    task = queue.tasks.create("demo", "Typed", "SCENARIO:stdin CMD[bash]END TYPE[touch TYPED_MARKER\\n]END",
-                              max_retries=0)
-    async with engine_and_person(queue) as (engine, _):
-        await until_settled(queue, task.id)
-    log = engine.log_path(task.id).read_text()
-    assert completed(queue, engine, task.id)
-    assert "[tool] write_stdin {'stdin': 'touch TYPED_MARKER\\n'}" in log, log
-    assert audited(queue, task.id, "Bash(bash)") == [("allow", "ok")]
-    assert queue.requests.list(None) == []  # nobody was asked about the typed command...
-    assert on_main(queue, "TYPED_MARKER") == ""  # ...and it ran (if a later Codex asks, this fails: update the docs)
+    verdict = queue.policies.decide(agent_action("Bash", {"command": "bash"}, Path("/work/tree")), "demo")
+    assert verdict.decision == "ask", verdict
+    assert "standard input" in str(verdict.decided_by), verdict.decided_by
 
 
 @pytest.mark.parametrize("rule_list", ["allow", "deny"])
