@@ -251,7 +251,7 @@ def _descends(tip: str, ours: str, parents: dict[str, list[str]]) -> bool:
 
 _PACK_TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 LOOSE_OBJECTS = 10_000  # more loose objects than this in a run's repository: fetched instead (git packs them)
-LOOSE_BYTES = 256 << 20  # nor more than this, inflated
+LOOSE_BYTES = 64 << 20  # nor more than this, inflated (a landing over 50 MiB waits for a person anyway)
 
 
 def _unpacked(main: gitops.Checkout, worktree: Path) -> dict[str, list[str]] | None:
@@ -299,10 +299,11 @@ def _loose_objects(worktree: Path) -> tuple[list[bytes], dict[str, list[str]]] |
                     return None
                 fd = os.open(name, flags, dir_fd=folder)
                 fds.append(fd)
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return None
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode) or info.st_size > LOOSE_BYTES - total:
+                    return None  # never more than the budget in the daemon's memory: git streams a fetch
                 with os.fdopen(os.dup(fd), "rb") as handle:
-                    raw = zlib.decompressobj().decompress(handle.read(LOOSE_BYTES), LOOSE_BYTES - total + 1)
+                    raw = zlib.decompressobj().decompress(handle.read(info.st_size), LOOSE_BYTES - total + 1)
                 total += len(raw)
                 if total > LOOSE_BYTES or hashlib.sha1(raw).hexdigest() != fan + name:
                     return None

@@ -116,3 +116,15 @@ async def test_the_shared_objects_are_read_only_to_a_run(svc: Services) -> None:
     assert svc.tasks.get(task_id).status == "COMPLETED", svc.tasks.get(task_id).reason
     assert loose.read_bytes() == original, "a run rewrote one of the repository's objects"
     assert git(main_repo, "cat-file", "-p", blob) == "the real readme"
+
+
+async def test_a_run_that_packed_its_objects_has_its_commit_taken_by_a_fetch(svc: Services) -> None:
+    """A run's new objects are taken from its loose objects; one that packed them (`git repack`, as `git gc` does)
+    has them fetched instead, with fsck, and its commit lands as its own."""
+    script = ("echo packed > work.txt && git add work.txt && git -c user.name=a -c user.email=a@b commit -qm "
+              "'the agent packed this' && git repack -q -a -d")
+    task_id = await run(svc, script)
+    assert svc.tasks.get(task_id).status == "COMPLETED", svc.tasks.get(task_id).reason
+    main_repo = checkout(svc)
+    assert show(main_repo, "main", "work.txt") == "packed"
+    assert "the agent packed this" in git(main_repo, "log", "--format=%s", "main")
