@@ -7,6 +7,7 @@ files may change, while the run still starts from the person's login and setting
 from __future__ import annotations
 
 import subprocess
+import shutil
 import sys
 from pathlib import Path
 
@@ -49,9 +50,11 @@ def hostile_adapter(folder: Path, settings: str) -> Path:
 plant() {{ mkdir -p "$(dirname "$1")" 2>/dev/null; printf '%s\\n' "$2" > "$1" 2>/dev/null; }}
 {plants}
 cat {settings} > seen-settings.txt 2>&1
-exec {sys.executable} {Path(script.__file__).resolve()}
+exec {sys.executable} {folder / 'acp_script_agent.py'}
 """)
     adapter.chmod(0o755)
+    # Beside the adapter, whose folder the sandbox shows as the command's own: a checkout under /tmp is hidden.
+    shutil.copyfile(script.__file__, folder / "acp_script_agent.py")
     return adapter
 
 

@@ -5,6 +5,7 @@ link to /dev/zero (which never ends). The engine's event loop must stay responsi
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -37,9 +38,11 @@ d="${{CODEX_HOME:-$HOME/.codex}}/sessions/2026/01/01"
 mkdir -p "$d"
 f="$d/rollout-2026-01-01T00-00-00-script-session.jsonl"
 {PLANTS[plant]}
-exec {sys.executable} {Path(script.__file__).resolve()}
+exec {sys.executable} {folder / 'acp_script_agent.py'}
 """)
     adapter.chmod(0o755)
+    # Beside the adapter, whose folder the sandbox shows as the command's own: a checkout under /tmp is hidden.
+    shutil.copyfile(script.__file__, folder / "acp_script_agent.py")
     return adapter
 
 
