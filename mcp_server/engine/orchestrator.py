@@ -30,6 +30,7 @@ from ..settings import Settings
 from ..services.lifecycle import Lifecycle
 from ..services.repo_config import Check, declared_checks
 from ..services.tasks import AmbiguousRepoError
+from ..sandbox import limits
 from ..store.models import Agent, Task
 from . import protected
 from .adapters import BUILDERS, PARSERS
@@ -360,27 +361,30 @@ class Engine:
             channel = AcpChannel(channel, contain, ready.env, handle,
                                  masks={workspace.path / rel: content for rel, content in masks.items()},
                                  nice=self.config.agent_nice)
-        with contextlib.ExitStack() as stack:
-            # The sandbox is set up in a worker thread (its paths, the policy, the gate's sockets): several ms that
-            # would hold up every other run on the event loop. The thread is waited for even when cancelled, and
-            # no await comes before its exit is pushed, so the gate is always closed.
-            contained = self._contained(task, agent, workspace, spec, env, masks)
-            spec, env = await anyio.to_thread.run_sync(contained.__enter__)
-            stack.push(contained)
-            if isinstance(spec.parser, AcpSession):
-                spec.parser.run_env = env  # where the agent's own files are (its CODEX_HOME), read after the run
-            runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
-                               self.config.limits, on_line, env=env, channel=channel, nice=self.config.agent_nice)
-            if isinstance(channel, AcpChannel):
-                stack.callback(channel.close)  # its terminals end with the run
-            async with anyio.create_task_group() as tg:
-                async def note_pid() -> None:
-                    while handle.pid is None:
-                        await anyio.sleep(0.01)
-                    await anyio.to_thread.run_sync(remember_pid)
-                tg.start_soon(note_pid)
-                result = await runner
-                tg.cancel_scope.cancel()
+        # The sandbox is set up and taken down in a worker thread (its paths, the policy, the gate's sockets, the
+        # run's cgroup): several ms that would hold up every other run on the event loop. The thread is waited for
+        # even when cancelled, and no await comes between its start and the `try`, so the gate is always closed.
+        contained = self._contained(task, agent, workspace, spec, env, masks)
+        spec, env = await anyio.to_thread.run_sync(contained.__enter__)
+        try:
+            with contextlib.ExitStack() as stack:
+                if isinstance(spec.parser, AcpSession):
+                    spec.parser.run_env = env  # where the agent's own files are (its CODEX_HOME), read after the run
+                runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
+                                   self.config.limits, on_line, env=env, channel=channel, nice=self.config.agent_nice)
+                if isinstance(channel, AcpChannel):
+                    stack.callback(channel.close)  # its terminals end with the run
+                async with anyio.create_task_group() as tg:
+                    async def note_pid() -> None:
+                        while handle.pid is None:
+                            await anyio.sleep(0.01)
+                        await anyio.to_thread.run_sync(remember_pid)
+                    tg.start_soon(note_pid)
+                    result = await runner
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(contained.__exit__, None, None, None)
         duration = time.monotonic() - started
         log.info("run of %s ended: %s%s after %.1f s, %d tokens%s, $%s", task_id, result.status,
                  f" ({result.error_type})" if result.error_type else "", duration,
@@ -538,6 +542,14 @@ class Engine:
 
     def _finish(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float,
                 ready: Readiness | None = None) -> Queued | None:
+        """`_conclude`, then the worktree, when it is kept, settled (its `.git` the daemon's again)."""
+        try:
+            return self._conclude(task, workspace, agent, result, duration, ready)
+        finally:
+            self.workspaces.settle(workspace)
+
+    def _conclude(self, task: Task, workspace: Workspace, agent: Agent, result: RunResult, duration: float,
+                  ready: Readiness | None = None) -> Queued | None:
         """A run's end, in one worker thread: its branch read, the attempt recorded, then the task failed, done, or
         its branch landed (landing.py); returned when it waits in its repo's merge queue instead (a repo with
         checks, its declared ones else the verify command: merge_queue.py, repo_config.py)."""
@@ -726,4 +738,6 @@ class Engine:
         with anyio.move_on_after(grace):
             while self.running:
                 await anyio.sleep(0.05)
+        # The runs' cgroups still emptying as their last processes exit (sandbox/limits.py): removed before the stop.
+        await anyio.to_thread.run_sync(limits.settled, 2.0)
 

@@ -32,6 +32,8 @@ def save_wip(workspaces: Workspaces, workspace: Workspace, task_id: str, shared:
                 workspaces.publish_branch(workspace)
         except ServiceError as error:
             log.warning("could not save WIP of %s: %s", task_id, error)
+        finally:
+            workspaces.settle(workspace)  # kept for the next run: its `.git` the daemon's until then
 
 
 def kill_orphan(pid: int, cwd: Path) -> bool:

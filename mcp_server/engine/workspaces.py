@@ -129,6 +129,9 @@ class Workspaces:
         # Worktrees whose run's commits were taken since their repository was last written for a run: nothing can have
         # run there since (every run, check and setup is preceded by `expose`), so there is nothing more to take.
         self._collected: set[Path] = set()
+        # Worktrees whose leftovers the daemon committed after their run, whose run's repository is still the one the
+        # run left: written anew (settle) before the worktree is kept for a person, skipped when it is removed at once.
+        self._stale: set[Path] = set()
         self._repo_commons: dict[str, Path] = {}  # a repo's id -> its git folder, once a worktree of it was placed
         # Called with a task's worktree before it is removed (the repo's teardown command: engine/ready.py).
         self.before_remove: Callable[[Workspace], None] | None = None
@@ -232,6 +235,7 @@ class Workspaces:
                                      workspace.repo.default_branch, aside)
         self._exposed[workspace.path] = tip
         self._collected.discard(workspace.path)
+        self._stale.discard(workspace.path)
         if moved is not None:
             _REMOVALS.submit(shutil.rmtree, moved, ignore_errors=True)  # off the run's path, below the daemon
 
@@ -381,9 +385,23 @@ class Workspaces:
             return None
         self.collect(workspace, workspace.path.name)
         committed = self.tree(workspace).commit_leftovers(message)
-        self.expose(workspace)  # the worktree's `.git` the daemon's again: the person's own git may look there now
         self._collected.add(workspace.path)  # written by the daemon after the take: nothing ran there since
+        self._stale.add(workspace.path)  # its `.git` is the run's until settle(), or the worktree's removal
         return committed
+
+    def settle(self, workspace: Workspace) -> None:
+        """A worktree kept after its run's end (failed, held, queued, parked): its `.git` the daemon's again, so the
+        person's own git never reads what the run wrote there; nothing for one already removed (it landed)."""
+        if workspace.path not in self._stale:
+            return
+        self._stale.discard(workspace.path)
+        if workspace.path.exists():
+            try:
+                self.expose(workspace)
+            except (ServiceError, OSError) as error:  # the next expose (any run, setup or check) writes it
+                log.warning("could not write the run's repository of kept worktree %s anew: %s", workspace.path, error)
+                return
+            self._collected.add(workspace.path)  # written by the daemon: nothing ran there since
 
     def changes(self, workspace: Workspace) -> tuple[list[dict[str, str]], list[str]]:
         """What the task branch changes since it left the default branch, read once for the run's result, the
@@ -713,6 +731,7 @@ class Workspaces:
                 os.replace(admin, gone[-1])
         self._exposed.pop(workspace.path, None)
         self._collected.discard(workspace.path)
+        self._stale.discard(workspace.path)
         for folder in gone:  # fd-based: a link the run left inside is never followed
             _REMOVALS.submit(shutil.rmtree, folder, ignore_errors=True)
 

@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +30,10 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP = "agentqueue"  # the folder under the daemon's own cgroup that holds one cgroup per run
 _ids = itertools.count(1)
 _left: set[Path] = set()  # this daemon's cgroups whose run had not emptied them when it ended
+_left_lock = threading.Lock()
+REAP_PERIOD = 0.02  # seconds between a reaper's tries at the cgroups still emptying
+REAP_FOR = 5.0  # how long the reaper tries after the last one was left; then the next run's sweep does
+_reaper: threading.Thread | None = None
 # Writes the shell's own pid into the cgroup named by $0, then becomes the run's command.
 _ENTER = ('echo $$ > "$0" || { echo "agentqueue sandbox: the run could not enter its process limit ($0)" >&2; '
           'exit 126; }; exec "$@"')
@@ -139,10 +144,12 @@ class ProcessLimit:
         return 0
 
     def close(self) -> None:
+        """What is left of the run killed and its cgroup removed; never waited for: one still emptying (its last
+        processes exiting) is removed by a reaper thread, else by the next run's sweep."""
         if self.folder is None:
             return
-        if not _remove(self.folder, wait=0.5):
-            _left.add(self.folder)
+        if not _remove(self.folder, wait=0):
+            _reap_later(self.folder)
         self.folder = None
 
 
@@ -189,9 +196,58 @@ def _sweep(base: Path) -> None:
         if not owner.isdigit() or int(owner) == os.getpid() or _alive(int(owner)):
             continue
         _remove(entry, wait=0)
-    for entry in list(_left):
+    _sweep_left()
+
+
+def _reap_later(folder: Path) -> None:
+    """`folder` tried again by the reaper thread (started when none runs) until it is gone or REAP_FOR passes."""
+    global _reaper
+    with _left_lock:
+        _left.add(folder)
+        if _reaper is None or not _reaper.is_alive():
+            _reaper = threading.Thread(target=_reap, daemon=True, name="agentqueue-cgroup-reaper")
+            _reaper.start()
+
+
+def _reap() -> None:
+    global _reaper
+    until = time.monotonic() + REAP_FOR
+    while time.monotonic() < until:
+        time.sleep(REAP_PERIOD)
+        if _sweep_left():
+            until = time.monotonic() + REAP_FOR
+        with _left_lock:
+            if not _left:
+                _reaper = None
+                return
+    with _left_lock:
+        _reaper = None
+
+
+def settled(timeout: float) -> bool:
+    """Whether every cgroup this daemon left was removed within `timeout` seconds (a clean stop waits on it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _left_lock:
+            if not _left:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        _sweep_left()
+        time.sleep(REAP_PERIOD)
+
+
+def _sweep_left() -> bool:
+    """This daemon's left cgroups tried once each; whether any was removed."""
+    with _left_lock:
+        left = list(_left)
+    removed = False
+    for entry in left:
         if _remove(entry, wait=0):
-            _left.discard(entry)
+            removed = True
+            with _left_lock:
+                _left.discard(entry)
+    return removed
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,9 @@ of it may run on the host, choose what the sandbox binds, move the person's bran
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,29 @@ async def test_a_run_that_packed_its_objects_has_its_commit_taken_by_a_fetch(svc
     main_repo = checkout(svc)
     assert show(main_repo, "main", "work.txt") == "packed"
     assert "the agent packed this" in git(main_repo, "log", "--format=%s", "main")
+
+
+@pytest.mark.parametrize("kept", ["awaiting-approval", "failed"])
+async def test_a_kept_worktrees_git_is_the_daemons_when_the_person_looks(svc: Services, tmp_path: Path,
+                                                                          kept: str) -> None:
+    """A run configures an fsmonitor and a hook in its own repository, leaves a file, and its worktree is kept (held
+    for approval, or failed): the person's own `git status` and `git commit` there must run nothing the run wrote."""
+    ran = tmp_path / "ran-for-the-person"
+    plant = (f"git config core.fsmonitor {shlex.quote('touch ' + str(ran) + '-fsmonitor')};"
+             f" printf '#!/bin/sh\\ntouch %s-hook\\n' {shlex.quote(str(ran))} > .git/hooks/pre-commit;"
+             " chmod +x .git/hooks/pre-commit; echo left > left.txt")
+    if kept == "awaiting-approval":
+        task_id = await run(svc, plant, requires_approval=True)
+        assert svc.tasks.get(task_id).status == "AWAITING_APPROVAL", svc.tasks.get(task_id).reason
+    else:
+        task_id = await run(svc, plant + "; exit 3", max_retries=0)
+        assert svc.tasks.get(task_id).status in ("FAILED", "BLOCKED"), svc.tasks.get(task_id).status
+    worktree = svc.home / "worktrees" / "app" / task_id
+    assert worktree.is_dir(), "the worktree was not kept"
+    person = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(["git", "status", "--short"], cwd=worktree, env=person, check=True, capture_output=True)
+    (worktree / "mine.txt").write_text("the person's own change\n")
+    subprocess.run(["git", "add", "mine.txt"], cwd=worktree, env=person, check=True, capture_output=True)
+    subprocess.run(["git", "-c", "user.name=P", "-c", "user.email=p@x", "commit", "-q", "-m", "mine"],
+                   cwd=worktree, env=person, check=True, capture_output=True)
+    assert not list(tmp_path.glob("ran-for-the-person*")), "the person's git ran what the run configured"
