@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agentqueue.engine.orchestrator import Engine, EngineConfig  # noqa: E402
 from agentqueue.services import Services  # noqa: E402
 
-METRIC = ("engine overhead per task, 4 agents each committing one file, 100 tasks (assigned → completed, minus "
-          "the agent's own run)")
+METRIC = ("engine overhead per task, {agents} agents each committing one file, {tasks} tasks (assigned → completed, "
+          "minus the agent's own run)")
 REAL_GIT = shutil.which("git") or "/usr/bin/git"
 IDENTITY = ["-c", "user.name=Bench", "-c", "user.email=bench@localhost"]
 # The agent: a new file, committed on the task branch, as an agent that follows "commit your work" does. It
@@ -203,7 +203,7 @@ def rows_for(n: int, agents: int, eng: dict, floor_s: float, floor_calls: int, f
     per_task = eng["calls"] / n
     common = {"tasks": n, "agents": agents, "cpus": os.cpu_count()}
     return [
-        {"metric": METRIC, "value": round(overhead * 1000, 1), "unit": "ms/task",
+        {"metric": METRIC.format(agents=agents, tasks=n), "value": round(overhead * 1000, 1), "unit": "ms/task",
          "anchor": "the same git steps by hand in a loop", "anchor_value": round(floor_s * 1000, 1),
          "ratio": round(ratio, 2), "goal": "≤ 2 × the floor", "met": ratio <= 2.0,
          "p90_ms": round(p90 * 1000, 1), "agent_run_ms_median": round(statistics.median(eng["runs"]) * 1000, 1),
