@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -291,6 +292,40 @@ def test_a_daemon_frozen_past_its_lease_drops_its_run_and_the_taker_lands_it_onc
         assert h.a.process.poll() is None, "daemon a lives on, a member of the team again"
         said = (h.a.home / "serve.out").read_text()
         assert "lease ran out" in said and "its result is dropped" in said, "a dropped its stale run"
+
+
+# A daemon's store, frozen (SIGSTOP) inside a write transaction: it holds the write lock every daemon takes.
+FROZEN_WRITER = """
+import os, signal, sys
+from agentqueue.store.postgres import PostgresStore
+store = PostgresStore(sys.argv[1], lease_seconds=3)
+with store.transaction() as db:
+    db.execute("UPDATE daemons SET labels = labels WHERE id = 'nobody'")
+    print("holding", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+def test_a_daemon_frozen_inside_a_write_holds_the_others_up_no_longer_than_its_lease(team_db: str) -> None:
+    """A daemon frozen mid-write (a laptop's lid shut, a debugger, a swap storm) holds the team's write lock: the
+    server ends its transaction once its lease would have run out, so the other daemons' writes go on, not after a
+    minute (and their lease-based take-over with them)."""
+    frozen = subprocess.Popen([sys.executable, "-c", FROZEN_WRITER, team_db], stdout=subprocess.PIPE, text=True)
+    store = None
+    try:
+        assert frozen.stdout is not None and frozen.stdout.readline().strip() == "holding"
+        wait_until(lambda: open(f"/proc/{frozen.pid}/stat").read().split()[2] == "T", 30, "the writer to freeze")
+        store = PostgresStore(team_db, lease_seconds=3)
+        started = time.monotonic()
+        with store.transaction() as db:  # waits for the frozen writer's lock (lock_timeout: 30 s, then an error)
+            db.execute("UPDATE daemons SET labels = labels WHERE id = 'nobody'")
+        waited = time.monotonic() - started
+        assert waited < 25, f"a write waited {waited:.1f} s behind a frozen daemon with a 3 s lease"
+    finally:
+        frozen.kill()
+        frozen.wait(timeout=30)
+        if store is not None:
+            store.close()
 
 
 @pytest.mark.daemon

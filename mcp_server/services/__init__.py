@@ -46,7 +46,7 @@ class Services:
         paths.private_dir(home)
         paths.private_dir(paths.logs_dir(home))
         self.settings = settings.load(home)  # config.toml + AGENTQUEUE_*; a bad value stops here, clearly
-        self.store = open_store(paths.db_path(home), self.settings.database_url)
+        self.store = open_store(paths.db_path(home), self.settings.database_url, self.settings.lease_seconds)
         self.policies = Policies(home)
         self.projects = Projects(self.store, paths.workspaces_dir(home))
         self.engine_hooks = EngineHooks()

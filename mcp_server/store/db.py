@@ -10,8 +10,9 @@ from .sqlite import SqliteStore
 __all__ = ["SchemaTooNewError", "Store", "StoreOpenError", "iso_in", "now_iso", "open_store"]
 
 
-def open_store(db_path: Path, database_url: str | None = None) -> Store:
-    """The SQLite file at `db_path`, or, given a postgresql:// URL, the shared PostgreSQL database."""
+def open_store(db_path: Path, database_url: str | None = None, lease_seconds: float | None = None) -> Store:
+    """The SQLite file at `db_path`, or, given a postgresql:// URL, the shared PostgreSQL database (a daemon passes
+    its lease: a transaction of its left idle longer, as by a frozen daemon, is ended by the server)."""
     if not database_url:
         return SqliteStore(db_path)
     try:
@@ -21,4 +22,4 @@ def open_store(db_path: Path, database_url: str | None = None) -> Store:
                              f"({error.name or error}). Install it into AgentQueue's environment: "
                              "pip install 'agentqueue[team]'.") from None
 
-    return PostgresStore(database_url)
+    return PostgresStore(database_url, lease_seconds=lease_seconds)

@@ -39,10 +39,16 @@ CHANNEL = "agentqueue_events"
 WRITE_LOCK = 0x4147_5155_4555  # "AGQUEU": the advisory lock every write transaction takes
 MIGRATE_LOCK = WRITE_LOCK + 1
 NOTIFY_LIMIT = 7000  # bytes; PostgreSQL refuses payloads of 8000 and more
-# A session stuck in a transaction (a daemon frozen mid-change) is ended by the server, and a wait for
-# another daemon's lock gives up with an error, so no call anywhere can hang on a dead peer.
-SESSION = ("SET idle_in_transaction_session_timeout = '60s'", "SET lock_timeout = '30s'",
-           "SET statement_timeout = '120s'")
+# A session stuck in a transaction (a daemon frozen mid-change) is ended by the server once the daemon's lease
+# would have run out (it holds the write lock every other daemon waits on: a frozen daemon must not stall the team
+# longer than it keeps its runs), and a wait for another daemon's lock gives up with an error, so no call anywhere
+# can hang on a dead peer.
+IDLE_IN_TRANSACTION = 60.0  # seconds, when the store is opened without a lease (a CLI's reads and writes)
+SESSION = ("SET lock_timeout = '30s'", "SET statement_timeout = '120s'")
+
+
+def _session(idle_seconds: float) -> tuple[str, ...]:
+    return (f"SET idle_in_transaction_session_timeout = '{max(int(idle_seconds * 1000), 1000)}ms'", *SESSION)
 
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(::)|(\?)|(?<![:\w]):([A-Za-z_]\w*)|(%)|\b(LIKE)\b"""
                      r"""|\b(IS\s+NOT\s+\?|IS\s+\?)""", re.IGNORECASE)
@@ -94,12 +100,12 @@ class _Number(Loader):
         return int(value) if value == value.to_integral_value() else float(value)
 
 
-def _connect(url: str) -> psycopg.Connection[Any]:
+def _connect(url: str, idle_seconds: float = IDLE_IN_TRANSACTION) -> psycopg.Connection[Any]:
     conn = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor, connect_timeout=10)
     conn.adapters.register_dumper(bool, _IntBool)
     conn.adapters.register_dumper(str, _Text)
     conn.adapters.register_loader("numeric", _Number)
-    for statement in SESSION:
+    for statement in _session(idle_seconds):
         conn.execute(statement)
     return conn
 
@@ -126,9 +132,10 @@ class _Table:
 class PgDatabase:
     """The connection as the services see it: execute (tuples), query (dicts), tables."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, idle_seconds: float = IDLE_IN_TRANSACTION) -> None:
         self.url = url
-        self.conn = _connect(url)
+        self.idle_seconds = idle_seconds
+        self.conn = _connect(url, idle_seconds)
         self.in_transaction = False  # set by the store: a transaction never moves to a new connection
 
     def _ready(self) -> psycopg.Connection[Any]:
@@ -136,7 +143,7 @@ class PgDatabase:
         failed, the next one works. Never inside a transaction, which ends with its connection."""
         if not self.in_transaction and (self.conn.broken or self.conn.closed):
             log.warning("the PostgreSQL connection broke; reconnecting")
-            self.conn = _connect(self.url)
+            self.conn = _connect(self.url, self.idle_seconds)
         return self.conn
 
     def execute(self, sql: str, params: Params = ()) -> psycopg.Cursor[Any]:
@@ -162,16 +169,17 @@ class PostgresStore(Store):
     shared = True
     claim_lock = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, url: str, *, migrate_to: int = SCHEMA_VERSION) -> None:
+    def __init__(self, url: str, *, migrate_to: int = SCHEMA_VERSION, lease_seconds: float | None = None) -> None:
         super().__init__()
         self.url = url
+        idle = lease_seconds if lease_seconds is not None else IDLE_IN_TRANSACTION
         self.origin = secrets.token_hex(8)  # tells this process's own notifications from other daemons'
         self._listener: threading.Thread | None = None
         self._closing = threading.Event()
         try:
-            self.db = PgDatabase(url)
+            self.db = PgDatabase(url, idle)
             self._migrate(migrate_to)
-            self.reader = PgDatabase(url)  # reads never wait behind a writer's advisory lock or row locks
+            self.reader = PgDatabase(url, idle)  # reads never wait behind a writer's advisory lock or row locks
             self.optimize(at_open=True)
         except psycopg.Error as error:
             raise StoreOpenError(
