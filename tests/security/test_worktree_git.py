@@ -88,18 +88,27 @@ async def test_a_run_never_moves_main_past_the_persons_approval(svc: Services, h
 
 
 async def test_a_ref_the_run_links_to_main_never_deletes_main(svc: Services) -> None:
-    """H2: the run replaces its branch's ref with a symlink to main's ref (in its repository, and in the main
-    repository's if it can reach it); the landing's branch cleanup must leave the person's main as it was."""
+    """H2: the run commits its work, then replaces its branch's loose ref with a symlink whose text is
+    `refs/heads/main` (git reads such a link as a symbolic ref), where its own git keeps its refs and in the person's
+    repository if it can reach it. The old cleanup after the landing, `update-ref -d <task branch> <landed tip>`,
+    followed that link and deleted the person's main; main must stay, moved only by the task's real landing."""
     main_repo = checkout(svc)
-    m = shlex.quote(str(main_repo / ".git" / "refs" / "heads"))
-    script = ("b=$(git symbolic-ref --short HEAD);"
-              f" for refs in .git/refs/heads {m}; do rm -f \"$refs/$b\" 2>/dev/null;"
-              " ln -s \"$(echo \"$b\" | sed 's|[^/]*|..|g; s|..$||')main\" \"$refs/$b\" 2>/dev/null; done;"
-              " echo work > work.txt")
+    before = git(main_repo, "rev-parse", "main")
+    persons_refs = shlex.quote(str(main_repo / ".git" / "refs" / "heads"))
+    script = ("b=$(git symbolic-ref --short HEAD); echo work > work.txt && git add work.txt"
+              " && git -c user.name=a -c user.email=a@b commit -qm 'the agent commits its work';"
+              f" for refs in \"$(git rev-parse --git-common-dir)/refs/heads\" {persons_refs}; do"
+              " rm -f \"$refs/$b\" 2>/dev/null; ln -s refs/heads/main \"$refs/$b\" 2>/dev/null; done; exit 0")
     task_id = await run(svc, script)
     assert svc.tasks.get(task_id).status == "COMPLETED", svc.tasks.get(task_id).reason
-    assert git(main_repo, "rev-parse", "--verify", "refs/heads/main")  # still there
-    assert show(main_repo, "main", "work.txt") == "work"
+    after = git(main_repo, "rev-parse", "--verify", "--quiet", "refs/heads/main", check=False)
+    assert after, "the daemon's branch cleanup deleted the person's main"
+    landed = svc.store.one("SELECT base_sha, landed_sha FROM tasks WHERE id = ?", (task_id,)) or {}
+    assert (landed.get("base_sha"), landed.get("landed_sha")) == (before, after), \
+        f"main moved from {before} to {after}, not by the task's landing ({landed})"
+    assert show(main_repo, "main", "work.txt") == "work"  # the run's files landed all the same
+    assert not git(main_repo, "for-each-ref", "--format=%(refname)", f"refs/heads/{task_id}/"), \
+        "the task's branch was not cleaned up"
 
 
 async def test_the_shared_objects_are_read_only_to_a_run(svc: Services) -> None:
