@@ -194,6 +194,47 @@ async def test_restart_daemon_reexecutes_and_the_client_session_survives(live_ho
         assert len(events["events"]) == 1
 
 
+# Put first on a daemon's PYTHONPATH: its first start waits AQ_TEST_DELAY_SECONDS (a slow machine's start), once.
+DELAYED_START = """
+import os, time
+once = os.environ.get("AQ_TEST_DELAY_ONCE", "")
+if once and b"serve" in open("/proc/self/cmdline", "rb").read().split(b"\\0") and os.path.exists(once):
+    os.unlink(once)
+    time.sleep(float(os.environ["AQ_TEST_DELAY_SECONDS"]))
+"""
+
+
+async def test_a_2026_client_keeps_its_era_across_a_restart_after_a_slow_first_start(
+        live_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's first start outlasts the client's `server/discover` probe (10 s in the SDK; 1 s here, with a
+    4 s start): the client then sends `initialize`, is refused (the connection is the 2026 era's already), and
+    probes again. After restart_daemon, the plugin must not replay that `initialize` on the new connection, which
+    would make it a handshake-era connection that refuses every request of the client's."""
+    import mcp.client.session
+
+    monkeypatch.setattr(mcp.client.session, "DISCOVER_TIMEOUT_SECONDS", 1.0)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(DELAYED_START)
+    once = tmp_path / "delay-once"
+    once.touch()
+    env = {**plugin_env(live_home), "PYTHONPATH": str(site), "AQ_TEST_DELAY_ONCE": str(once),
+           "AQ_TEST_DELAY_SECONDS": "4"}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+    async with Client(params, mode="auto", elicitation_callback=person_says_yes) as client:
+        assert not once.exists(), "the daemon's start was not delayed"
+        assert client.session._discover_result is not None, "the client did not settle on the 2026 era"
+        await call(client, "create_project", {"name": "Slow"})
+        before = daemon.read_daemon_info(live_home)
+        assert (await call(client, "restart_daemon", {}))["status"] == "restarting"
+        await wait_for(lambda: (info := daemon.read_daemon_info(live_home)) is not None
+                       and info["started_at"] != before["started_at"] and paths.socket_path(live_home).exists()
+                       and not paths.restart_marker(live_home).exists(), 60, "the restarted daemon")
+        with anyio.fail_after(60):
+            projects = await call(client, "list_projects", {})
+        assert [p["id"] for p in projects["projects"]] == ["slow"]
+
+
 async def test_a_plugin_that_notices_the_restart_late_still_reconnects(live_home: Path) -> None:
     """The plugin may see its connection drop only after the new daemon is up and the marker gone."""
     async with Client(plugin_params(live_home), elicitation_callback=person_says_yes) as client:

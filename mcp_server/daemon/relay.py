@@ -129,6 +129,9 @@ def connect_or_start(home: str | Path, timeout: float = CONNECT_TIMEOUT_S,
     )
 
 
+MODERN_KEY = b'"io.modelcontextprotocol/protocolVersion"'  # in `_meta` of every request of the 2026 era only
+
+
 def _method(line: bytes) -> tuple[str | None, object]:
     if b'"method"' not in line:
         return None, None
@@ -207,6 +210,10 @@ class Pipe:
             self.sock.sendall(self.preamble)
         self.lock = _thread.allocate_lock()
         self.handshake: list[bytes] = []  # the client's initialize request and initialized notification
+        # A client of the 2026 era carries its protocol version in every request and has no handshake to replay: a
+        # replayed `initialize` (one it sent after its `server/discover` timed out on a slow start, refused then)
+        # would make the new connection a handshake-era one that refuses its requests.
+        self.modern = False
         self.client_gone = Flag()
         # While the daemon restarts, the client's messages wait here and go to the new daemon.
         self.backlog: list[bytes] | None = None
@@ -235,7 +242,9 @@ class Pipe:
                     self.write_out(answer, own=True)
                 if not forward:
                     continue
-                method, _ = _method(line) if len(self.handshake) < 2 else (None, None)
+                if not self.modern and MODERN_KEY in line and _method(line)[0] not in (None, "initialize"):
+                    self.modern = True
+                method, _ = _method(line) if len(self.handshake) < 2 and not self.modern else (None, None)
                 if method in ("initialize", "notifications/initialized"):
                     self.handshake.append(line if line.endswith(b"\n") else line + b"\n")
                 self.send(line)
@@ -296,7 +305,8 @@ class Pipe:
             self.connected_at = time.time()
             if self.preamble:
                 sock.sendall(self.preamble)
-            for line in self.handshake:
+            replayed = [] if self.modern else self.handshake
+            for line in replayed:
                 method, message_id = _method(line)
                 if method == "initialize":
                     swallow = dumps(message_id).encode()
@@ -307,7 +317,8 @@ class Pipe:
             self.backlog = None
             if self.client_gone.is_set():
                 sock.shutdown(_socket.SHUT_WR)
-        note(self.home, f"reconnected; replayed {len(self.handshake)} handshake and {len(held)} held message(s)")
+        note(self.home, f"reconnected ({'2026 era' if self.modern else 'handshake era'}); replayed {len(replayed)} "
+                        f"handshake and {len(held)} held message(s)")
         return swallow
 
     def pump_daemon(self) -> None:
