@@ -50,11 +50,13 @@ def daemon(tmp_path: Path, name: str) -> Workspaces:
 
 
 def do_task(ws: Workspaces, repo: Repo, task_id: str, files: dict[str, str]) -> Workspace:
-    """A run's work: prepare the worktree, write files, commit them the way the engine does."""
+    """A run's work: prepare the worktree, write files, commit them the way the engine does (and settle the kept
+    worktree, as the engine does at a run's end: its `.git` the daemon's again, which these tests read)."""
     workspace = ws.prepare(repo, task_id, f"task {task_id}")
     for name, content in files.items():
         (workspace.path / name).write_text(content)
     assert ws.commit_leftovers(workspace, f"work of {task_id}")
+    ws.settle(workspace)
     return workspace
 
 
@@ -264,6 +266,7 @@ def test_published_wip_continues_on_another_daemon(origin: Path, tmp_path: Path)
     assert sha(wb.path, "HEAD") == wip and (wb.path / "wip.txt").read_text() == "half done\n"
     (wb.path / "done.txt").write_text("done\n")
     assert b.commit_leftovers(wb, "finish t1")
+    b.settle(wb)
     assert b.publish_branch(wb) == sha(wb.path, "HEAD")  # a fast-forward of what it continued
 
     # The dead daemon's stale copy can never overwrite it: the lease is on what a last saw.

@@ -29,7 +29,7 @@ from typing import Any
 from ..services.errors import ServiceError
 from ..services.gitops import SAFE_GIT, Checkout
 from ..services.repo_config import Check
-from . import protected
+from . import generated, protected
 from .protected import SHOWN_FILES, Rule, shown_path
 
 MIB = 1024 * 1024
@@ -413,12 +413,28 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
+# -- generated folders (issue 35) -------------------------------------------------------------------------------
+def generated_added(tree: Checkout, base: str, head: str,
+                    listed: Sequence[dict[str, str]] | None = None) -> generated.Generated:
+    """The generated folders (a `.venv`, `node_modules`, `dist`…) that landing `head` onto `base` adds and `base`
+    does not have (engine/generated.py), from the diff `listed` (else read) and one `cat-file --batch-check`."""
+    try:
+        entries = listed if listed is not None else tree.branch_changes(base, head)[0]
+    except (ServiceError, OSError) as error:
+        return generated.Generated(error=str(error))
+
+    def on_base(folders: list[str]) -> set[str]:
+        lines = _batch_check(tree, [f"{base}:{folder}" for folder in folders], "%(objecttype)")
+        return {folder for folder, line in zip(folders, lines, strict=True) if line == "tree"}
+    return generated.generated_folders([e["path"] for e in entries if e.get("status") in ("A", "R", "C")], on_base)
+
+
 # -- all together ----------------------------------------------------------------------------------------------
 @dataclass
 class Holds:
     """Every reason a landing waits for a person (falsy: none): the protected paths first, then the others."""
 
-    parts: list[protected.Hold | Dropped | Oversize] = field(default_factory=list)
+    parts: list[protected.Hold | Dropped | Oversize | generated.Generated] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return any(self.parts)

@@ -149,7 +149,8 @@ class Landing:
             protected.landing_hold(tree, repo.default_branch, branch, read.touched, read.rules, also=also),
             land_guards.dropped_lines(tree, repo.default_branch, onto, branch, self.conflict_forks(task, tree)),
             # The changes read_branch listed are against the local default branch: reused only when it is the base.
-            land_guards.oversize(tree, onto, branch, self.limits, read.listed if base is None else None)])
+            land_guards.oversize(tree, onto, branch, self.limits, read.listed if base is None else None),
+            land_guards.generated_added(tree, onto, branch, read.listed if base is None else None)])
 
     def conflict_forks(self, task: Task, tree: gitops.Checkout) -> list[str]:
         """Where the task's branch stood apart from the default branch each time the queue sent it back with a

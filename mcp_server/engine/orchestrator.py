@@ -132,6 +132,7 @@ class Engine:
         self.lifecycle = Lifecycle(services.store, services.tasks, services.usage, owner=self.team.id)
         # A team's daemons each keep their own checkouts, and land through the repos' remotes.
         self.workspaces = Workspaces(home / "worktrees", home / "checkouts" if self.team.shared else None)
+        self.workspaces.on_note = lambda path, line: self._log_line(path.name, line)  # a worktree's folder: its task
         services.sandbox.git_objects = self.workspaces.objects_for  # a worktree's repository: its objects, read-only
         self.running: dict[str, RunHandle] = {}
         # The queue lands through Landing and Landing sends conflicts back through the queue: bound late, once.

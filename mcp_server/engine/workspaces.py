@@ -34,7 +34,7 @@ from pathlib import Path
 from ..services import gitops
 from ..services.errors import ConflictError, ServiceError
 from ..store.models import Repo
-from . import run_repo
+from . import generated, run_repo
 from .run_repo import Place
 
 log = logging.getLogger("agentqueue.workspaces")
@@ -132,6 +132,7 @@ class Workspaces:
         # Worktrees whose leftovers the daemon committed after their run, whose run's repository is still the one the
         # run left: written anew (settle) before the worktree is kept for a person, skipped when it is removed at once.
         self._stale: set[Path] = set()
+        self.on_note: Callable[[Path, str], None] | None = None  # a line for the log of the task a worktree is for
         self._repo_commons: dict[str, Path] = {}  # a repo's id -> its git folder, once a worktree of it was placed
         # Called with a task's worktree before it is removed (the repo's teardown command: engine/ready.py).
         self.before_remove: Callable[[Workspace], None] | None = None
@@ -384,7 +385,13 @@ class Workspaces:
         if workspace.repo is None:
             return None
         self.collect(workspace, workspace.path.name)
-        committed = self.tree(workspace).commit_leftovers(message)
+        committed, skipped = self.tree(workspace).commit_leftovers(
+            message, lambda dirs: generated.left_out(workspace.path, dirs))
+        if skipped and self.on_note is not None:
+            shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+            self.on_note(workspace.path, f"[engine] not committed: {shown}, a folder tools generate that .gitignore "
+                                         "does not list (it stays in the worktree; list it in .gitignore, or have "
+                                         "the agent commit it if it belongs in the repository)")
         self._collected.add(workspace.path)  # written by the daemon after the take: nothing ran there since
         self._stale.add(workspace.path)  # its `.git` is the run's until settle(), or the worktree's removal
         return committed
@@ -698,7 +705,7 @@ class Workspaces:
         main = gitops.Checkout(self.checkout_of(workspace.repo), known=True)
         try:
             tree = self.tree(workspace)
-            if not clean and tree.changes():
+            if not clean and self._uncommitted(tree, workspace.path):
                 log.warning("keeping worktree %s: it holds uncommitted changes", workspace.path)
                 return False
         except ServiceError as error:
@@ -713,6 +720,17 @@ class Workspaces:
                 with self.worktree_lock(workspace.repo.id):
                     self._delete_branch(main, ["branch", "-d", "--", workspace.branch], workspace.branch)
         return True
+
+    @staticmethod
+    def _uncommitted(tree: gitops.Checkout, path: Path) -> list[str]:
+        """What a removal would lose: the uncommitted paths, but the generated folders a leftovers' commit leaves out
+        (they are rebuilt, never work)."""
+        status = tree.run_bytes("status", "--porcelain", "-z", "--untracked-files=normal",
+                                env={"GIT_OPTIONAL_LOCKS": "0"}).decode("utf-8", "surrogateescape")
+        entries = [e for e in status.split("\0") if e]
+        dirs = [e[3:] for e in entries if e.startswith("?? ") and e.endswith("/")]
+        rebuilt = set(generated.left_out(path, dirs)) if dirs else set()
+        return [e for e in entries if not (e.startswith("?? ") and e[3:] in rebuilt)]
 
     def discard(self, workspace: Workspace) -> None:
         """The worktree and its folder in the repository removed, whatever they hold (the caller decided): each is

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -354,24 +354,31 @@ class Checkout:
         return [{"path": p, "status": s} for p, s in sorted(files.items())]
 
     # -- writing -------------------------------------------------------------------------------
-    def commit_all(self, message: str) -> tuple[bool, str | None]:
-        """Stage everything under the repo root and commit; (False, HEAD) when there is nothing to commit."""
+    def commit_all(self, message: str, exclude: Sequence[str] = ()) -> tuple[bool, str | None]:
+        """Stage everything under the repo root (but the untracked folders `exclude` names) and commit; (False, HEAD)
+        when there is nothing to commit."""
         if not message or not message.strip():
             raise InvalidInputError("The commit message is empty. Say what the change does.")
-        self.run("add", "-A", "--", ".")
+        self.run("add", "-A", "--", ".", *(f":(exclude,literal){path.rstrip('/')}" for path in exclude))
         if not self.run("diff", "--cached", "--name-only"):
             return False, self.head_sha()
         self.run_as_author("commit", "-q", "-m", message.strip())
         return True, self.head_sha()
 
-    def commit_leftovers(self, message: str) -> str | None:
+    def commit_leftovers(self, message: str, leave_out: Callable[[list[str]], list[str]] | None = None
+                         ) -> tuple[str | None, list[str]]:
         """commit_all for a task's worktree, lean: one status when there is nothing to commit (the usual case:
-        the agent committed its work); returns the new commit, or None."""
+        the agent committed its work). `leave_out` picks, of the wholly untracked folders (`dir/`), those not to
+        commit (engine/generated.py). Returns the new commit (or None) and the folders left out."""
         # A read only (git's --no-optional-locks): the stat data it refreshes is not written back on the landing's path.
-        if not self.run_bytes("status", "--porcelain", "-z", "--untracked-files=all", env={"GIT_OPTIONAL_LOCKS": "0"}):
-            return None
-        committed, sha = self.commit_all(message)
-        return sha if committed else None
+        status = self.run_bytes("status", "--porcelain", "-z", "--untracked-files=normal",
+                                env={"GIT_OPTIONAL_LOCKS": "0"}).decode("utf-8", "surrogateescape")
+        if not status:
+            return None, []
+        untracked = [e[3:] for e in status.split("\0") if e.startswith("?? ") and e.endswith("/")]
+        skipped = leave_out(untracked) if leave_out and untracked else []
+        committed, sha = self.commit_all(message, exclude=skipped)
+        return (sha if committed else None), skipped
 
     def require_clean(self, action: str) -> None:
         changes = self.changes()
