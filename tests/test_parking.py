@@ -162,6 +162,10 @@ async def test_a_failed_login_parks_the_kind_at_the_first_error_and_a_passing_ch
         assert "[queue] auth at the first error line" in log
         status = queue.system.status()
         assert status["parked"][0]["agent_type"] == "claude-code" and "claude auth login" in status["parked"][0]["fix"]
+        # config.toml is read again live (issue 35.9): the fix never sends the person to restart the daemon, which
+        # would stop every running agent for nothing.
+        fix = status["parked"][0]["fix"]
+        assert "restart" not in fix.replace("no restart needed", "") and "within a second" in fix, fix
         # The API takes the key again: the next check resumes the kind by itself and the three tasks run.
         mock_api.outage = None
         await wait_for("the three tasks to complete",
@@ -266,6 +270,7 @@ def test_doctor_fails_a_registered_agent_with_no_key_with_its_fix(tmp_path: Path
     assert done.returncode == 1 and login["level"] == "fail", login
     assert "not logged in" in login["detail"]
     assert "claude auth login" in login["fix"] and "ANTHROPIC_API_KEY" in login["fix"] and "[agent_env]" in login["fix"]
+    assert "restart" not in login["fix"].replace("no restart needed", ""), login["fix"]
 
 
 @pytest.mark.real_cli

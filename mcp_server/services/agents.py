@@ -14,6 +14,7 @@ from ..settings import LABEL
 from ..store.db import Store, now_iso
 from ..store.models import Agent
 from .errors import ConflictError, InvalidInputError, NotFoundError, unique
+from .failures import RELOADED
 from .ids import slugify
 from .limits import MAX_COMMAND, quoted
 from .routing import check_instructions, covers
@@ -45,14 +46,14 @@ def missing_cli_message(agent_type: str) -> str:
     return (f"The {key} CLI (for agent_type {agent_type}) is not installed where the daemon looks: not in config.toml "
             f"[cli], {env_name} or the daemon's PATH. Install it ({INSTALL_HINTS[agent_type]}), then set "
             f"`{key} = \"/path/to/{key}\"` under [cli] in $AGENTQUEUE_HOME/config.toml (or run `agentqueue install "
-            "<client>` in a terminal that finds it) and restart_daemon.")
+            f"<client>` in a terminal that finds it) {RELOADED}.")
 
 
 def missing_preset_message(command: str, preset: Any) -> str:
     key = preset.cli or preset.argv[0]
     return (f"The ACP preset {command.strip()!r} runs {key}, which is not installed where the daemon looks: not in "
             f"config.toml [cli], {CLI_KEYS[key][0]} or the daemon's PATH. Install it ({preset.install}), then set "
-            f"`\"{key}\" = \"/path/to/{key}\"` under [cli] in $AGENTQUEUE_HOME/config.toml and restart_daemon.")
+            f"`\"{key}\" = \"/path/to/{key}\"` under [cli] in $AGENTQUEUE_HOME/config.toml {RELOADED}.")
 
 
 class Agents:

@@ -16,7 +16,9 @@ NOT_RETRIED = ("auth", "prompt_too_long", "repo_config")
 MOVE_CODES = ("stopped", "set_task_status", "merge_conflict", "merge_failed", "pr_closed", "ambiguous_repo",
               "workspace_failed", "sandbox_unavailable")
 
-CONFIG_HINT = "under [agent_env] in $AGENTQUEUE_HOME/config.toml and restart_daemon (it is read at every start)"
+# config.toml is read again within a second of an edit (settings_reload.py): no restart, which would stop every run.
+RELOADED = "(the daemon reads the edit within a second: no restart needed)"
+CONFIG_HINT = f"under [agent_env] in $AGENTQUEUE_HOME/config.toml {RELOADED}"
 LOGIN = {
     "claude-code": "run `claude auth login` as the user the daemon runs as, or set ANTHROPIC_API_KEY",
     "codex": "run `codex login` as the user the daemon runs as, or set OPENAI_API_KEY",
@@ -268,7 +270,7 @@ _EXPLAIN: dict[str, Callable[[Mapping[str, Any]], Reason]] = {
     "sandbox_unavailable": lambda d: Reason(
         _sentence(f"No agent ran: {_short(d.get('error'))}"),
         f"Install bubblewrap (`sudo apt-get install bubblewrap`), or set `[sandbox] required = false` in "
-        f"$AGENTQUEUE_HOME/config.toml and restart_daemon; then restart_task {d['task_id']}."),
+        f"$AGENTQUEUE_HOME/config.toml {RELOADED}; then restart_task {d['task_id']}."),
     "recovered": lambda d: _run_failed("recovered", d),
     "shutdown": lambda d: _run_failed("recovered", d),
 }
