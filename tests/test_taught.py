@@ -106,7 +106,7 @@ async def test_write_memory_appends_replaces_and_is_capped(services: Services, t
         await ok(client, "set_active_project", project_id="web")
         first = await ok(client, "write_memory", content="Use pnpm, never npm.")
         assert first == {"project_id": "web", "mode": "append", "size_chars": len("Use pnpm, never npm.\n"),
-                         "cap_chars": MEMORY_CAP}
+                         "cap_chars": MEMORY_CAP, "replaced": None}
         await ok(client, "write_memory", content="The API is in api/.")
         assert memory.read_text() == "Use pnpm, never npm.\n\nThe API is in api/.\n"
         # Over the cap: refused with the way out, and nothing written.
@@ -137,6 +137,28 @@ async def test_write_memory_appends_replaces_and_is_capped(services: Services, t
         assert list((tmp_path / "elsewhere").iterdir()) == []
     events = services.events.recent(10, event_type="memory.written")
     assert [e.payload["mode"] for e in events][:2] == ["append", "replace"]
+
+
+async def test_the_clients_model_reads_memory_back_and_sees_what_a_replace_or_a_refusal_concerns(
+        services: Services) -> None:
+    """Issue 35.12: MEMORY.md is read back through read_note (title MEMORY.md) and a resource of its own, kept
+    current; a replace answers with the text it replaced, and the over-cap refusal shows the memory as it is."""
+    services.projects.create("Web")
+    async with Client(build_server(services)) as client:
+        await ok(client, "set_active_project", project_id="web")
+        empty = await ok(client, "read_note", title="MEMORY.md")
+        assert empty["name"] == "MEMORY.md" and "empty" in empty["content"]
+        await ok(client, "write_memory", content="Use pnpm, never npm.")
+        read = await ok(client, "read_note", title="MEMORY.md")
+        assert read["content"] == "Use pnpm, never npm.\n" and read["title"] == "Project memory"
+        shown = await client.read_resource("agentqueue://projects/web/memory")
+        assert shown.contents[0].text == "Use pnpm, never npm.\n"
+        refused = await fail(client, "write_memory", content="x" * MEMORY_CAP)
+        assert "It now holds 21 characters:" in refused and refused.rstrip().endswith("Use pnpm, never npm."), refused
+        replaced = await ok(client, "write_memory", content="Use yarn.", mode="replace")
+        assert replaced["replaced"] == "Use pnpm, never npm." and replaced["size_chars"] == len("Use yarn.\n")
+        templates = await client.list_resource_templates()
+        assert "agentqueue://projects/{project_id}/memory" in [t.uri_template for t in templates.resource_templates]
 
 
 async def test_a_tasks_agent_can_write_its_projects_memory(services: Services) -> None:

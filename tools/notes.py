@@ -7,6 +7,7 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from ..services import result_size
+from ..services.memory import LONG_TERM
 
 from .registry import Name, Noted, Offset, PathText, ProjectId, client_state, project_for, services, tool
 
@@ -48,6 +49,7 @@ class MemoryWritten(BaseModel):
     mode: str
     size_chars: int
     cap_chars: int
+    replaced: str | None = None  # mode=replace: the memory it replaced
 
 
 class NoteDeleted(BaseModel):
@@ -78,8 +80,9 @@ def write_note(ctx: Context, title: Name, content: str, project_id: ProjectId = 
 @tool(read_only=True)
 def read_note(ctx: Context, title: Name, project_id: ProjectId = None,
               offset: Annotated[Offset, Field(description="in characters")] = 0) -> NoteContent:
-    """Read a note by title or file name; paged."""
-    found = services(ctx).notes.read(project_for(ctx, project_id), title)
+    """Read a note by title or file name (MEMORY.md: the project's memory); paged."""
+    svc, project = services(ctx), project_for(ctx, project_id)
+    found = svc.memory.as_note(project) if title.strip() == LONG_TERM else svc.notes.read(project, title)
     part = result_size.page(found["content"], offset)
     note = None
     if part.next_offset is not None:

@@ -47,6 +47,7 @@ _READERS: list[tuple[re.Pattern[str], tuple[str, ...]]] = [(re.compile(pattern),
     (r"agentqueue://projects/[^/]+", ("list_projects",)),
     (r"agentqueue://projects/[^/]+/tasks", ("list_tasks",)),
     (r"agentqueue://projects/[^/]+/notes/.+", ("read_note",)),
+    (r"agentqueue://projects/[^/]+/memory", ("read_note",)),
     (r"agentqueue://tasks/[^/]+", ("get_task",)),
     (r"agentqueue://tasks/[^/]+/log", ("get_task",)),
     (r"agentqueue://events/recent", ("get_recent_events",)),
@@ -71,6 +72,8 @@ def uris_for(event: dict[str, Any]) -> set[str]:
         uris |= {PROJECTS, f"agentqueue://projects/{pid}", f"agentqueue://projects/{pid}/tasks"}
     if event.get("task_id"):
         uris.add(f"agentqueue://tasks/{event['task_id']}")
+    if event["event_type"] == "memory.written" and event.get("project_id"):
+        uris.add(f"agentqueue://projects/{event['project_id']}/memory")
     if event["event_type"].startswith("note.") and event.get("project_id"):
         uris.add(f"agentqueue://projects/{event['project_id']}/notes/{(event.get('payload') or {}).get('name')}")
     payload = event.get("payload") or {}
@@ -243,6 +246,11 @@ def _task_resources(mcp: MCPServer, services: Services) -> None:
             return content
         return part.text + (f"\n\n[note cut: {part.span()} shown; read_note title={name!r} "
                             f"offset={part.next_offset} gives the next part]")
+
+    @mcp.resource("agentqueue://projects/{project_id}/memory", mime_type="text/markdown",
+                  description="A project's MEMORY.md, which every agent's prompt includes")
+    def memory(project_id: str) -> str:
+        return str(found(services.memory.as_note, project_id)["content"])
 
     @mcp.resource("agentqueue://tasks/{task_id}/log{?offset}", mime_type="text/plain",
                   description="A task's agent output as it streams: the end, or from ?offset=<byte> on, "

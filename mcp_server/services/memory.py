@@ -56,6 +56,12 @@ class Memory:
         path = self.long_term_path(project_id)
         return _read_inside(path)
 
+    def as_note(self, project_id: str) -> dict[str, Any]:
+        """MEMORY.md as read_note answers a note (`read_note title=MEMORY.md`, the project's memory resource)."""
+        text = self.read_long_term(project_id)
+        return {"name": LONG_TERM, "title": "Project memory",
+                "content": text or f"(MEMORY.md is empty; write_memory adds to it, up to {MEMORY_CAP:,} characters)"}
+
     def write(self, project_id: str, content: str, mode: str = "append") -> dict[str, Any]:
         """Append `content` to MEMORY.md (as a new paragraph) or replace it; refused past MEMORY_CAP with what to
         do. The result says the size, so a model knows how much room is left."""
@@ -71,19 +77,24 @@ class Memory:
         with folder_lock(path.parent):  # read-modify-write: two agents remembering at once both land
             if path.is_symlink():
                 path.unlink()  # a link placed here is replaced, never written through
-            old = _read_inside(path) if mode == "append" else ""
+            current = _read_inside(path)
+            old = current if mode == "append" else ""
             text = (old.rstrip("\n") + "\n\n" + content if old.strip() else content) + "\n"
             if len(text) > MEMORY_CAP:
+                # The whole memory as it is (at most the cap): a shorter one can be written from it at once.
                 raise InvalidInputError(
                     f"MEMORY.md would be {len(text):,} characters; the cap is {MEMORY_CAP:,} (every agent's prompt "
-                    f"carries all of it). Call write_memory with mode=replace and a shorter memory (it is now "
-                    f"{len(old):,}), and keep the details in a note.")
+                    f"carries all of it). Call write_memory with mode=replace and a shorter memory, and keep the "
+                    f"details in a note. It now holds {len(current):,} characters:\n\n{current.strip()}")
             write_atomic(path, text if content else "")
         store = self.projects.store
         with store.transaction():
             store.add_event("memory.written", project_id=project_id, payload={"mode": mode, "size": len(text)})
-        return {"project_id": project_id, "mode": mode, "size_chars": len(text) if content else 0,
-                "cap_chars": MEMORY_CAP}
+        written = {"project_id": project_id, "mode": mode, "size_chars": len(text) if content else 0,
+                   "cap_chars": MEMORY_CAP}
+        if mode == "replace" and current.strip():
+            written["replaced"] = current.strip()  # what the model overwrote, so nothing is lost unseen
+        return written
 
     def _project(self, project_id: str) -> str:
         folder = self.folder(project_id)
