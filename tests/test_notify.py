@@ -7,6 +7,8 @@ messages; quiet hours are tested with the notifier's local clock set by the test
 
 from __future__ import annotations
 
+import re
+
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -255,6 +257,10 @@ async def test_approval_blocked_and_failed_arrive(engine_home: Services, receive
     assert "@everyone" not in failed and "<!channel>" not in failed and "<@" not in failed and "\u202e" not in failed
     (blocked,) = [t for t in texts if slow.id in t]
     assert "is blocked" in blocked and "Do:" in blocked
+    # A person reads these away from their client: the terminal's commands, never a tool's name (issue 35.8).
+    for text in (failed, blocked):
+        assert not re.search(r"\b(restart_task|skip_task|get_task|stop_task|delete_task)\b", text), text
+    assert f"agentqueue restart {slow.id}" in blocked, blocked
     # The failing task's first failure was retried: told once, after its retries were spent.
     assert len(texts) == 3
 

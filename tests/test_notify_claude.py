@@ -76,6 +76,12 @@ async def test_a_permission_request_reaches_a_person_who_answers_from_the_messag
         # Its timeout now counts from that notification (recorded once the service answered).
         await wait_for(lambda: store.scalar("SELECT notified_at FROM permission_requests WHERE id = ?", (request_id,)),
                        10, "the request to be marked as told")
+        # Told: the task's reason says until when it waits, no longer that its timeout starts once someone is told.
+        def reason() -> str:
+            return store.scalar("SELECT reason FROM tasks WHERE id = ?", (task["id"],))
+        await wait_for(lambda: "reaches someone" not in reason(), 15, "the reason to show the time")
+        expires = store.scalar("SELECT expires_at FROM permission_requests WHERE id = ?", (request_id,))
+        assert f"until {expires}" in reason(), reason()
 
         # The person types the command from the message (and confirms at the prompt the policy asks).
         command = re.search(r"agentqueue allow (req-[0-9a-f]+)", text)

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..cli.advice import terminal_words
+
 TITLE_CAP = 120
 FIELD_CAP = 300
 BODY_CAP = 1500
@@ -88,7 +90,8 @@ def compose(kind: str, event: dict[str, Any], task: TaskFacts | None, board_url:
     assert task is not None
     line = _task_line(task)
     board = _board(board_url, task.id)
-    step = clean(task.next_step, FIELD_CAP) if task.next_step else None
+    # A person reads it away from their client: the terminal's commands, not the tools' names (issue 35.8).
+    step = clean(terminal_words(task.next_step, task.id), FIELD_CAP) if task.next_step else None
     if kind == "permission":
         request = clean(payload.get("request_id"), 40)
         action = clean(payload.get("action"), FIELD_CAP)
@@ -102,9 +105,10 @@ def compose(kind: str, event: dict[str, Any], task: TaskFacts | None, board_url:
                 f"Do: agentqueue approve {task.id}   (agentqueue diff {task.id} shows the change){board}")
         return Message(kind, clean(f"AgentQueue: task {task.id} awaits approval", TITLE_CAP), body, task.id)
     if kind in ("blocked", "failed"):
-        why = clean(payload.get("message") or payload.get("reason"), FIELD_CAP)
+        why = clean(terminal_words(payload.get("message") or payload.get("reason"), task.id), FIELD_CAP)
         what = "failed after its retries" if kind == "failed" else "is blocked"
-        body = f"{line} {what}: {why}\nDo: {step or f'agentqueue show {task.id}, then restart_task'}{board}"
+        do = step or f"agentqueue show {task.id}, then agentqueue restart {task.id}"
+        body = f"{line} {what}: {why}\nDo: {do}{board}"
         return Message(kind, clean(f"AgentQueue: task {task.id} {what}", TITLE_CAP), body[:BODY_CAP], task.id)
     body = f"{line} completed.\nDo: agentqueue show {task.id}   (nothing is needed){board}"
     return Message(kind, clean(f"AgentQueue: task {task.id} completed", TITLE_CAP), body, task.id)

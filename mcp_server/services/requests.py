@@ -83,10 +83,16 @@ class Requests:
         return self.store.scalar("SELECT notified_at FROM permission_requests WHERE id = ?", (request_id,))
 
     def extend(self, request_id: str, timeout_seconds: float) -> None:
-        """A pending request now expires `timeout_seconds` from now (its timeout counts from the first notification)."""
+        """A pending request now expires `timeout_seconds` from now (its timeout counts from the first notification);
+        its task's reason says until when, no longer that the timeout starts once someone is told (issue 35.8)."""
         with self.store.transaction() as db:
             db.execute("UPDATE permission_requests SET expires_at = ? WHERE id = ? AND status = 'pending'",
                        (iso_in(timeout_seconds), request_id))
+            task_id = self.store.scalar("SELECT task_id FROM permission_requests WHERE id = ? AND status = 'pending'",
+                                        (request_id,))
+            row = self.store.one("SELECT * FROM tasks WHERE id = ?", (task_id,)) if task_id else None
+            if row is not None and row["status"] == "WAITING_INPUT":
+                self._point_at_next(row)
 
     # -- a person answers -------------------------------------------------------------------------
     def answer(self, request_id: str, decision: str, remember: bool = False, message: str | None = None,
