@@ -6,7 +6,8 @@ a private /dev and /proc, no capabilities (even as root), its own PID and IPC na
 and, unless the network is open, its own network namespace with only loopback. Then, in order, the
 secrets are covered by empty folders, and the few writable places (the worktree, the CLI's state) and
 the daemon's socket are bound back in. Binds follow the real paths, so a symlink in the repo cannot
-lead a write or a read anywhere the sandbox does not already show.
+lead a write or a read anywhere the sandbox does not already show. Last, every host socket the run would still see
+gets /dev/null bound over it (a read-only mount does not stop connect(): host_sockets.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import host_sockets
 from .rules import DEFAULT_TMP_SIZE, SandboxRules
 
 INNER = Path(__file__).with_name("inner.py")
@@ -98,6 +100,8 @@ def build_argv(rules: SandboxRules, argv: list[str], bridge: Path | None) -> lis
             out += ["--bind", str(sock), str(sock)]
     if bridge is not None and rules.network == "allowlist":
         out += ["--bind", str(bridge), str(bridge)]
+    for path in _host_sockets(rules, workdir, bridge):  # after every bind that shows the host's files, issue 33 L2
+        out += ["--ro-bind", "/dev/null", path]
     for target, content in rules.masks.items():
         out += _mask(target, content, bridge)
     out += ["--chdir", str(workdir), "--"]
@@ -120,6 +124,14 @@ def _state_binds(rules: SandboxRules, workdir: Path) -> list[str]:
         if real.exists():
             out += ["--ro-bind", str(real), str(real)]
     return out
+
+
+def _host_sockets(rules: SandboxRules, workdir: Path, bridge: Path | None) -> list[str]:
+    """The host's sockets this run would see (a read-only mount does not stop connect()), but the daemon's own when
+    the run is given it and the run's bridge to the gate: each is closed with /dev/null bound over it."""
+    shown = [workdir, *rules.writable, *rules.readable, *rules.frozen]
+    reachable = [*rules.sockets, *([bridge] if bridge is not None else [])]
+    return host_sockets.to_close(shown, [*PRIVATE, Path("/dev"), *rules.hidden], reachable)  # /dev: bwrap's own
 
 
 def _mask(target: Path, content: bytes | None, bridge: Path | None) -> list[str]:
