@@ -12,9 +12,11 @@ class Services:
     """Everything one AGENTQUEUE_HOME holds, wired once per process and shared by all sessions.
 
     `restart`: how the daemon re-executes itself (restart_daemon); absent in standalone and in-memory servers.
+    `migrate=False`: a store at another schema than this code's is refused, never changed (a daemon of older code
+    holds it: store.base.StoreNotMigrated).
     The engine, which is built on these services, plugs into `engine_hooks` (services/engine_hooks.py)."""
 
-    def __init__(self, home: Path, *, restart: Callable[[], None] | None = None) -> None:
+    def __init__(self, home: Path, *, restart: Callable[[], None] | None = None, migrate: bool = True) -> None:
         # Imported here, not at the top: a module of this package (system.py for `agentqueue status`) can then
         # be imported without pydantic, sqlite-utils and GitPython, which these pull in.
         from ..sandbox.runs import Sandbox
@@ -46,7 +48,8 @@ class Services:
         paths.private_dir(home)
         paths.private_dir(paths.logs_dir(home))
         self.settings = settings.load(home)  # config.toml + AGENTQUEUE_*; a bad value stops here, clearly
-        self.store = open_store(paths.db_path(home), self.settings.database_url, self.settings.lease_seconds)
+        self.store = open_store(paths.db_path(home), self.settings.database_url, migrate=migrate,
+                                lease_seconds=self.settings.lease_seconds)
         self.policies = Policies(home)
         self.projects = Projects(self.store, paths.workspaces_dir(home))
         self.engine_hooks = EngineHooks()

@@ -45,6 +45,17 @@ class SchemaTooNewError(StoreOpenError):
     """The database was written by a newer AgentQueue than this one."""
 
 
+class StoreNotMigrated(StoreOpenError):
+    """Opened without migrating (`migrate=False`: another process may still run the code that wrote it), and its
+    schema is older than this AgentQueue's."""
+
+    def __init__(self, where: object, found: int, expected: int) -> None:
+        super().__init__(f"{where} is at schema version {found}, older than this AgentQueue's {expected}; it was left "
+                         "as it is.")
+        self.found = found
+        self.expected = expected
+
+
 class StoreBusy(RuntimeError):
     """`transaction(wait=False)`: another writer holds the store right now."""
 

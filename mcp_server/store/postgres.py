@@ -29,7 +29,8 @@ from psycopg.rows import dict_row
 from psycopg.types.string import StrDumperUnknown
 
 from ..settings import redact_url
-from .base import Params, SchemaTooNewError, Store, StoreBusy, StoreOpenError
+from ..version import version as code_version
+from .base import Params, SchemaTooNewError, Store, StoreBusy, StoreNotMigrated, StoreOpenError
 from .pg_schema import MIGRATIONS as PG_MIGRATIONS
 from .sqlite import SCHEMA_VERSION
 
@@ -169,7 +170,11 @@ class PostgresStore(Store):
     shared = True
     claim_lock = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, url: str, *, migrate_to: int = SCHEMA_VERSION, lease_seconds: float | None = None) -> None:
+    def __init__(self, url: str, *, migrate_to: int = SCHEMA_VERSION, migrate: bool = True,
+                 lease_seconds: float | None = None) -> None:
+        """The team's database, migrated to `migrate_to`; `migrate=False` refuses one at another schema than this
+        code's (StoreNotMigrated, SchemaTooNewError) and changes nothing: other daemons may run the code that wrote
+        it. `lease_seconds`: the daemon's lease, which bounds how long a transaction of its may sit idle."""
         super().__init__()
         self.url = url
         idle = lease_seconds if lease_seconds is not None else IDLE_IN_TRANSACTION
@@ -178,9 +183,15 @@ class PostgresStore(Store):
         self._closing = threading.Event()
         try:
             self.db = PgDatabase(url, idle)
-            self._migrate(migrate_to)
+            if migrate:
+                self._migrate(migrate_to)
+            else:
+                self._refuse_other_schema()
             self.reader = PgDatabase(url, idle)  # reads never wait behind a writer's advisory lock or row locks
             self.optimize(at_open=True)
+        except StoreOpenError:
+            self.db.conn.close()
+            raise
         except psycopg.Error as error:
             raise StoreOpenError(
                 f"Cannot use the PostgreSQL database at {redact_url(url)} ({str(error).strip()}). Check "
@@ -196,17 +207,35 @@ class PostgresStore(Store):
                 return 0
             return int(self.db.execute("SELECT version FROM agentqueue_schema").fetchone()[0])
 
+    def _too_new(self, current: int) -> SchemaTooNewError:
+        return SchemaTooNewError(
+            f"The database at {redact_url(self.url)} has schema version {current}, newer than this AgentQueue "
+            f"({code_version()}) understands ({SCHEMA_VERSION}); nothing was changed. Upgrade AgentQueue on this "
+            "machine (pip install -U agentqueue): every daemon of a team runs the same version.")
+
+    def _refuse_other_schema(self) -> None:
+        current = self.schema_version
+        if current > SCHEMA_VERSION:
+            raise self._too_new(current)
+        if current < SCHEMA_VERSION:
+            raise StoreNotMigrated(f"The database at {redact_url(self.url)}", current, SCHEMA_VERSION)
+
     def _migrate(self, target: int) -> None:
+        """Each version in a transaction of its own, under an advisory lock (daemons starting together: one migrates),
+        logged first. AgentQueue keeps no copy of a PostgreSQL database: that is pg_dump's job, before upgrading."""
         with self.lock:
             self.db.execute("SELECT pg_advisory_lock(?)", (MIGRATE_LOCK,))  # daemons starting together: one migrates
             try:
                 current = self.schema_version
                 if current > SCHEMA_VERSION:
-                    raise SchemaTooNewError(
-                        f"The database at {redact_url(self.url)} has schema version {current}, newer than this "
-                        f"AgentQueue understands ({SCHEMA_VERSION}). Upgrade AgentQueue on this machine "
-                        "(pip install -U agentqueue): every daemon of a team runs the same version.")
-                for version in sorted(v for v in PG_MIGRATIONS if current < v <= target):
+                    raise self._too_new(current)
+                steps = sorted(v for v in PG_MIGRATIONS if current < v <= target)
+                if steps and current:
+                    log.warning("PostgreSQL store %s: migrating from schema version %d to %d (AgentQueue %s). "
+                                "AgentQueue keeps no copy of a PostgreSQL database: take one with pg_dump before an "
+                                "upgrade to be able to go back.", redact_url(self.url), current, steps[-1],
+                                code_version())
+                for version in steps:
                     with self.db.conn.transaction():
                         self.db.conn.execute(PG_MIGRATIONS[version])  # type: ignore[arg-type]
                         self.db.execute("CREATE TABLE IF NOT EXISTS agentqueue_schema (version INTEGER NOT NULL)")

@@ -5,7 +5,9 @@ migrations) and the services (pydantic models, GitPython) cost them most of thei
 same file with `sqlite3`, takes no write lock and changes nothing; in WAL mode a reader never waits
 for the daemon's writer. When the file's schema is not the one this version writes, or the home uses
 a team's PostgreSQL database, `open_read_store` hands back the full store instead (it migrates an old
-file, refuses a newer one, and speaks PostgreSQL), so every case still reads the same rows.
+file, refuses a newer one, and speaks PostgreSQL), so every case still reads the same rows; with
+`migrate=False` (a daemon of older code holds the store: the terminal never migrates under it) an old
+file is refused instead (StoreNotMigrated).
 """
 
 from __future__ import annotations
@@ -75,8 +77,9 @@ class SqliteReader(Store):
             self.db.close()
 
 
-def open_read_store(db_path: Path, database_url: str | None = None) -> Store:
-    """The store to read from: the plain reader for a current SQLite file, else the full store."""
+def open_read_store(db_path: Path, database_url: str | None = None, *, migrate: bool = True) -> Store:
+    """The store to read from: the plain reader for a current SQLite file, else the full store (`migrate=False`: a
+    store at another schema is refused, never changed)."""
     if not database_url:
         reader = SqliteReader(db_path)
         if reader.schema_version == SCHEMA_VERSION:
@@ -84,4 +87,4 @@ def open_read_store(db_path: Path, database_url: str | None = None) -> Store:
         reader.close()
     from .db import open_store
 
-    return open_store(db_path, database_url)
+    return open_store(db_path, database_url, migrate=migrate)

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .base import SchemaTooNewError, Store, StoreBusy, unusable_file
+from ..version import version as code_version
+from .backup import copy_store, migration_backup, migration_backups
+from .base import SchemaTooNewError, Store, StoreBusy, StoreNotMigrated, StoreOpenError, unusable_file
 
 log = logging.getLogger("agentqueue.store")
 
@@ -366,18 +368,32 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def too_new(path: Path, found: int) -> str:
+    """The refusal of a store written by a newer AgentQueue, with the two ways out: the newer code again, or the copy
+    its migration kept of the store at a schema this code reads."""
+    kept = [p for schema, p in migration_backups(path) if schema <= SCHEMA_VERSION]
+    back = (f" To go back to this version instead, stop the daemon and `agentqueue restore {kept[-1]}`: the copy kept "
+            "before the upgrade migrated the store (what changed since is lost)." if kept else "")
+    return (f"{path} has schema version {found}, newer than this AgentQueue ({code_version()}) understands "
+            f"({SCHEMA_VERSION}): a newer AgentQueue wrote it, and nothing was changed. Upgrade AgentQueue to use it "
+            f"again (pip install -U agentqueue, or the checkout it came from).{back}")
+
+
 class SqliteStore(Store):
     """The embedded store: one SQLite file, one connection, WAL."""
 
     backend = "sqlite"
     ordered_join = "CROSS JOIN"
 
-    def __init__(self, path: Path, *, migrate_to: int = SCHEMA_VERSION) -> None:
+    def __init__(self, path: Path, *, migrate_to: int = SCHEMA_VERSION, migrate: bool = True) -> None:
+        """The store at `path`, migrated to `migrate_to` (a copy of it kept beside it first). `migrate=False`: a store
+        at any other schema than this code's is refused (StoreNotMigrated), never changed, nor is one created."""
         super().__init__()
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Private before SQLite writes a byte (its -wal and -shm files take the database's mode).
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        if migrate:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Private before SQLite writes a byte (its -wal and -shm files take the database's mode).
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         if os.stat(path).st_mode & 0o077:
             os.chmod(path, 0o600)
         try:
@@ -388,7 +404,10 @@ class SqliteStore(Store):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute(f"PRAGMA analysis_limit={ANALYSIS_LIMIT}")
-            self._migrate(migrate_to)
+            if migrate:
+                self._migrate(migrate_to)
+            else:
+                self._refuse_other_schema()
             # WAL lets this second connection read the last commit while a writer waits for (or holds) the lock.
             reader = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
             reader.execute("PRAGMA busy_timeout=30000")
@@ -398,24 +417,58 @@ class SqliteStore(Store):
         except sqlite3.DatabaseError as error:
             # A damaged or foreign file: say so in one sentence, never touch it.
             raise unusable_file(path, error) from None
+        except StoreOpenError:
+            self.db.close()
+            raise
 
     # -- schema -------------------------------------------------------------------------------
     @property
     def schema_version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])
 
-    def _migrate(self, target: int) -> None:
+    def _refuse_other_schema(self) -> None:
         current = self.schema_version
         if current > SCHEMA_VERSION:
-            raise SchemaTooNewError(
-                f"{self.path} has schema version {current}, newer than this AgentQueue "
-                f"understands ({SCHEMA_VERSION}). Upgrade AgentQueue (pip install -U agentqueue)."
-            )
+            raise SchemaTooNewError(too_new(self.path, current))
+        if current < SCHEMA_VERSION:
+            raise StoreNotMigrated(self.path, current, SCHEMA_VERSION)
+
+    def _migrate(self, target: int) -> None:
+        """Every migration from the store's version to `target`, each in a transaction of its own; an existing store is
+        first copied beside itself (store/backup.py) and the migration logged, so nothing changes silently and the
+        AgentQueue that wrote it can be gone back to. Another process migrating at the same time (a terminal's read
+        and a daemon starting) is safe: each step takes the write lock, then reads the version again."""
+        current = self.schema_version
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNewError(too_new(self.path, current))
+        if current >= target:
+            return
         with self.lock:
+            if current == 0 and not self.db.conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+                log.info("store %s created at schema version %d", self.path, target)
+            else:
+                copy = self._backup_before_migrating(current)
+                log.warning("store %s: migrating from schema version %d to %d (AgentQueue %s); the store as it was is "
+                            "kept at %s", self.path, current, target, code_version(), copy)
             for version in range(current + 1, target + 1):
-                with self.db.atomic():
+                with self._atomic(concurrent=False):  # BEGIN IMMEDIATE: the version is read under the write lock
+                    if self.schema_version >= version:
+                        continue  # another process ran this step meanwhile
                     MIGRATIONS[version - 1](self.db)
                     self.db.execute(f"PRAGMA user_version={version}")
+            if current:
+                log.info("store %s: now at schema version %d", self.path, self.schema_version)
+
+    def _backup_before_migrating(self, current: int) -> Path:
+        target = migration_backup(self.path, current)
+        try:
+            copy_store(self.db.conn, target)
+        except (OSError, sqlite3.Error) as error:
+            raise StoreOpenError(
+                f"Could not keep a copy of {self.path} before migrating it from schema version {current} ({error}), "
+                f"so it was not migrated: nothing was changed. Free space beside it ({self.path.parent}), then start "
+                "again.") from None
+        return target
 
     # -- statistics ---------------------------------------------------------------------------
     def optimize(self, at_open: bool = False) -> list[str]:
