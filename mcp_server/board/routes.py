@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..services import Services, task_states
 from ..services.errors import NotFoundError, ServiceError
+from ..version import version as code_version
 from . import data
 from .auth import CSRF_STORAGE_KEY, SESSION_TTL_S, BoardAuth
 from .gate import CREDENTIAL
@@ -50,6 +51,7 @@ def _environment() -> Environment:
     env.globals["columns"] = [name for name, _ in data.COLUMNS]
     env.globals["column_statuses"] = data.COLUMNS  # the overview counts tasks by the kanban's columns
     env.globals["states"] = task_states  # the status groups: which actions a task's panel offers
+    env.globals["version"] = code_version()  # the footer: the code this daemon runs (it changes only on a restart)
     env.filters["tokens"] = lambda n: f"{int(n or 0):,}"
     env.filters["usd"] = lambda x: f"${float(x or 0):.2f}"
     return env

@@ -37,6 +37,7 @@ from ..metrics import Metrics
 from ..services import Services
 from ..settings import ConfigError
 from ..store.db import StoreOpenError, now_iso
+from ..walls import WALLS
 from .http import LOOPBACK, BearerToken, HttpServer, _bind_tcp, http_app
 from .unix_socket import serve_connection
 
@@ -137,7 +138,7 @@ class Daemon:
             tg.start_soon(self._housekeeping, services, notifier)
             tg.start_soon(self._reload_settings, services, engine)
             await tg.start(self._watch_signals)
-            self._announce(http.url if http else None)
+            self._announce(http.url if http else None, services)
             tg.start_soon(engine.run)
             await self.stopping.wait()
             await self._stop(listener, engine, http)
@@ -168,12 +169,15 @@ class Daemon:
         app = http_app(mcp, bearer, self.host, metrics, services.settings.metrics_public, hosts, board_asgi)
         return HttpServer(app, sock, self.host, end_streams=board.close)
 
-    def _announce(self, http_url: str | None) -> None:
+    def _announce(self, http_url: str | None, services: Services) -> None:
         """daemon.json, the log line and the next steps; only once signals are handled: `agentqueue stop` finds
-        the pid here, and a SIGTERM before the handler is installed would kill the daemon without its cleanup."""
+        the pid here, and a SIGTERM before the handler is installed would kill the daemon without its cleanup.
+        daemon.json says which code runs (its version, the store's schema, the walls it puts around runs): the
+        terminal's `status` and `doctor` compare it with the code installed since (cli/daemon_code.py)."""
         sock_path = paths.socket_path(self.home)
         info = {"pid": os.getpid(), "socket": str(sock_path), "http_url": http_url, "version": __version__,
-                "started_at": now_iso()}
+                "started_at": now_iso(), "schema": services.store.schema_version, "backend": services.store.backend,
+                "walls": list(WALLS)}
         target = paths.daemon_info_path(self.home)
         partial = target.with_name(f".{target.name}.{os.getpid()}")
         partial.write_text(json.dumps(info))
@@ -278,6 +282,7 @@ def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] 
           allow_hosts: list[str] | None = None) -> int:
     """Entry point of `agentqueue serve`; returns the exit code (or re-executes itself on restart_daemon)."""
     logs.configure(home, "agentqueue")
+    log.info("AgentQueue %s starting for %s", __version__, home)  # the code this process runs, from its start
     daemon = Daemon(home, host, port, http, options, allow_hosts)
     try:
         anyio.run(daemon.run)
