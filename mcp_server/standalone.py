@@ -20,11 +20,11 @@ from mcp.server.stdio import stdio_server
 from . import logs, paths
 from .server.app import build
 from .wire import refusal
-from .daemon import AlreadyRunningError, home_lock
+from .daemon import AlreadyRunningError, home_lock, lock_is_held
 from .engine.orchestrator import Engine
 from .services import Services
 from .settings import ConfigError
-from .store.db import StoreOpenError
+from .store.db import StoreNotMigrated, StoreOpenError
 
 log = logging.getLogger("agentqueue.standalone")
 
@@ -89,7 +89,9 @@ async def _run_stdio(mcp: Any) -> None:
 
 
 async def _serve(home: Path, options: dict[str, Any]) -> None:
-    services = Services(home)
+    # With a daemon holding the home, its store is its own: opened as it is, never migrated under it (that daemon
+    # runs older code when the schemas differ, and the refusal says to restart it).
+    services = Services(home, migrate=not lock_is_held(home))
     try:
         message = services.agents.bootstrap_default()
         if message:
@@ -118,6 +120,11 @@ def run_standalone(home: Path, options: dict[str, Any] | None = None) -> int:
     logs.configure(home, "standalone")
     try:
         anyio.run(_serve, home, options or {})
+    except StoreNotMigrated as error:
+        from .cli.daemon_code import held_store
+
+        print(f"agentqueue: {held_store(home, error.found, error.expected)}", file=sys.stderr)
+        return paths.EXIT_CANNOT_START
     except (ConfigError, StoreOpenError) as error:
         print(f"agentqueue: {error}", file=sys.stderr)  # stderr: stdout is the MCP wire
         return paths.EXIT_CANNOT_START

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, paths, settings
+from .. import paths, settings
 from ..daemon_client import daemon_info, running_daemon
 from .client_configs import CLIENTS, read_config
+from .daemon_code import running_code
 
 AGENT_CLIS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
 INSTALL_HINTS = {"claude": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
@@ -165,11 +166,49 @@ def check_daemon(home: Path) -> tuple[list[Check], dict[str, Any] | None]:
         return [Check("daemon", "fail", f"the daemon (pid {pid}) holds the lock but does not answer: {how}.",
                       f"`agentqueue stop` (or `kill {pid}`), then `agentqueue serve`; see {log}.")], info
     checks = [Check("daemon", "ok", f"running (pid {pid}, version {info.get('version')}); {how}")]
-    if info.get("version") and info["version"] != __version__:
-        checks.append(Check("daemon version", "warn",
-                            f"the daemon runs AgentQueue {info['version']}, this CLI is {__version__}.",
-                            "Restart it to run the installed version: `agentqueue stop && agentqueue serve`."))
+    code = running_code(home, info)
+    advice = code.advice()
+    if advice:
+        checks.append(Check("daemon version", "warn", advice[0].lower() + advice[1:].rstrip("."),
+                            "`agentqueue restart-daemon`: connected clients keep their sessions, running agents are "
+                            "stopped and their tasks requeued with their work (README \"Upgrading\")."))
     return checks, info
+
+
+def check_store(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | None) -> list[Check]:
+    """The SQLite store's schema against this code's (read without opening it for writing: doctor changes
+    nothing), and the copies kept beside it from before its migrations."""
+    from ..store.backup import migration_backups
+    from ..store.reader import SCHEMA_VERSION
+    from .daemon_code import OLDER, store_schema
+
+    path = paths.db_path(home)
+    if loaded.database_url or not path.exists():
+        return []
+    found = store_schema(home)
+    if found is None:
+        return [Check("store", "fail", f"{path} cannot be read as an SQLite database.",
+                      f"Move it aside (mv {path} {path}.broken) or `agentqueue restore` a backup.")]
+    if found > SCHEMA_VERSION:
+        from ..store.sqlite import too_new
+
+        checks = [Check("store", "fail", too_new(path, found))]
+    elif found < SCHEMA_VERSION and daemon is not None:
+        checks = [Check("store", "warn", f"{path} is at schema version {found}, the installed AgentQueue reads "
+                        f"{SCHEMA_VERSION}: it is left as it is while the daemon of older code runs.", OLDER)]
+    elif found < SCHEMA_VERSION:
+        checks = [Check("store", "info", f"{path} is at schema version {found}: the daemon migrates it to "
+                        f"{SCHEMA_VERSION} when it next starts, after keeping a copy beside it.")]
+    else:
+        checks = [Check("store", "ok", f"{path} at schema version {found}")]
+    kept = migration_backups(path)
+    if kept:
+        size = sum(p.stat().st_size for _, p in kept) / 1e6
+        checks.append(Check("store copies", "info",
+                            f"{len(kept)} cop{'y' if len(kept) == 1 else 'ies'} of the store from before its "
+                            f"migrations ({size:.1f} MB), the newest {kept[-1][1].name}: what `agentqueue restore` "
+                            "goes back to; delete them once you will not go back."))
+    return checks
 
 
 def _started(info: dict[str, Any]) -> float | None:
@@ -278,8 +317,13 @@ def check_team(home: Path, loaded: settings.Settings) -> list[Check]:
     from ..store.db import StoreOpenError, open_store
 
     where = settings.redact_url(loaded.database_url)
+    from ..store.base import StoreNotMigrated
+
     try:
-        store = open_store(paths.db_path(home), loaded.database_url)
+        store = open_store(paths.db_path(home), loaded.database_url, migrate=False)  # doctor changes nothing
+    except StoreNotMigrated as error:
+        return [Check("team database", "warn", f"{error} A daemon of this version migrates it when it starts.",
+                      "Upgrade AgentQueue for every daemon of the team, then `agentqueue restart-daemon` on each.")]
     except StoreOpenError as error:
         return [Check("team database", "fail", str(error))]
     try:
@@ -306,7 +350,7 @@ def check_notify(home: Path, loaded: settings.Settings) -> list[Check]:
         from ..store.reader import open_read_store
 
         try:
-            store = open_read_store(paths.db_path(home), loaded.database_url)
+            store = open_read_store(paths.db_path(home), loaded.database_url, migrate=False)  # changes nothing
             try:
                 states = {row["target"]: row for row in target_states(store)}
             finally:
@@ -489,15 +533,41 @@ def check_clients(home: Path) -> list[Check]:
     return checks
 
 
-def check_sandbox(home: Path, loaded: settings.Settings) -> list[Check]:
-    """A real probe of bubblewrap, and the settings that weaken the walls (a warning each)."""
+def check_walls(daemon: dict[str, Any] | None) -> list[Check]:
+    """The walls of the installed code that the running daemon lacks (it reports its own in daemon.json; one older
+    than that report reports none): doctor never claims a wall for runs that a daemon without it starts."""
+    from ..walls import lacking
+
+    if daemon is None:
+        return []
+    missing = lacking(daemon.get("walls"))
+    if not missing:
+        return []
+    what = ("does not say which walls it puts around runs (it predates that report)" if daemon.get("walls") is None
+            else "lacks walls the installed code has")
+    return [Check("walls", "fail", f"the running daemon (pid {daemon.get('pid')}, AgentQueue {daemon.get('version')}) "
+                  f"{what}: its runs may go without {', '.join(missing)}"
+                  + (", i.e. UNSANDBOXED" if "sandbox" in missing else "") + ".",
+                  "`agentqueue restart-daemon` restarts it on the installed code.")]
+
+
+def check_sandbox(home: Path, loaded: settings.Settings, daemon: dict[str, Any] | None = None) -> list[Check]:
+    """A real probe of bubblewrap, and the settings that weaken the walls (a warning each). With a daemon running,
+    about its runs only when it reports a sandbox of its own (check_walls says when it does not)."""
     from ..sandbox.bwrap import probe
     from ..sandbox.rules import SandboxConfigError, project_settings
+    from ..walls import lacking
 
     why = probe()
     required = loaded.sandbox.required is not False
-    if why is None:
-        checks = [Check("sandbox", "ok", "bubblewrap starts a sandbox here (probed): every run is contained")]
+    if daemon is not None and "sandbox" in lacking(daemon.get("walls")):
+        checks = [Check("sandbox", "fail", f"the running daemon (pid {daemon.get('pid')}) reports no sandbox: its "
+                        "runs are not known to be contained"
+                        + (" (bubblewrap works here: the installed code would use it)" if why is None else f"; {why}"),
+                        "`agentqueue restart-daemon` restarts it on the installed code.")]
+    elif why is None:
+        whose = f"every run of the daemon (pid {daemon.get('pid')})" if daemon else "every run"
+        checks = [Check("sandbox", "ok", f"bubblewrap starts a sandbox here (probed): {whose} is contained")]
     elif required:
         checks = [Check("sandbox", "fail", why, "Until it is fixed no agent runs (tasks go BLOCKED).")]
     else:
@@ -533,10 +603,12 @@ def run_checks(home: Path) -> list[Check]:
     checks += config_checks
     daemon_checks, daemon = check_daemon(home)
     checks += daemon_checks
+    checks += check_store(home, loaded, daemon)
     checks += check_settings_applied(home, daemon)
     checks += check_token(home)
     checks += check_team(home, loaded)
-    checks += check_sandbox(home, loaded)
+    checks += check_walls(daemon)
+    checks += check_sandbox(home, loaded, daemon)
     checks += check_notify(home, loaded)
     checks += check_clis(home, loaded, daemon)
     checks += check_logins(home, loaded, daemon)

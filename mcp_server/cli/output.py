@@ -76,8 +76,13 @@ def open_services(home: Path) -> Services:
     if not url and not paths.db_path(home).exists():
         raise CliError(no_data(home))
     from ..services import Services
+    from ..store.base import StoreNotMigrated
+    from .reads import may_migrate, not_migrated
 
-    return Services(home)
+    try:
+        return Services(home, migrate=may_migrate(home, url if url != "?" else None))
+    except StoreNotMigrated as error:
+        raise CliError(not_migrated(home, url, error)) from None
 
 
 def call_daemon_tool(home: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -50,14 +50,39 @@ def store_exists(home: Path) -> tuple[bool, str | None]:
 
 
 def open_store_for_reading(home: Path) -> Store:
-    """The home's store for a read: refuses (rather than creating an empty one) when there is none."""
+    """The home's store for a read: refuses (rather than creating an empty one) when there is none, and refuses to
+    migrate one that a running daemon holds (it runs older code: the terminal never changes its store under it)."""
     from .output import CliError
+    from ..store.base import StoreNotMigrated
     from ..store.reader import open_read_store
 
     exists, url = store_exists(home)
     if not exists:
         raise CliError(no_data(home))
-    return open_read_store(paths.db_path(home), url)
+    try:
+        return open_read_store(paths.db_path(home), url, migrate=may_migrate(home, url))
+    except StoreNotMigrated as error:
+        raise CliError(not_migrated(home, url, error)) from None
+
+
+def may_migrate(home: Path, url: str | None) -> bool:
+    """Whether a terminal command may migrate the home's store: only SQLite with no daemon holding the home (with
+    one, it is a daemon of older code: a daemon migrates its store when it starts). A team's PostgreSQL database is
+    migrated only by its daemons, which may run on other machines."""
+    from ..home_lock import is_held
+
+    return not url and not is_held(home)
+
+
+def not_migrated(home: Path, url: str | None, error: Any) -> str:
+    """The refusal of a store left at an older schema: the daemon holding it runs older code, or (a team's database)
+    the daemons have not migrated it yet."""
+    from .daemon_code import held_store
+
+    if not url:
+        return held_store(home, error.found, error.expected)
+    return (f"{error} The terminal never migrates a team's shared database: a daemon of this version does when it "
+            "starts. Upgrade AgentQueue for every daemon of the team, then `agentqueue restart-daemon` on each.")
 
 
 def read_settings_url(home: Path) -> str | None:

@@ -55,6 +55,7 @@ def running_tasks(store: Store, statuses: frozenset[str] = WORKING) -> list[dict
 
 def _daemon(home: Path) -> dict[str, Any]:
     from ...daemon_client import daemon_info, running_daemon
+    from ..daemon_code import running_code
 
     info = running_daemon(home)
     if info is None:
@@ -62,7 +63,19 @@ def _daemon(home: Path) -> dict[str, Any]:
         return {"running": False, "crashed": daemon_info(home) is not None}
     return {"running": True, "pid": info.get("pid"), "version": info.get("version"),
             "http_url": info.get("http_url"), "started_at": info.get("started_at"),
-            "uptime_s": round(seconds_since(info.get("started_at")) or 0.0)}
+            "uptime_s": round(seconds_since(info.get("started_at")) or 0.0),
+            # Which code it runs against the installed one: its version, its store's schema, the walls it lacks.
+            "code": running_code(home, info).as_json()}
+
+
+def _code_warnings(daemon: dict[str, Any]) -> list[str]:
+    """The daemon does not run the installed code: say so, with the command (and the walls it lacks)."""
+    code = daemon.get("code") or {}
+    warnings = [code["advice"]] if code.get("advice") else []
+    if code.get("lacking_walls") and code.get("advice"):
+        warnings.append("The running daemon lacks walls the installed code puts around runs: "
+                        f"{', '.join(code['lacking_walls'])} (`agentqueue doctor` says more).")
+    return warnings
 
 
 def collect(home: Path, store: Store) -> dict[str, Any]:
@@ -74,7 +87,7 @@ def collect(home: Path, store: Store) -> dict[str, Any]:
     projects = cli_reads.projects(store, limit=500)
     daemon = _daemon(home)
     running = running_tasks(store)
-    warnings = list(status["warnings"])
+    warnings = _code_warnings(daemon) + list(status["warnings"])
     # Recovery requeues every claimed task, one that waited for input too (it is not in the working list).
     # On a team's shared queue the other daemons' runs are theirs, not left behind by this home's daemon.
     left = running_tasks(store, CLAIMED) if not daemon["running"] and not store.shared else []
@@ -246,6 +259,41 @@ def _no_data(home: Path) -> dict[str, Any]:
     return {"home": str(home), "version": __version__, "daemon": _daemon(home), "initialized": False}
 
 
+def collect_held(home: Path, store: Store, found: int, expected: int) -> dict[str, Any]:
+    """What `status` shows while a daemon of older code holds a store at an older schema, read without migrating
+    it: the daemon and why it should be restarted, the task counts and the running agents (columns every schema
+    has), nothing that needs the installed code's schema."""
+    daemon = _daemon(home)
+    counts = {r["status"]: int(r["n"]) for r in store.all("SELECT status, count(*) AS n FROM tasks GROUP BY status")}
+    orchestrator = store.scalar("SELECT value FROM settings WHERE key = 'orchestrator_state'") or "running"
+    return {
+        "home": str(home), "version": __version__, "daemon": daemon, "orchestrator": {"state": orchestrator},
+        "store": {"schema": found, "installed_schema": expected, "migrated": False},
+        "tasks": {"total": sum(counts.values()), "by_status": {s: 0 for s in STATES} | counts},
+        "projects": [], "running": running_tasks(store), "merge_queue": [], "parked": [],
+        "agents": store.all("SELECT id, name, agent_type, state, current_task FROM agents ORDER BY id LIMIT 500"),
+        "warnings": [*_code_warnings(daemon),
+                     f"The store is at schema version {found} and the installed AgentQueue reads {expected}: it is "
+                     "left as it is while the older daemon runs, so this shows only task counts and running agents."],
+    }
+
+
+def _open_for_status(home: Path, url: str | None) -> tuple[Store, tuple[int, int] | None]:
+    """The store to show, and (found, expected) schemas when it is held at an older one by a running daemon (then a
+    plain reader of the file as it is, which never migrates)."""
+    from ...store.base import StoreNotMigrated
+    from ...store.reader import SqliteReader, open_read_store
+    from ..output import CliError
+    from ..reads import may_migrate, not_migrated
+
+    try:
+        return open_read_store(paths.db_path(home), url, migrate=may_migrate(home, url)), None
+    except StoreNotMigrated as error:
+        if url:
+            raise CliError(not_migrated(home, url, error)) from None
+        return SqliteReader(paths.db_path(home)), (error.found, error.expected)
+
+
 def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
     exists, url = cli_reads.store_exists(home)  # a team's PostgreSQL queue has no file in the home
     if not exists:
@@ -257,25 +305,26 @@ def print_status(home: Path, as_json: bool = False, watch: bool = False) -> int:
             console().print(Text(visible(f"No AgentQueue data in {home} yet. Add it to a client (`agentqueue install "
                                          "claude-code`) or start the daemon (`agentqueue serve`).")))
         return 0
-    from ...store.reader import open_read_store
+    store, held = _open_for_status(home, url)
 
-    store = open_read_store(paths.db_path(home), url)
+    def gather() -> dict[str, Any]:
+        return collect(home, store) if held is None else collect_held(home, store, *held)
     try:
         if as_json:
-            print_json(collect(home, store))
+            print_json(gather())
             return 0
         out = console()
         if not watch:
-            out.print(render(collect(home, store), out.width))
+            out.print(render(gather(), out.width))
             return 0
         from rich.live import Live
 
         try:
-            with Live(render(collect(home, store), out.width), console=out, refresh_per_second=4,
+            with Live(render(gather(), out.width), console=out, refresh_per_second=4,
                       screen=False) as live:
                 while True:
                     time.sleep(1)
-                    live.update(render(collect(home, store), out.width))
+                    live.update(render(gather(), out.width))
         except KeyboardInterrupt:
             return 0
     finally:

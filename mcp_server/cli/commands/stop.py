@@ -26,14 +26,22 @@ def running_agents(home: Path, pid: int | None = None) -> list[dict[str, Any]]:
     """The claimed tasks (what stopping the daemon interrupts: a run waiting for input too), read from the store. On
     a team's shared queue, only the runs of this home's daemon (`pid`): the other daemons' runs go on."""
     from ...services.task_states import CLAIMED
-    from ...store.reader import open_read_store
-    from ..reads import store_exists
+    from ...store.base import StoreNotMigrated
+    from ...store.reader import SqliteReader, open_read_store
+    from ..reads import may_migrate, store_exists
     from .status import running_tasks
 
     exists, url = store_exists(home)  # a team's PostgreSQL queue has no file in the home
     if not exists:
         return []
-    store = open_read_store(paths.db_path(home), url)
+    try:
+        store = open_read_store(paths.db_path(home), url, migrate=may_migrate(home, url))
+    except StoreNotMigrated:
+        if url:
+            return []  # a team's database at another schema: its daemons' runs are theirs to list
+        # A daemon of older code holds the store at its older schema: read it as it is (the columns this reads are
+        # in every schema), never migrate it under that daemon.
+        store = SqliteReader(paths.db_path(home))
     try:
         rows = running_tasks(store, CLAIMED)
         if store.shared and pid is not None:
