@@ -49,7 +49,7 @@ RESTART_NEEDED: dict[str, str] = {
     "team.labels": "this daemon registers its labels with the team at start",
     "team.lease_seconds": "this daemon's lease is set at start",
 }
-RESTART_COMMAND = "`agentqueue stop && agentqueue serve` (or a client's restart_daemon tool)"
+RESTART_COMMAND = "`agentqueue restart-daemon` (or a client's restart_daemon tool)"
 _ATTRS = {f"{f.section}.{f.key}": f.attr for f in FIELDS}
 
 

@@ -92,7 +92,7 @@ def test_a_key_that_needs_a_restart_keeps_its_value_and_says_so(tmp_path: Path,
     watcher.check()
     assert live.port == 8765 and live.engine["poll_seconds"] == 2  # the rest of the edit applies
     assert "restart needed: server.port changed in config.toml" in caplog.text
-    assert "agentqueue stop && agentqueue serve" in caplog.text
+    assert "agentqueue restart-daemon" in caplog.text
     assert settings_reload.read_status(tmp_path)["restart_needed"] == ["server.port"]
     write(tmp_path / "config.toml", '[server]\nport = 8765\n[engine]\npoll_seconds = 2\n')  # put back
     watcher.check()
@@ -232,7 +232,7 @@ def test_a_bad_edit_keeps_the_old_values_and_doctor_fails_with_the_error(tmp_pat
         assert "config.toml applied" not in checks
         restart = checks["restart needed"]
         assert code == 1 and restart["level"] == "fail" and "restart needed: server.port" in restart["detail"]
-        assert "agentqueue stop && agentqueue serve" in restart["fix"]
+        assert "agentqueue restart-daemon" in restart["fix"]
         assert "restart needed: server.port" in daemon_log(live)
     finally:
         stop_daemon(live)
@@ -253,14 +253,14 @@ def test_doctor_fails_on_a_daemon_that_predates_an_edit_it_did_not_apply(tmp_pat
         check = checks["config.toml applied"]
         assert code == 1 and check["level"] == "fail"
         assert "agent_env.RELOAD_PROBE" in check["detail"] and "does not reload" in check["detail"]
-        assert "agentqueue stop && agentqueue serve" in check["fix"]
+        assert "agentqueue restart-daemon" in check["fix"]
         assert "PROBE=probe-one" in run_task(live, "the daemon's old value", "COMPLETED")
         settings_reload.status_path(live.home).unlink()  # a daemon from before settings reload
         code, checks = doctor(live)
         check = checks["settings applied"]
         assert code == 1 and check["level"] == "fail" and "started before config.toml was last edited" in check[
             "detail"]
-        assert "agentqueue stop && agentqueue serve" in check["fix"]
+        assert "agentqueue restart-daemon" in check["fix"]
         assert check_settings_applied(live.home, None) == []  # no daemon, nothing to say
     finally:
         stop_daemon(live)

@@ -37,7 +37,7 @@ COMMANDS: dict[str, str] = {
     "orchestrator_control": "agentqueue pause|resume",
     "pause_project": "agentqueue pause",
     "resume_project": "agentqueue resume",
-    "restart_daemon": "agentqueue stop",
+    "restart_daemon": "agentqueue restart-daemon",
 }
 # Tools the advice may name that have no terminal command: a person asks their client (the model) for them, so the
 # text keeps the tool's name on purpose.
@@ -58,8 +58,8 @@ _PHRASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"list_tasks status=([A-Z_,]+)"), r"`agentqueue tasks --status \1`"),
     (re.compile(r"agentqueue://tasks/\{?(" + _ID + r"|\{id\})\}?/log"), r"`agentqueue logs \1`"),
     (re.compile(r"\band restart_daemon\b( \(it is read at every start\))?"),
-     r"and restart the daemon (`agentqueue stop`; your client or the next command starts it again)\1"),
-    (re.compile(r"\brestart_daemon\b"), "restart the daemon (`agentqueue stop`; it starts again when next used)"),
+     r"and restart the daemon (`agentqueue restart-daemon`)\1"),
+    (re.compile(r"\brestart_daemon\b"), "restart the daemon (`agentqueue restart-daemon`)"),
     (re.compile(r"\b(stop_task|restart_task|delete_task|skip_task) it\b"), r"\1 TASK"),
     (re.compile(r"\bdelete_task on a candidate\b"), "`agentqueue delete CANDIDATE`"),
     (re.compile(r"\bget_task_diff shows one\b"), "`agentqueue diff CANDIDATE` shows one"),

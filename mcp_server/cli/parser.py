@@ -28,7 +28,8 @@ Every read command takes --json; `agentqueue COMMAND --help` describes one."""
 # Each command and the module of cli/commands/ that declares it, in the order the help lists them (setup, the
 # daemon, reading the queue, acting on it).
 COMMANDS = {"install": "install", "doctor": "doctor", "uninstall": "uninstall", "serve": "serve", "mcp": "mcp",
-            "stop": "stop", "status": "status", "tasks": "tasks", "show": "show", "logs": "logs", "diff": "diff",
+            "stop": "stop", "restart-daemon": "restart_daemon", "backup": "backup", "restore": "restore",
+            "status": "status", "tasks": "tasks", "show": "show", "logs": "logs", "diff": "diff",
             "usage": "usage", "projects": "projects", "board": "board", "chat": "chat", "add": "add",
             "approve": "approve", "allow": "answer", "deny": "answer", "request-changes": "act", "restart": "act",
             "stop-task": "act", "skip": "act", "delete": "act", "pause": "pause", "resume": "pause", "notify": "notify",
