@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import sqlite3
 import time
 from pathlib import Path
@@ -26,10 +27,9 @@ def stamp() -> str:
 
 def copy_store(source: sqlite3.Connection | Path, target: Path) -> int:
     """A consistent copy of `source` (a connection, or the path of a store to open for reading) at `target` (mode
-    0600; it must not exist yet); returns the schema version the copy holds. Raises sqlite3.Error (a full disk, an
-    unreadable store) with nothing left at `target`."""
-    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    partial.unlink(missing_ok=True)
+    0600); returns the schema version the copy holds. Raises sqlite3.Error or OSError (a full disk, an unreadable
+    store; FileExistsError: `target` exists) with nothing left behind."""
+    partial = target.with_name(f".{target.name}.partial-{secrets.token_hex(6)}")
     os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     opened = None
     try:
@@ -46,9 +46,7 @@ def copy_store(source: sqlite3.Connection | Path, target: Path) -> int:
             copy.close()
         with open(partial, "rb+") as flushed:
             os.fsync(flushed.fileno())
-        if target.exists():
-            raise FileExistsError(f"{target} exists")
-        os.replace(partial, target)
+        _place(partial, target)
         return schema
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -56,6 +54,21 @@ def copy_store(source: sqlite3.Connection | Path, target: Path) -> int:
     finally:
         if opened is not None:
             opened.close()
+
+
+def _place(partial: Path, target: Path) -> None:
+    """`partial` renamed to `target`, never over another copy (FileExistsError), whoever made it meanwhile: a hard
+    link where the file system has them, else a rename after a check."""
+    try:
+        os.link(partial, target)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (some network and FUSE file systems)
+        if target.exists():
+            raise FileExistsError(f"{target} exists") from None
+        os.replace(partial, target)
+        return
+    partial.unlink()
 
 
 def migration_backup(store: Path, schema: int) -> Path:

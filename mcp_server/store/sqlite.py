@@ -460,15 +460,19 @@ class SqliteStore(Store):
                 log.info("store %s: now at schema version %d", self.path, self.schema_version)
 
     def _backup_before_migrating(self, current: int) -> Path:
-        target = migration_backup(self.path, current)
         try:
-            copy_store(self.db.conn, target)
+            while True:
+                target = migration_backup(self.path, current)
+                try:
+                    copy_store(self.db.conn, target)
+                    return target
+                except FileExistsError:
+                    continue  # another process took that name within the same second: the next one
         except (OSError, sqlite3.Error) as error:
             raise StoreOpenError(
                 f"Could not keep a copy of {self.path} before migrating it from schema version {current} ({error}), "
                 f"so it was not migrated: nothing was changed. Free space beside it ({self.path.parent}), then start "
                 "again.") from None
-        return target
 
     # -- statistics ---------------------------------------------------------------------------
     def optimize(self, at_open: bool = False) -> list[str]:
