@@ -90,19 +90,44 @@ def _wait_restarted(home: Path, before: dict[str, Any], timeout: float) -> dict[
     naming its log when it does not come back."""
     from ...daemon_client import daemon_info, lock_is_held
 
+    asked = time.time()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = daemon_info(home)
         if (info and info.get("started_at") != before.get("started_at") and lock_is_held(home)
                 and paths.socket_path(home).exists() and not paths.restart_marker(home).exists()):
             return info
-        if not lock_is_held(home) and not paths.restart_marker(home).exists() and not info:
-            break  # stopped, not restarting (e.g. `agentqueue stop` meanwhile)
+        if not _alive(int(before["pid"])):
+            break  # the re-executed daemon exited (exec keeps the pid): it could not start on the installed code
         time.sleep(0.1)
     logs = paths.logs_dir(home)
-    raise CliError(f"The daemon did not come back within {timeout:.0f} s of being asked to restart: see "
-                   f"{logs / 'agentqueue.log'} and {logs / 'daemon.out'} (the sentence it stopped with), fix what "
-                   "they say, then `agentqueue serve`.")
+    said = _last_line(logs / "daemon.out", asked)
+    raise CliError(f"The daemon did not come back after being asked to restart{f' ({said})' if said else ''}: see "
+                   f"{logs / 'agentqueue.log'} and {logs / 'daemon.out'}, fix what they say, then `agentqueue "
+                   "serve`.")
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _last_line(path: Path, since: float) -> str:
+    """The last line a daemon started by a client wrote to logs/daemon.out, when it wrote it after `since`."""
+    try:
+        if path.stat().st_mtime < since:
+            return ""
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines()[-20:] if line.strip()]
+    except OSError:
+        return ""
+    return visible(lines[-1][:400]) if lines else ""
 
 
 def _store_copies(home: Path) -> list[Path]:
