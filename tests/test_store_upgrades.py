@@ -198,8 +198,9 @@ def test_a_store_newer_than_the_code_is_refused_with_the_way_back(tmp_path: Path
 
 
 def test_two_processes_migrating_at_once_run_each_step_once(tmp_path: Path) -> None:
-    """A terminal's read and a daemon starting on the same old store: each step runs under the write lock and reads
-    the version again, so the second finds the work done instead of failing on a column that exists."""
+    """A terminal's read and a daemon starting on the same old store: each step takes the write lock first (a deferred
+    BEGIN failed at once with "database is locked", worded as a damaged file) and reads the version again, so the
+    second waits and finds the work done."""
     import threading
 
     path = tmp_path / "agentqueue.db"
