@@ -218,3 +218,25 @@ def test_two_processes_migrating_at_once_run_each_step_once(tmp_path: Path) -> N
     for thread in threads:
         thread.join(timeout=120)
     assert errors == [] and user_version(path) == SCHEMA_VERSION
+
+
+def test_a_team_database_migrates_with_a_log_line_and_is_never_migrated_unasked(
+        pg_server, caplog: pytest.LogCaptureFixture) -> None:
+    """PostgreSQL: no copy (that is pg_dump's job, and the log line says so), but the migration is logged first, and
+    an open that must not migrate (the terminal's) is refused with nothing changed."""
+    from agentqueue.store.postgres import PostgresStore
+
+    url = pg_server.database()
+    PostgresStore(url, migrate_to=11).close()  # the PostgreSQL baseline, as the first team-mode release wrote it
+    with pytest.raises(StoreNotMigrated) as refused:
+        PostgresStore(url, migrate=False)
+    assert (refused.value.found, refused.value.expected) == (11, SCHEMA_VERSION)
+    with caplog.at_level(logging.INFO, logger="agentqueue.store"):
+        store = PostgresStore(url)
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+    finally:
+        store.close()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(f"migrating from schema version 11 to {SCHEMA_VERSION}" in line and "pg_dump" in line
+               for line in said), said
