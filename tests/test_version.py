@@ -119,3 +119,16 @@ def test_every_surface_shows_the_version(tmp_path: Path) -> None:
         assert doctor["version"] == expected and "daemon version" not in {c["name"] for c in doctor["checks"]}
     finally:
         stop_daemon(live)
+
+
+def test_a_daemons_code_is_older_or_newer_than_the_installed_one() -> None:
+    from agentqueue.cli.daemon_code import DaemonCode, relation
+
+    assert relation("0.2.0", "0.2.0") == "same"
+    assert relation("0.1.0", "0.2.0") == relation("", "0.2.0") == "older"  # "": a daemon too old to say
+    assert relation("0.2.0+g0123456789ab", "0.2.0+gfedcba987654") == "older"  # a checkout that moved on
+    assert relation("0.3.0", "0.2.0+g0123456789ab") == "newer"
+    older = DaemonCode(pid=7, version="0.1.0", installed="0.2.0", relation="older", schema=11).advice() or ""
+    assert older.startswith("The daemon runs older code than the one installed; run `agentqueue restart-daemon`")
+    newer = DaemonCode(pid=7, version="0.3.0", installed="0.2.0", relation="newer", schema=20).advice() or ""
+    assert "newer code" in newer and "install that AgentQueue again" in newer

@@ -19,8 +19,9 @@ from ..version import release_tuple, version
 from ..walls import lacking
 
 OLDER = "the daemon runs older code than the one installed; run `agentqueue restart-daemon`"
-NEWER = ("the daemon runs newer code than the one installed; run `agentqueue restart-daemon` to run the installed "
-         "one, or install the newer AgentQueue again")
+NEWER = ("the daemon runs newer code than the one installed; install that AgentQueue again (pip install -U "
+         "agentqueue): a restart would run the installed, older code, which refuses a store the newer one migrated "
+         "(going back: docs/upgrading.md)")
 
 
 @dataclass

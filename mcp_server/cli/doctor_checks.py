@@ -169,9 +169,10 @@ def check_daemon(home: Path) -> tuple[list[Check], dict[str, Any] | None]:
     code = running_code(home, info)
     advice = code.advice()
     if advice:
-        checks.append(Check("daemon version", "warn", advice[0].lower() + advice[1:].rstrip("."),
-                            "`agentqueue restart-daemon`: connected clients keep their sessions, running agents are "
-                            "stopped and their tasks requeued with their work (README \"Upgrading\")."))
+        fix = ("`agentqueue restart-daemon`: connected clients keep their sessions, running agents are stopped and "
+               "their tasks requeued with their work (README \"Upgrading\")." if code.relation == "older" else
+               "Install the AgentQueue the daemon runs again (docs/upgrading.md, \"Going back\", to go back).")
+        checks.append(Check("daemon version", "warn", advice[0].lower() + advice[1:].rstrip("."), fix))
     return checks, info
 
 
