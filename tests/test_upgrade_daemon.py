@@ -33,7 +33,7 @@ from mcp import Client, StdioServerParameters
 from agentqueue import daemon, paths
 from agentqueue.store.sqlite import SCHEMA_VERSION, SqliteStore
 
-from .cli_helpers import cli_env, wait_until
+from .cli_helpers import cli_env, start_daemon, stop_daemon, wait_until
 from .conftest import person_says_yes
 from .git_fixtures import make_repo
 
@@ -242,3 +242,14 @@ def test_a_daemon_refuses_a_store_newer_than_its_code(tmp_path: Path) -> None:
     assert "nothing was changed" in said and "pip install -U agentqueue" in said
     assert f"agentqueue restore {copy}" in said, said  # the way back to this version's data
     assert schema_of(store) == SCHEMA_VERSION + 1 and not daemon.lock_is_held(home)
+    # Taking it: the copy goes back in place (the newer store kept aside), and the daemon starts on it.
+    restored = subprocess.run([sys.executable, "-m", "agentqueue", "restore", str(copy), "--yes"], env=env,
+                              capture_output=True, text=True, timeout=120 * SLOW, stdin=subprocess.DEVNULL)
+    assert restored.returncode == 0, restored.stderr
+    [aside] = home.glob("agentqueue.before-restore.*.db")
+    assert schema_of(aside) == SCHEMA_VERSION + 1 and schema_of(store) == SCHEMA_VERSION - 1
+    live = start_daemon(env)
+    try:
+        assert daemon.read_daemon_info(home)["schema"] == SCHEMA_VERSION
+    finally:
+        stop_daemon(live)
