@@ -17,8 +17,11 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from .model_keys import ModelRoute
 
 NETWORK_MODES = ("allowlist", "open", "off")
 KEYS = {"required", "network", "hosts", "writable", "tmp_size", "max_processes"}
@@ -198,11 +201,12 @@ class SandboxRules:
     max_processes: int = DEFAULT_MAX_PROCESSES  # processes and threads of the run together, where it can be held
     env: Mapping[str, str] = field(default_factory=dict)  # variables the run gets: its CLI's own state folder
     scratch: tuple[Path, ...] = ()  # folders made for this run alone, removed when it ends
+    models: tuple[ModelRoute, ...] = ()  # loopback ports the gate serves as the model endpoint, keys added (model_keys)
 
     @property
     def forwards(self) -> tuple[int, ...]:
-        """Loopback ports the run reaches as if they were its own (a local model mock, a local proxy)."""
-        return tuple(sorted({e.port for e in self.endpoints if e.loopback and e.port}))
+        """Loopback ports the run reaches as if they were its own (a local model mock, a local proxy, a model route)."""
+        return tuple(sorted({e.port for e in self.endpoints if e.loopback and e.port} | {m.port for m in self.models}))
 
     def allows(self, host: str, port: int) -> bool:
         if self.network == "open":
