@@ -26,6 +26,7 @@ class LoopbackMock:
         self._lock = threading.Lock()
         self._requests: list[dict[str, Any]] = []
         self._log: list[tuple[str, str]] = []
+        self._headers: list[dict[str, str]] = []  # each request's headers (names lower case), in arrival order
         self._steps: list[str] = []
         self._ids = itertools.count(1)
         self._server: LoopbackServer | None = None
@@ -73,9 +74,17 @@ class LoopbackMock:
         with self._lock:
             return list(self._steps)
 
-    def _record(self, method: str, path: str, body: dict[str, Any] | None) -> None:
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """The headers of every request (names lower case), in arrival order: what credential each one carried."""
+        with self._lock:
+            return list(self._headers)
+
+    def _record(self, method: str, path: str, body: dict[str, Any] | None,
+                headers: Any = None) -> None:
         with self._lock:
             self._log.append((method, path))
+            self._headers.append({k.lower(): v for k, v in (headers or {}).items()})
             if body is not None:
                 self._requests.append(body)
 

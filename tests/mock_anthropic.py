@@ -229,6 +229,7 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 class MockAnthropic:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers (names lower case): the credential it carried
         self.served: list[dict[str, Any]] = []  # each response written whole: its id, model, usage and request
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -309,6 +310,8 @@ class MockAnthropic:
         handler.wfile.write(data)
 
     def handle(self, handler: BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        with self.lock:
+            self.headers.append({k.lower(): v for k, v in handler.headers.items()})
         outage = self.outage
         if outage is not None and handler.path.startswith("/v1/messages"):
             if not handler.path.startswith("/v1/messages/count_tokens"):

@@ -179,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(code, {"error": {"code": code, "message": message, "status": status}})
 
     def do_GET(self) -> None:
-        self.server.mock._record(self.command, self.path, None)
+        self.server.mock._record(self.command, self.path, None, self.headers)
         self._error(404, "NOT_FOUND", f"mock: no route {self.command} {self.path}")
 
     def do_POST(self) -> None:
@@ -188,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {"_unparsed": raw.decode("utf-8", "replace")}
-        self.server.mock._record(self.command, self.path, body)
+        self.server.mock._record(self.command, self.path, body, self.headers)
         route = ROUTE_RE.match(self.path.split("?")[0])
         if route is None:
             return self._error(404, "NOT_FOUND", f"mock: no route {self.command} {self.path}")

@@ -169,7 +169,7 @@ class _Handler(BaseHTTPRequestHandler):
                                    "type": "invalid_request_error", "param": None, "code": "not_found"}})
 
     def do_GET(self) -> None:
-        self.server.mock._record(self.command, self.path, None)
+        self.server.mock._record(self.command, self.path, None, self.headers)
         self._not_found()
 
     def do_POST(self) -> None:
@@ -178,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {"_unparsed": raw.decode("utf-8", "replace")}
-        self.server.mock._record(self.command, self.path, body)
+        self.server.mock._record(self.command, self.path, body, self.headers)
         if self.path.split("?")[0].rstrip("/") != "/v1/responses":
             return self._not_found()
         scenario = scenario_of(body)

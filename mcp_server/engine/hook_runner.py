@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 from croniter import croniter
 
+from ..sandbox.model_keys import kept_out
 from ..services import Services
 from ..services.errors import ServiceError
 from ..services.hooks import SCHEDULED, SlotTaken
@@ -414,6 +415,8 @@ class HookRunner:
             with sandboxed as (argv, env):
                 if isinstance(spec.parser, AcpSession):
                     spec.parser.run_env = env  # where the agent's own files are (its CODEX_HOME)
+                if isinstance(channel, AcpChannel):  # its terminals hold no model key the gate keeps for the run
+                    channel.env = kept_out(channel.env, env)
                 result = await run_agent(dataclasses.replace(spec, argv=argv, shown=spec.argv[:3]), workspace,
                                          spec.parser or PARSERS[agent_type](), handle, log_path, limits, env=env,
                                          channel=channel, nice=nice)

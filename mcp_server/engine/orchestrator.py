@@ -43,6 +43,7 @@ from .landing import BranchReads, Landing
 from .merge_queue import MergeQueue, Queued, unresolved, unresolved_told
 from .parking import QueueParking
 from ..notify.follower import Notifier
+from ..sandbox.model_keys import kept_out
 from .permissions import PermissionChannel
 from .acp_client import AcpChannel, sandboxed as acp_sandbox
 from .adapters.acp import AcpSession, agent_binary
@@ -371,6 +372,8 @@ class Engine:
             with contextlib.ExitStack() as stack:
                 if isinstance(spec.parser, AcpSession):
                     spec.parser.run_env = env  # where the agent's own files are (its CODEX_HOME), read after the run
+                if isinstance(channel, AcpChannel):  # its terminals hold no model key the gate keeps for the run
+                    channel.env = kept_out(channel.env, env)
                 runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
                                    self.config.limits, on_line, env=env, channel=channel, nice=self.config.agent_nice)
                 if isinstance(channel, AcpChannel):

@@ -23,9 +23,9 @@ from urllib.parse import urlparse
 
 from .. import paths
 from ..settings import Settings
-from . import bwrap, limits
+from . import bwrap, limits, model_keys
 from .gate import NetworkGate
-from .cli_homes import make_run_home
+from .cli_homes import CLI_HOMES, make_run_home, person_folder
 from .rules import (
     CODEX_HOME_FROZEN, CODEX_RULES, DEFAULT_MAX_PROCESSES, DEFAULT_TMP_SIZE, REGISTRIES, USER_SKILLS, Endpoint,
     SandboxConfigError, SandboxRules, SandboxSettings, closed_loopback, endpoints_of, project_settings, secret_paths,
@@ -110,6 +110,7 @@ class Sandbox:
         chosen = self.settings_for(project_id)
         homes = {Path.home(), Path(env.get("HOME") or Path.home())}
         hidden = [p for h in homes for p in secret_paths(h) if os.path.lexists(p)] + [self.home]
+        hidden += [p for p in model_keys.person_logins(env, homes) if os.path.lexists(p)]  # copies only (cli_homes)
         writable = [*(p for h in homes for p in state_paths(h, env)), *chosen.writable]
         # Nothing of the repository is writable: the run's own repository is in the worktree, and the repository's
         # git folder (its config, refs, hooks, other tasks' state) is hidden but for its objects, shown read-only.
@@ -123,17 +124,27 @@ class Sandbox:
         sockets = (paths.socket_path(self.home),) if agent_socket else ()
         frozen = _frozen(homes, env, writable) + ((objects,) if objects is not None else ())
         run_home = make_run_home(agent_type, env, paths.runtime_dir())  # the CLI's state: this run's own copy
+        run_env = dict(run_home.env) if run_home else {}
         if run_home is not None:
             writable.append(run_home.root)
             frozen += run_home.frozen
+        network = chosen.network or "allowlist"
+        endpoints = tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts))
+        models: tuple[model_keys.ModelRoute, ...] = ()
+        if network == "allowlist":  # the gate sees every request: the model keys stay in the daemon (model_keys.py)
+            state = run_home.root / CLI_HOMES[agent_type or ""].below if run_home else None
+            taken = {e.port for e in endpoints if e.loopback} | {bwrap.PROXY_PORT}
+            port = next(p for p in range(model_keys.MODEL_PORT, 65536) if p not in taken)
+            plan = model_keys.plan_for(agent_type, env, state, person_folder(agent_type or "", env), port)
+            if plan is not None:
+                models = (plan.route,)
+                run_env.update(plan.env)
         return SandboxRules(workdir=workdir, workdir_writable=preset != "readonly", writable=tuple(writable),
                             hidden=tuple(hidden), sockets=sockets, readable=tuple(programs(env, argv0, files)),
-                            frozen=frozen,
-                            network=chosen.network or "allowlist",
-                            endpoints=tuple(dict.fromkeys(Endpoint.parse(h) for h in hosts)), masks=dict(masks or {}),
+                            frozen=frozen, network=network, endpoints=endpoints, masks=dict(masks or {}),
                             tmp_size=chosen.tmp_size or DEFAULT_TMP_SIZE,
                             max_processes=chosen.max_processes or DEFAULT_MAX_PROCESSES,
-                            env=run_home.env if run_home else {}, scratch=(run_home.root,) if run_home else ())
+                            env=run_env, scratch=(run_home.root,) if run_home else (), models=models)
 
     def own_ports(self) -> set[int]:
         """AgentQueue's own loopback ports: the daemon's HTTP port and PostgreSQL's (the configured one, and 5432)."""
@@ -155,12 +166,19 @@ class Sandbox:
         say = log_line or (lambda _line: None)
         if self.unavailable():
             say(f"[sandbox] NOT sandboxed: [sandbox] required = false and {self.unavailable()}")
+            if note := model_keys.not_kept_out(agent_type, env, "no sandbox"):
+                say(f"[sandbox] {note}")
             yield list(argv), dict(env)
             return
         rules = self.rules_for(workdir, project_id, preset=preset, agent_type=agent_type, env=env,
                                agent_socket=agent_socket, masks=masks, argv0=argv[0] if argv else None,
                                files=argv[1:])
         say(f"[sandbox] {rules.describe()}")
+        for route in rules.models:
+            say(f"[sandbox] {route.note}")
+        if rules.network != "allowlist" and (note := model_keys.not_kept_out(
+                agent_type, env, f"network {rules.network}: no gate to add them")):
+            say(f"[sandbox] {note}")
         say(f"[sandbox] limits: {limits.describe(rules.max_processes)}; /tmp, /var/tmp and /run "
             + (f"at most {rules.tmp_size >> 20} MiB each" if bwrap.sizes_tmpfs() else "NOT capped (bubblewrap < 0.8)"))
         with self.contained(argv, env, rules, self.deny_recorder(actor, project_id, task_id, log_line),
