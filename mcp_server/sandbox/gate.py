@@ -109,6 +109,7 @@ class NetworkGate:
         self.folder = Path(tempfile.mkdtemp(prefix="sb-", dir=paths.runtime_dir()))
         self._listeners: list[socket.socket] = []
         self._open: set[socket.socket] = set()
+        self._upstreams: set[socket.socket] = set()  # a model route's connections on: shut when the run ends
         self._lock = threading.Lock()
         self._said: set[str] = set()  # the kinds of limit refusal already in the run's log (once each)
         self._routes = {route.port: route for route in rules.models}
@@ -308,7 +309,7 @@ class NetworkGate:
             client.sendall(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{error}\n".encode())
             return
         with self._lock:
-            self._open.add(upstream)
+            self._upstreams.add(upstream)
         try:
             head = "\r\n".join([f"{method} {path}{'?' if query else ''}{query} {version}",
                                  f"Host: {route.host_header}", *kept, "Connection: close", "", ""])
@@ -322,7 +323,7 @@ class NetworkGate:
             _copy_answer(upstream, client, used)
         finally:
             with self._lock:
-                self._open.discard(upstream)
+                self._upstreams.discard(upstream)
             upstream.close()
 
     def _swapped(self, client: socket.socket, route: ModelRoute, path: str, query: str, headers: list[str]
@@ -363,6 +364,8 @@ class NetworkGate:
                 used += [real.encode("latin-1"), quote(real, safe="").encode("latin-1")]
                 piece = f"{param}={quote(real, safe='')}"
             pieces.append(piece)
+        if framing[0] == "chunked":  # chunked wins over a length, and only one of them goes on (no smuggling)
+            kept = [line for line in kept if line.split(":", 1)[0].strip().lower() != "content-length"]
         return kept, "&".join(pieces), used, framing, expects
 
     def _real(self, client: socket.socket, route: ModelRoute, swap: Swap, covered: bool, path: str) -> str | None:
@@ -407,7 +410,7 @@ class NetworkGate:
             except OSError:
                 pass
         with self._lock:
-            for sock in list(self._open):
+            for sock in [*self._open, *self._upstreams]:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
