@@ -1,15 +1,16 @@
 """Model keys stay in the daemon (issue 33): a sandboxed run holds a placeholder, and the gate adds the real key.
 
 A run of a CLI kind whose network is the gate's allowlist gets, instead of its model key (`ANTHROPIC_API_KEY`,
-`ANTHROPIC_AUTH_TOKEN`, `CLAUDE_CODE_OAUTH_TOKEN`, `GEMINI_API_KEY`, `GOOGLE_API_KEY`), a placeholder made for this
-run alone, and its base URL variable (`ANTHROPIC_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`) points at a loopback port
-inside the sandbox. That port reaches the gate (`port-N.sock`, as a loopback forward does), which reads each request,
-puts the real key where the placeholder was (only in the header the CLI sends it in, only under the base URL's path)
-and sends the request on to the real endpoint: the person's base URL, else the CLI's default host over TLS with the
-certificate checked. A Claude Code subscription login (`.credentials.json`) is kept out the same way: the run's copy
-holds a placeholder access token and no refresh token, and the gate puts in the person's current access token, read
-from the person's own file at each request (their CLI refreshes it). What a prompt-injected agent can read inside is
-worth nothing outside this run.
+`ANTHROPIC_AUTH_TOKEN`, `CLAUDE_CODE_OAUTH_TOKEN`, `GEMINI_API_KEY`, `GOOGLE_API_KEY`; Codex's `CODEX_API_KEY`,
+`OPENAI_API_KEY`, its provider's `env_key` and an API-key login in auth.json), a placeholder made for this run alone,
+and its model endpoint (`ANTHROPIC_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`; for Codex `openai_base_url` or the provider's
+`base_url` in the run's copy of config.toml) points at a loopback port inside the sandbox. That port reaches the gate
+(`port-N.sock`, as a loopback forward does), which reads each request, puts the real key where the placeholder was
+(only in the header the CLI sends it in, only under the base URL's path) and sends the request on to the real
+endpoint: the person's base URL, else the CLI's default host over TLS with the certificate checked. A Claude Code
+subscription login (`.credentials.json`) is kept out the same way: the run's copy holds a placeholder access token
+and no refresh token, and the gate puts in the person's current access token, read from the person's own file at
+each request (their CLI refreshes it). What a prompt-injected agent can read inside is worth nothing outside this run.
 
     plan = plan_for("claude-code", env, state_folder, person_folder, port)  # None: nothing to keep out
     plan.env     # the run's variables: the placeholders and the loopback base URL
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +70,6 @@ KINDS = {
         Credential("GOOGLE_API_KEY", "x-goog-api-key", query="key")),
         ("GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_GCA")),
 }
-# Every variable that may hold a model key the daemon keeps: what an ACP agent's terminals never get either.
-KEY_VARIABLES = tuple(dict.fromkeys(c.variable for kind in KINDS.values() for c in kind.credentials))
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,13 @@ def plan_for(kind: str | None, env: Mapping[str, str], state: Path | None, perso
     """The placeholders and the route for a run of `kind` whose network goes through the gate; None when the kind
     sends no key the daemon holds (a `command` agent, Bedrock, no key set). `state` is the run's own copy of the
     CLI's state folder (cli_homes.py), whose login copy is rewritten here; `person` the person's own folder."""
+    if kind == "codex":
+        return _codex_plan(env, state, port)
     spec = KINDS.get(kind or "")
     if spec is None or any(_on(env.get(name)) for name in spec.elsewhere):
         return None
     upstream = (env.get(spec.base_variable) or "").strip() or spec.default_base
-    parts = urlsplit(upstream)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if not _http_url(upstream):
         return None
     swaps = [_from_env(c, env[c.variable].strip()) for c in spec.credentials if (env.get(c.variable) or "").strip()]
     login = _keep_login_out(state, person) if kind == "claude-code" else None
@@ -146,32 +148,152 @@ def plan_for(kind: str | None, env: Mapping[str, str], state: Path | None, perso
         swaps.append(login)
     if not swaps:
         return None
-    local = urlunsplit(("http", f"127.0.0.1:{port}", parts.path, parts.query, ""))
-    run_env = {spec.base_variable: local, **{s.name: s.placeholder for s in swaps if s.name in env}}
+    local = _local(upstream, port)
+    return _plan(port, upstream, swaps, env, {spec.base_variable: local}, _expiry_note(login, person))
+
+
+def _plan(port: int, upstream: str, swaps: list[Swap], env: Mapping[str, str], run_env: dict[str, str],
+          more: str = "") -> Plan:
     held = ", ".join(s.name for s in swaps)
     note = (f"model keys kept in the daemon: {held} inside this run is a placeholder; the gate adds the real one to "
-            f"requests for {upstream} (served inside at {local})")
-    return Plan(ModelRoute(port, upstream, tuple(swaps), note + _expiry_note(login, person)), run_env)
+            f"requests for {upstream} (served inside at {_local(upstream, port)})")
+    run_env.update({s.name: s.placeholder for s in swaps if s.name in env})
+    return Plan(ModelRoute(port, upstream, tuple(swaps), note + more), run_env)
+
+
+def _http_url(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _local(upstream: str, port: int) -> str:
+    parts = urlsplit(upstream)
+    return urlunsplit(("http", f"127.0.0.1:{port}", parts.path, parts.query, ""))
+
+
+# Codex (0.169): the built-in provider's key is CODEX_API_KEY or an API-key login in auth.json, sent to
+# `openai_base_url` (config.toml; OPENAI_BASE_URL is not read); another provider's is the variable its `env_key` names,
+# sent to its `base_url`. Both as `Authorization: Bearer`. A ChatGPT login (auth.json `tokens`) is not kept out.
+CODEX_KEYS = ("CODEX_API_KEY", "OPENAI_API_KEY")
+CODEX_DEFAULT_BASE = "https://api.openai.com/v1"
+
+
+def _codex_plan(env: Mapping[str, str], state: Path | None, port: int) -> Plan | None:
+    """The run's copy of Codex's config pointed at the loopback port, and placeholders for its keys; None (nothing
+    changed) where that cannot be done safely: a ChatGPT login, a provider without a Bearer key, a config this cannot
+    rewrite to exactly one changed value."""
+    if state is None:
+        return None
+    config = state / "config.toml"
+    try:
+        text = config.read_text(encoding="utf-8") if config.is_file() else ""
+        data = tomllib.loads(text)
+    except (OSError, ValueError):
+        return None
+    provider_id = _codex_provider(data)
+    names = list(CODEX_KEYS)
+    if provider_id == "openai":
+        upstream, key_path = data.get("openai_base_url") or CODEX_DEFAULT_BASE, ("openai_base_url",)
+    else:
+        providers = data.get("model_providers")
+        provider = providers.get(provider_id) if isinstance(providers, dict) else None
+        if not isinstance(provider, dict) or provider.get("requires_openai_auth") or not provider.get("env_key"):
+            return None  # its key comes from the Codex login, or from headers the gate does not know
+        upstream, key_path = provider.get("base_url"), ("model_providers", provider_id, "base_url")
+        names.append(str(provider["env_key"]))
+    if not isinstance(upstream, str) or not _http_url(upstream):
+        return None
+    swaps = [_from_env(Credential(name, "authorization", "Bearer "), env[name].strip())
+             for name in dict.fromkeys(names) if (env.get(name) or "").strip()]
+    auth = _codex_auth_key(state / "auth.json") if provider_id == "openai" else None
+    if auth is not None:
+        swaps.append(auth)
+    if not swaps:
+        return None
+    rewritten = _set_toml(text, data, key_path, _local(upstream, port))
+    if rewritten is None:
+        return None
+    config.write_text(rewritten, encoding="utf-8")
+    if auth is not None:
+        _write_json(state / "auth.json", {"OPENAI_API_KEY": auth.placeholder})
+    return _plan(port, upstream, swaps, env, {})
+
+
+def _codex_provider(data: dict[str, object]) -> str:
+    profiles, profile = data.get("profiles"), data.get("profile")
+    chosen = profiles.get(profile) if isinstance(profiles, dict) and isinstance(profile, str) else None
+    named = (chosen or {}).get("model_provider") if isinstance(chosen, dict) else None
+    return str(named or data.get("model_provider") or "openai")
+
+
+def _codex_auth_key(path: Path) -> Swap | None:
+    """An API-key login in the run's copy of auth.json (not a ChatGPT login: its tokens are left as they are)."""
+    try:
+        auth = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    key = auth.get("OPENAI_API_KEY") if isinstance(auth, dict) else None
+    if not isinstance(key, str) or not key.strip() or auth.get("tokens"):
+        return None
+    return _from_env(Credential("the Codex API-key login", "authorization", "Bearer "), key.strip())
+
+
+def _set_toml(text: str, data: dict[str, object], key: tuple[str, ...], value: str) -> str | None:
+    """`text` with the one value at `key` set to `value` (a top-level key, or a key of a `[table.name]`), checked by
+    reading it back: None unless exactly that value changed."""
+    line = f"{key[-1]} = {json.dumps(value)}"  # a JSON string of a URL is a TOML basic string
+    lines = text.splitlines()
+    if len(key) == 1:
+        head = next((i for i, row in enumerate(lines) if row.lstrip().startswith("[")), len(lines))
+        kept = [row for row in lines[:head] if not re.match(rf"\s*{re.escape(key[0])}\s*=", row)]
+        out = [line, *kept, *lines[head:]]
+    else:
+        table = re.compile(r"\s*\[\s*" + r"\s*\.\s*".join(f'(?:{re.escape(k)}|"{re.escape(k)}")' for k in key[:-1])
+                           + r"\s*\]\s*(?:#.*)?$")
+        start = next((i for i, row in enumerate(lines) if table.match(row)), None)
+        if start is None:
+            return None
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+        at = next((i for i in range(start + 1, end) if re.match(rf"\s*{re.escape(key[-1])}\s*=", lines[i])), None)
+        if at is None:
+            return None
+        out = [*lines[:at], line, *lines[at + 1:]]
+    rewritten = "\n".join(out) + "\n"
+    expected = json.loads(json.dumps(data, default=str))
+    folder = expected
+    for part in key[:-1]:
+        folder = folder[part]
+    folder[key[-1]] = value
+    try:
+        return rewritten if json.loads(json.dumps(tomllib.loads(rewritten), default=str)) == expected else None
+    except ValueError:
+        return None
+
+
+def _write_json(path: Path, data: object) -> None:
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(data, out)
+    os.replace(path.with_suffix(".tmp"), path)
 
 
 def not_kept_out(kind: str | None, env: Mapping[str, str], why: str) -> str | None:
     """The run's log line when its keys do enter the run (no gate: network open or off, or no sandbox)."""
-    spec = KINDS.get(kind or "")
-    if spec is None:
-        return None
-    held = [f"{c.variable} is in its environment" for c in spec.credentials if (env.get(c.variable) or "").strip()]
+    names = [c.variable for c in KINDS[kind].credentials] if kind in KINDS else list(CODEX_KEYS) if kind == "codex" \
+        else []
+    held = [f"{name} is in its environment" for name in names if (env.get(name) or "").strip()]
     person = person_folder(kind or "", env)
-    if kind == "claude-code" and person is not None and (person / CREDENTIALS).is_file():
-        held.append("its copy of the Claude Code login holds the person's tokens")
+    login = {"claude-code": CREDENTIALS, "codex": "auth.json"}.get(kind or "")
+    if login and person is not None and (person / login).is_file() and (
+            kind != "claude-code" or person_login(person / login)[0] is not None):
+        held.append(f"its copy of {login} holds the person's login")
     return f"model keys NOT kept out of this run ({why}): {'; '.join(held)}" if held else None
 
 
 def kept_out(env: Mapping[str, str], inner: Mapping[str, str]) -> dict[str, str]:
-    """`env` with each model key replaced as the run's own environment (`inner`) has it: the placeholder where the
-    gate keeps the key, nothing where the run has none. For what a run starts beside its agent (ACP terminals)."""
-    out = {k: v for k, v in env.items() if k not in KEY_VARIABLES or k in inner}
-    out.update({k: inner[k] for k in KEY_VARIABLES if k in out})
-    return out
+    """`env` with each key the run holds a placeholder for replaced by that placeholder (`inner`: the run's own
+    environment). For what a run starts beside its agent (an ACP agent's terminals)."""
+    return {k: inner[k] if inner.get(k, "").startswith(PLACEHOLDER) else v for k, v in env.items()}
 
 
 # The person's CLI logins (and Claude Code's global config, which may hold a /login-managed `primaryApiKey` and MCP
@@ -214,10 +336,7 @@ def _keep_login_out(state: Path | None, person: Path | None) -> Swap | None:
     kept = {k: login[k] for k in ("scopes", "subscriptionType", "rateLimitTier") if k in login}
     shown = {"claudeAiOauth": {"accessToken": placeholder, "expiresAt": int(time.time() * 1000)
                                + PLACEHOLDER_LIFETIME_MS, **kept}}
-    fd = os.open(copy.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(shown, out)
-    os.replace(copy.with_suffix(".tmp"), copy)
+    _write_json(copy, shown)
     source = person / CREDENTIALS
     return Swap("the Claude Code login", "authorization", "Bearer ", "", placeholder,
                 lambda: person_login(source)[0])

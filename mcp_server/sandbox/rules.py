@@ -255,8 +255,10 @@ def codex_endpoints(env: Mapping[str, str], writable: Sequence[Path] = ()) -> li
         return []
     found = []
     providers = data.get("model_providers", {})
-    for provider in providers.values() if isinstance(providers, dict) else []:
-        url = provider.get("base_url") if isinstance(provider, dict) else None
+    urls = [data.get("openai_base_url")]  # the built-in provider's, when the person moved it
+    urls += [p.get("base_url") for p in providers.values() if isinstance(p, dict)] if isinstance(providers, dict) \
+        else []
+    for url in urls:
         parsed = urlparse(url) if isinstance(url, str) else None
         if parsed and parsed.hostname:
             found.append(f"{parsed.hostname}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}")

@@ -176,8 +176,9 @@ class Sandbox:
         say(f"[sandbox] {rules.describe()}")
         for route in rules.models:
             say(f"[sandbox] {route.note}")
-        if rules.network != "allowlist" and (note := model_keys.not_kept_out(
-                agent_type, env, f"network {rules.network}: no gate to add them")):
+        why = (f"network {rules.network}: no gate to add them" if rules.network != "allowlist" else
+               "its provider or login is one the gate cannot stand in for (docs/design.md)")
+        if not rules.models and (note := model_keys.not_kept_out(agent_type, env, why)):
             say(f"[sandbox] {note}")
         say(f"[sandbox] limits: {limits.describe(rules.max_processes)}; /tmp, /var/tmp and /run "
             + (f"at most {rules.tmp_size >> 20} MiB each" if bwrap.sizes_tmpfs() else "NOT capped (bubblewrap < 0.8)"))

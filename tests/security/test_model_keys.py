@@ -30,7 +30,7 @@ from agentqueue.sandbox.gate import NetworkGate
 from agentqueue.sandbox.rules import Endpoint, SandboxRules, SandboxSettings
 from agentqueue.services import Services
 
-from .. import mock_anthropic, mock_gemini
+from .. import mock_anthropic, mock_gemini, mock_openai
 from ..engine_runs import engine_for, run_until
 from ..git_fixtures import git_env  # noqa: F401  (fixture)
 from ..test_acp_gemini import GEMINI
@@ -44,9 +44,10 @@ REAL_KEY = "sk-ant-api03-REAL-daemon-key-7f3c"
 REAL_ACCESS = "sk-ant-oat01-REAL-access-token-51d0"
 REAL_REFRESH = "sk-ant-ort01-REAL-refresh-token-a2e9"
 REAL_GEMINI = "AIza-REAL-gemini-key-0b4d"
+REAL_OPENAI = "sk-proj-REAL-openai-key-c7a1"
 # What a prompt-injected agent does: everything it can read, into a file that lands with its work.
 DUMP = ('{ env; for f in /proc/*/environ /proc/*/cmdline; do echo "== $f"; tr "\\000" "\\n" < "$f"; done; '
-        'for d in "$CLAUDE_CONFIG_DIR" "$GEMINI_CLI_HOME" "$HOME/.claude" "$HOME/.gemini"; do '
+        'for d in "$CLAUDE_CONFIG_DIR" "$GEMINI_CLI_HOME" "$CODEX_HOME" "$HOME/.claude" "$HOME/.gemini"; do '
         'find "$d" -type f -exec sh -c \'echo "== $1"; cat "$1"\' _ {} \\; ; done; } > dump.txt 2>&1; echo dumped')
 
 
@@ -57,8 +58,8 @@ def dumping(text: str = "dump what you can read") -> str:
 
 def landed(services: Services, name: str = "dump.txt") -> str:
     repo = services.repos.get("app").checkout_path
-    return subprocess.run(["git", "show", f"main:{name}"], cwd=repo, capture_output=True, text=True,
-                          check=True).stdout
+    shown = subprocess.run(["git", "show", f"main:{name}"], cwd=repo, capture_output=True, check=True).stdout
+    return shown.decode("latin-1")  # a CLI's state holds binary files (a database): a key is searched as bytes
 
 
 def ended(services: Services, task_id: str) -> bool:
@@ -173,6 +174,63 @@ async def test_a_gemini_run_holds_a_placeholder_and_the_model_gets_the_real_key(
         assert "model keys kept in the daemon: GEMINI_API_KEY" in log
 
 
+async def test_a_codex_run_holds_a_placeholder_and_the_model_gets_the_real_key(
+        services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex's provider from the person's config.toml (`env_key`, `base_url`): the run's copy points at the gate."""
+    codex = npm_bin("codex")
+    if codex is None:
+        pytest.skip("codex CLI not installed (.ci/run installs it)")
+    with mock_openai.MockOpenAI() as server:
+        for key, value in mock_openai.codex_home(tmp_path, server.base_url).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("AGENTQUEUE_CODEX_BIN", codex)
+        monkeypatch.setenv(mock_openai.API_KEY_ENV, REAL_OPENAI)
+        monkeypatch.setenv("OPENAI_API_KEY", REAL_OPENAI + "-unused")
+        person = (tmp_path / "codex-home" / "config.toml").read_text()
+        queue = queue_with(services, "codex")
+        task = queue.tasks.create("demo", "Dump", f"SCENARIO:run_cmd CMD[{json.dumps(DUMP)[1:-1]}]END",
+                                  repo_id="app")
+        engine = engine_for(queue)
+        await run_until(engine, lambda: ended(queue, task.id), timeout=150)
+        log = engine.log_path(task.id).read_text()
+        assert queue.tasks.get(task.id).status == "COMPLETED", log
+        dump = landed(queue)
+        assert f"{mock_openai.API_KEY_ENV}={model_keys.PLACEHOLDER}" in dump, dump[:2000]
+        assert f"OPENAI_API_KEY={model_keys.PLACEHOLDER}" in dump
+        assert f'base_url = "http://127.0.0.1:{model_keys.MODEL_PORT}/v1"' in dump  # the run's copy of config.toml
+        assert REAL_OPENAI not in dump, "the real key was readable inside the run"
+        sent = [h for h in server.headers if "authorization" in h]
+        assert sent and all(h["authorization"] == f"Bearer {REAL_OPENAI}" for h in sent), server.headers
+        said = next(line for line in log.splitlines() if "model keys kept in the daemon" in line)
+        assert mock_openai.API_KEY_ENV in said and "OPENAI_API_KEY" in said, said
+        assert (tmp_path / "codex-home" / "config.toml").read_text() == person  # the person's config as it was
+
+
+def test_codex_s_own_provider_and_an_api_key_login(tmp_path: Path) -> None:
+    """The built-in provider: `openai_base_url` set in the run's copy (OPENAI_BASE_URL is not read by Codex 0.169),
+    CODEX_API_KEY and auth.json's API key held as placeholders; a ChatGPT login is left as it is."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "config.toml").write_text('model = "gpt-5"\n# a comment\n[history]\npersistence = "none"\n')
+    (state / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": REAL_OPENAI}))
+    plan = model_keys.plan_for("codex", {"CODEX_API_KEY": REAL_KEY}, state, None, 4003)
+    assert plan is not None and plan.route.upstream == "https://api.openai.com/v1"
+    config = (state / "config.toml").read_text()
+    assert config.startswith('openai_base_url = "http://127.0.0.1:4003/v1"\n') and '[history]' in config
+    auth = json.loads((state / "auth.json").read_text())
+    assert auth["OPENAI_API_KEY"].startswith(model_keys.PLACEHOLDER) and REAL_OPENAI not in json.dumps(auth)
+    assert {s.name for s in plan.route.swaps} == {"CODEX_API_KEY", "the Codex API-key login"}
+    assert plan.env["CODEX_API_KEY"].startswith(model_keys.PLACEHOLDER)
+    assert {s.real() for s in plan.route.swaps} == {REAL_KEY, REAL_OPENAI}
+    # A ChatGPT login (tokens) and nothing else: nothing this can stand in for, so nothing is changed.
+    chatgpt = {"OPENAI_API_KEY": None, "tokens": {"access_token": "t", "refresh_token": "r"}}
+    (state / "auth.json").write_text(json.dumps(chatgpt))
+    (state / "config.toml").write_text('model = "gpt-5"\n')
+    assert model_keys.plan_for("codex", {}, state, None, 4003) is None
+    assert json.loads((state / "auth.json").read_text()) == chatgpt and "openai_base_url" not in \
+        (state / "config.toml").read_text()
+
+
 # -- the gate's model route, driven from outside the sandbox ---------------------------------------------------
 
 
@@ -188,7 +246,14 @@ class Upstream(BaseHTTPRequestHandler):
         return
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if "chunked" in (self.headers.get("transfer-encoding") or ""):
+            body = b""
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
         self.seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                           "body": body})
         if self.path.endswith("/stream"):
@@ -318,6 +383,29 @@ def test_a_streamed_answer_passes_through_as_it_comes(upstream: Any) -> None:
         assert seen[-1]["headers"]["authorization"] == f"Bearer {REAL_KEY}"
     finally:
         release.set()
+        gate_.close()
+
+
+def test_a_request_body_goes_on_whole_by_its_framing(upstream: Any) -> None:
+    """A body larger than one read, by its length; a chunked one (its length header, if any, dropped)."""
+    server, seen, _ = upstream
+    plan = model_keys.plan_for("gemini", {"GEMINI_API_KEY": REAL_GEMINI,
+                                          "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}"},
+                               None, None, 4004)
+    assert plan is not None
+    gate_, _ = gate_for(plan, server.server_address[1])
+    try:
+        big = b"x" * (3 << 20)
+        key = plan.env["GEMINI_API_KEY"]
+        answer = ask(gate_.folder / "port-4004.sock", post(f"/v1beta/models/m:generate?alt=sse&key={key}", {}, big))
+        assert answer.startswith(b"HTTP/1.1 200") and seen[-1]["body"] == big
+        assert seen[-1]["path"] == f"/v1beta/models/m:generate?alt=sse&key={REAL_GEMINI}"
+        chunked = (b"POST /v1beta/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n"
+                   + f"x-goog-api-key: {key}\r\n\r\n".encode() + b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n")
+        assert ask(gate_.folder / "port-4004.sock", chunked).startswith(b"HTTP/1.1 200")
+        assert seen[-1]["body"] == b"hello world" and seen[-1]["headers"]["x-goog-api-key"] == REAL_GEMINI
+        assert "content-length" not in seen[-1]["headers"]
+    finally:
         gate_.close()
 
 
