@@ -283,7 +283,7 @@ def not_kept_out(kind: str | None, env: Mapping[str, str], why: str) -> str | No
         else []
     held = [f"{name} is in its environment" for name in names if (env.get(name) or "").strip()]
     person = person_folder(kind or "", env)
-    login = {"claude-code": CREDENTIALS, "codex": "auth.json"}.get(kind or "")
+    login = {"claude-code": CREDENTIALS, "codex": "auth.json", "gemini": "oauth_creds.json"}.get(kind or "")
     if login and person is not None and (person / login).is_file() and (
             kind != "claude-code" or person_login(person / login)[0] is not None):
         held.append(f"its copy of {login} holds the person's login")

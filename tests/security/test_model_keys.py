@@ -462,6 +462,22 @@ def test_without_the_gate_the_keys_enter_the_run_as_before_and_its_log_says_so(
     assert not any("kept in the daemon" in line for line in lines)
 
 
+def test_a_login_the_gate_cannot_stand_in_for_enters_the_run_and_its_log_says_so(
+        services: Services, tmp_path: Path) -> None:
+    """A Codex ChatGPT login (auth.json `tokens`): copied as before, and the run's log names it."""
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    tokens = {"OPENAI_API_KEY": None, "tokens": {"access_token": "chatgpt-REAL-access", "refresh_token": "r"}}
+    (home / "auth.json").write_text(json.dumps(tokens))
+    lines: list[str] = []
+    env = {"PATH": "/usr/bin", "HOME": str(tmp_path), "CODEX_HOME": str(home)}
+    with services.sandbox.around(["codex", "app-server"], env, tmp_path, None, preset="standard", actor="agent:a",
+                                 agent_type="codex", log_line=lines.append) as (_, inner):
+        assert json.loads((Path(inner["CODEX_HOME"]) / "auth.json").read_text()) == tokens
+    said = [line for line in lines if "NOT kept out" in line]
+    assert said and "cannot stand in for" in said[0] and "auth.json holds the person's login" in said[0], lines
+
+
 def test_the_persons_logins_are_hidden_from_every_run(services: Services, git_env: Path,  # noqa: F811
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run's CLI gets its own copy (with a placeholder where the gate stands in); the person's files themselves are
