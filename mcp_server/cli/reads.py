@@ -60,7 +60,7 @@ def open_store_for_reading(home: Path) -> Store:
     if not exists:
         raise CliError(no_data(home))
     try:
-        return open_read_store(paths.db_path(home), url, migrate=may_migrate(home, url))
+        return open_read_store(paths.db_path(home), url, migrate=lambda: may_migrate(home, url))
     except StoreNotMigrated as error:
         raise CliError(not_migrated(home, url, error)) from None
 

@@ -13,7 +13,7 @@ file is refused instead (StoreNotMigrated).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -77,9 +77,11 @@ class SqliteReader(Store):
             self.db.close()
 
 
-def open_read_store(db_path: Path, database_url: str | None = None, *, migrate: bool = True) -> Store:
-    """The store to read from: the plain reader for a current SQLite file, else the full store (`migrate=False`: a
-    store at another schema is refused, never changed)."""
+def open_read_store(db_path: Path, database_url: str | None = None, *,
+                    migrate: bool | Callable[[], bool] = True) -> Store:
+    """The store to read from: the plain reader for a current SQLite file, else the full store (`migrate` false: a
+    store at another schema is refused, never changed; a callable is asked only then, so a current file costs no
+    more than its reader)."""
     if not database_url:
         reader = SqliteReader(db_path)
         if reader.schema_version == SCHEMA_VERSION:
@@ -87,4 +89,4 @@ def open_read_store(db_path: Path, database_url: str | None = None, *, migrate: 
         reader.close()
     from .db import open_store
 
-    return open_store(db_path, database_url, migrate=migrate)
+    return open_store(db_path, database_url, migrate=migrate() if callable(migrate) else migrate)

@@ -287,7 +287,7 @@ def _open_for_status(home: Path, url: str | None) -> tuple[Store, tuple[int, int
     from ..reads import may_migrate, not_migrated
 
     try:
-        return open_read_store(paths.db_path(home), url, migrate=may_migrate(home, url)), None
+        return open_read_store(paths.db_path(home), url, migrate=lambda: may_migrate(home, url)), None
     except StoreNotMigrated as error:
         if url:
             raise CliError(not_migrated(home, url, error)) from None

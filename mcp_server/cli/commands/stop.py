@@ -35,7 +35,7 @@ def running_agents(home: Path, pid: int | None = None) -> list[dict[str, Any]]:
     if not exists:
         return []
     try:
-        store = open_read_store(paths.db_path(home), url, migrate=may_migrate(home, url))
+        store = open_read_store(paths.db_path(home), url, migrate=lambda: may_migrate(home, url))
     except StoreNotMigrated:
         if url:
             return []  # a team's database at another schema: its daemons' runs are theirs to list
