@@ -56,7 +56,9 @@ async def test_restart_daemon_keeps_a_connected_clients_session_and_requeues_the
         assert refused.returncode == 1 and "Not restarted" in refused.stderr and "elicitation" in refused.stderr
         assert daemon.read_daemon_info(home)["started_at"] == before["started_at"]
 
-        plugin = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        # The plugin waits out the restart for as long as a slow machine takes (then it would start a daemon itself).
+        plugin = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"],
+                                       env={**env, "AGENTQUEUE_CONNECT_TIMEOUT": str(120 * SLOW)})
         async with Client(plugin, mode="legacy", elicitation_callback=person_says_yes) as client:
             assert (await call(client, "get_task", {"task_id": task["id"]}))["status"] == "IN_PROGRESS"
             done = await anyio.to_thread.run_sync(lambda: run_cli(env, "restart-daemon", "--yes",

@@ -152,8 +152,9 @@ async def test_an_upgrade_under_a_running_older_daemon(upgrade, tmp_path: Path) 
     wait_until(lambda: serve.poll() is not None or (daemon.read_daemon_info(home) and paths.socket_path(home).exists()),
                60 * SLOW, "the old daemon to start")
     assert serve.poll() is None, "the old daemon exited"
-    plugin = StdioServerParameters(command=sys.executable, args=["-P", "-m", "agentqueue", "mcp"], env=env,
-                                   cwd=str(tmp_path))
+    # The plugin waits out the restart for as long as a slow machine takes (then it would start a daemon itself).
+    plugin = StdioServerParameters(command=sys.executable, args=["-P", "-m", "agentqueue", "mcp"],
+                                   env={**env, "AGENTQUEUE_CONNECT_TIMEOUT": str(120 * SLOW)}, cwd=str(tmp_path))
     async with Client(plugin, mode="legacy", elicitation_callback=person_says_yes) as client:
         # The old daemon's queue, paused so that nothing runs (its runs would be unsandboxed): tasks waiting.
         await call(client, "orchestrator_control", {"action": "pause"})
