@@ -291,9 +291,11 @@ def not_kept_out(kind: str | None, env: Mapping[str, str], why: str) -> str | No
 
 
 def kept_out(env: Mapping[str, str], inner: Mapping[str, str]) -> dict[str, str]:
-    """`env` with each key the run holds a placeholder for replaced by that placeholder (`inner`: the run's own
-    environment). For what a run starts beside its agent (an ACP agent's terminals)."""
-    return {k: inner[k] if inner.get(k, "").startswith(PLACEHOLDER) else v for k, v in env.items()}
+    """`env` with every model key variable as the run itself holds it (`inner`: the run's own environment): its
+    placeholder, its own value where the gate keeps none out, or nothing when the run has none (fail closed). For
+    what a run starts beside its agent (an ACP agent's terminals)."""
+    keys = {c.variable for kind in KINDS.values() for c in kind.credentials} | set(CODEX_KEYS)
+    return {k: inner[k] if k in keys else v for k, v in env.items() if k not in keys or k in inner}
 
 
 # The person's CLI logins (and Claude Code's global config, which may hold a /login-managed `primaryApiKey` and MCP
