@@ -251,7 +251,7 @@ class _Run:
         if conflicts:
             self.queue.conflicted(culprit, tree, target, conflicts, landed)
         else:
-            self.queue.check_failed(culprit, failure, landed)
+            self.queue.check_failed(culprit, failure, landed, target)
         culprit.settled = False
 
     # -- the batch's worktree ----------------------------------------------------------------------------

@@ -6,8 +6,11 @@ that result inside the sandbox, and the default branch is moved to exactly that 
 compare-and-swap, only if they passed; when the default branch moved meanwhile (the person committed), it is
 updated and checked again. A conflict or a failing check sends the task back to the agent that did the work
 (`send_back`), with the conflict hunks or the check's output in its next prompt, up to the project's
-merge_retries; then it is BLOCKED as before. Repos without checks keep the fast path (landing.py), and send
-conflicts back through the same `send_back`.
+merge_retries for each kind (a conflict with work that landed after the agent's last resolution spends none:
+services/send_backs.py); then it is BLOCKED as before. The reruns of tasks sent back with conflicts in the same
+files run one after another (`held_reruns`), each merging again, just before it starts, what landed while it
+waited (`merge_again`). Repos without checks keep the fast path (landing.py), and send conflicts back through
+the same `send_back`.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from typing import Any
 
 import anyio
 
-from ..services import Services, gitops
+from ..services import Services, gitops, send_backs
 from ..services.errors import ServiceError
 from ..services.lifecycle import Lifecycle
 from ..services.projects import DEFAULT_MERGE_RETRIES
+from ..services.send_backs import FILES_KEPT, FREE_CONFLICTS
 from ..services.repo_config import Check, RepoConfig, RepoConfigError, declaration, declared_checks
 from ..store.models import Repo, Task
 from .batches import Batches
@@ -54,6 +58,18 @@ def _head(text: str, limit: int = CUT) -> str:
     """The first `limit` characters of `text` (conflict hunks read top down), saying how much was cut."""
     text = text.strip()
     return text if len(text) <= limit else f"{text[:limit]}\n[… {len(text) - limit} more characters cut …]"
+
+
+@dataclass
+class Sent:
+    """What `send_back` did: sent the task back (true), or not, with why when a cap was reached (`refusal`, a clause
+    for the task's reason)."""
+
+    ok: bool
+    refusal: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
 
 
 @dataclass
@@ -149,15 +165,17 @@ class MergeQueue:
         main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
         remote = self.remote(main)
         checks = self.checks(task, self.declared(task, repo))
+        passed = False  # the checks passed in an earlier round (the default branch moved before it could land)
         for attempt in range(1, ROUNDS + 1):
             target = self.target(tree, repo, remote)
             landed = self.landed_since(tree, target)
             conflicts = self.update(tree, repo, workspace.branch, target)
             if conflicts:
-                return self.conflicted(queued, tree, target, conflicts, landed)
+                return self.conflicted(queued, tree, target, conflicts, landed, checked=passed)
             failure = self.run_checks(task, workspace, checks, queued.port_env)
             if failure:
-                return self.check_failed(queued, failure, landed)
+                return self.check_failed(queued, failure, landed, target)
+            passed = True
             # Work that passes waits for a person when it changes protected paths or the files its checks run,
             # drops lines that landed, or is too large (work that fails is sent back first).
             hold = self.landing.holds(task, workspace, queued.read, checks, base=target)
@@ -220,6 +238,7 @@ class MergeQueue:
     def update(tree: gitops.Checkout, repo: Repo, branch: str, target: str) -> list[str]:
         """Bring the task's branch up to date with `target` in its worktree; the conflicting files, or [] when it
         is (the merge of a conflict is left in progress for the agent)."""
+        drop_abandoned_merge(tree)
         try:
             tree.run("merge-base", "--is-ancestor", target, "HEAD")
             return []  # it contains the default branch already
@@ -293,54 +312,139 @@ class MergeQueue:
 
     # -- sending work back -------------------------------------------------------------------------------
     def conflicted(self, queued: Queued, tree: gitops.Checkout, target: str, conflicts: list[str],
-                  landed: tuple[int, str]) -> bool:
+                   landed: tuple[int, str], checked: bool = False) -> bool:
         task, workspace = queued.task, queued.workspace
         repo = workspace.repo
         assert repo is not None
         hunks = _head(tree.run("diff", "--no-color"))
-        sent = self.send_back(task, queued.agent_id, "conflict", self.conflict_facts(tree, target, conflicts),
-                              _conflict_text(
-            repo.default_branch, workspace.branch or "", conflicts, hunks, landed))
+        facts = self.conflict_facts(tree, target, conflicts)
+        if checked:
+            facts["checked"] = True  # its checks passed on this work before the default branch moved
+        sent = self.send_back(task, queued.agent_id, "conflict", facts, _conflict_text(
+            repo.default_branch, workspace.branch or "", conflicts, hunks, landed), tree)
         if not sent:
             abort_merge(tree)
             self.lifecycle.blocked(task.id, "merge_conflict", {
-                **self.where(workspace), "conflicts": conflicts,
+                **self.where(workspace), "conflicts": conflicts, "refusal": sent.refusal,
                 "message": f"The task branch conflicts with '{repo.default_branch}' in {', '.join(conflicts)}; "
                            "the merge was aborted and the branch kept for you to resolve."})
         return False
 
-    def check_failed(self, queued: Queued, failure: dict[str, Any], landed: tuple[int, str]) -> bool:
+    def check_failed(self, queued: Queued, failure: dict[str, Any], landed: tuple[int, str],
+                     target: str | None = None) -> bool:
         task, workspace = queued.task, queued.workspace
         repo = workspace.repo
         assert repo is not None
         message = f"{failure['summary']}:\n{failure['output']}"
-        self.lifecycle.check_failed(task.id, message)
-        sent = self.send_back(task, queued.agent_id, "check", {"check": failure["check"]}, _check_text(
+        result_id = self.lifecycle.check_failed(task.id, message)
+        facts: dict[str, Any] = {"check": failure["check"], "result_id": result_id}
+        if target is not None:  # the default branch's commit merged into the branch (the checks ran on it)
+            tree = self.workspaces.tree(workspace)
+            facts |= {"target": target, "touched": touched(tree, target)}
+        sent = self.send_back(task, queued.agent_id, "check", facts, _check_text(
             repo.default_branch, failure, landed))
         if not sent:
             self.lifecycle.blocked(task.id, "verify_failed", details={
                 "error_type": "verify_failed", "error_message": message, "agent_type": None})
         return False
 
-    def send_back(self, task: Task, agent_id: str | None, kind: str, facts: dict[str, Any], told: str) -> bool:
-        """Requeue the task to `agent_id` on its branch with `told` in its next prompt, while the project's
-        merge_retries allow; False when they are spent (the caller blocks it)."""
+    def send_back(self, task: Task, agent_id: str | None, kind: str, facts: dict[str, Any], told: str,
+                  tree: gitops.Checkout | None = None) -> Sent:
+        """Requeue the task to `agent_id` on its branch with `told` in its next prompt, while its caps allow (not
+        when a cap is reached: the caller blocks it). Each kind has its cap (services/send_backs.py): a failing
+        check and a conflict without a new resolution (or markers left) each up to the project's merge_retries; a
+        conflict with work that landed after the agent's last resolution (`tree`: the worktree, mid-merge, whose
+        branch holds it or not), or the first one, spends none, up to FREE_CONFLICTS."""
         project = self.services.projects.get(task.project_id)
         cap = DEFAULT_MERGE_RETRIES if project.merge_retries is None else project.merge_retries
-        done = self.lifecycle.sends_back(task.id)
-        if done >= cap:
-            return False
-        header = (f"Sent back {done + 1} of {cap} time(s): the merge queue could not land this task's work. "
-                  "Fix it in this worktree and end your run; it is checked and landed again after you.\n")
-        payload = {"kind": kind, **facts, "attempt": done + 1, "cap": cap, "agent_id": agent_id}
+        if cap <= 0:
+            return Sent(False, "merge_retries is 0 for its project: the merge queue sends nothing back")
+        counted = send_backs.count(self.store, task.id)
+        spends: str | None
+        if kind == "check":
+            spends, done, limit = "check", counted.check, cap
+        elif kind == "conflict" and resolved(counted, tree):
+            spends, done, limit = None, counted.free, FREE_CONFLICTS
+        else:
+            spends, done, limit = "conflict", counted.conflict, cap
+        if done >= limit:
+            return Sent(False, _refusal(spends, limit))
+        repo = self.services.repos.get(task.repo_id) if task.repo_id else None
+        header = _header(spends, done + 1, limit, repo.default_branch if repo else "the default branch")
+        runs = int(self.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task.id,)) or 0)
+        payload = {"kind": kind, **facts, "attempt": done + 1, "cap": limit, "spends": spends, "agent_id": agent_id,
+                   "runs": runs}
         self.log_line(task.id, f"[merge queue] sent back to {agent_id or 'any agent'} ({kind}), "
-                               f"{done + 1} of {cap}")
-        return self.lifecycle.send_back(task.id, agent_id, header + told, payload)
+                               + (f"{done + 1} of {limit}" if spends else
+                                  f"no retry spent (a conflict with work that landed since its last resolution; "
+                                  f"{done + 1} of {limit} such)"))
+        sent = self.lifecycle.send_back(task.id, agent_id, header + told, payload)
+        if sent and kind == "conflict" and task.repo_id:
+            waits = send_backs.held_reruns(self.store, task.repo_id).get(task.id)
+            if waits:
+                self.log_line(task.id, f"[merge queue] its rerun waits for the rerun of {', '.join(waits)} (the same "
+                                       "files), then merges what landed meanwhile")
+        return Sent(sent)
+
+    def merge_again(self, task: Task, workspace: Workspace) -> None:
+        """Just before the rerun of a task sent back with a conflict: when the default branch moved while the rerun
+        waited (another task's rerun on the same files landed), the merge left in its worktree is done again on the
+        default branch's tip and what its agent is told written anew, so it resolves once, against everything that
+        landed. Nothing when a run came since the send-back (the worktree is as that run left it) or nothing moved."""
+        repo = workspace.repo
+        if repo is None or workspace.branch is None:
+            return
+        sends = send_backs.since_reset(self.store, task.id)
+        last = sends[-1] if sends else None
+        if not last or last.get("kind") != "conflict" or "runs" not in last:
+            return
+        runs = int(self.store.scalar("SELECT count(*) FROM task_results WHERE task_id = ?", (task.id,)) or 0)
+        if runs != last["runs"]:
+            return
+        tree = self.workspaces.tree(workspace)
+        try:
+            merging = tree.run("rev-parse", "--verify", "--quiet", "MERGE_HEAD")
+        except ServiceError:
+            return  # no merge in progress: nothing of the queue's to do again
+        main = gitops.Checkout(self.workspaces.checkout_of(repo), known=True)
+        try:
+            target = self.target(tree, repo, self.remote(main))
+        except ServiceError as error:
+            log.warning("could not read '%s' before the rerun of %s: %s", repo.default_branch, task.id, error)
+            return
+        if not merging or merging == target:
+            return
+        try:
+            abort_merge(tree)
+            landed = self.landed_since(tree, target)
+            conflicts = leave_merge(tree, target, repo.default_branch, workspace.branch)
+        except ServiceError as error:
+            log.warning("could not merge '%s' into %s again before its rerun: %s", repo.default_branch, task.id, error)
+            return
+        finally:
+            self.workspaces.expose(workspace)  # the run's repository as the daemon's worktree now is
+        header = _header(last.get("spends"), int(last.get("attempt") or 1), int(last.get("cap") or 1),
+                         repo.default_branch)
+        again = (f"'{repo.default_branch}' moved while your rerun waited (another task's rerun on the same files "
+                 "landed), so the merge was done again on its newest commit just before this run.\n")
+        if conflicts:
+            told = _conflict_text(repo.default_branch, workspace.branch, conflicts,
+                                  _head(tree.run("diff", "--no-color")), landed)
+        else:
+            told = (f"The merge of '{repo.default_branch}' into your branch went through without a conflict this "
+                    "time and is committed on it. Check that the work still does what the task asks, and end your "
+                    "run.\n" + _landed_section(repo.default_branch, landed))
+        self.lifecycle.retold(task.id, header + again + told, {"repo_id": repo.id, "target": target,
+                                                                "conflicts": conflicts})
+        self.log_line(task.id, f"[merge queue] merged '{repo.default_branch}' again before the rerun "
+                               f"({landed[0]} commit(s) landed since the branch last took it in)"
+                               + (f"; conflicts in {', '.join(conflicts)}" if conflicts else "; no conflict"))
 
     def send_back_conflict(self, task: Task, workspace: Workspace) -> bool:
         """The fast path (no checks) found a conflict: leave the merge of the default branch in progress in the
-        task's worktree and send the task back to its agent; False (the worktree as it was) when the retries are
-        spent, or the merge went through after all (the branch then holds it: the task is held as before)."""
+        task's worktree and send the task back to its agent; BLOCKED here when a cap is reached. True when the task
+        was settled so (sent back or held), False (the worktree as it was) when the merge went through after all or
+        it could not be sent back (the caller holds it as before)."""
         repo = workspace.repo
         assert repo is not None and workspace.branch is not None
         tree = self.workspaces.tree(workspace)
@@ -353,8 +457,16 @@ class MergeQueue:
                 return False
             told = _conflict_text(repo.default_branch, workspace.branch, conflicts,
                                   _head(tree.run("diff", "--no-color")), landed)
-            if self.send_back(task, task.assigned_agent, "conflict", self.conflict_facts(tree, target, conflicts),
-                              told):
+            sent = self.send_back(task, task.assigned_agent, "conflict", self.conflict_facts(tree, target, conflicts),
+                                  told, tree)
+            if sent:
+                return True
+            if sent.refusal:
+                abort_merge(tree)
+                self.lifecycle.blocked(task.id, "merge_conflict", {
+                    **self.where(workspace), "conflicts": conflicts, "refusal": sent.refusal,
+                    "message": f"The task branch conflicts with '{repo.default_branch}' in {', '.join(conflicts)}; "
+                               "the merge was aborted and the branch kept for you to resolve."})
                 return True
         except ServiceError as error:
             log.warning("could not send %s back with its conflict: %s", task.id, error)
@@ -367,7 +479,10 @@ class MergeQueue:
         (`tip`, its commit before the merge left in progress, and `fork`, their merge base), so its landing can
         tell whether the resolution dropped what landed since (land_guards.dropped_lines)."""
         tip = tree.run("rev-parse", "--verify", "HEAD")  # mid-merge, HEAD is still the branch's own commit
-        return {"conflicts": conflicts, "tip": tip, "fork": tree.run("merge-base", tip, target)}
+        # `target`, the default branch's commit it was given to merge (a rerun that resolves it has it), and what the
+        # branch changes (`touched`: the reruns of tasks sharing files run one after another, send_backs.py).
+        return {"conflicts": conflicts, "tip": tip, "fork": tree.run("merge-base", tip, target), "target": target,
+                "touched": touched(tree, target)}
 
     def where(self, workspace: Workspace) -> dict[str, Any]:
         repo = workspace.repo
@@ -407,9 +522,55 @@ class MergeQueue:
             return True
 
 
+def resolved(counted: send_backs.SendBacks, tree: gitops.Checkout | None) -> bool:
+    """Whether a conflict found now follows a new resolution by the agent: it is the task's first send-back (its
+    branch left the default branch before that work landed), or its branch holds the default branch's commit the
+    last send-back gave it to merge (its run resolved and committed that merge)."""
+    if counted.total == 0:
+        return True
+    given = counted.given
+    if given is None or tree is None:
+        return False
+    try:
+        tree.run("merge-base", "--is-ancestor", given, "HEAD")  # mid-merge, HEAD is the branch's own commit
+        return True
+    except ServiceError:
+        return False
+
+
+def touched(tree: gitops.Checkout, target: str) -> list[str]:
+    """The files the worktree's branch changes since it left `target`'s line (the first FILES_KEPT)."""
+    try:
+        return tree.run("diff", "--name-only", "--no-renames", f"{target}...HEAD").splitlines()[:FILES_KEPT]
+    except ServiceError:
+        return []
+
+
+def _header(spends: str | None, n: int, cap: int, default: str) -> str:
+    """The first line of what a task sent back is told: which send-back this is, against which cap."""
+    then = "Fix it in this worktree and end your run; it is checked and landed again after you.\n"
+    if spends is None:
+        return (f"Sent back for a conflict with work that landed on '{default}' after your branch last took it in: "
+                f"this spends none of the task's send-backs ({n} of at most {cap} such). {then}")
+    why = "for a failing check" if spends == "check" else "without a new resolution of the conflict"
+    return f"Sent back {n} of {cap} time(s) {why}: the merge queue could not land this task's work. {then}"
+
+
+def _refusal(spends: str | None, cap: int) -> str:
+    """Why the queue sends the task back no more: a clause for its reason."""
+    if spends is None:
+        return (f"it was sent back {cap} times for conflicts with work that landed meanwhile, the most the merge "
+                "queue sends back for those")
+    if spends == "check":
+        return f"its checks failed after each of its {cap} send-back(s) for them (the project's merge_retries)"
+    return (f"its agent brought no new resolution of the conflict in {cap} send-back(s) (the project's "
+            "merge_retries caps those; a conflict with work that landed after a resolution spends none)")
+
+
 def leave_merge(tree: gitops.Checkout, target: str, default: str, branch: str) -> list[str]:
     """Merge `target` into the worktree's branch; on a conflict leave the merge in progress (markers in the files,
     MERGE_HEAD set) and return the conflicting files."""
+    drop_abandoned_merge(tree)
     try:
         tree.run_as_author("merge", "--no-edit", "--quiet", "-m", f"Merge branch '{default}' into {branch}",
                            "--end-of-options", target)
@@ -420,6 +581,17 @@ def leave_merge(tree: gitops.Checkout, target: str, default: str, branch: str) -
             return conflicts
         abort_merge(tree)
         raise ServiceError(f"Could not merge '{default}' into '{branch}': {error}") from None
+
+
+def drop_abandoned_merge(tree: gitops.Checkout) -> None:
+    """A merge the queue left for the agent that its run did not conclude (its own git aborted it: the run's
+    repository is its own, so the daemon's still has MERGE_HEAD, and AgentQueue found nothing to commit): aborted
+    here too, so the branch is as the run left it and can be brought up to date again."""
+    try:
+        tree.run("rev-parse", "--verify", "--quiet", "MERGE_HEAD")
+    except ServiceError:
+        return
+    abort_merge(tree)
 
 
 def abort_merge(tree: gitops.Checkout) -> None:

@@ -29,6 +29,7 @@ from ..services.system import no_repo_warning
 from ..settings import Settings
 from ..services.lifecycle import Lifecycle
 from ..services.repo_config import Check, declared_checks
+from ..services.send_backs import held_reruns
 from ..services.tasks import AmbiguousRepoError
 from ..sandbox import limits
 from ..store.models import Agent, Task
@@ -299,7 +300,8 @@ class Engine:
 
     def queue_state(self) -> QueueState:
         """The scheduler's read model (queue_state.py), without the agent kinds parked for this daemon's accounts."""
-        return read_queue_state(self.services, self.team, self.workspaces, self.parking.held())
+        return read_queue_state(self.services, self.team, self.workspaces, self.parking.held(),
+                                frozenset(held_reruns(self.services.store)))
 
     # -- one run ---------------------------------------------------------------------------------
     async def execute(self, task_id: str, agent_id: str) -> None:
@@ -414,6 +416,7 @@ class Engine:
         if started_in is None:
             return None
         task, workspace, readiness = started_in
+        self.queue.merge_again(task, workspace)  # a rerun that waited: the default branch it merges, anew
         tools = agent.agent_type in TAKES_MCP_CONFIG
         mcp = agentqueue_server(self.home, ("agent",)) if tools else None
         planted = self._planted(task.id, agent.agent_type, workspace)
@@ -622,11 +625,12 @@ class Engine:
             return False
         if not files:
             return False
-        if not self.queue.send_back(task, agent.id, "unresolved", {"conflicts": files},
-                                    unresolved_told(repo.default_branch, files)):
+        sent = self.queue.send_back(task, agent.id, "unresolved", {"conflicts": files},
+                                    unresolved_told(repo.default_branch, files))
+        if not sent:
             self.lifecycle.blocked(task.id, "merge_conflict", {
                 "repo_id": repo.id, "branch": workspace.branch, "default_branch": repo.default_branch,
-                "checkout": str(self.workspaces.checkout_of(repo)), "conflicts": files,
+                "checkout": str(self.workspaces.checkout_of(repo)), "conflicts": files, "refusal": sent.refusal,
                 "message": f"Conflict markers are still in {', '.join(files)} after the agent's runs."})
         return True
 

@@ -17,10 +17,11 @@ from .workspaces import Workspaces
 
 
 def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
-                     parked: frozenset[str] = frozenset()) -> QueueState:
+                     parked: frozenset[str] = frozenset(), waiting: frozenset[str] = frozenset()) -> QueueState:
     """What the scheduler needs, and no more (see the module's docstring); inside the caller's claim transaction
     the rows it reads to claim are locked (SKIP LOCKED on PostgreSQL). `parked`: agent kinds given no task (their
-    login failed or their limit is used up: engine/parking.py); their tasks stay READY for when they resume."""
+    login failed or their limit is used up: engine/parking.py); their tasks stay READY for when they resume.
+    `waiting`: tasks sent back whose rerun waits for another's on the same files (services/send_backs.py)."""
     store = services.store
     lock = store.claim_lock
     paused = services.system.orchestrator_state() == "paused"
@@ -53,6 +54,9 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
     absent = [r.id for r in services.repos.list() if not workspaces.has_repo(r)] \
         if team.shared and team.others_alive() else []
     not_here = f" AND (repo_id IS NULL OR repo_id NOT IN ({', '.join('?' for _ in absent)}))" if absent else ""
+    held = sorted(waiting)
+    if held:
+        not_here += f" AND id NOT IN ({', '.join('?' for _ in held)})"
     tasks: dict[str, ReadyTask] = {}
     kinds = {(a.agent_type, a.repo_id, a.capabilities) for a in agents}
     # A task sent back to its agent (merge queue: READY with assigned_agent set) waits for that agent while it is
@@ -78,7 +82,7 @@ def read_queue_state(services: Services, team: Team, workspaces: Workspaces,
                     "FROM tasks WHERE project_id = ? AND status = 'READY' AND (agent_type IS NULL OR agent_type = ?) "
                     f"AND (? IS NULL OR repo_id = ?) AND {covered}{not_here}{pinned} "
                     "ORDER BY priority, created_at, id LIMIT ?"
-                    + lock, (project.id, agent_type, repo_id, repo_id, *needs, *absent, *idle, *owned, room)):
+                    + lock, (project.id, agent_type, repo_id, repo_id, *needs, *absent, *held, *idle, *owned, room)):
                 tasks[t["id"]] = ReadyTask(t["id"], t["project_id"], t["priority"], t["created_at"],
                                            t["agent_type"], t["repo_id"],
                                            t["assigned_agent"] if t["assigned_agent"] in idle else None,

@@ -192,9 +192,11 @@ def _paused(kind: str, d: Mapping[str, Any]) -> Reason:
 def _merge_conflict(d: Mapping[str, Any]) -> Reason:
     branch, default = d.get("branch"), d.get("default_branch") or "the default branch"
     files = _names(d.get("conflicts")) or "some files"
+    # Why the merge queue sent it back no more (a cap it reached: engine/merge_queue.py), when that is why.
+    refusal = f" It is not sent back again: {d['refusal']}." if d.get("refusal") else ""
     return Reason(
         f"Its branch '{branch}' conflicts with '{default}' of repo '{d.get('repo_id')}' in {files}; "
-        "the merge was aborted and the branch kept with the work.",
+        f"the merge was aborted and the branch kept with the work.{refusal}",
         f"Merge '{branch}' into '{default}' yourself in {d.get('checkout')} (git merge {branch}, resolve {files}, "
         f"commit), then skip_task {d['task_id']} so its dependents run.")
 

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from ..store.db import Store, iso_in, now_iso
+from . import send_backs
 from .agents import occupy_agent, record_pid, release_agents
 from .failures import NOT_RETRIED
 from .feedback import QUEUE_AUTHOR
@@ -209,17 +210,28 @@ class Lifecycle:
 
     def sends_back(self, task_id: str) -> int:
         """How many times the merge queue sent the task back since a person last restarted it or asked for
-        changes (the cap, project.merge_retries, counts these)."""
-        return int(self.store.scalar(
-            "SELECT count(*) FROM events WHERE task_id = ? AND event_type = 'task.sent_back' AND id > coalesce(("
-            "SELECT max(id) FROM events WHERE task_id = ? AND event_type IN ('task.restarted', "
-            "'task.changes_requested')), 0)", (task_id, task_id)) or 0)
+        changes (services/send_backs.py counts them per cap)."""
+        return send_backs.count(self.store, task_id).total
 
-    def check_failed(self, task_id: str, message: str) -> None:
-        """The newest attempt's result says the checks failed on its work (it completed, then failed them)."""
+    def retold(self, task_id: str, comment: str, payload: dict[str, Any]) -> None:
+        """What a task sent back is told, written anew just before its rerun (the merge queue merged the default
+        branch again: it moved while the rerun waited): the newest comment, which its prompt shows."""
         with self.store.transaction() as db:
+            row = self.tasks.require(task_id)
+            db["task_feedback"].insert({
+                "task_id": task_id, "project_id": row["project_id"], "comment": comment, "file": None, "line": None,
+                "author": QUEUE_AUTHOR, "from_status": row["status"], "created_at": now_iso()})
+            self.store.add_event("merge_queue.merged_again", project_id=row["project_id"], task_id=task_id,
+                                 payload=payload)
+
+    def check_failed(self, task_id: str, message: str) -> int | None:
+        """The newest attempt's result says the checks failed on its work (it completed, then failed them); returns
+        that result's id."""
+        with self.store.transaction() as db:
+            result_id = self.store.scalar("SELECT max(id) FROM task_results WHERE task_id = ?", (task_id,))
             db.execute("UPDATE task_results SET status = 'failed', error_type = 'verify_failed', error_message = ? "
-                       "WHERE id = (SELECT max(id) FROM task_results WHERE task_id = ?)", (message, task_id))
+                       "WHERE id = ?", (message, result_id))
+        return int(result_id) if result_id is not None else None
 
     def requeue(self, task_id: str, reason: str, count_retry: bool) -> str:
         """Back to READY after a crash or shutdown (BLOCKED once retries are spent, when they count)."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, UTC
 from typing import TYPE_CHECKING, Any
 
+from . import send_backs
 from .errors import ServiceError
 from .parking import Parking, parked_line
 from .task_states import CLAIMED, EXPLAINED, STATUS_NAMES, in_clause, ordered
@@ -37,6 +38,8 @@ def sent_back_why(payload: dict[str, Any]) -> str:
     what = {"conflict": f"conflict in {files}", "unresolved": f"conflict markers left in {files}",
             "check": f"check `{str(payload.get('check') or '')[:80]}` failed"}.get(str(payload.get("kind")),
                                                                                 str(payload.get("kind")))
+    if "spends" in payload and payload["spends"] is None:  # a conflict with work that landed since a resolution
+        return f"{what} (no retry spent; {payload.get('attempt')} of at most {payload.get('cap')} such)"
     return f"{what} ({payload.get('attempt')} of {payload.get('cap')})"
 
 
@@ -220,6 +223,7 @@ class System:
                               "AND assigned_agent IS NOT NULL LIMIT 100")
         rows += self.store.all(f"SELECT id, title, repo_id, status, assigned_agent FROM tasks WHERE {claimed} "
                                "AND repo_id IS NOT NULL LIMIT 100", params)
+        waits = send_backs.held_reruns(self.store) if rows else {}
         for row in rows:
             last = self.store.one(
                 "SELECT event_type, payload, timestamp FROM events WHERE task_id = ? AND event_type IN "
@@ -229,7 +233,8 @@ class System:
             payload = last["payload"] if isinstance(last["payload"], dict) else json.loads(last["payload"] or "{}")
             repo(row["repo_id"])["sent_back"].append({
                 "id": row["id"], "title": row["title"], "status": row["status"], "agent_id": row["assigned_agent"],
-                "why": sent_back_why(payload), "at": last["timestamp"]})
+                "why": sent_back_why(payload) + (f"; its rerun waits for {', '.join(waits[row['id']])}'s (the same "
+                                                 "files)" if row["id"] in waits else ""), "at": last["timestamp"]})
         return [repos[r] for r in sorted(repos)]
 
     def daemons(self) -> list[dict[str, Any]]:

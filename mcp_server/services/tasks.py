@@ -10,16 +10,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..store.db import Store, now_iso
-from ..store.models import Candidate, PermissionRequest, Task, TaskRef, TaskResult, TaskSummary, Tokens
+from ..store.models import Candidate, PermissionRequest, SendBacks, Task, TaskRef, TaskResult, TaskSummary, Tokens
 from .agents import release_agents
-from . import candidates, routing
+from . import candidates, routing, send_backs
 from .candidates import pins as candidate_pins
 from .engine_hooks import EngineHooks
 from .errors import ConflictError, InvalidInputError, NotFoundError
 from .limits import MAX_COUNT, MAX_RETRIES, check_range, check_title
 from .failures import error_report, explain, move_note
 from .ids import TaskIds
-from .projects import Projects
+from .projects import DEFAULT_MERGE_RETRIES, Projects
 from .system import task_warning
 from .task_states import (CLAIMED, EXPLAINED, NEEDS_PERSON, QUEUED, REPO_FIXED, STATUS_EVENTS, STATUS_NAMES,
                           STOPPABLE, check_transition, in_clause, list_filter, parse_statuses)
@@ -103,8 +103,20 @@ class Tasks:
         return Task(**{**row, "requires_approval": bool(row["requires_approval"]),
                        "capabilities": routing.capability_list(row.get("capabilities"))},
                     depends_on=self._deps(task_id), dependents=self._dependents(task_id), pending_requests=pending,
-                    sandbox_denials=refused, warning=task_warning(self.store, row),
+                    sandbox_denials=refused, warning=task_warning(self.store, row), send_backs=self._send_backs(row),
                     candidates=[Candidate(**c) for c in candidates.listing(self.store, row)] if row["best_of"] else [])
+
+    def _send_backs(self, row: dict[str, Any]) -> SendBacks | None:
+        """The merge queue's send-backs since the last reset, per cap (services/send_backs.py); None before any."""
+        counted = send_backs.count(self.store, row["id"])
+        if not counted.total:
+            return None
+        retries = self.store.scalar("SELECT merge_retries FROM projects WHERE id = ?", (row["project_id"],))
+        waits = send_backs.held_reruns(self.store, row["repo_id"]).get(row["id"], []) \
+            if row["status"] == "READY" and row["repo_id"] else []
+        return SendBacks(check=counted.check, conflict=counted.conflict,
+                         cap=DEFAULT_MERGE_RETRIES if retries is None else int(retries), free=counted.free,
+                         free_cap=send_backs.FREE_CONFLICTS, waits_for=waits)
 
     def exists(self, task_id: str) -> bool:
         return self.store.scalar("SELECT 1 FROM tasks WHERE id = ?", (task_id,)) is not None

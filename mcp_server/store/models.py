@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 
 class TaskStatus(str, Enum):  # noqa: UP042  StrEnum would change str(member), which messages and logs print
@@ -40,7 +40,7 @@ class Project(BaseModel):
     workspace: str
     verify_command: str | None = Field(None, description="run on an agent's work before it lands")
     default_repo_id: str | None = Field(None, description="where tasks without repo_id run")
-    merge_retries: int | None = Field(None, description="times a conflict or failing check is sent back (default 2)")
+    merge_retries: int | None = Field(None, description="sends back per kind: failed check, unresolved conflict")
     best_of_pick: Literal["smallest", "first"] | None = Field(None, description="best of N's winner (default smallest)")
     instructions: str | None = Field(None, description="standing instructions added to every task's prompt")
     task_counts: dict[str, int] = Field(default_factory=dict)
@@ -95,6 +95,18 @@ class Candidate(BaseModel):
     branch: str | None = Field(None, description="kept for review until the candidate is deleted")
 
 
+class SendBacks(BaseModel):
+    """The merge queue's send-backs of a task since a person last restarted it or requested changes, against the
+    caps (design.md "Merge queue"): past `cap` of either kind, or `free_cap` of the free ones, it is BLOCKED."""
+
+    check: int = Field(description="for a failing check")
+    conflict: int = Field(description="for a conflict its agent's last run brought no new resolution for (or markers)")
+    cap: int = Field(description="the project's merge_retries: the most of each of the two")
+    free: int = Field(description="for a conflict with work that landed after its last resolution: no retry spent")
+    free_cap: int
+    waits_for: list[str] = Field(default_factory=list, description="its rerun waits for theirs (the same files)")
+
+
 class Task(BaseModel):
     id: str
     project_id: str
@@ -127,8 +139,16 @@ class Task(BaseModel):
                                                       description="the agent's questions waiting for answer_request")
     sandbox_denials: list[str] = Field(default_factory=list)  # what the OS sandbox refused its runs, newest first
     warning: str | None = Field(None, description="its project has no repo: where it runs instead")
+    send_backs: SendBacks | None = None  # absent until the merge queue sends it back
     created_at: str
     updated_at: str
+
+    @model_serializer(mode="wrap")
+    def _without_send_backs(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("send_backs") is None:
+            data.pop("send_backs", None)
+        return data
 
 
 class TaskRef(BaseModel):
