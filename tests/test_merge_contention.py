@@ -3,7 +3,8 @@
 Six tasks append a line each to the same block of one file at once, and all six land: a conflict with work that
 landed after a branch left main spends none of the task's send-backs while its agent resolves it, and the reruns
 of tasks on the same lines run one after another (each merges what the one before landed) instead of racing
-again. A task whose agent never resolves is stopped by its own cap, saying so.
+again. A task whose agent never resolves is stopped by its own cap, saying so. A task sent back for a failing check
+has the check's output in every rerun's prompt until its checks run again.
 
 Every wait is on a state or a file with a deadline; nothing depends on a quiet machine. The agents that must be
 caught mid-run wait for a file the test writes (`.go-<run>`), never for a sleep.
@@ -234,3 +235,49 @@ async def test_a_task_that_never_resolves_is_stopped_by_its_own_cap(svc: Service
     assert git(repo, "show", "main:shared.txt").splitlines() == ["BEGIN", "the person's line", "END"]
     assert "Sent back 2 of 2 time(s) without a new resolution" in svc.feedback.comments(task)[-1].comment
 
+
+async def test_a_check_failures_output_is_in_every_rerun_prompt_until_it_is_checked_again(svc: Services) -> None:
+    """Its work fails the check; its rerun changes nothing that fixes it, and meanwhile the person lands a line on
+    the block, so the next send-back is for a conflict (the check cannot run on conflicted work): that rerun's prompt
+    still carries the check's output, beside the conflict. Then the check fails again and again: BLOCKED."""
+    svc.agents.create("red", "command", command=AGENT_COMMAND)
+    task = svc.tasks.create("demo", "Red", "LINE BAD red\nGATED", repo_id="app").id
+    repo = checkout(svc)
+
+    def prompt(n: int) -> str:
+        return (worktree(svc, task) / ".prompts" / f"{n}.txt").read_text()
+
+    def told_the_check(n: int) -> None:
+        assert "BAD line found: BAD red" in prompt(n), (n, prompt(n)[-3000:])
+
+    async with engine_running(make_engine(svc)):
+        await release(svc, task, 1)
+        await release(svc, task, 2, before=lambda: (told_the_check(2), person_adds(repo, "the person's line")))
+        await release(svc, task, 3, before=lambda: told_the_check(3))  # sent back for the conflict this time
+        await release(svc, task, 4, before=lambda: told_the_check(4))
+        await wait_for(lambda: status(svc, task) in FINAL, DEADLINE, "the red task to be held")
+
+    assert status(svc, task) == "BLOCKED"
+    kinds = [(e.payload["kind"], e.payload["spends"]) for e in events(svc, task, "task.sent_back")]
+    assert kinds == [("check", "check"), ("conflict", None), ("check", "check")]
+    assert "BAD line found" not in prompt(1)
+    assert "conflicts with 'main' in shared.txt" in prompt(3)
+    assert "## The checks failed on your last checked work" in prompt(3)
+    assert "## The checks failed on your last checked work" not in prompt(4)  # the send-back itself carries it
+    assert "BAD" not in git(repo, "show", "main:shared.txt")
+
+
+async def test_a_run_retried_for_its_failing_check_is_told_the_output(svc: Services) -> None:
+    """A task held for approval runs its checks itself (no queue): a failing check fails the run, retried like any
+    failure; the retry's prompt carries the check's output."""
+    svc.agents.create("red", "command", command=AGENT_COMMAND)
+    task = svc.tasks.create("demo", "Red, reviewed", "LINE BAD reviewed", repo_id="app", requires_approval=True,
+                            max_retries=1).id
+    await run_until_final(svc, make_engine(svc), task, timeout=DEADLINE)
+
+    assert status(svc, task) == "BLOCKED"
+    assert [r["error_type"] for r in results(svc, task)] == ["verify_failed"] * 2
+    retried = (worktree(svc, task) / ".prompts" / "2.txt").read_text()
+    assert "## The checks failed on your last checked work" in retried
+    assert "BAD line found: BAD reviewed" in retried
+    assert "BAD line found" not in (worktree(svc, task) / ".prompts" / "1.txt").read_text()

@@ -423,7 +423,8 @@ class Engine:
         config = self._agent_config(agent, task.project_id, project_settings=planted == {})
         config.model = task.model or config.model  # a task's model overrides its agent's for this run
         spec = BUILDERS[agent.agent_type](config,
-                                          task_prompt(task, svc.feedback.comments(task.id)),
+                                          task_prompt(task, svc.feedback.comments(task.id),
+                                                      svc.feedback.failed_check(task.id)),
                                           context_for(svc, task, workspace, agent_tools=tools, ready=readiness,
                                                       agent=agent), mcp)
         env = {**svc.settings.agent_environment(sandbox_kind(agent.agent_type, agent.command)), **readiness.env}

@@ -31,10 +31,12 @@ CLI_NOTE = """- `agentqueue task create TITLE -d DESCRIPTION` queues a follow-up
   record only what the next agent must know (a convention, a trap), not what you did."""
 
 
-def task_prompt(task: Task, comments: list[Comment] | None = None) -> str:
-    """The task as written, then what reviewers asked to change (request_changes), newest last."""
+def task_prompt(task: Task, comments: list[Comment] | None = None, failed_check: str | None = None) -> str:
+    """The task as written, then what reviewers asked to change (request_changes), newest last, why the merge queue
+    sent it back, and the output of the checks that failed on its newest checked work while the run must still fix
+    it (`failed_check`: Feedback.failed_check)."""
     prompt = f"# Task {task.id}: {task.title}\n\n{task.description}\n"
-    review = prompt_section(comments or [])
+    review = prompt_section(comments or [], failed_check)
     return f"{prompt}\n{review}" if review else prompt
 
 

@@ -7,10 +7,12 @@ are there; a task whose branch was merged already starts it again from the curre
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..store.db import Store, now_iso
+from . import send_backs
 from .errors import ConflictError, InvalidInputError
 from .limits import MAX_COUNT, check_path, check_range
 from .task_states import CLAIMED, QUEUED, REVIEWABLE, ordered
@@ -58,6 +60,11 @@ class Feedback:
         return [Comment(r["comment"], r["author"], r["created_at"], r["file"], r["line"]) for r in self.store.all(
             "SELECT comment, author, created_at, file, line FROM task_feedback WHERE task_id = ? ORDER BY id",
             (task_id,))]
+
+    def failed_check(self, task_id: str) -> str | None:
+        """The output of the checks that failed on the task's newest checked work, when its next run must still fix it
+        and what the merge queue last told it does not carry it (services/send_backs.py)."""
+        return send_backs.failed_check(self.store, task_id)
 
     def request_changes(self, task_id: str, comment: str, file: str | None = None, line: int | None = None,
                         author: Author = "mcp") -> ChangesRequested:
@@ -136,14 +143,22 @@ def _message(task_id: str, status: str, branch: str | None, merged: bool, repo_i
     return f"Task '{task_id}' is {queued} on its branch '{branch}' (its earlier commits stay) with your comment."
 
 
-def prompt_section(comments: list[Comment]) -> str:
+def prompt_section(comments: list[Comment], failed_check: str | None = None) -> str:
     """The part of a run's prompt that carries the reviewer's comments, then why the merge queue sent the work back
-    when that is the newest thing said about it ('' when there is neither)."""
+    when that is the newest thing said about it, then the output of the checks that failed on the task's newest
+    checked work when the run must still fix it and nothing above carries it (`failed_check`,
+    services/send_backs.py: a conflict came after it, or the run was retried for it); '' when there is none."""
     review = [c for c in comments if c.author != QUEUE_AUTHOR]
     sent_back = comments[-1] if comments and comments[-1].author == QUEUE_AUTHOR else None
     text = _review_section(review)
     if sent_back is not None:
         text += ("\n" if text else "") + "## Sent back by the merge queue\n" + sent_back.comment.rstrip() + "\n"
+    if failed_check and failed_check.strip():
+        fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", failed_check)), default=0) + 1)
+        text += (("\n" if text else "") + "## The checks failed on your last checked work\n"
+                 "The repository's checks failed on this task's work the last time they ran on it, and they have not "
+                 "passed since. Fix that too before you end your run (run the check yourself to see):\n"
+                 f"{fence}\n{failed_check.strip()}\n{fence}\n")
     return text
 
 

@@ -8,7 +8,8 @@ Counted since a person last restarted the task or asked for changes, each kind a
   one before (or it is the first), spends none: it is the queue's own doing. At most FREE_CONFLICTS of those.
 
 Also read here: the reruns that wait for another task's rerun on the same files (`held_reruns`: the queue lands
-them one after another instead of racing them again).
+them one after another instead of racing them again), and the check failure a rerun still has to fix
+(`failed_check`).
 """
 
 from __future__ import annotations
@@ -130,3 +131,24 @@ def held_reruns(store: Store, repo_id: str | None = None) -> dict[str, list[str]
             in_flight.append((task_id, repo, files))  # its rerun goes now: the ones sent back after it wait for it
     return held
 
+
+def failed_check(store: Store, task_id: str) -> str | None:
+    """The output of the checks that failed on the task's newest checked work, when its next run must still fix it and
+    the newest send-back's own text does not carry it already: a conflict came first since (its rerun is not checked
+    yet), or its run failed its checks outside the queue (retried like any failure)."""
+    sends = since_reset(store, task_id)
+    if sends and sends[-1].get("kind") == "check":
+        return None  # the newest send-back is that failure: its text, in the prompt, has the output
+    for payload in reversed(sends):
+        if payload.get("checked"):
+            return None  # the checks passed since (the default branch moved before it landed)
+        if payload.get("kind") == "check":
+            result_id = payload.get("result_id")
+            row = store.one("SELECT error_message FROM task_results WHERE id = ?", (result_id,)) if result_id else \
+                None
+            return (row or {}).get("error_message") or None
+    newest = store.one("SELECT error_type, error_message FROM task_results WHERE task_id = ? ORDER BY id DESC "
+                       "LIMIT 1", (task_id,))
+    if not sends and newest and newest["error_type"] == "verify_failed":
+        return newest["error_message"] or None
+    return None
