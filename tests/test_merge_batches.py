@@ -26,10 +26,15 @@ from .test_engine_lifecycle import engine_running, events, make_engine, status, 
 
 pytestmark = pytest.mark.anyio
 
-# Writes the task's `FILE <name>` with its `TEXT <text>` after `SLEEP <seconds>`; AgentQueue commits it.
+# Writes the task's `FILE <name>` with its `TEXT <text>` after `SLEEP <seconds>`; AgentQueue commits it. With
+# `GATED` it first waits for a GO file in its worktree (ignored by git), which the test writes when its turn comes.
 AGENT = r"""
 import os, pathlib, re, sys, time
 prompt = sys.stdin.read()
+if re.search(r"^GATED$", prompt, re.M):
+    deadline = time.time() + 300
+    while not pathlib.Path("GO").exists() and time.time() < deadline:
+        time.sleep(0.05)
 pause = re.search(r"^SLEEP ([0-9.]+)$", prompt, re.M)
 time.sleep(float(pause[1]) if pause else 0)
 name = re.search(r"^FILE (\S+)$", prompt, re.M)[1]
@@ -61,7 +66,7 @@ def setup_repo(svc: Services, merge_batch: int | None, agents: int) -> Path:
     svc.projects.edit("demo", merge_retries=1)
     svc.repos.add("demo", "init", name="app", merge_batch=merge_batch)
     repo = Path(svc.repos.get("app").checkout_path)
-    commit_file(repo, ".gitignore", "RELEASE\n", "the dam's release is never committed")
+    commit_file(repo, ".gitignore", "RELEASE\nGO\n", "the dam's release and the agents' gates are never committed")
     commit_file(repo, "check.py", CHECK, "the check")
     for n in range(agents):
         svc.agents.create(f"worker-{n}", "command", command=AGENT_COMMAND)
@@ -72,16 +77,21 @@ async def land_behind_a_dam(svc: Services, texts: list[str], final: int,
                             names: dict[int, str] | None = None) -> tuple[str, list[str]]:
     """The dam task and one task per text (file `task-<n>.txt`); runs until `final` of them are final. The dam's
     check holds its landing until every other task waits in the queue. (the dam's id, the others' ids)"""
-    dam = svc.tasks.create("demo", "Dam", "FILE HOLD\nTEXT {cwd}", repo_id="app").id
-    # They finish a little apart, so they enter the queue in order.
+    dam = svc.tasks.create("demo", "Dam", "FILE HOLD\nTEXT {cwd}\nGATED", repo_id="app").id
     names = names or {}
-    ids = [svc.tasks.create("demo", f"Task {n}", f"FILE {names.get(n, f'task-{n}.txt')}\nTEXT {text}\n"
-                            f"SLEEP {1.5 + 0.2 * n}", repo_id="app").id for n, text in enumerate(texts)]
+    ids = [svc.tasks.create("demo", f"Task {n}", f"FILE {names.get(n, f'task-{n}.txt')}\nTEXT {text}\nGATED",
+                            repo_id="app").id for n, text in enumerate(texts)]
 
     def entered() -> bool:
         return all(events(svc, t, "merge_queue.entered") for t in ids)
 
     async with engine_running(make_engine(svc)):
+        # They enter the queue in order, the dam first: each agent goes on only once the one before it waits in the
+        # queue (its gate), whatever the machine's load.
+        for task_id in [dam, *ids]:
+            await wait_for(lambda t=task_id: status(svc, t) == "IN_PROGRESS", 120, f"{task_id}'s run to start")
+            (svc.home / "worktrees" / "app" / task_id / "GO").write_text("go")
+            await wait_for(lambda t=task_id: events(svc, t, "merge_queue.entered"), 120, f"{task_id} to be queued")
         await wait_for(entered, 60, "the tasks to wait in the queue behind the dam")
         assert status(svc, dam) == "VERIFYING"  # still landing: its check waits
         (svc.home / "worktrees" / "app" / dam / "RELEASE").write_text("go")
@@ -232,7 +242,7 @@ async def test_the_batch_worktree_is_set_up_as_a_tasks_is(services: Services, gi
     too, once for every batch after it."""
     svc = services
     repo = setup_repo(svc, merge_batch=8, agents=3)
-    commit_file(repo, ".gitignore", "RELEASE\n.deps\n", "ignore what setup makes")
+    commit_file(repo, ".gitignore", "RELEASE\nGO\n.deps\n", "ignore what setup makes")
     commit_file(repo, ".agentqueue.toml", 'setup = "echo ok > .deps"\n', "the setup")
     dam, ids = await land_behind_a_dam(svc, ["a", "b"], final=3)
 
