@@ -31,6 +31,7 @@ Scenarios:
                that conflict (markers and both sides, rebuilt from the hunk) into both sides without the markers.
                With TOGETHER[n] in the prompt, a first run writes only once n runs (distinct LINE[...]) have
                asked, so all n branches leave the same main and the ones that land later conflict
+  soak_write   the Write tool writes the prompt's LINE[...] (and a newline) to FILE[...], then "Done." (bench/soak.py)
   (none)       a plain text answer
 
 `outage` (status, headers) answers every request of every scenario with that error (401 a refused key, 429 a
@@ -112,6 +113,15 @@ def _blocks(scenario: str, text: str, messages: list[Any], answered_tool: bool) 
         blocks = [("text", "Done: the task is finished.")]
     return blocks
 
+
+
+def _soak_write(text: str, answered_tool: bool) -> list[tuple[str, Any]]:
+    """Write the prompt's LINE[...] to its FILE[...] with the Write tool, then end the turn (bench/soak.py)."""
+    if answered_tool:
+        return [("text", "Done: the task is finished.")]
+    path, line = re.search(r"FILE\[(.*?)\]", text), re.search(r"LINE\[(.*?)\]", text)
+    return [("tool_use", {"name": "Write", "input": {"file_path": path[1] if path else "soak.txt",
+                                                     "content": (line[1] if line else "") + "\n"}})]
 
 
 def _wait_task(text: str, messages: list[Any]) -> list[tuple[str, Any]]:
@@ -355,6 +365,7 @@ class MockAnthropic:
             self._together(text)
         # search_create: as with ENABLE_TOOL_SEARCH, find create_task with ToolSearch, then call it.
         blocks = _search_create(text, messages) if scenario == "search_create" else \
+            _soak_write(text, answered_tool) if scenario == "soak_write" else \
             _blocks(scenario, text, messages, answered_tool)
         stop = "tool_use" if blocks[0][0] == "tool_use" else "end_turn"
         self._stream(handler, request, blocks, stop)
