@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters
 from agentqueue import daemon, paths
 from agentqueue.store.sqlite import SqliteStore as Store
 
-from .mock_anthropic import MockAnthropic
+from .mock_anthropic import USAGE, MockAnthropic
 from .processes import alive, claude_env
 from .third_party import npm_bin
 
@@ -99,4 +99,63 @@ async def test_daemon_killed_mid_run_is_recovered_without_losing_or_repeating_th
     finally:
         if first.poll() is None:
             first.kill()
+        mock.stop()
+
+
+async def test_a_run_cut_by_the_daemons_death_is_paid_for(tmp_path: Path) -> None:
+    """Issue 34 (the soak found it): a daemon killed mid-run never recorded that run, so the model responses it had
+    been served were in no ledger row. The runner keeps what the stream showed on disk as it goes; recovery records
+    it, partial, exactly what the mock served."""
+    mock = MockAnthropic().start()
+    home = tmp_path / "aq"
+    env = claude_env(tmp_path, mock.base_url, CLAUDE, AGENTQUEUE_HOME=str(home), AGENTQUEUE_POLL_SECONDS="0.1",
+                     CLAUDE_CODE_MAX_RETRIES="0")
+
+    def start_daemon() -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: paths.socket_path(home).exists() and daemon.read_daemon_info(home), 60, "the daemon")
+        return process
+
+    first = start_daemon()
+    second = None
+    try:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"], env=env)
+        async with Client(params) as client:
+            for tool, args in (("create_project", {"name": "Demo"}),
+                               ("add_repo", {"source": "init", "name": "app", "project_id": "demo"}),
+                               ("create_task", {"title": "Works, then waits", "project_id": "demo",
+                                                "repo_id": "app", "max_retries": 3,
+                                                "description": "SCENARIO:busy_then_hang STEPS[2] keep at it"})):
+                result = await client.call_tool(tool, args)
+                assert not result.is_error, result.content[0].text
+            task_id = result.structured_content["id"]
+        log = paths.task_log(home, task_id)
+        # Two responses served and read (each a Bash call whose result is in the log); the third request hangs.
+        wait_for(lambda: log.exists() and log.read_text().count("[result]") >= 2, 90, "two tool calls to run")
+        wait_for(lambda: log.with_suffix(".usage.json").exists(), 10, "the run's usage on disk")
+        served = mock.served_tokens("SCENARIO:busy_then_hang")
+        assert served["total"] == 2 * sum(USAGE.values())
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        store = Store(paths.db_path(home))
+        assert store.scalar("SELECT count(*) FROM token_ledger WHERE task_id = ?", (task_id,)) == 0
+
+        second = start_daemon()
+        wait_for(lambda: store.scalar("SELECT count(*) FROM events WHERE task_id = ? AND event_type = 'task.ready' "
+                                      "AND payload LIKE '%recovered%'", (task_id,)), 60, "recovery")
+        rows = store.all("SELECT input, output, cache_read, cache_write, total, cost_usd, partial, agent_id "
+                         "FROM token_ledger WHERE task_id = ?", (task_id,))
+        assert len(rows) == 1, rows
+        assert {k: rows[0][k] for k in served} == served
+        assert rows[0]["partial"] == 1 and rows[0]["agent_id"] == "claude"
+        assert rows[0]["cost_usd"] == pytest.approx(2 * 0.001495)  # the CLI's own price of a mock response
+        assert not log.with_suffix(".usage.json").exists() or store.scalar(
+            "SELECT status FROM tasks WHERE id = ?", (task_id,)) == "IN_PROGRESS"  # the rerun keeps its own
+        store.close()
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
         mock.stop()

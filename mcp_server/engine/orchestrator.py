@@ -54,6 +54,8 @@ from .prompting import context_for, task_prompt
 from .queue_state import read_queue_state
 from .ready import NotReady, Readiness, WorktreeSetup
 from .recovery import Recovery, save_wip
+from . import run_usage
+from .run_usage import UsageCheckpoint, usage_path
 from .runner import RunHandle, run_agent
 from .scheduler import QueueState, schedule
 from .watchdog import WatchdogLimits
@@ -319,6 +321,7 @@ class Engine:
             # Free the agent before leaving `running`: shutdown waits on `running`, and must not
             # return while an agent is still marked BUSY. A question the run left open is moot now.
             self.worktree_setup.end(task_id)  # its port is free again
+            run_usage.discard(self.home, task_id)  # the run is over, and its own record (if any) made
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._release, task_id, agent_id)
             self.running.pop(task_id, None)
@@ -377,7 +380,8 @@ class Engine:
                 if isinstance(channel, AcpChannel):  # its terminals hold no model key the gate keeps for the run
                     channel.env = kept_out(channel.env, env)
                 runner = run_agent(spec, workspace.path, spec.parser or PARSERS[agent.agent_type](), handle, log_path,
-                                   self.config.limits, on_line, env=env, channel=channel, nice=self.config.agent_nice)
+                                   self.config.limits, on_line, env=env, channel=channel, nice=self.config.agent_nice,
+                                   checkpoint=UsageCheckpoint(usage_path(self.home, task_id), agent.id))
                 if isinstance(channel, AcpChannel):
                     stack.callback(channel.close)  # its terminals end with the run
                 async with anyio.create_task_group() as tg:

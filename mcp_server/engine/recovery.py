@@ -16,6 +16,7 @@ from ..services import Services
 from ..services.agents import release_agents
 from ..services.errors import ServiceError
 from ..services.lifecycle import Lifecycle
+from . import run_usage
 from .runner import signal_group
 from .workspaces import Workspace, Workspaces
 
@@ -89,6 +90,7 @@ class Recovery:
             return False
         if home is not None:
             self._stop_leftover(row, home)
+            self._pay_for_cut_run(task_id, home)
         for request in self.services.requests.list("pending", task_id=task_id):
             self.services.requests.expire(request.id, "run ended with its daemon")
         with self.services.store.transaction():
@@ -96,6 +98,20 @@ class Recovery:
             status = self.lifecycle.requeue(task_id, "recovered", count_retry=True)
         log.info("recovered task %s -> %s", task_id, status)
         return True
+
+    def _pay_for_cut_run(self, task_id: str, home: Path) -> None:
+        """The ledger row of a run its daemon's death cut, from what its stream had shown (run_usage.py), unless the
+        run's own record was made before the daemon died (a ledger row of the task since the run started)."""
+        cut = run_usage.cut_run(home, task_id)
+        if cut is None:
+            return
+        agent_id, since, result = cut
+        if not self.services.store.scalar("SELECT 1 FROM token_ledger WHERE task_id = ? AND timestamp >= ? LIMIT 1",
+                                          (task_id, since)):
+            self.lifecycle.record_usage(task_id, agent_id, result)
+            log.info("recovered task %s: its cut run's %d tokens are in the ledger (partial)", task_id,
+                     result.tokens["total"])
+        run_usage.discard(home, task_id)
 
     def _stop_leftover(self, row: dict[str, Any], home: Path) -> None:
         """A dead daemon's agent process on this machine is killed, and the work in its worktree kept."""

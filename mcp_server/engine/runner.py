@@ -24,6 +24,7 @@ from anyio.abc import Process
 from ..line_splitter import LineSplitter
 from ..services.cpu_priority import lower_autogroup, niced
 from .adapters.base import AgentEvent, Parser, RunResult, RunSpec
+from .run_usage import UsageCheckpoint
 from .watchdog import LoopDetector, WatchdogLimits
 
 log = logging.getLogger("agentqueue.runner")
@@ -103,11 +104,12 @@ KILL_MESSAGES = {
 async def run_agent(spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle, log_path: Path,
                     limits: WatchdogLimits, on_event: Callable[[str], None] | None = None,
                     env: dict[str, str] | None = None, channel: AgentChannel | None = None,
-                    nice: int = 0) -> RunResult:
+                    nice: int = 0, checkpoint: UsageCheckpoint | None = None) -> RunResult:
     """Run one agent to its end. `env`: what it starts from (Settings.agent_environment), default the
     daemon's own. `channel`: for an interactive spec, who answers its questions. `nice`: how many niceness levels
-    below the daemon the run's session goes ([engine] agent_nice)."""
-    return await AgentRun(spec, cwd, parser, handle, log_path, limits, on_event, channel, nice).run(env)
+    below the daemon the run's session goes ([engine] agent_nice). `checkpoint`: where the usage its stream shows is
+    kept as it goes (run_usage.py), for a daemon that dies before the run ends."""
+    return await AgentRun(spec, cwd, parser, handle, log_path, limits, on_event, channel, nice, checkpoint).run(env)
 
 
 class AgentRun:
@@ -117,8 +119,12 @@ class AgentRun:
 
     def __init__(self, spec: RunSpec, cwd: Path, parser: Parser, handle: RunHandle, log_path: Path,
                  limits: WatchdogLimits, on_event: Callable[[str], None] | None = None,
-                 channel: AgentChannel | None = None, nice: int = 0) -> None:
+                 channel: AgentChannel | None = None, nice: int = 0, checkpoint: UsageCheckpoint | None = None) -> None:
         self.spec, self.cwd, self.parser, self.handle = spec, cwd, parser, handle
+        self.checkpoint = checkpoint
+        # A parser that can say what the stream has used so far (Claude Code's, response by response).
+        self.running_usage: Callable[[], tuple[dict[str, int], float | None]] | None = getattr(
+            parser, "running_usage", None) if checkpoint is not None else None
         self.nice = nice
         self.lowered = nice == 0  # the session's autogroup is set (cpu_priority.lower_autogroup)
         self.log_path, self.limits, self.on_event, self.channel = log_path, limits, on_event, channel
@@ -356,7 +362,8 @@ class AgentRun:
             await self._handle_line(tg, rest.decode("utf-8", errors="replace"))
 
     async def _handle_line(self, tg: anyio.abc.TaskGroup, line: str) -> None:
-        for event in self.parser.feed(line):
+        events = self.parser.feed(line)
+        for event in events:
             if event.kind == "control":
                 if self.interactive:
                     tg.start_soon(self._answer, event)
@@ -378,6 +385,8 @@ class AgentRun:
                 self.loops.observe_result(event.text)
             elif event.kind == "tool_call":
                 await self._observe_call(event)
+        if events and self.running_usage is not None and self.checkpoint is not None:
+            self.checkpoint.update(*self.running_usage())
         self._stop_if_parked()
 
     def _stop_if_parked(self) -> None:

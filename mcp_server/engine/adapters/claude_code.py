@@ -230,6 +230,10 @@ class ClaudeCodeParser:
         return tokens(usage.get("input_tokens"), usage.get("output_tokens"), usage.get("cache_read_input_tokens"),
                       usage.get("cache_creation_input_tokens"))
 
+    def running_usage(self) -> tuple[dict[str, int], float | None]:
+        """What the stream has shown the run used so far (the runner keeps it on disk: engine/run_usage.py)."""
+        return self.usage.tokens(), self.usage.cost()
+
     def finish(self, exit_code: int | None) -> RunResult:
         if self.result is None:  # died or killed: what the stream showed it had used is what it cost so far
             return RunResult("failed", summary="\n".join(self.texts)[-2000:], error_type="crashed",
