@@ -559,15 +559,14 @@ class Soak:
         filler = self.home / "filler"
         stat = os.statvfs(self.home)
         free = stat.f_bavail * stat.f_frsize
-        with open(filler, "wb") as out:
-            with contextlib.suppress(OSError):
-                while True:
-                    out.write(b"\0" * (1 << 20))
-                    out.flush()
-            with contextlib.suppress(OSError):
-                while True:
-                    out.write(b"\0" * 4096)
-                    out.flush()
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for size in (1 << 20, 4096, 1):  # to the last byte
+                with contextlib.suppress(OSError):
+                    while os.write(fd, b"\0" * size):
+                        pass
+        finally:
+            os.close(fd)
         self.say(f"filled the home's tmpfs: {free >> 20} MiB were free")
         began = time.monotonic()
         before = dict(self.statuses())
@@ -663,8 +662,10 @@ class Soak:
             self.mock.stop()
             if self._db is not None:
                 self._db.close()
-            if self.tmpfs:
+            if self.tmpfs and not (self.cfg.keep or self.failures):
                 subprocess.run(["umount", "-l", str(self.home)], capture_output=True)
+            elif self.tmpfs:
+                self.say(f"the home's tmpfs stays mounted: umount {self.home}")
             if not self.cfg.keep and not self.failures:
                 shutil.rmtree(self.root, ignore_errors=True)
         return figures

@@ -58,6 +58,7 @@ from . import run_usage
 from .run_usage import UsageCheckpoint, usage_path
 from .runner import RunHandle, run_agent
 from .scheduler import QueueState, schedule
+from .stranded import Room, Stranded
 from .watchdog import WatchdogLimits
 from .workspaces import Workspace, Workspaces
 
@@ -152,6 +153,8 @@ class Engine:
         self.best_of = BestOfN(services, self.lifecycle, self.workspaces, self.queue, self._log_line,
                                lambda task_id: task_id in self.running)
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
+        self.stranded = Stranded(services, self.recovery, home, self.team.id, lambda: list(self.running))
+        self.room = Room(home)
         self.parking = QueueParking(services, (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff),
                                     self.config.login_check_seconds, owner=self.team.id)
         self.hooks = HookRunner(services, home)
@@ -285,7 +288,11 @@ class Engine:
         if time.monotonic() - self._last_pr_poll >= self.config.pr_poll_seconds:
             self._last_pr_poll = time.monotonic()
             self.landing.poll_pull_requests()
-        if not full:
+        try:
+            self.stranded.sweep()
+        except Exception:  # the store refused a write (a full disk): the next sweep tries again
+            log.exception("the sweep for stranded runs failed")
+        if not full or not self.room.enough():
             return []
         self._last_pass = time.monotonic()
         claims = []
@@ -319,12 +326,16 @@ class Engine:
                 log.exception("could not record the failure of %s", task_id)
         finally:
             # Free the agent before leaving `running`: shutdown waits on `running`, and must not
-            # return while an agent is still marked BUSY. A question the run left open is moot now.
-            self.worktree_setup.end(task_id)  # its port is free again
-            run_usage.discard(self.home, task_id)  # the run is over, and its own record (if any) made
+            # return while an agent is still marked BUSY. A question the run left open is moot now. A task whose
+            # failed run sent it back READY may be claimed again before this: its new run's port, usage record and
+            # handle are the new run's.
+            if self.running.get(task_id) is handle:
+                self.worktree_setup.end(task_id)  # its port is free again
+                run_usage.discard(self.home, task_id)  # the run is over, and its own record (if any) made
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._release, task_id, agent_id)
-            self.running.pop(task_id, None)
+            if self.running.get(task_id) is handle:
+                self.running.pop(task_id, None)
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._settle_group, task_id)
             self._poked = True

@@ -82,6 +82,10 @@ class Recovery:
                     recovered.append(task_id)
         return recovered
 
+    def requeue_here(self, task_id: str, home: Path) -> bool:
+        """A run of this daemon's that has nothing behind it any more (stranded.py), requeued as a dead one's."""
+        return self._requeue(task_id, home)
+
     def _requeue(self, task_id: str, home: Path | None) -> bool:
         """One run of a dead daemon requeued; `home`: that daemon's, when it ran on this machine. False when the
         task is gone."""
