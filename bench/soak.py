@@ -375,7 +375,7 @@ class Soak:
         extra: dict[str, Any] = {"max_retries": 12}
         if bad:
             extra["agent_type"] = "command"  # its rerun must see the check's words: the script reads them
-        elif self.claude and self.cfg.claude_agents and index % 4 == 1:
+        elif self.claude and self.cfg.claude_agents and index % 8 == 1:
             extra["agent_type"] = "claude-code"  # a share for the real CLI (it is slower than the script)
         return text, extra
 
@@ -572,21 +572,47 @@ class Soak:
         before = dict(self.statuses())
         errors: list[str] = []
         # Hold it full until the queue has met the wall (a failed run, a refused write) or for 20 s.
+        told = ""
         while time.monotonic() - began < 20 * SLOWDOWN:
             await anyio.sleep(0.5)
             errors = self.disk_errors()
-            if len(errors) >= 3 and time.monotonic() - began > 6:
+            if not told:  # what a client is told while the disk is full
+                with contextlib.suppress(Exception):
+                    status = await self.call("get_status", {})
+                    told = next((w for w in status.get("warnings", []) if "AgentQueue's home" in w), "")
+            if told and time.monotonic() - began > 6:
                 break
+        if not told:
+            self.fail("get_status never said the home's disk is full")
         held = time.monotonic() - began
         alive = bool(self.daemon_pid() and running(self.daemon_pid() or 0))
+        integrity = self.rows("PRAGMA integrity_check")[0][0]
+        if integrity != "ok":
+            self.fail(f"the store on the full disk: integrity_check says {integrity}")
         filler.unlink()
-        self.fill = {"free_mib": free >> 20, "held_s": round(held, 1), "errors": errors[:8],
-                     "daemon_alive_when_full": alive,
-                     "moved_while_full": sum(1 for k, v in self.statuses().items() if before.get(k) != v)}
+        freed = time.monotonic()
+        last_event = int(self.rows("SELECT coalesce(max(id), 0) FROM events")[0][0])
+        claimed = [r["id"] for r in self.rows(
+            "SELECT id FROM tasks WHERE status IN ('ASSIGNED', 'IN_PROGRESS', 'VERIFYING')")]
         self.say(f"freed the space after {held:.0f} s; daemon alive throughout: {alive}; "
-                 f"{len(errors)} error line(s) about the disk")
+                 f"{len(errors)} line(s) about the disk; {len(claimed)} claimed")
         for line in errors[:5]:
             self.say("  " + line[:200])
+        if not alive:
+            self.fail("the daemon died on the full disk")
+        # Work resumes by itself: every task claimed when the space came back moves on (no restart helps here).
+        stuck = claimed
+        while stuck and time.monotonic() - freed < 120 * SLOWDOWN:
+            await anyio.sleep(0.5)
+            await self.top_up(backlog=24)
+            stuck = [t for t in claimed if not self.rows("SELECT 1 FROM events WHERE task_id = ? AND id > ?",
+                                                         (t, last_event))]
+        if stuck:
+            self.fail(f"{len(stuck)} task(s) claimed when the space was freed never moved on: {stuck}")
+        self.fill = {"free_mib": free >> 20, "held_s": round(held, 1), "errors": errors[:8], "get_status": told,
+                     "daemon_alive_when_full": alive, "integrity_when_full": integrity,
+                     "resumed_s": round(time.monotonic() - freed, 1), "stuck": len(stuck),
+                     "moved_while_full": sum(1 for k, v in self.statuses().items() if before.get(k) != v)}
 
     def disk_errors(self) -> list[str]:
         """What the queue said about the full disk: task reasons, the daemon's log, its output at start."""
@@ -1012,6 +1038,10 @@ def table(figures: dict[str, Any]) -> str:
         fill = figures["fill"]
         rows.append(("tmpfs filled: free MiB, held s", f"{fill['free_mib']}, {fill['held_s']}"))
         rows.append(("  daemon alive when full", fill["daemon_alive_when_full"]))
+        rows.append(("  store integrity_check when full", fill["integrity_when_full"]))
+        rows.append(("  claimed tasks stuck after space was freed", fill["stuck"]))
+        rows.append(("  all claimed tasks moved on after (s)", fill["resumed_s"]))
+        rows.append(("  get_status said", fill["get_status"][:90] + "…"))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"| {name:<{width}} | {value} |" for name, value in rows)
 

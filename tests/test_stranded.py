@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentqueue.engine import stranded
 from agentqueue.engine.workspaces import Workspaces
-from agentqueue.services import Services
+from agentqueue.services import Services, system
 
 from .git_fixtures import git_env  # noqa: F401  (fixture)
 from .processes import wait_for
@@ -57,7 +56,8 @@ async def test_a_run_whose_failure_could_not_be_recorded_is_requeued_and_lands(
         "state": "IDLE", "current_task": None}
 
 
-async def test_no_run_is_claimed_while_the_home_has_no_room(svc: Services, caplog: pytest.LogCaptureFixture) -> None:
+async def test_no_run_is_claimed_while_the_home_has_no_room(svc: Services, caplog: pytest.LogCaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     task = svc.tasks.create("demo", "Write", "WRITE out.txt landed", repo_id="app")
     engine = make_engine(svc)
     engine.room.min_free = 1 << 62  # more than any disk has: the home is "full"
@@ -67,7 +67,12 @@ async def test_no_run_is_claimed_while_the_home_has_no_room(svc: Services, caplo
     assert status(svc, task.id) == "READY"
     said = [r.getMessage() for r in caplog.records if "no run starts until space is freed" in r.getMessage()]
     assert len(said) == 1, said  # said once, not at every tick
-    engine.room.min_free = stranded.MIN_FREE_BYTES
+    monkeypatch.setattr(system, "MIN_FREE_BYTES", 1 << 62)
+    warning = svc.system.warnings()[0]  # get_status: the log may be on the full disk
+    assert warning.startswith(f"AgentQueue's home {svc.home} has ") and "no run starts until" in warning
+    monkeypatch.undo()
+    assert not any("AgentQueue's home" in w for w in svc.system.warnings())
+    engine.room.min_free = system.MIN_FREE_BYTES
     with caplog.at_level(logging.WARNING, logger="agentqueue.engine"):
         claims = engine.tick()
     assert claims == [(task.id, "worker")]

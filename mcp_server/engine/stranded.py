@@ -10,26 +10,26 @@ on a task whose run is over is freed the same way.
 
 **Room.** No run is claimed while AgentQueue's home has less than MIN_FREE_BYTES free: a run needs its worktree,
 its log and its store rows there, and one started on a full disk fails at once and spends a retry. The log says
-when the home is full and when runs start again.
+when the home is full and when runs start again (a log on that full disk may not be written: get_status says it too,
+services/system.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 from ..services import Services
 from ..services.agents import release_agents
+from ..services.system import MIN_FREE_BYTES, free_bytes
 from ..services.task_states import CLAIMED, in_clause
 from .recovery import Recovery
 
 log = logging.getLogger("agentqueue.engine")
 
 SWEEP_SECONDS = 10.0
-MIN_FREE_BYTES = 8 << 20
 
 
 class Stranded:
@@ -83,15 +83,8 @@ class Room:
         self.min_free = min_free
         self.full = False
 
-    def free(self) -> int | None:
-        try:
-            stat = os.statvfs(self.home)
-        except OSError:
-            return None
-        return stat.f_bavail * stat.f_frsize
-
     def enough(self) -> bool:
-        free = self.free()
+        free = free_bytes(self.home)
         full = free is not None and free < self.min_free
         if full and not self.full:
             log.warning("AgentQueue's home %s has %d KiB free (under %d MiB): no run starts until space is freed",

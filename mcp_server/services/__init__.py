@@ -59,7 +59,7 @@ class Services:
         self.channels = Channels(self.store, self.projects)
         self.events = Events(self.store)
         self.usage = Usage(self.store)
-        self.system = System(self.store, self.agents, restart)
+        self.system = System(self.store, self.agents, restart, home)
         self.repos = Repos(self.store, self.projects, home / "locks")
         self.vcs = Vcs(self.store, self.repos, self.settings)
         self.audit = Audit(self.store)

@@ -7,8 +7,10 @@ over a plain read-only store (cli/reads.py) and prints what get_status says, wor
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from datetime import datetime, timedelta, UTC
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import send_backs
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
     from .agents import Agents
 
 ORCHESTRATOR_KEY = "orchestrator_state"
+# No run is claimed while AgentQueue's home has less free than this (engine/stranded.py): a run needs its worktree,
+# its log and its store rows there.
+MIN_FREE_BYTES = 8 << 20
 HELD_LINES = 10  # get_status lists at most this many held tasks, then says how many more
 
 
@@ -43,6 +48,23 @@ def sent_back_why(payload: dict[str, Any]) -> str:
     return f"{what} ({payload.get('attempt')} of {payload.get('cap')})"
 
 
+def free_bytes(home: Path) -> int | None:
+    try:
+        stat = os.statvfs(home)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def room_warning(home: Path) -> str | None:
+    """The warning while the home's disk is (nearly) full: no run starts, and what to do."""
+    free = free_bytes(home)
+    if free is None or free >= MIN_FREE_BYTES:
+        return None
+    return (f"AgentQueue's home {home} has {free >> 10} KiB free: no run starts until {MIN_FREE_BYTES >> 20} MiB are "
+            "free (the disk is full). Free space on that disk; runs start again by themselves.")
+
+
 def no_repo_warning(project_id: str, workspace: str | None) -> str:
     """What a task of a project with no repo carries (issue 23): a model whose add_repo failed should not find out
     from a COMPLETED task whose file sits where nobody looks."""
@@ -60,10 +82,12 @@ def task_warning(store: Any, row: dict[str, Any]) -> str | None:
 
 
 class System:
-    def __init__(self, store: Store, agents: Agents, restart: Callable[[], None] | None = None) -> None:
+    def __init__(self, store: Store, agents: Agents, restart: Callable[[], None] | None = None,
+                 home: Path | None = None) -> None:
         self.store = store
         self.agents = agents
         self.restart = restart  # the daemon's: re-execute itself (absent in standalone and in-memory servers)
+        self.home = home  # whose free space get_status reports when runs wait for it
 
     def notify_test(self) -> list[dict[str, Any]]:
         """A test message to every [notify] URL, now; each one's result (notify/follower.py's send_test)."""
@@ -130,7 +154,8 @@ class System:
             warnings.append(f"The orchestrator is paused with {ready} READY task(s); "
                             "orchestrator_control action=resume starts them.")
         parked = [parked_line(row) for row in Parking(self.store).status()]
-        return parked + warnings + self._held_warnings() + self._no_change_warnings()
+        room = room_warning(self.home) if self.home is not None else None
+        return ([room] if room else []) + parked + warnings + self._held_warnings() + self._no_change_warnings()
 
     def _held_warnings(self) -> list[str]:
         """Every task that carries a reason and next step (EXPLAINED: held, or waiting for input), the newest first,
