@@ -148,6 +148,8 @@ class SoakConfig:
     deadline_s: float = 3600.0
     root: Path | None = None
     keep: bool = False
+    inspect: bool = True  # a soak that failed keeps its folder (and its tmpfs mounted) to be looked at
+    claude_only_pinned: bool = False  # the real CLI runs only the tasks pinned to it (the rest: command agents)
     verbose: bool = True
 
 
@@ -377,6 +379,8 @@ class Soak:
             extra["agent_type"] = "command"  # its rerun must see the check's words: the script reads them
         elif self.claude and self.cfg.claude_agents and index % 8 == 1:
             extra["agent_type"] = "claude-code"  # a share for the real CLI (it is slower than the script)
+        elif self.cfg.claude_only_pinned:
+            extra["agent_type"] = "command"
         return text, extra
 
     async def top_up(self, backlog: int) -> None:
@@ -688,11 +692,12 @@ class Soak:
             self.mock.stop()
             if self._db is not None:
                 self._db.close()
-            if self.tmpfs and not (self.cfg.keep or self.failures):
+            leave = self.cfg.keep or (bool(self.failures) and self.cfg.inspect)
+            if self.tmpfs and not leave:
                 subprocess.run(["umount", "-l", str(self.home)], capture_output=True)
             elif self.tmpfs:
                 self.say(f"the home's tmpfs stays mounted: umount {self.home}")
-            if not self.cfg.keep and not self.failures:
+            if not leave:
                 shutil.rmtree(self.root, ignore_errors=True)
         return figures
 
@@ -1005,6 +1010,21 @@ class ClientHolder:
 
 class ToolError(Exception):
     """A tool answered with an error (not a connection that broke)."""
+
+
+def can_mount_tmpfs() -> str | None:
+    """None when this process can mount a tmpfs (root, and mount allowed here), else why not."""
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    if shutil.which("mount") is None:
+        return "no mount command"
+    with tempfile.TemporaryDirectory() as target:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", target], capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            return f"mount -t tmpfs was refused: {done.stderr.strip() or done.returncode}"
+        subprocess.run(["umount", target], capture_output=True)
+    return None
 
 
 def running(pid: int) -> bool:
