@@ -210,7 +210,7 @@ class Soak:
             repo.mkdir(parents=True)
             self.git(repo, "init", "-q", "-b", "main")
             # beta's check is slower: tasks wait behind one another there, so its queue lands them in batches
-            nap = "0.3" if name == "alpha" else "2"
+            nap = "0.3" if name == "alpha" else "3"
             (repo / "check.sh").write_text(CHECK.replace("${SOAK_CHECK_SECONDS:-0}", nap))
             (repo / "README.md").write_text(f"# {name}\n\nA repo of the soak.\n")
             self.git(repo, "add", "-A")
@@ -389,7 +389,7 @@ class Soak:
         waiting = sum(1 for s in statuses.values() if s in RESUMABLE)
         while len(self.created) < self.cfg.tasks and waiting < backlog:
             index = len(self.created)
-            repo = "alpha" if index % 2 == 0 else "beta"
+            repo = "alpha" if index % 3 == 0 else "beta"  # beta's slow check makes a queue: batches
             key = f"soak-{repo[0]}{index:03d}"
             title = f"Soak task {key}"
             text, extra = self.description(index, key)
@@ -790,12 +790,21 @@ class Soak:
             "batches_landed": int(self.rows("SELECT count(*) FROM events WHERE event_type = "
                                             "'merge_queue.batch_landed'")[0][0]),
             "store_integrity": integrity, **ledger,
+            "engine_errors_logged": self.logged_errors(),
             "fill": self.fill or None,
             "seconds": round(time.monotonic() - self.started, 1),
             "failures": self.failures,
             "kill_log": [asdict(k) for k in self.kills],
         }
         return figures
+
+    def logged_errors(self) -> int:
+        """ERROR lines in the daemons' log (each with its traceback): a run that failed inside the engine."""
+        try:
+            return sum(1 for line in (paths.logs_dir(self.home) / "agentqueue.log").read_text(
+                errors="replace").splitlines() if " ERROR " in line)
+        except OSError:
+            return -1
 
     async def settle(self) -> None:
         deadline = time.monotonic() + 60 * SLOWDOWN
@@ -851,23 +860,31 @@ class Soak:
         of a task that is not running, busy agents, leases and questions of runs that are over."""
         running_ids = {i for i, t in tasks.items() if t["status"] in ("ASSIGNED", "IN_PROGRESS", "VERIFYING")}
         finished = {i for i, t in tasks.items() if t["status"] == "COMPLETED"}
-        return self.orphan_trees(finished) + self.orphan_processes(running_ids) + self.orphan_rows(running_ids)
+        return (self.orphan_trees(finished, running_ids) + self.orphan_processes(running_ids)
+                + self.orphan_rows(running_ids))
 
-    def orphan_trees(self, finished: set[str]) -> list[str]:
+    def orphan_trees(self, finished: set[str], claimed: set[str]) -> list[str]:
+        """Worktree folders (a `.orphan-*` one set aside too) and registered worktrees of no task that holds one now
+        (a claimed task's, or a resumable one's kept for its rerun), branches of COMPLETED tasks, and the usage records
+        of runs that are over."""
         out = []
+        keeps = {i for i, s in self.statuses().items() if s != "COMPLETED"}
         for repo_id in self.repos:
             folder = self.home / "worktrees" / repo_id
             for tree in folder.iterdir() if folder.exists() else []:
-                if tree.name in finished:
-                    out.append(f"worktree {tree} of COMPLETED task {tree.name}")
+                if tree.name != ".batch" and tree.name not in keeps:
+                    out.append(f"worktree folder {tree}")
         for name, repo in self.repos.items():
             for ref in self.git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split():
                 if ref.split("/", 1)[0] in finished:
                     out.append(f"branch {ref} in {name} of a COMPLETED task")
             for block in self.git(repo, "worktree", "list", "--porcelain").split("\n\n"):
-                path = block.split("\n", 1)[0].removeprefix("worktree ")
-                if Path(path).name in finished:
-                    out.append(f"registered worktree {path} in {name} of a COMPLETED task")
+                path = Path(block.split("\n", 1)[0].removeprefix("worktree "))
+                if path.is_relative_to(self.home) and path.name != ".batch" and path.name not in keeps:
+                    out.append(f"registered worktree {path} in {name}")
+        for record in (self.home / "logs" / "tasks").glob("*.usage.json"):
+            if record.name.removesuffix(".usage.json") not in claimed:
+                out.append(f"usage record {record.name} of a run that is over")
         return out
 
     def orphan_processes(self, running_ids: set[str]) -> list[str]:
@@ -1053,7 +1070,8 @@ def table(figures: dict[str, Any]) -> str:
                                                       f"{figures['tasks_with_model_calls']}"),
             ("tokens: ledger / mock served", f"{figures['ledger_tokens']:,} / {figures['mock_served_tokens']:,}"),
             ("responses cut by a kill", figures["responses_cut_by_a_kill"]),
-            ("store integrity_check", figures["store_integrity"]), ("seconds", figures["seconds"])]
+            ("store integrity_check", figures["store_integrity"]),
+            ("ERROR lines in the daemons' log", figures["engine_errors_logged"]), ("seconds", figures["seconds"])]
     if figures.get("fill"):
         fill = figures["fill"]
         rows.append(("tmpfs filled: free MiB, held s", f"{fill['free_mib']}, {fill['held_s']}"))
@@ -1081,7 +1099,7 @@ def main() -> None:
     args = parser.parse_args()
     config = SoakConfig(tasks=args.tasks, kills=args.kills, agents=args.agents, claude_agents=args.claude_agents,
                         seed=args.seed, tmpfs_mb=args.tmpfs, keep=args.keep,
-                        old_schema=None if args.new_home or args.tmpfs else 11,
+                        old_schema=None if args.new_home else 11,
                         plan=args.plan.split(",") if args.plan else None)
     soak = Soak(config)
     print(f"soak in {soak.root}: {config.tasks} tasks, kills {soak.plan}", flush=True)
