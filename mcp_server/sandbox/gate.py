@@ -181,23 +181,32 @@ class NetworkGate:
         with upstream:
             splice(client, upstream)
 
-    def _proxy(self, client: socket.socket) -> None:
+    def _request(self, client: socket.socket, port: int, pending: bytes = b""
+                 ) -> tuple[str, str, str, list[str], bytes] | None:
+        """A request's line and head lines, and what came after the head; None once it was answered (a 408 for a
+        head that took too long, a 400 for a malformed line) or the client left."""
         try:
-            got = _read_head(client)
+            got = _read_head(client, pending)
         except HeadTimeout:
             why = f"its request head did not arrive within {HEAD_TIMEOUT:g} s"
-            self._once("head", "127.0.0.1", 3128, why + " (further refusals of this kind are not logged)")
+            self._once("head", "127.0.0.1", port, why + " (further refusals of this kind are not logged)")
             client.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n" + why.encode() + b"\n")
-            return
+            return None
         if got is None:
-            return
+            return None
         head, rest = got
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3:
             client.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+            return None
+        return parts[0], parts[1], parts[2], lines, rest
+
+    def _proxy(self, client: socket.socket) -> None:
+        request = self._request(client, 3128)
+        if request is None:
             return
-        method, target, version = parts
+        method, target, version, lines, rest = request
         if method.upper() == "CONNECT":
             host, _, port_text = target.rpartition(":")
             host = host.strip("[]")
@@ -270,22 +279,10 @@ class NetworkGate:
 
     def _model_connection(self, client: socket.socket, route: ModelRoute, pending: bytes = b"") -> None:
         """A connection to the run's model port (or a tunnel to it): one request in origin form (or absolute form)."""
-        try:
-            got = _read_head(client, pending)
-        except HeadTimeout:
-            why = f"its request head did not arrive within {HEAD_TIMEOUT:g} s"
-            self._once("head", "127.0.0.1", route.port, why + " (further refusals of this kind are not logged)")
-            client.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n" + why.encode() + b"\n")
+        request = self._request(client, route.port, pending)
+        if request is None:
             return
-        if got is None:
-            return
-        head, rest = got
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3:
-            client.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
-            return
-        method, target, version = parts
+        method, target, version, lines, rest = request
         if target.startswith("http://"):
             url = urlsplit(target)
             target = (url.path or "/") + (f"?{url.query}" if url.query else "")
