@@ -549,7 +549,8 @@ async def test_one_run_per_hook_at_a_time(client, services: Services) -> None:
         tg.start_soon(runner.run_forever)
         await wait_for(lambda: runner._tg is not None, 5, "the hook runner to start")
         tg.start_soon(runner.fire, "slow")
-        await wait_for(lambda: "slow" in runner.active, 5, "the first run to start")
+        # `active` is taken before the run's row is written (in a thread): wait for the row, not the flag.
+        await wait_for(lambda: "slow" in runner.active and runs(services, "slow"), 5, "the first run to start")
         before = db_snapshot(services)
         text = await fail(client, "fire_hook", hook_id="slow")
         assert "slow" in text and "already running" in text and "list_hook_runs" in text

@@ -282,7 +282,6 @@ def serve(home: Path, host: str, port: int, http: bool, options: dict[str, Any] 
           allow_hosts: list[str] | None = None) -> int:
     """Entry point of `agentqueue serve`; returns the exit code (or re-executes itself on restart_daemon)."""
     logs.configure(home, "agentqueue")
-    log.info("AgentQueue %s starting for %s", __version__, home)  # the code this process runs, from its start
     daemon = Daemon(home, host, port, http, options, allow_hosts)
     try:
         anyio.run(daemon.run)
