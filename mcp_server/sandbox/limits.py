@@ -9,7 +9,7 @@ daemon make one, else RLIMIT_NPROC inside bubblewrap's user namespace.
   of its own, where the kernel counts RLIMIT_NPROC per namespace: the limit counts only the run's processes.
 - Else (root without a usable pids cgroup) nothing holds: RLIMIT_NPROC never binds uid 0, and the run's log says so.
 
-A run enters its cgroup before bubblewrap starts (a shell writes its own pid into `cgroup.procs`, then execs
+A run enters its cgroup before bubblewrap starts (a shell writes itself into the cgroup, then execs
 bubblewrap), so nothing of it is ever outside; when that write fails the run does not start (fail closed).
 """
 
@@ -34,8 +34,9 @@ _left_lock = threading.Lock()
 REAP_PERIOD = 0.02  # seconds between a reaper's tries at the cgroups still emptying
 REAP_FOR = 5.0  # how long the reaper tries after the last one was left; then the next run's sweep does
 _reaper: threading.Thread | None = None
-# Writes the shell's own pid into the cgroup named by $0, then becomes the run's command.
-_ENTER = ('echo $$ > "$0" || { echo "agentqueue sandbox: the run could not enter its process limit ($0)" >&2; '
+# Moves the shell into the cgroup whose entry file is $0 (writing "0" there means "the writer"), then becomes the
+# run's command.
+_ENTER = ('echo 0 > "$0" || { echo "agentqueue sandbox: the run could not enter its process limit ($0)" >&2; '
           'exit 126; }; exec "$@"')
 _ULIMIT = 'ulimit -u "$0" || { echo "agentqueue sandbox: could not set the run\'s process limit" >&2; exit 126; }; ' \
           'exec "$@"'
@@ -119,7 +120,7 @@ class ProcessLimit:
         """bubblewrap's argv, started from inside the run's cgroup."""
         if self.folder is None:
             return argv
-        return ["/bin/sh", "-c", _ENTER, str(self.folder / "cgroup.procs"), *argv]
+        return ["/bin/sh", "-c", _ENTER, str(self.folder / _entry_file(self.folder)), *argv]
 
     def inner(self) -> list[str]:
         """What goes before the command inside the sandbox: `ulimit -u` where no cgroup holds and it binds."""
@@ -151,6 +152,13 @@ class ProcessLimit:
         if not _remove(self.folder, wait=0):
             _reap_later(self.folder)
         self.folder = None
+
+
+def _entry_file(folder: Path) -> str:
+    """Where the run's shell writes itself. cgroup v1's `tasks` moves one thread (the shell has only one) without the
+    kernel's global threadgroup lock, whose write side waits out an RCU grace period: ~8-10 ms a run start paid
+    through `cgroup.procs` (bench/sandbox_start.py). cgroup v2 has no `tasks`: `cgroup.procs` there."""
+    return "tasks" if (folder / "tasks").exists() else "cgroup.procs"
 
 
 def describe(max_processes: int) -> str:
