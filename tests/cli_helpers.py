@@ -17,6 +17,8 @@ from typing import Any
 from agentqueue import paths
 from agentqueue.daemon_client import call_tool, running_daemon
 
+from .slowdown import scaled
+
 # Variables from the machine that would make a test depend on it.
 _MACHINE = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "AGENTQUEUE_TOKEN", "AGENTQUEUE_CLAUDE_BIN", "AGENTQUEUE_CODEX_BIN",
             "AGENTQUEUE_GEMINI_BIN", "AGENTQUEUE_GH_BIN", "AGENTQUEUE_CLAUDE_AGENT_ACP_BIN", "AGENTQUEUE_CODEX_ACP_BIN",
@@ -93,13 +95,15 @@ def cli_json_in_process(env: dict[str, str], *args: str) -> Any:
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 60, what: str = "the condition") -> Any:
+    """Until `condition()` is truthy (returned); `timeout` is a quiet machine's seconds (tests/slowdown.py)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.05)
 
 

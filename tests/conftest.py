@@ -26,8 +26,16 @@ from agentqueue import daemon, paths
 from agentqueue.server.app import BuiltServer, build
 from agentqueue.services import Services
 
-from . import cost_markers
+from . import cost_markers, slowdown
 from .pg import PgServer, pg_binary
+from .slowdown import scaled
+
+# One factor for the whole run: the xdist workers, started after this, inherit it (tests/slowdown.py).
+os.environ[slowdown.ENV] = str(slowdown.SLOWDOWN)
+
+
+def pytest_report_header() -> str:
+    return f"deadlines x{slowdown.SLOWDOWN} ({slowdown.ENV}; tests/slowdown.py)"
 
 
 @pytest.fixture
@@ -99,7 +107,7 @@ def _daemons_under(root: Path) -> list[int]:
 def no_daemon_left_behind(tmp_path: Path):
     """A test that starts a daemon must stop it: an orphan would keep serving a deleted home."""
     yield
-    deadline = time.monotonic() + 10  # a stopped daemon releases its lock a moment before it exits
+    deadline = time.monotonic() + scaled(10)  # a stopped daemon releases its lock a moment before it exits
     while (orphans := _daemons_under(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in orphans:

@@ -15,6 +15,7 @@ from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
 from .conftest import person_says_yes
+from .slowdown import scaled
 
 
 def engine_for(services: Services, **limits: float) -> Engine:
@@ -27,11 +28,20 @@ def engine_for(services: Services, **limits: float) -> Engine:
 async def run_until(engine: Engine, done: Callable[[], bool], timeout: float = 90) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(scaled(timeout)):
             while not done():
                 await anyio.sleep(0.1)
         await engine.shutdown()
         tg.cancel_scope.cancel()
+
+
+async def passes(engine: Engine, count: int = 5, timeout: float = 60) -> None:
+    """Until the running engine has looked at the queue `count` more times: how a test says "and nothing happened"
+    without a fixed sleep (a fast machine gets there sooner, a busy one later, each having looked as often)."""
+    until = engine.ticks + count
+    with anyio.fail_after(scaled(timeout)):
+        while engine.ticks < until:
+            await anyio.sleep(0.02)
 
 
 @asynccontextmanager

@@ -18,6 +18,8 @@ from mcp.types import CallToolResult
 from mcp_types import Request, RequestParams, Result
 from pydantic import ConfigDict
 
+from .slowdown import scaled
+
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
 
 
@@ -115,7 +117,7 @@ class TasksClient(ClientExtension):
         if self.on_created is not None:
             await self.on_created(created, ctx.session)
         answered: set[str] = set()
-        with anyio.fail_after(120):
+        with anyio.fail_after(scaled(120)):
             while True:
                 task = self.last = await get_task(ctx.session, created.task_id)
                 self._saw(task.status)

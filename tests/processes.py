@@ -16,6 +16,8 @@ from typing import Any
 import anyio
 import pyte
 
+from .slowdown import scaled
+
 
 def alive(pid: int) -> bool:
     try:
@@ -39,6 +41,18 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def in_group(pgid: int, word: bytes) -> bool:
+    """Whether a live process of the group has `word` in its command line."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            state, _ppid, group = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            if int(group) == pgid and state != "Z" and word in (proc / "cmdline").read_bytes():
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
 def own_children(*words: str) -> list[int]:
     """Pids of this process's children whose command line holds all of `words`."""
     found = []
@@ -54,12 +68,14 @@ def own_children(*words: str) -> list[int]:
 
 
 async def wait_for(condition: Callable[[], object], timeout: float = 20, what: str = "the condition") -> None:
+    """Until `condition()` holds; `timeout` is a quiet machine's seconds (scaled: tests/slowdown.py)."""
+    timeout = scaled(timeout)
     try:
         with anyio.fail_after(timeout):
             while not condition():
                 await anyio.sleep(0.05)
     except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}") from None
 
 
 

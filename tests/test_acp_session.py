@@ -13,6 +13,8 @@ from agentqueue.engine.adapters.acp import AcpSession, build, mcp_servers
 from agentqueue.engine.adapters.acp_presets import argv_of, preset_of
 from agentqueue.engine.adapters.base import AgentConfig
 
+from .slowdown import scaled
+
 
 def line(**message: Any) -> str:
     return json.dumps({"jsonrpc": "2.0", **message}) + "\n"
@@ -38,7 +40,7 @@ async def drive(session: AcpSession, answers: list[dict[str, Any]], updates: lis
     async def close() -> None:
         return None
 
-    with anyio.fail_after(60):  # a hang guard, not a timing
+    with anyio.fail_after(scaled(60)):  # a hang guard, not a timing
         await session.drive(send, close, anyio.Path("/tree"))  # type: ignore[arg-type]
     return events
 
@@ -144,7 +146,7 @@ async def test_a_refusals_reason_is_the_next_prompt_once() -> None:
     async def close() -> None:
         return None
 
-    with anyio.fail_after(60):  # a hang guard, not a timing
+    with anyio.fail_after(scaled(60)):  # a hang guard, not a timing
         await session.drive(send, close, anyio.Path("/tree"))  # type: ignore[arg-type]
     assert prompts == ["do it", "AgentQueue refused tool calls of your last turn:\n- Bash(rm x) is denied.\n"
                                 "- Edit(/etc/passwd) is denied."]

@@ -20,6 +20,7 @@ from .cli_helpers import AGENT_COMMAND, LiveDaemon, signals, cli_env, run_cli, s
 from .mock_anthropic import USAGE, MockAnthropic
 from .processes import Terminal
 from .test_engine_claude import CLAUDE, mock_api  # noqa: F401  (mock_api: fixture)
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
@@ -52,7 +53,7 @@ class Chat(Terminal):
         return ANSI.sub("", self.text)
 
     def wait(self, needle: str, count: int = 1, timeout: float = 90) -> str:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while self.screen.count(needle) < count and time.monotonic() < deadline:
             self.read_until(b"\0never\0", timeout=0.2)
         assert self.screen.count(needle) >= count, f"{needle!r} x{count} not seen; screen:\n{self.screen[-3000:]}"

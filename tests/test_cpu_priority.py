@@ -25,6 +25,7 @@ from agentqueue.settings import ConfigError, load
 
 from .engine_runs import engine_for, run_until
 from .git_fixtures import git, git_env  # noqa: F401  (git_env: fixture)
+from .slowdown import scaled
 
 # The agent waits a moment (the engine lowers its session just after it starts), then writes down where it runs.
 PROBE = textwrap.dedent("""
@@ -162,25 +163,23 @@ def test_the_relay_starts_without_the_stdlib_modules_that_cost_its_start(tmp_pat
 async def test_a_cancelled_run_leaves_nothing_of_its_sandbox_running(services: Services, tmp_path: Path) -> None:
     """A run cancelled from outside (a shutdown past its grace) kills its whole group: bubblewrap's init of the run's
     PID namespace outlives its parent otherwise (it ignores the parent's death), with the agent under it."""
-    from .processes import group_alive
+    from .processes import group_alive, in_group
 
     work = tmp_path / "work"
     work.mkdir()
     handle = RunHandle()
-    agent = [sys.executable, "-c", "import time; time.sleep(60)"]
+    agent = [sys.executable, "-c", "import time; time.sleep(60)  # agent-asleep"]
     with services.sandbox.around(agent, dict(os.environ), work, None, preset="standard", actor="test") as (argv, env):
         async with anyio.create_task_group() as tg:
             async def cancel_when_running() -> None:
-                while handle.pid is None or not group_alive(handle.pid):
-                    await anyio.sleep(0.05)
-                await anyio.sleep(0.5)  # the sandbox is up, the agent sleeping in it
+                while handle.pid is None or not group_alive(handle.pid) or not in_group(handle.pid, b"agent-asleep"):
+                    await anyio.sleep(0.05)  # until the sandbox is up and the agent sleeping in it
                 tg.cancel_scope.cancel()
             tg.start_soon(cancel_when_running)
             await run_agent(RunSpec(argv=argv, stdin=None), work, CommandParser(), handle, tmp_path / "run.log",
                             WatchdogLimits(), env=env, nice=10)
     assert handle.pid is not None
-    for _ in range(40):
-        if not group_alive(handle.pid):
-            break
-        await anyio.sleep(0.05)
+    with anyio.move_on_after(scaled(2)):
+        while group_alive(handle.pid):
+            await anyio.sleep(0.05)
     assert not group_alive(handle.pid)

@@ -24,6 +24,7 @@ from .engine_runs import engine_for, run_until  # noqa: F401  (imported from her
 from .processes import group_alive
 from .test_merge_queue import CHECK, check_passes, first_parents
 from .third_party import npm_bin
+from .slowdown import scaled
 
 CLAUDE = npm_bin("claude")
 pytestmark = [pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
@@ -98,24 +99,26 @@ async def test_rate_limit_parks_the_agent_kind_with_a_classification(queue: Serv
     assert error["error_type"] == "Rate limited" and "429" in error["error_message"]
 
 
-async def test_stop_task_kills_a_hung_run_within_two_seconds(queue: Services) -> None:
+async def test_stop_task_kills_a_hung_run_within_two_seconds(queue: Services, mock_api: MockAnthropic) -> None:
     task = queue.tasks.create("demo", "Hangs", "SCENARIO:hang wait forever", repo_id="app")
     engine = engine_for(queue)
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(60):
+        with anyio.fail_after(scaled(60)):
             while task.id not in engine.running or engine.running[task.id].pid is None:
                 await anyio.sleep(0.05)
-        await anyio.sleep(1.0)  # let claude reach the model call
+        with anyio.fail_after(scaled(60)):  # claude is at the model call that never answers
+            while not mock_api.messages_for("hang"):
+                await anyio.sleep(0.05)
         pid = engine.running[task.id].pid
         started = time.monotonic()
         previous, killed = await anyio.to_thread.run_sync(queue.tasks.stop, task.id)
         assert previous == "IN_PROGRESS" and killed
-        with anyio.fail_after(2):
+        with anyio.fail_after(scaled(2)):
             while group_alive(pid):
                 await anyio.sleep(0.05)
-        assert time.monotonic() - started < 2
-        with anyio.fail_after(10):
+        assert time.monotonic() - started < scaled(2)
+        with anyio.fail_after(scaled(10)):
             while task.id in engine.running:
                 await anyio.sleep(0.05)
         await engine.shutdown()

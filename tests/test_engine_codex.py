@@ -13,6 +13,7 @@ from agentqueue.services import Services
 
 from . import mock_openai as mock
 from .third_party import npm_bin
+from .slowdown import scaled
 
 CODEX = npm_bin("codex")
 pytestmark = [pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
@@ -40,7 +41,7 @@ async def run_until_settled(services: Services, task_id: str) -> Engine:
     engine = Engine(services, services.home, config=EngineConfig(poll_seconds=0.1, rate_limit_backoff=30))
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(90):
+        with anyio.fail_after(scaled(90)):
             while services.tasks.get(task_id).status not in ("COMPLETED", "BLOCKED", "PAUSED"):
                 await anyio.sleep(0.1)
         await engine.shutdown()
@@ -72,7 +73,7 @@ async def test_codex_rate_limit_parks_codex_agents_and_the_task_stays_ready(code
     engine = Engine(codex_queue, codex_queue.home, config=EngineConfig(poll_seconds=0.1, rate_limit_backoff=30))
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(90):
+        with anyio.fail_after(scaled(90)):
             while not codex_queue.parking.parked() or engine.running:
                 await anyio.sleep(0.1)
         await engine.shutdown()

@@ -31,9 +31,11 @@ from agentqueue.services import Services
 from agentqueue.services.errors import ServiceError
 
 from .git_fixtures import bare_sha, git, git_env, make_origin, porcelain, sha  # noqa: F401  (git_env: fixture)
+from .engine_runs import passes
 from .processes import group_alive, wait_for
 
 from .conftest import on_both_backends
+from .slowdown import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -363,8 +365,8 @@ async def test_approving_conflicting_work_refuses_and_keeps_everything(svc: Serv
 async def test_a_paused_orchestrator_starts_nothing_until_resumed(svc: Services) -> None:
     svc.system.set_orchestrator("paused")
     task = svc.tasks.create("demo", "Wait for me", "WRITE later.txt later", repo_id="app")
-    async with engine_running(make_engine(svc)):
-        await anyio.sleep(1.5)
+    async with engine_running(make_engine(svc)) as engine:
+        await passes(engine, 10)
         assert status(svc, task.id) == "READY"
         assert not events(svc, task.id, "task.assigned")
         svc.system.set_orchestrator("running")
@@ -383,12 +385,12 @@ async def test_project_pause_and_concurrency_cap_hold(svc: Services) -> None:
               for n in range(3)]
     svc.projects.set_status("capped", "PAUSED")
     peak_capped = peak_all = 0
-    async with engine_running(make_engine(svc)):
-        await anyio.sleep(1.0)
+    async with engine_running(make_engine(svc)) as engine:
+        await passes(engine, 10)
         assert all(status(svc, t.id) == "READY" for t in capped)  # paused project: nothing started
         svc.projects.set_status("capped", "ACTIVE")
         other = svc.tasks.create("demo", "Other project", "WRITE o.txt o\nSLEEP 1", repo_id="app")
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             while not all(status(svc, t.id) in FINAL for t in [*capped, other]):
                 peak_capped = max(peak_capped, running_rows(svc, "capped"))
                 peak_all = max(peak_all, running_rows(svc))
@@ -418,7 +420,7 @@ async def test_shutdown_kills_the_run_saves_wip_and_requeues(svc: Services) -> N
         pid = engine.running[task.id].pid
         assert agent_row(svc, "worker")["pid"] == pid
         assert group_alive(pid)
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             await engine.shutdown(grace=10)
         tg.cancel_scope.cancel()
     assert not group_alive(pid)
@@ -515,7 +517,7 @@ async def test_a_paused_task_resumes_when_its_time_has_come(svc: Services) -> No
     # That claim is what a dead engine would leave: the real loop recovers it, runs it, lands it.
     async with engine_running(engine):
         await wait_for(lambda: status(svc, due.id) in FINAL, what="the resumed task")
-        await anyio.sleep(0.3)
+        await passes(engine, 3)  # and the later one stays paused
     assert status(svc, due.id) == "COMPLETED"
     assert show(checkout(svc), "main", "due.txt") == "resumed"
     assert status(svc, later.id) == "PAUSED"

@@ -16,6 +16,9 @@ import pytest
 from agentqueue.engine.orchestrator import Engine, EngineConfig
 from agentqueue.services import Services
 
+from .engine_runs import passes
+from .slowdown import scaled
+
 pytestmark = pytest.mark.anyio
 
 FAKE_GH = """#!{python}
@@ -63,17 +66,17 @@ async def test_merged_pr_completes_the_task_and_closed_pr_blocks_it(services: Se
     engine = Engine(services, services.home, config=EngineConfig(poll_seconds=0.1, pr_poll_seconds=0.2))
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             while {services.tasks.get(t.id).status for t in (merged, closed)} != {"AWAITING_APPROVAL"}:
                 await anyio.sleep(0.1)
         urls = {t.id: services.tasks.get(t.id).pr_url for t in (merged, closed)}
         assert all(url and url.startswith("https://github.com/o/r/pull/") for url in urls.values())
-        await anyio.sleep(0.5)  # open PRs: nothing changes
+        await passes(engine, 6)  # open PRs, polled meanwhile (every 0.2 s; a pass takes >= 0.1 s): nothing changes
         assert services.tasks.get(merged.id).status == "AWAITING_APPROVAL"
         gh_states.write_text(__import__("json").dumps({
             urls[merged.id]: {"state": "MERGED", "mergedAt": "2026-11-22T00:00:00Z"},
             urls[closed.id]: {"state": "CLOSED", "mergedAt": None}}))
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             while services.tasks.get(merged.id).status != "COMPLETED" or services.tasks.get(closed.id).status \
                     != "BLOCKED":
                 await anyio.sleep(0.1)

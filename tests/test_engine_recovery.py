@@ -19,6 +19,7 @@ from agentqueue.store.sqlite import SqliteStore as Store
 from .mock_anthropic import USAGE, MockAnthropic
 from .processes import alive, claude_env
 from .third_party import npm_bin
+from .slowdown import scaled
 
 CLAUDE = npm_bin("claude")
 pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytes
 
 
 def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         value = predicate()
         if value:

@@ -11,6 +11,8 @@ import pytest
 from agentqueue.engine.orchestrator import Engine, EngineConfig
 from agentqueue.services import Services
 
+from .slowdown import scaled
+
 pytestmark = pytest.mark.anyio
 
 # Writes out.txt saying "good" when the task asks for GOOD work, else "bad".
@@ -28,7 +30,7 @@ async def test_verify_command_lets_good_work_land_and_blocks_bad_work(services: 
     engine = Engine(services, services.home, config=EngineConfig(poll_seconds=0.1))
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(60):
+        with anyio.fail_after(scaled(60)):
             while {services.tasks.get(t.id).status for t in (good, bad)} - {"COMPLETED", "BLOCKED"}:
                 await anyio.sleep(0.1)
         await engine.shutdown()

@@ -16,6 +16,7 @@ from agentqueue.board import data
 from agentqueue.services.ids import TaskIds, new_task_id
 
 from .conftest import fail, ok
+from .slowdown import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -25,7 +26,7 @@ async def test_a_catastrophic_regex_cannot_freeze_the_daemon(client, services, t
     workspace = tmp_path / "ws"
     services.projects.create("Demo", workspace=str(workspace))
     (workspace / "evil.txt").write_text("a" * 40 + "!\n" + "plain line\n")
-    with anyio.fail_after(20):  # a hang detector, not a speed target: the old engine needed ~2^40 steps
+    with anyio.fail_after(scaled(20)):  # a hang detector, not a speed target: the old engine needed ~2^40 steps
         async with anyio.create_task_group() as tg:
             found: dict = {}
 
@@ -422,7 +423,7 @@ def _emit(services, title: str) -> None:
 async def _run_hooks_until(runner, condition, timeout: float) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(runner.run_forever)
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(scaled(timeout)):
             while not condition():
                 await anyio.sleep(0.1)
         tg.cancel_scope.cancel()

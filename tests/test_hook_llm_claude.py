@@ -18,6 +18,7 @@ from agentqueue import daemon, paths
 from .mock_anthropic import HOOK_TASK, USAGE, MockAnthropic
 from .processes import claude_env
 from .third_party import npm_bin
+from .slowdown import scaled
 
 CLAUDE = npm_bin("claude")
 pytestmark = [pytest.mark.daemon, pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
@@ -48,7 +49,7 @@ async def test_llm_hook_creates_a_task_through_agentqueue_mcp_server(tmp_path: P
                                        "prompt_template": "SCENARIO:hook_create_task Plan the next task for "
                                                           "{{project_id}}."})
             fired = await call("fire_hook", {"hook_id": "planner"})
-            with anyio.fail_after(60):
+            with anyio.fail_after(scaled(60)):
                 while True:
                     runs = (await call("list_hook_runs", {"hook_id": "planner"}))["runs"]
                     if runs and runs[0]["status"] != "running":

@@ -24,6 +24,7 @@ from agentqueue import daemon, paths
 from .cli_helpers import HEAVY_FOR_A_LAUNCH
 from .conftest import person_says_yes
 from .processes import alive, own_children, wait_for
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.daemon, pytest.mark.anyio, pytest.mark.integration]
 
@@ -161,7 +162,7 @@ async def test_sigterm_stops_the_daemon_cleanly(live_home: Path) -> None:
         await call(client, "create_project", {"name": "Stop"})
     pid = daemon_pid(live_home)
     os.kill(pid, signal.SIGTERM)
-    with anyio.fail_after(15):
+    with anyio.fail_after(scaled(15)):
         while alive(pid) and daemon.lock_is_held(live_home):
             await anyio.sleep(0.05)
     assert not paths.socket_path(live_home).exists()
@@ -178,7 +179,7 @@ async def test_restart_daemon_reexecutes_and_the_client_session_survives(live_ho
         await call(client, "create_project", {"name": "Survivor"})
         before = daemon.read_daemon_info(live_home)
         assert (await call(client, "restart_daemon", {}))["status"] == "restarting"
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             while True:  # exec keeps the pid; a new daemon.json says it started again
                 info = daemon.read_daemon_info(live_home)
                 if info and info["started_at"] != before["started_at"] and paths.socket_path(live_home).exists() \
@@ -187,7 +188,7 @@ async def test_restart_daemon_reexecutes_and_the_client_session_survives(live_ho
                 await anyio.sleep(0.1)
         assert info["pid"] == before["pid"]
         # The same client, same session: the plugin reconnected and replayed the handshake.
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             projects = await call(client, "list_projects", {})
         assert [p["id"] for p in projects["projects"]] == ["survivor"]
         events = await call(client, "get_recent_events", {"event_type": "daemon.restarting"})
@@ -230,7 +231,7 @@ async def test_a_2026_client_keeps_its_era_across_a_restart_after_a_slow_first_s
         await wait_for(lambda: (info := daemon.read_daemon_info(live_home)) is not None
                        and info["started_at"] != before["started_at"] and paths.socket_path(live_home).exists()
                        and not paths.restart_marker(live_home).exists(), 60, "the restarted daemon")
-        with anyio.fail_after(60):
+        with anyio.fail_after(scaled(60)):
             projects = await call(client, "list_projects", {})
         assert [p["id"] for p in projects["projects"]] == ["slow"]
 
@@ -249,7 +250,7 @@ async def test_a_plugin_that_notices_the_restart_late_still_reconnects(live_home
                            and not paths.restart_marker(live_home).exists(), 30, "the restarted daemon")
         finally:
             os.kill(plugin, signal.SIGCONT)
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             projects = await call(client, "list_projects", {})
         assert [p["id"] for p in projects["projects"]] == ["late"]
 

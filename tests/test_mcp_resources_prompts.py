@@ -13,6 +13,7 @@ from mcp import Client, MCPError
 from mcp.types import ResourceUpdatedNotification
 
 from .conftest import ok
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 
@@ -128,7 +129,7 @@ async def watch(server, era) -> AsyncIterator[tuple[Client, Callable]]:
                 await client.subscribe_resource(uri)
 
             async def next_update() -> str:
-                with anyio.fail_after(5):
+                with anyio.fail_after(scaled(5)):
                     return await receive.receive()
             yield next_update
         else:
@@ -136,7 +137,7 @@ async def watch(server, era) -> AsyncIterator[tuple[Client, Callable]]:
                 events = aiter(subscription)
 
                 async def next_update() -> str:
-                    with anyio.fail_after(5):
+                    with anyio.fail_after(scaled(5)):
                         return (await anext(events)).uri
                 yield next_update
 

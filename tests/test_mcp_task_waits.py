@@ -26,6 +26,7 @@ from .mcp_tasks_client import CreatedTask, TasksClient, cancel_task, get_task, u
 from .mock_anthropic import MockAnthropic
 from .processes import wait_for
 from .test_engine_claude import CLAUDE, engine_for, mock_api  # noqa: F401  (mock_api: fixture)
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.anyio]
 
@@ -53,7 +54,7 @@ def asking(services: Services, task_id: str, action: str = "Bash(touch ASKED)") 
 async def test_an_older_connection_gets_the_id_and_state_at_once(demo: Services, mode: str) -> None:
     task = demo.tasks.create("demo", "Later", "do it later")
     async with Client(build_server(demo, EVERY_TOOL), mode="legacy" if mode == "legacy" else "auto") as client:
-        with anyio.fail_after(10):  # nothing runs the task: a call that waited would never return
+        with anyio.fail_after(scaled(10)):  # nothing runs the task: a call that waited would never return
             waited = await ok(client, "wait_for_task", task_id=task.id)
             created = await ok(client, "create_task", title="More", description="more", project_id="demo", wait=True)
     assert waited["id"] == task.id and waited["status"] == "READY"
@@ -281,7 +282,7 @@ async def test_a_real_agent_asks_and_the_person_answers_through_the_mcp_task(
     tasks = TasksClient(answer=allow)
     async with engine_running(demo):
         async with Client(build_server(demo, EVERY_TOOL), extensions=[tasks]) as client:
-            with anyio.fail_after(150):
+            with anyio.fail_after(scaled(150)):
                 result = await client.call_tool("create_task", {
                     "title": "Ask", "description": "SCENARIO:run_cmd CMD[touch TASKS_MARKER]", "project_id": "demo",
                     "max_retries": 0, "wait": True})

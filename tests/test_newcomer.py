@@ -30,6 +30,7 @@ from .git_fixtures import git, make_repo
 from . import mock_anthropic
 from .mock_anthropic import MockAnthropic
 from .third_party import npm_bin
+from .slowdown import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = npm_bin("claude")
@@ -82,7 +83,7 @@ def mcp_list(env: dict[str, str], cwd: Path) -> str:
 
 
 async def wait_for_task(client: Client, task_id: str, timeout: float = 150) -> dict:
-    with anyio.fail_after(timeout):
+    with anyio.fail_after(scaled(timeout)):
         while True:
             task = (await client.call_tool("get_task", {"task_id": task_id})).structured_content
             if task["status"] in ("COMPLETED", "BLOCKED", "FAILED", "PAUSED"):

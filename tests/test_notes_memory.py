@@ -17,6 +17,7 @@ from agentqueue.engine.orchestrator import Engine, EngineConfig
 from agentqueue.services import Services
 
 from .conftest import db_snapshot
+from .slowdown import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -163,7 +164,7 @@ async def test_completed_tasks_are_remembered_and_memory_reaches_the_agent(servi
     engine = Engine(services, services.home, config=EngineConfig(poll_seconds=0.1))
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             while services.tasks.get(task.id).status != "COMPLETED":
                 await anyio.sleep(0.1)
         await engine.shutdown()

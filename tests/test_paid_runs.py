@@ -20,6 +20,8 @@ from agentqueue.services import Services
 from .cli_helpers import run_cli
 from .mock_anthropic import MockAnthropic
 from .test_engine_claude import CLAUDE, engine_for, mock_api, queue, run_until  # noqa: F401 (fixtures)
+from .engine_runs import passes
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.anyio, pytest.mark.integration,
               pytest.mark.skipif(CLAUDE is None, reason="claude CLI not installed (.ci/run installs it)")]
@@ -55,7 +57,7 @@ def assert_paid_for(services: Services, mock: MockAnthropic, task_id: str, marke
 
 async def wait_for_hang(mock: MockAnthropic, marker: str, requests: int = 3, timeout: float = 90) -> None:
     """Until the run's request after its two Bash calls is in (and never answered)."""
-    with anyio.fail_after(timeout):
+    with anyio.fail_after(scaled(timeout)):
         while len([r for r in mock.requests if marker in str(r.get("messages"))]) < requests:
             await anyio.sleep(0.05)
 
@@ -75,7 +77,7 @@ async def test_a_stalled_run_is_paid_for_and_its_project_budget_counts_it(queue:
     engine = engine_for(queue)
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        await anyio.sleep(3)  # several scheduler passes
+        await passes(engine, 10)  # several scheduler passes
         await engine.shutdown()
         tg.cancel_scope.cancel()
     assert queue.tasks.get(waiting.id).status == "READY"
@@ -102,7 +104,7 @@ async def test_a_run_stopped_by_stop_task_is_paid_for(queue: Services, mock_api:
         await wait_for_hang(mock_api, "STOPPED")
         previous, killed = await anyio.to_thread.run_sync(queue.tasks.stop, task.id)
         assert previous == "IN_PROGRESS" and killed
-        with anyio.fail_after(15):
+        with anyio.fail_after(scaled(15)):
             while task.id in engine.running:
                 await anyio.sleep(0.05)
         await engine.shutdown()

@@ -29,6 +29,7 @@ from .cli_helpers import cli_env, cli_in_process, cli_json_in_process, start_dae
 from .mock_anthropic import MockAnthropic
 from .test_board import free_port
 from .test_engine_claude import CLAUDE, mock_api, queue  # noqa: F401  (fixtures)
+from .slowdown import scaled
 
 STREAMS = Path(__file__).parent / "data" / "streams"
 
@@ -124,12 +125,13 @@ def events_of(services: Services, event_type: str) -> list:
 
 
 async def wait_for(what: str, condition, timeout: float = 90) -> None:  # type: ignore[no-untyped-def]
+    timeout = scaled(timeout)
     try:
         with anyio.fail_after(timeout):
             while not condition():
                 await anyio.sleep(0.1)
     except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}") from None
 
 
 @pytest.mark.real_cli

@@ -24,10 +24,10 @@ from agentqueue import daemon, paths
 from .cli_helpers import AGENT_COMMAND, cli_env, run_cli, signals, start_daemon, stop_daemon, wait_until
 from .conftest import person_says_yes
 from .git_fixtures import make_repo
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.daemon, pytest.mark.integration]
 
-SLOW = float(os.environ.get("AGENTQUEUE_TEST_SLOWDOWN") or 1)  # deadlines scale with a slow machine
 
 
 async def call(client: Client, tool: str, args: dict) -> dict:
@@ -48,7 +48,7 @@ async def test_restart_daemon_keeps_a_connected_clients_session_and_requeues_the
         gate = signals(tmp_path) / "go"
         task = live.call("create_task", title="Waits at the gate", description=f"SAY started\nWAITFOR {gate}",
                          project_id="demo")
-        live.wait_status(task["id"], "IN_PROGRESS", timeout=90 * SLOW)
+        live.wait_status(task["id"], "IN_PROGRESS", timeout=90)
         before = daemon.read_daemon_info(home)
 
         # Without a terminal and without --yes the policy's question cannot be put: nothing is restarted.
@@ -58,11 +58,11 @@ async def test_restart_daemon_keeps_a_connected_clients_session_and_requeues_the
 
         # The plugin waits out the restart for as long as a slow machine takes (then it would start a daemon itself).
         plugin = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"],
-                                       env={**env, "AGENTQUEUE_CONNECT_TIMEOUT": str(120 * SLOW)})
+                                       env={**env, "AGENTQUEUE_CONNECT_TIMEOUT": str(scaled(120))})
         async with Client(plugin, mode="legacy", elicitation_callback=person_says_yes) as client:
             assert (await call(client, "get_task", {"task_id": task["id"]}))["status"] == "IN_PROGRESS"
             done = await anyio.to_thread.run_sync(lambda: run_cli(env, "restart-daemon", "--yes",
-                                                                  timeout=180 * SLOW))
+                                                                  timeout=scaled(180)))
             said = " ".join(done.stdout.split())
             assert done.returncode == 0, done.stdout + done.stderr
             assert "stops 1 running agent(s)" in said and task["id"] in said
@@ -71,15 +71,15 @@ async def test_restart_daemon_keeps_a_connected_clients_session_and_requeues_the
             info = daemon.read_daemon_info(home)
             assert info["pid"] == before["pid"] == live.pid and info["started_at"] != before["started_at"]
             # The same client, the same session, on the restarted daemon.
-            with anyio.fail_after(60 * SLOW):
+            with anyio.fail_after(scaled(60)):
                 again = await call(client, "get_task", {"task_id": task["id"]})
             assert again["retry_count"] == 0  # requeued by the restart, not counted as a failure
             events = await call(client, "get_recent_events", {"event_type": "daemon.restarting"})
             assert len(events["events"]) == 1
         # The task runs again on the restarted daemon, and completes once let through.
-        live.wait_status(task["id"], "IN_PROGRESS", timeout=90 * SLOW)
+        live.wait_status(task["id"], "IN_PROGRESS", timeout=90)
         gate.touch()
-        live.wait_status(task["id"], "COMPLETED", "AWAITING_APPROVAL", timeout=120 * SLOW)
+        live.wait_status(task["id"], "COMPLETED", "AWAITING_APPROVAL", timeout=120)
     finally:
         stop_daemon(live)
 
@@ -127,11 +127,11 @@ def test_backup_and_restore_round_trip_while_the_daemon_runs(tmp_path: Path) -> 
         writer = threading.Thread(target=write)
         writer.start()
         try:
-            assert writing.wait(60 * SLOW)
-            done = run_cli(env, "backup", str(tmp_path / "backup"), "--json", timeout=120 * SLOW)
+            assert writing.wait(scaled(60))
+            done = run_cli(env, "backup", str(tmp_path / "backup"), "--json", timeout=scaled(120))
         finally:
             stop_writing.set()
-            writer.join(timeout=60 * SLOW)
+            writer.join(timeout=scaled(60))
         assert done.returncode == 0, done.stderr
         made = json.loads(done.stdout)
         folder = tmp_path / "backup"
@@ -181,7 +181,7 @@ def test_backup_and_restore_round_trip_while_the_daemon_runs(tmp_path: Path) -> 
     # A daemon on the restored home serves the backup's queue.
     live = start_daemon(env)
     try:
-        wait_until(lambda: daemon.read_daemon_info(home), 60 * SLOW, "daemon.json")
+        wait_until(lambda: daemon.read_daemon_info(home), 60, "daemon.json")
         assert live.call("list_tasks", project_id="demo", limit=500)["total"] == backed
     finally:
         stop_daemon(live)

@@ -12,6 +12,7 @@ from agentqueue.server.app import BuiltServer
 from agentqueue.services import Services
 
 from .test_mcp_resources_prompts import watch  # noqa: F401  (fixture: a client plus subscribe(uri))
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.both_eras, pytest.mark.anyio]
 
@@ -32,7 +33,7 @@ async def test_task_log_streams_and_notifies(services: Services, built: BuiltSer
     async with subscribe(uri) as next_update, anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
         assert await next_update() == uri  # the log grew while the agent ran
-        with anyio.fail_after(20):
+        with anyio.fail_after(scaled(20)):
             while services.tasks.get(task.id).status != "COMPLETED":
                 await anyio.sleep(0.05)
         await engine.shutdown()

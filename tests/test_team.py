@@ -34,6 +34,7 @@ from agentqueue.store.postgres import PostgresStore
 from .cli_helpers import AGENT, LiveDaemon, signals, cli_env, run_cli, start_daemon, stop_daemon, wait_until
 from .pg import PgServer, needs_postgres
 from .processes import alive
+from .slowdown import scaled
 
 pytestmark = [needs_postgres(), pytest.mark.integration]
 
@@ -393,7 +394,7 @@ async def test_a_client_of_one_daemon_hears_a_change_made_through_another(tmp_pa
                 await client.subscribe_resource(uri)
             before = json.loads((await client.read_resource(uri)).contents[0].text)["status"]
             await anyio.to_thread.run_sync(lambda: b.call("stop_task", task_id=task))
-            with anyio.fail_after(10):
+            with anyio.fail_after(scaled(10)):
                 await heard.wait()
             after = json.loads((await client.read_resource(uri)).contents[0].text)["status"]
         assert (before, after) == ("READY", "BLOCKED")

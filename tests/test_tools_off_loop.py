@@ -21,6 +21,7 @@ from agentqueue.server.app import build_server
 from agentqueue.services import Services
 
 from .conftest import EVERY_TOOL, ok, on_both_backends
+from .slowdown import scaled
 
 pytestmark = pytest.mark.anyio
 store_backend = on_both_backends()
@@ -73,7 +74,7 @@ async def test_a_call_waiting_on_the_store_holds_up_no_other_client(services: Se
 
             async with anyio.create_task_group() as group:
                 group.start_soon(create)
-                with anyio.fail_after(20):
+                with anyio.fail_after(scaled(20)):
                     while not store_is_busy(services):  # the first call is now waiting on the database's lock
                         await anyio.sleep(0.01)
                 got = await ok(second, "get_task", task_id=task.id)
@@ -86,7 +87,7 @@ async def test_a_call_waiting_on_the_store_holds_up_no_other_client(services: Se
             writer.release()
     assert created["title"] == "Waits" and services.tasks.get(created["id"]).status == "READY"
     # The second client's audit rows waited for the store, not its answers; they follow once it is free.
-    with anyio.fail_after(20):
+    with anyio.fail_after(scaled(20)):
         while len(services.audit.query(limit=10, action="tool:get_task")) < 1 or \
                 len(services.audit.query(limit=10, action="tool:list_tasks")) < 1:
             await anyio.sleep(0.05)

@@ -29,6 +29,7 @@ from agentqueue.server.toolsets import NAMED_TOOLSETS, socket_options
 
 from .conftest import ok
 from .processes import wait_for
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -211,10 +212,10 @@ async def test_a_2026_client_hears_of_its_own_list_change_only(tmp_path: Path) -
             async with other.listen(tools_list_changed=True, resource_subscriptions=["agentqueue://status"]) as heard:
                 async with mine.listen(tools_list_changed=True) as told:
                     assert (await ok(mine, "enable_toolsets", toolsets=["notes"]))["enabled"] == ["notes"]
-                    with anyio.fail_after(10):
+                    with anyio.fail_after(scaled(10)):
                         assert isinstance(await anext(aiter(told)), ToolsListChanged)
                     await ok(other, "create_project", name="Demo")  # the status resource changes after the enable
-                    with anyio.fail_after(10):
+                    with anyio.fail_after(scaled(10)):
                         first = await anext(aiter(heard))
                     assert isinstance(first, ResourceUpdated), first  # no list change reached the other connection
             assert "write_note" in await names(mine) and "write_note" not in await names(other)

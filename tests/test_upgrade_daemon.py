@@ -36,13 +36,13 @@ from agentqueue.store.sqlite import SCHEMA_VERSION, SqliteStore
 from .cli_helpers import cli_env, start_daemon, stop_daemon, wait_until
 from .conftest import person_says_yes
 from .git_fixtures import make_repo
+from .slowdown import scaled
 
 pytestmark = [pytest.mark.daemon, pytest.mark.integration, pytest.mark.anyio]
 
 OLD_COMMIT = "ae636c3"  # schema 11, version 0.1.0, no sandbox, restart_daemon and the plugin's reconnect already there
 OLD_SCHEMA = 11
 ROOT = Path(__file__).resolve().parents[1]
-SLOW = float(os.environ.get("AGENTQUEUE_TEST_SLOWDOWN") or 1)  # deadlines scale with a slow machine
 
 
 def _old_commit_available() -> bool:
@@ -105,7 +105,7 @@ def upgrade(tmp_path: Path) -> Iterator[tuple[Install, dict[str, str], Path, Pat
 def terminal(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The installed `agentqueue` (whatever the install's link points at now), as a person types it."""
     return subprocess.run([sys.executable, "-P", "-m", "agentqueue", *args], env=env, capture_output=True, text=True,
-                          timeout=120 * SLOW, stdin=subprocess.DEVNULL, cwd=cwd)
+                          timeout=scaled(120), stdin=subprocess.DEVNULL, cwd=cwd)
 
 
 def schema_of(path: Path) -> int:
@@ -150,11 +150,11 @@ async def test_an_upgrade_under_a_running_older_daemon(upgrade, tmp_path: Path) 
     serve = subprocess.Popen([sys.executable, "-P", "-m", "agentqueue", "serve", "--no-http"], env=env, cwd=tmp_path,
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: serve.poll() is not None or (daemon.read_daemon_info(home) and paths.socket_path(home).exists()),
-               60 * SLOW, "the old daemon to start")
+               60, "the old daemon to start")
     assert serve.poll() is None, "the old daemon exited"
     # The plugin waits out the restart for as long as a slow machine takes (then it would start a daemon itself).
     plugin = StdioServerParameters(command=sys.executable, args=["-P", "-m", "agentqueue", "mcp"],
-                                   env={**env, "AGENTQUEUE_CONNECT_TIMEOUT": str(120 * SLOW)}, cwd=str(tmp_path))
+                                   env={**env, "AGENTQUEUE_CONNECT_TIMEOUT": str(scaled(120))}, cwd=str(tmp_path))
     async with Client(plugin, mode="legacy", elicitation_callback=person_says_yes) as client:
         # The old daemon's queue, paused so that nothing runs (its runs would be unsandboxed): tasks waiting.
         await call(client, "orchestrator_control", {"action": "pause"})
@@ -236,7 +236,7 @@ def test_a_daemon_refuses_a_store_newer_than_its_code(tmp_path: Path) -> None:
     conn.close()
     env = cli_env(home, tmp_path / "user", AGENTQUEUE_PORT="0")
     done = subprocess.run([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env, capture_output=True,
-                          text=True, timeout=120 * SLOW, stdin=subprocess.DEVNULL)
+                          text=True, timeout=scaled(120), stdin=subprocess.DEVNULL)
     assert done.returncode == paths.EXIT_CANNOT_START, done.stderr
     said = " ".join(done.stderr.split())
     assert f"has schema version {SCHEMA_VERSION + 1}, newer than this AgentQueue" in said and "Traceback" not in said
@@ -245,7 +245,7 @@ def test_a_daemon_refuses_a_store_newer_than_its_code(tmp_path: Path) -> None:
     assert schema_of(store) == SCHEMA_VERSION + 1 and not daemon.lock_is_held(home)
     # Taking it: the copy goes back in place (the newer store kept aside), and the daemon starts on it.
     restored = subprocess.run([sys.executable, "-m", "agentqueue", "restore", str(copy), "--yes"], env=env,
-                              capture_output=True, text=True, timeout=120 * SLOW, stdin=subprocess.DEVNULL)
+                              capture_output=True, text=True, timeout=scaled(120), stdin=subprocess.DEVNULL)
     assert restored.returncode == 0, restored.stderr
     [aside] = home.glob("agentqueue.before-restore.*.db")
     assert schema_of(aside) == SCHEMA_VERSION + 1 and schema_of(store) == SCHEMA_VERSION - 1

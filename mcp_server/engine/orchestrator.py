@@ -164,6 +164,7 @@ class Engine:
         self._poked = True
         self._last_pr_poll = 0.0
         self._last_pass = 0.0
+        self.ticks = 0  # loop passes done: what a wait for "the engine looked and did nothing" counts
         services.engine_hooks.connect(stop_run=self.stop_task, land_approved=self.land_approved, hook_runner=self.hooks,
                                       discard_branch=self.best_of.discard)
         services.store.on_commit(self._on_commit)
@@ -262,6 +263,7 @@ class Engine:
                         tg.start_soon(self.execute, task_id, agent_id)
                 except Exception:
                     log.exception("engine tick failed")
+                self.ticks += 1
                 if self.flush:
                     await self.flush()
                 waited = 0.0

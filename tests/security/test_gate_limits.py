@@ -20,6 +20,7 @@ from agentqueue.services import Services
 
 from ..engine_runs import engine_for
 from ..git_fixtures import git_env  # noqa: F401  (fixture)
+from ..slowdown import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration,
               pytest.mark.skipif(bwrap.probe() is not None, reason="bubblewrap missing (.ci/run installs it)")]
@@ -63,7 +64,7 @@ async def test_idle_connections_are_capped_and_timed_out(services: Services, git
     before = threading.active_count()
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(120):
+        with anyio.fail_after(scaled(120)):
             while (found := re.search(r"^\[attack\] holding in (/\S+)$",
                                       log_path.read_text() if log_path.exists() else "", re.M)) is None:
                 await anyio.sleep(0.1)

@@ -20,6 +20,7 @@ from agentqueue.services import Services
 from .. import acp_script_agent as script
 from ..engine_runs import engine_for
 from ..git_fixtures import git_env  # noqa: F401  (fixture)
+from ..slowdown import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration,
               pytest.mark.skipif(bwrap.probe() is not None, reason="bubblewrap missing (.ci/run installs it)")]
@@ -91,7 +92,7 @@ async def test_a_planted_rollout_freezes_nothing_and_the_run_ends(services: Serv
         async with anyio.create_task_group() as tg:
             tg.start_soon(guard.heartbeat)
             tg.start_soon(engine.run)
-            with anyio.fail_after(90):
+            with anyio.fail_after(scaled(90)):
                 while services.tasks.get(task.id).status not in ("COMPLETED", "FAILED", "BLOCKED"):
                     await anyio.sleep(0.1)
             await engine.shutdown()

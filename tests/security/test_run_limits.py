@@ -20,6 +20,7 @@ from agentqueue.services import Services
 
 from ..engine_runs import engine_for
 from ..git_fixtures import git_env  # noqa: F401  (fixture)
+from ..slowdown import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.slow,
               pytest.mark.skipif(bwrap.probe() is not None, reason="bubblewrap missing (.ci/run installs it)")]
@@ -96,7 +97,7 @@ async def _attack_beside_a_worker(services: Services, attack: str) -> tuple[dict
     done = ("COMPLETED", "BLOCKED", "FAILED")
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.run)
-        with anyio.fail_after(150):
+        with anyio.fail_after(scaled(150)):
             while (found := re.search(r"^\[attack\] holding in (/\S+)$", _log(services, bad.id), re.M)) is None:
                 assert services.tasks.get(bad.id).status not in done, services.tasks.get(bad.id).reason
                 await anyio.sleep(0.1)
