@@ -236,6 +236,42 @@ async def test_a_2026_client_keeps_its_era_across_a_restart_after_a_slow_first_s
         assert [p["id"] for p in projects["projects"]] == ["slow"]
 
 
+async def test_a_restart_slower_than_the_plugins_connect_timeout_is_waited_for_not_raced(
+        live_home: Path, tmp_path: Path) -> None:
+    """A busy machine re-executes the daemon in more than AGENTQUEUE_CONNECT_TIMEOUT (2 s here; the restart takes
+    6 s): the plugin keeps waiting for the restarting process, which still lives, instead of starting a second
+    daemon that would race it for the home's lock."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(DELAYED_START)
+    once = tmp_path / "delay-once"
+    env = {**plugin_env(live_home), "PYTHONPATH": str(site), "AQ_TEST_DELAY_ONCE": str(once),
+           "AQ_TEST_DELAY_SECONDS": "6"}
+    serve = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"], env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await wait_for(lambda: serve.poll() is not None or paths.socket_path(live_home).exists(), 60, "the daemon")
+        assert serve.poll() is None, "the daemon exited at start"
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentqueue", "mcp"],
+                                       env={**env, "AGENTQUEUE_CONNECT_TIMEOUT": "2"})
+        async with Client(params, elicitation_callback=person_says_yes) as client:
+            await call(client, "create_project", {"name": "Patient"})
+            before = daemon.read_daemon_info(live_home)
+            once.touch()  # the re-executed daemon's start is the slow one
+            assert (await call(client, "restart_daemon", {}))["status"] == "restarting"
+            await wait_for(lambda: not once.exists(), 60, "the restart to begin (its delayed start took the file)")
+            with anyio.fail_after(scaled(90)):
+                projects = await call(client, "list_projects", {})  # through the plugin's reconnect
+            assert [p["id"] for p in projects["projects"]] == ["patient"]
+        after = daemon.read_daemon_info(live_home)
+        assert after["pid"] == before["pid"] == serve.pid and after["started_at"] != before["started_at"]
+        log = (live_home / "logs" / "plugin.log").read_text()
+        assert "starting one" not in log, log  # no second daemon was started while the first one restarted
+    finally:
+        daemon.stop(live_home, timeout=scaled(15))
+        serve.wait(timeout=scaled(15))
+
+
 async def test_a_plugin_that_notices_the_restart_late_still_reconnects(live_home: Path) -> None:
     """The plugin may see its connection drop only after the new daemon is up and the marker gone."""
     async with Client(plugin_params(live_home), elicitation_callback=person_says_yes) as client:
@@ -281,7 +317,7 @@ def test_a_daemon_starts_while_status_probes_its_lock(live_home: Path) -> None:
         for _ in range(3):
             server = subprocess.Popen([sys.executable, "-m", "agentqueue", "serve", "--no-http"],
                                       env=plugin_env(live_home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + scaled(30)
             while not paths.daemon_info_path(live_home).exists():
                 assert server.poll() is None, f"the daemon gave up: {server.stderr.read().decode()}"
                 assert time.monotonic() < deadline, "daemon did not start"

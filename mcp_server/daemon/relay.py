@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 CONNECT_TIMEOUT_S = float(os.environ.get("AGENTQUEUE_CONNECT_TIMEOUT", "30"))
+RESTART_WAIT_S = max(CONNECT_TIMEOUT_S, 300.0)  # how long a restarting daemon that still lives is waited for
 
 
 def _connect(sock_path: str | Path) -> _socket.socket | None:
@@ -91,6 +92,29 @@ def _start_output(home: str | Path, offset: int) -> str:
     return "\n".join(lines[-5:])
 
 
+def _marker_pid(home: str | Path) -> int | None:
+    """The pid a restarting daemon wrote into its restart marker (re-executing keeps it)."""
+    try:
+        return int(paths.restart_marker(home).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs: not gone, and not a zombie (a daemon this plugin started and never waited for)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): kill's answer stands
+
+
 def connect_or_start(home: str | Path, timeout: float = CONNECT_TIMEOUT_S,
                      progress: Callable[[str], None] | None = None) -> _socket.socket:
     """A connection to the home's daemon, starting one if none answers (`progress` hears what happens)."""
@@ -103,6 +127,7 @@ def connect_or_start(home: str | Path, timeout: float = CONNECT_TIMEOUT_S,
         raise DaemonStartError(f"No AgentQueue daemon is running for {home}, and AGENTQUEUE_NO_START is set.")
     if progress:
         progress(f"Starting the AgentQueue daemon for {home}…")
+    note(home, "no daemon answered: starting one")
     started = time.monotonic()
     process, offset = start_daemon(home)
     deadline = started + timeout
@@ -276,14 +301,28 @@ class Pipe:
         """The daemon that is re-executing itself, once it listens again.
 
         Starting another daemon meanwhile would race the restarting one for the lock; the loser
-        could take the home over later with nobody left to stop it. Only when the restart marker is
-        gone and nothing listens (the restart failed) does the plugin start a daemon itself.
+        could take the home over later with nobody left to stop it. So while the restarting process
+        lives it is waited for (up to RESTART_WAIT_S, however slow the machine); only when the marker
+        is gone, or its process died, and nothing listens (the restart failed) does the plugin start a
+        daemon itself.
         """
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        while paths.restart_marker(self.home).exists() and time.monotonic() < deadline:
+        started = time.monotonic()
+        while paths.restart_marker(self.home).exists():
             sock = _connect(paths.socket_file(self.home))
             if sock is not None:
                 return sock
+            waited = time.monotonic() - started
+            restarting = _marker_pid(self.home)
+            # A restarting daemon that still lives is waited for (a busy machine can take longer than a first
+            # start's timeout to re-execute); one that died, or left no pid, only as long as a first start.
+            if restarting is None or not _alive(restarting):
+                if waited >= CONNECT_TIMEOUT_S:
+                    break
+            elif waited >= RESTART_WAIT_S:
+                raise DaemonStartError(
+                    f"The AgentQueue daemon for {self.home} (pid {restarting}) has been restarting for "
+                    f"{waited:.0f} s and does not answer. See {paths.logs_dir(self.home) / 'agentqueue.log'}; "
+                    "`agentqueue status` tells whether it came up, then reconnect this client.")
             time.sleep(0.05)
         return connect_or_start(self.home)
 
