@@ -155,6 +155,7 @@ class Engine:
         self.recovery = Recovery(services, self.lifecycle, self.workspaces)
         self.stranded = Stranded(services, self.recovery, home, self.team.id, lambda: list(self.running))
         self.room = Room(home)
+        self.lifecycle.no_room = self._no_room
         self.parking = QueueParking(services, (self.config.rate_limit_backoff, self.config.rate_limit_max_backoff),
                                     self.config.login_check_seconds, owner=self.team.id)
         self.hooks = HookRunner(services, home)
@@ -281,6 +282,22 @@ class Engine:
             except Exception:
                 log.exception("login check failed")
             await anyio.sleep(min(1.0, self.config.poll_seconds * 5))
+
+    def _no_room(self, task_id: str, reason: str, error: str) -> bool:
+        """A worktree or a landing that failed for want of disk space: the task goes back to the queue (Lifecycle.
+        blocked), its worktree first put back to its branch's last commit where a merge into it stopped half-written
+        (the work is committed before a landing; what the merge wrote is the default branch's, merged again later)."""
+        if not self.room.explains(error):
+            return False
+        task = self.services.tasks.get(task_id)
+        if reason == "merge_failed" and task.repo_id and task.branch:
+            workspace = Workspace(self.workspaces.path_for(task.repo_id, task_id), task.branch,
+                                  self.services.repos.get(task.repo_id))
+            try:  # the daemon's own view of the worktree's git (Workspaces.tree), never what the run left at .git
+                self.workspaces.tree(workspace).run("reset", "--quiet", "--merge")
+            except Exception:  # the disk may still be full: the next landing's own merge says what it finds
+                log.warning("task %s: could not undo the half-written merge in %s", task_id, workspace.path)
+        return True
 
     def tick(self, full: bool = True) -> list[tuple[str, str]]:
         """Resume due PAUSED tasks and parked kinds, check PRs (every 60 s), and with `full` schedule and claim;

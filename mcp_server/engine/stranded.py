@@ -83,6 +83,13 @@ class Room:
         self.min_free = min_free
         self.full = False
 
+    def explains(self, error: str) -> bool:
+        """Whether a failure is the home's disk being full: the error says so, or the home is under its floor."""
+        if "No space left on device" in error or "Disk quota exceeded" in error:
+            return True
+        free = free_bytes(self.home)
+        return free is not None and free < self.min_free
+
     def enough(self) -> bool:
         free = free_bytes(self.home)
         full = free is not None and free < self.min_free

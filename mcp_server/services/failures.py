@@ -310,6 +310,9 @@ def move_note(code: str, status: str, details: Mapping[str, Any]) -> str:
                 f"{details['repo_id']}{batch}")
     if status == "AWAITING_APPROVAL":
         return f"PR {details['pr_url']}" if details.get("pr_url") else "waiting for approve_task"
+    if status == "READY" and code == "no_room":
+        what = "landing" if details.get("failed") == "merge_failed" else "making its worktree"
+        return f"back in the queue: AgentQueue's home ran out of disk space while {what}; it runs once there is room"
     if status == "READY" and code == "retry":
         return f"retry {details.get('retry')} of {details.get('max_retries')}"
     return code

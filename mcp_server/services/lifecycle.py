@@ -9,6 +9,8 @@ the task at once. Each move passes the details its reason and next step are writ
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..store.db import Store, iso_in, now_iso
@@ -21,6 +23,8 @@ from .tasks import Tasks
 from .usage import Usage
 
 PAUSING_ERRORS = ("rate_limit", "quota")
+ROOM_REASONS = ("workspace_failed", "merge_failed")  # what a full disk makes fail (Lifecycle.no_room)
+log = logging.getLogger("agentqueue.tasks")
 
 
 class Lifecycle:
@@ -29,6 +33,9 @@ class Lifecycle:
         self.tasks = tasks
         self.usage = usage
         self.owner = owner  # this daemon's id (services/team.py): the runs it claims carry it
+        # Set by the engine: whether a failure to make or land a task's worktree was the home's disk being full
+        # (then the task waits in the queue for room instead of being held); it may tidy the worktree first.
+        self.no_room: Callable[[str, str, str], bool] | None = None
 
     def owns(self, task_id: str) -> bool:
         """Whether this daemon still owns the task's run: after it lost its lease another daemon took it over,
@@ -174,6 +181,16 @@ class Lifecycle:
                 details: dict[str, Any] | None = None) -> None:
         """Hold a task for `reason`. `payload`, when given, is also recorded as a `<reason>` event (merge.conflict);
         the reason's texts are written from `details`, else from `payload`."""
+        said = str(details or payload)
+        if reason in ROOM_REASONS and self.no_room is not None and self.no_room(task_id, reason, said):
+            with self.store.transaction():
+                row = self.tasks.require(task_id)
+                if self._mine(row) and row["status"] in CLAIMED:
+                    log.warning("task %s: %s on a full disk: back in the queue until AgentQueue's home has room",
+                                task_id, reason)
+                    self.tasks.move(row, "READY", "no_room", {"assigned_agent": None},
+                                    details={"failed": reason})
+                    return
         with self.store.transaction():
             row = self.tasks.require(task_id)
             if not self._mine(row):
