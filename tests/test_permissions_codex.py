@@ -83,7 +83,9 @@ def on_main(services: Services, name: str) -> str | None:
 def anywhere(services: Services, name: str) -> list[Path]:
     """Every file of that name the run could have made: in the repo, its worktrees, or one level above them."""
     root = Path(services.repos.get("app").checkout_path).parent
-    return list(root.rglob(name)) + list(services.home.rglob(name))
+    # os.walk, not rglob: a folder the daemon removes meanwhile (a run's git admin set aside) is skipped, not an error.
+    return [Path(folder, name) for top in (root, services.home) for folder, dirs, files in os.walk(top)
+            if name in files or name in dirs]
 
 
 def audited(services: Services, task_id: str, action: str) -> list[tuple[str, str]]:
