@@ -422,6 +422,22 @@ def test_a_script_the_runs_command_names_is_shown_but_not_one_an_agent_names(tmp
     assert script.parent.resolve() not in programs({"PATH": ""}, sys.executable, [str(tmp_path / "missing.py")])
 
 
+def test_agentqueues_own_package_is_shown_when_its_checkout_lies_in_a_private_folder(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editable install from a checkout under /tmp (the fast loop from a clone there): the relay and the plugin
+    run from the checkout's package folder, not the venv, and a private /tmp hid it ("can't open file
+    .../sandbox/inner.py", every run failed). Here the folder the package is in stands in for /tmp."""
+    import agentqueue
+    from agentqueue.sandbox import bwrap
+    from agentqueue.sandbox.runs import programs
+
+    package = Path(agentqueue.__file__).resolve().parent
+    monkeypatch.setattr(bwrap, "PRIVATE", (package.parent,))
+    shown = programs({"PATH": ""}, None)
+    assert package in shown
+    assert package.parent not in shown  # the package, not the whole checkout (its tests, .cache, .venv's siblings)
+
+
 def test_a_codex_run_cannot_plant_an_exec_policy_rule(services: Services, tmp_path: Path) -> None:
     """Codex's state is the run's own copy (sandbox/cli_homes.py): writable and gone after the run, seeded with the
     person's rules, which stay read-only: an `allow` rule there would let the run's commands pass without asking
