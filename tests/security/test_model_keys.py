@@ -37,7 +37,7 @@ from ..test_acp_gemini import GEMINI
 from ..test_engine_claude import CLAUDE
 from ..third_party import npm_bin
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration,
+pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.real_cli,  # claude, gemini, codex, adapters
               pytest.mark.skipif(bwrap.probe() is not None, reason="bubblewrap missing (.ci/run installs it)")]
 
 REAL_KEY = "sk-ant-api03-REAL-daemon-key-7f3c"
