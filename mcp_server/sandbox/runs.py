@@ -232,9 +232,10 @@ def _frozen(homes: set[Path], env: Mapping[str, str], writable: list[Path]) -> t
 
 def programs(env: Mapping[str, str], argv0: str | None, files: Sequence[str] = ()) -> list[Path]:
     """What a run executes that lives under a folder the sandbox makes private (a venv or a CLI under /tmp):
-    AgentQueue's own interpreter and package (the relay, the agent's MCP plugin), the folders on PATH, the command's own, and the
-    folder of a script the command names (`python /tmp/agent/main.py`). `files` is the run's own argv, built from the
-    registered agent: never an agent's terminal command, which must not uncover the host's /tmp by naming a file."""
+    AgentQueue's own interpreter and package (the relay, the agent's MCP plugin), the folders on PATH, the command's
+    own, and the folder of a script the command names (`python /tmp/agent/main.py`). `files` is the run's own argv,
+    built from the registered agent: never an agent's terminal command, which must not uncover the host's /tmp by
+    naming a file."""
     candidates = [Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent]
     # AgentQueue's own package (the relay, the plugin): outside the venv when it is an editable install's checkout.
     candidates.append(Path(__file__).resolve().parent.parent)
