@@ -67,6 +67,9 @@ class Recovery:
         if not self.team.shared:
             with self.services.store.transaction():
                 release_agents(self.services.store)
+        stale = run_usage.sweep(self.services.home)  # no run of this home goes on before its daemon's start
+        if stale:
+            log.info("removed %d usage record(s) of runs that had ended before the last daemon stopped", stale)
         return recovered
 
     def take_over(self, at_start: bool = False) -> list[str]:

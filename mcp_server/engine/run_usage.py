@@ -56,6 +56,19 @@ def discard(home: str | Path, task_id: str) -> None:
         pass
 
 
+def sweep(home: str | Path) -> int:
+    """At a daemon's start, after its predecessor's cut runs were paid for: the records no run will read (a daemon
+    killed between a run's end and its record's removal left one); how many were removed."""
+    removed = 0
+    for path in usage_path(home, "x").parent.glob("*.usage.json"):
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def cut_run(home: str | Path, task_id: str) -> tuple[str | None, str, RunResult] | None:
     """The usage a run cut by its daemon's death had shown: (its agent, since when, a partial result), or None."""
     path = usage_path(home, task_id)
