@@ -28,6 +28,7 @@ from .processes import alive, wait_for
 from .engine_runs import engine_and_person
 from .test_permissions_claude import on_main, status
 from .third_party import npm_bin
+from .slowdown import scaled
 
 GEMINI = npm_bin("gemini")
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.real_cli,
@@ -158,7 +159,7 @@ async def test_a_loop_warning_reaches_the_model_in_the_same_run(queue: Services,
     queue.policies.edit(project_id="demo", add_rule="Bash(ls)", rule_list="allow")
     task = queue.tasks.create("demo", "Loop", "SCENARIO:loop list the files", max_retries=0)
     # Gemini stops a turn itself after a few identical calls (its own loop detection): ours warns before that.
-    limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, loop_warn=2, no_progress_warn=2)
+    limits = WatchdogLimits(stall_seconds=scaled(60), timeout_seconds=scaled(120), loop_warn=2, no_progress_warn=2)
     async with engine_and_person(queue, limits) as (engine, _):
         await until(ended(queue, task.id), "the run to end", 150)
     log = engine.log_path(task.id).read_text()
@@ -289,7 +290,7 @@ async def test_a_loop_that_goes_on_is_killed(queue: Services, api: mock.MockGemi
     for rule in ("Bash(ls)", "Bash(pwd)"):
         queue.policies.edit(project_id="demo", add_rule=rule, rule_list="allow")
     task = queue.tasks.create("demo", "Ping-pong", "SCENARIO:alternate", max_retries=0)
-    limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, ping_pong_warn=4, ping_pong_kill=8)
+    limits = WatchdogLimits(stall_seconds=scaled(60), timeout_seconds=scaled(120), ping_pong_warn=4, ping_pong_kill=8)
     async with engine_and_person(queue, limits) as (engine, _):
         await until(lambda: queue.tasks.results(task.id)[1] is not None, "the run to end")
         agent_pid = queue.store.scalar("SELECT pid FROM agents WHERE id = 'gemini'")

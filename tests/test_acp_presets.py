@@ -34,6 +34,7 @@ from .processes import alive, wait_for
 from .engine_runs import engine_and_person, engine_for
 from .test_permissions_claude import on_main, status
 from .third_party import npm_bin
+from .slowdown import scaled
 
 ADAPTERS = {"claude-code": ("claude-agent-acp", "AGENTQUEUE_CLAUDE_AGENT_ACP_BIN"),
             "codex": ("codex-acp", "AGENTQUEUE_CODEX_ACP_BIN")}
@@ -270,7 +271,7 @@ async def test_a_loop_warning_reaches_the_claude_adapters_model_in_the_same_run(
     requests carry it, from the same process; a model that keeps looping is then killed, as with `claude`."""
     queue.policies.edit(project_id="demo", add_rule="Bash(echo:*)", rule_list="allow")
     task = queue.tasks.create("demo", "Loop", "SCENARIO:loop keep going", max_retries=0)
-    limits = WatchdogLimits(stall_seconds=60, timeout_seconds=120, loop_warn=2, no_progress_warn=2)
+    limits = WatchdogLimits(stall_seconds=scaled(60), timeout_seconds=scaled(120), loop_warn=2, no_progress_warn=2)
     engine = engine_for(queue)
     engine.config.limits = limits
     async with anyio.create_task_group() as tg:

@@ -12,6 +12,8 @@ from agentqueue.engine.adapters import PARSERS
 from agentqueue.engine.adapters.base import AgentConfig
 from agentqueue.engine.adapters import claude_code, codex, command, gemini
 
+from .slowdown import scaled
+
 STREAMS = Path(__file__).parent / "data" / "streams"
 
 
@@ -287,6 +289,6 @@ async def test_a_claude_process_that_dies_without_its_result_keeps_what_it_used(
     spec = RunSpec(argv=[sys.executable, "-c", script], stdin=None)
     handle = RunHandle()
     result = await run_agent(spec, tmp_path, PARSERS["claude-code"](), handle, tmp_path / "task.log",
-                             WatchdogLimits(stall_seconds=30, timeout_seconds=60))
+                             WatchdogLimits(stall_seconds=scaled(30), timeout_seconds=scaled(60)))
     assert handle.stop_reason is None and result.error_type == "crashed" and "(1)" in result.error_message
     assert result.partial and result.tokens["total"] == 434 and result.cost_usd == pytest.approx(0.00299)

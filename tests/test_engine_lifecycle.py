@@ -73,7 +73,7 @@ def svc(services: Services, git_env: Path) -> Services:
 
 def make_engine(services: Services) -> Engine:
     config = EngineConfig(poll_seconds=0.1, rate_limit_backoff=30,
-                          limits=WatchdogLimits(stall_seconds=30, timeout_seconds=60))
+                          limits=WatchdogLimits(stall_seconds=scaled(30), timeout_seconds=scaled(60)))
     return Engine(services, services.home, config=config)
 
 

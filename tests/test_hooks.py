@@ -32,6 +32,7 @@ from agentqueue.store.models import Hook, Task
 
 from .processes import wait_for
 from .conftest import db_snapshot, fail, ok
+from .slowdown import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -93,7 +94,7 @@ class Clock:
 
 
 def make_engine(services: Services) -> Engine:
-    config = EngineConfig(poll_seconds=0.1, limits=WatchdogLimits(stall_seconds=30, timeout_seconds=60))
+    config = EngineConfig(poll_seconds=0.1, limits=WatchdogLimits(stall_seconds=scaled(30), timeout_seconds=scaled(60)))
     return Engine(services, services.home, config=config)
 
 

@@ -116,7 +116,7 @@ def test_a_claude_retry_after_becomes_the_reset_time_and_its_own_backoff_does_no
 # -- acceptance: the real claude CLI on the loopback mock --------------------------------------------------------------
 def parked_engine(services: Services, login_check: float = 0.5) -> Engine:
     config = EngineConfig(poll_seconds=0.1, rate_limit_backoff=30, login_check_seconds=login_check,
-                          limits=WatchdogLimits(stall_seconds=60, timeout_seconds=120))
+                          limits=WatchdogLimits(stall_seconds=scaled(60), timeout_seconds=scaled(120)))
     return Engine(services, services.home, config=config)
 
 

@@ -26,6 +26,7 @@ from .git_fixtures import git_env  # noqa: F401  (fixture)
 from .mock_anthropic import MockAnthropic
 from .test_engine_claude import run_until
 from .third_party import npm_bin
+from .slowdown import scaled
 
 CLAUDE = npm_bin("claude")
 SECRET = "SECRET-KEY-MATERIAL-7f3a91"
@@ -107,7 +108,8 @@ def plant_links(repo: str, victim: Path, home: Path) -> None:
 
 
 def engine_for(services: Services) -> Engine:
-    config = EngineConfig(poll_seconds=0.1, limits=WatchdogLimits(stall_seconds=60, timeout_seconds=120))
+    config = EngineConfig(poll_seconds=0.1,
+                          limits=WatchdogLimits(stall_seconds=scaled(60), timeout_seconds=scaled(120)))
     return Engine(services, services.home, config=config)
 
 
