@@ -100,7 +100,7 @@ def _marker_pid(home: str | Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether `pid` runs: not gone, and not a zombie (a daemon this plugin started and never waited for)."""
     try:
         os.kill(pid, 0)
@@ -315,7 +315,7 @@ class Pipe:
             restarting = _marker_pid(self.home)
             # A restarting daemon that still lives is waited for (a busy machine can take longer than a first
             # start's timeout to re-execute); one that died, or left no pid, only as long as a first start.
-            if restarting is None or not _alive(restarting):
+            if restarting is None or not alive(restarting):
                 if waited >= CONNECT_TIMEOUT_S:
                     break
             elif waited >= RESTART_WAIT_S:

@@ -88,6 +88,7 @@ def _yes(question: str) -> bool:
 def _wait_restarted(home: Path, before: dict[str, Any], timeout: float) -> dict[str, Any]:
     """daemon.json of the daemon serving again (a new start time, its socket, the restart marker gone); a refusal
     naming its log when it does not come back."""
+    from ...daemon.relay import alive
     from ...daemon_client import daemon_info, lock_is_held
 
     asked = time.time()
@@ -97,7 +98,7 @@ def _wait_restarted(home: Path, before: dict[str, Any], timeout: float) -> dict[
         if (info and info.get("started_at") != before.get("started_at") and lock_is_held(home)
                 and paths.socket_path(home).exists() and not paths.restart_marker(home).exists()):
             return info
-        if not _alive(int(before["pid"])):
+        if not alive(int(before["pid"])):
             break  # the re-executed daemon exited (exec keeps the pid): it could not start on the installed code
         time.sleep(0.1)
     logs = paths.logs_dir(home)
@@ -107,16 +108,6 @@ def _wait_restarted(home: Path, before: dict[str, Any], timeout: float) -> dict[
                    "serve`.")
 
 
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _last_line(path: Path, since: float) -> str:
