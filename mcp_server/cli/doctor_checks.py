@@ -110,8 +110,7 @@ def check_config(home: Path) -> tuple[list[Check], settings.Settings]:
 def check_key_files(home: Path, loaded: settings.Settings) -> list[Check]:
     """The home's files that hold secrets or rules ([agent_env] keys or a database password, policy.toml's rules, the
     token) must be 0600: the home folder is 0700, but a copy, a backup or a home made by hand is not always. Doctor
-    tightens such a file itself (AgentQueue's own file, made only narrower) and says so; it asks the person only when
-    it cannot."""
+    changes nothing: each is reported with the command that fixes it."""
     import stat
 
     found = []
@@ -121,16 +120,9 @@ def check_key_files(home: Path, loaded: settings.Settings) -> list[Check]:
             mode = stat.S_IMODE(path.stat().st_mode)
         except OSError:
             continue
-        if holds is None or not mode & 0o077:
-            continue
-        try:
-            os.chmod(path, 0o600)
-        except OSError as error:
-            found.append(Check(path.name, "warn", f"{path} holds {holds} and others may read it (mode {mode:o}); "
-                               f"it could not be made 0600: {error.strerror}", f"chmod 600 {path}"))
-        else:
-            found.append(Check(path.name, "ok", f"{path} holds {holds} and others could read it (mode {mode:o}): "
-                               "made 0600"))
+        if holds is not None and mode & 0o077:
+            found.append(Check(path.name, "warn", f"{path} holds {holds} and others may read it (mode {mode:o})",
+                               f"chmod 600 {path}"))
     return found
 
 
