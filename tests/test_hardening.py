@@ -275,7 +275,7 @@ from agentqueue.engine.watchdog import WatchdogLimits
 async def main():
     spec = RunSpec(argv=["sh", "-c", "head -c 100000000 /dev/zero | tr '\\\\0' x; echo; echo after"], stdin=None)
     result = await run_agent(spec, Path(sys.argv[1]), CommandParser(), RunHandle(), Path(sys.argv[1]) / "task.log",
-                             WatchdogLimits(stall_seconds=scaled(60), timeout_seconds=scaled(120)), None)
+                             WatchdogLimits(stall_seconds=60, timeout_seconds=120), None)
     print(result.status, peak_mib())
 anyio.run(main)
 """
