@@ -42,7 +42,8 @@ async def test_a_failure_for_want_of_disk_space_requeues_the_task_and_any_other_
     life = engine.lifecycle
     task = services.tasks.create("demo", "t", "d")
 
-    # The error names the full disk: back to READY, no retry spent, and the move says why in plain words.
+    # The home is under its floor: back to READY, no retry spent, and the move says why in plain words.
+    engine.room.min_free = 1 << 62
     assert life.claim(task.id, "bot")
     life.started(task.id, None)
     life.blocked(task.id, "workspace_failed", details={"error": ENOSPC})
@@ -51,12 +52,20 @@ async def test_a_failure_for_want_of_disk_space_requeues_the_task_and_any_other_
     to, reason, note = moves(services, task.id)[-1]
     assert (to, reason) == ("READY", "no_room") and "disk space" in note and "worktree" in note
 
-    # The home is under its floor (git said only "unable to write file"): the same.
-    engine.room.min_free = 1 << 62
+    # Git said only "unable to write file": the same, for a landing.
     run_again(services, life, task.id)
     life.blocked(task.id, "merge_failed", details={"error": "error: unable to write file a.txt"})
     assert services.tasks.get(task.id).status == "READY"
     assert "landing" in moves(services, task.id)[-1][2]
+
+    # A run's own words are not the disk's: a file it named "No space left on device" in a failed landing, with
+    # room on the disk, does not buy its task a free rerun.
+    engine.room.min_free = 0
+    run_again(services, life, task.id)
+    life.blocked(task.id, "merge_failed", details={"error": "git merge failed: error: unable to write file "
+                                                            "'No space left on device'"})
+    assert services.tasks.get(task.id).status == "BLOCKED"
+    services.tasks.restart(task.id)
 
     # Room, and an error that is not the disk's: held, as any failed landing is.
     engine.room.min_free = 0

@@ -283,11 +283,11 @@ class Engine:
                 log.exception("login check failed")
             await anyio.sleep(min(1.0, self.config.poll_seconds * 5))
 
-    def _no_room(self, task_id: str, reason: str, error: str) -> bool:
+    def _no_room(self, task_id: str, reason: str) -> bool:
         """A worktree or a landing that failed for want of disk space: the task goes back to the queue (Lifecycle.
         blocked), its worktree first put back to its branch's last commit where a merge into it stopped half-written
         (the work is committed before a landing; what the merge wrote is the default branch's, merged again later)."""
-        if not self.room.explains(error):
+        if not self.room.explains():
             return False
         task = self.services.tasks.get(task_id)
         if reason == "merge_failed" and task.repo_id and task.branch:

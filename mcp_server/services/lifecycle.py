@@ -35,7 +35,7 @@ class Lifecycle:
         self.owner = owner  # this daemon's id (services/team.py): the runs it claims carry it
         # Set by the engine: whether a failure to make or land a task's worktree was the home's disk being full
         # (then the task waits in the queue for room instead of being held); it may tidy the worktree first.
-        self.no_room: Callable[[str, str, str], bool] | None = None
+        self.no_room: Callable[[str, str], bool] | None = None
 
     def owns(self, task_id: str) -> bool:
         """Whether this daemon still owns the task's run: after it lost its lease another daemon took it over,
@@ -181,8 +181,7 @@ class Lifecycle:
                 details: dict[str, Any] | None = None) -> None:
         """Hold a task for `reason`. `payload`, when given, is also recorded as a `<reason>` event (merge.conflict);
         the reason's texts are written from `details`, else from `payload`."""
-        said = str(details or payload)
-        if reason in ROOM_REASONS and self.no_room is not None and self.no_room(task_id, reason, said):
+        if reason in ROOM_REASONS and self.no_room is not None and self.no_room(task_id, reason):
             with self.store.transaction():
                 row = self.tasks.require(task_id)
                 if self._mine(row) and row["status"] in CLAIMED:
